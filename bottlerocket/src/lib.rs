@@ -1,0 +1,1 @@
+//! Bottlerocket API client.

@@ -1,0 +1,1 @@
+//! End-to-end scenarios that boot QEMU images.
