@@ -1,7 +1,276 @@
-//! Command-line interface.
+//! The command line: argument definitions, and the glue from each command to the library.
+//!
+//! Exit codes (the same for every command, documented in README):
+//! - 0: done, everything fine;
+//! - 1: `check`: something expires within `--warn-within`;
+//! - 2: `check`: something expired, invalid, missing or unreadable; other commands: failed, and
+//!   the live PKI is unchanged (or was restored);
+//! - 3: renewal applied but live verification failed, and the backup was restored;
+//! - 4: another certrotor holds the lock past `--lock-timeout`;
+//! - 64: usage error (unknown flag, bad value).
+
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-/// Entry point used by `main.rs`.
-pub fn main(_args: Vec<String>) -> ExitCode {
-    let _ = aws_lc_rs::rsa::KeyPair::generate(aws_lc_rs::rsa::KeySize::Rsa2048);
-    ExitCode::SUCCESS
+
+use argh::FromArgs;
+
+use crate::clock;
+use crate::inventory::{self, Status};
+use crate::lab::{self, LabLayout, LabOptions, Topology};
+use crate::pki::KeyAlgorithm;
+use crate::report;
+
+/// Exit code: something expires soon (check).
+pub const EXIT_EXPIRING: u8 = 1;
+/// Exit code: failure, or something expired/invalid (check).
+pub const EXIT_FAILED: u8 = 2;
+/// Exit code: verification failed; rolled back.
+pub const EXIT_ROLLED_BACK: u8 = 3;
+/// Exit code: the lock is held by another run.
+pub const EXIT_LOCKED: u8 = 4;
+/// Exit code: usage error (sysexits EX_USAGE).
+pub const EXIT_USAGE: u8 = 64;
+
+#[derive(FromArgs, Debug)]
+/// certrotor keeps kubeadm and etcdadm certificates from expiring on immutable nodes
+/// (Bottlerocket host or bootstrap container, or any kubeadm node).
+struct Top {
+    #[argh(subcommand)]
+    command: Command,
+}
+
+#[derive(FromArgs, Debug)]
+#[argh(subcommand)]
+enum Command {
+    Check(CheckCmd),
+    Lab(LabCmd),
+    Demo(DemoCmd),
+    Version(VersionCmd),
+}
+
+#[derive(FromArgs, Debug)]
+#[argh(
+    subcommand,
+    name = "check",
+    note = "Looks under etc/kubernetes, var/lib/kubeadm, etc/etcd/pki and var/lib/etcd/pki of the root.",
+    error_code(0, "every certificate is fine"),
+    error_code(1, "something expires within --warn-within"),
+    error_code(2, "something is expired, invalid, missing or unreadable"),
+    error_code(64, "usage error")
+)]
+/// inventory every certificate, key and kubeconfig of the node, with expiry and soundness
+struct CheckCmd {
+    /// the node's root filesystem (default: /.bottlerocket/rootfs inside a Bottlerocket host
+    /// container, else /)
+    #[argh(option)]
+    root: Option<PathBuf>,
+    /// output format: table (default) or json
+    #[argh(option, default = "String::from(\"table\")")]
+    output: String,
+    /// report certificates expiring within this duration as expiring (default 30d)
+    #[argh(option, default = "String::from(\"30d\")")]
+    warn_within: String,
+}
+
+#[derive(FromArgs, Debug)]
+#[argh(subcommand, name = "lab")]
+/// lab nodes for demos, tests and benchmarks (not a CA)
+struct LabCmd {
+    #[argh(subcommand)]
+    command: LabSub,
+}
+
+#[derive(FromArgs, Debug)]
+#[argh(subcommand)]
+enum LabSub {
+    Init(LabInitCmd),
+}
+
+#[derive(FromArgs, Debug)]
+#[argh(
+    subcommand,
+    name = "init",
+    note = "For demos, tests and benchmarks only: this is not a CA. Keys are made on the spot and left unprotected. With --topology external-etcd, two node roots are written: DIR/control-plane and DIR/etcd."
+)]
+/// write a realistic kubeadm/etcdadm node root under DIR
+struct LabInitCmd {
+    /// the folder to create (must be absent or empty)
+    #[argh(positional)]
+    dir: PathBuf,
+    /// kubeadm (etc/kubernetes) or bottlerocket (var/lib/kubeadm); default kubeadm
+    #[argh(option, default = "String::from(\"kubeadm\")")]
+    layout: String,
+    /// stacked (etcd on the control plane) or external-etcd; default stacked
+    #[argh(option, default = "String::from(\"stacked\")")]
+    topology: String,
+    /// leaves expire after this duration, negative for already expired (default 365d)
+    #[argh(option, default = "String::from(\"365d\")")]
+    expires_in: String,
+    /// rsa-2048 (default) or ecdsa-p256 (also rsa-3072, rsa-4096, ecdsa-p384)
+    #[argh(option, default = "String::from(\"rsa-2048\")")]
+    key_algorithm: String,
+    /// the node name in certificates (default cp-1)
+    #[argh(option, default = "String::from(\"cp-1\")")]
+    node_name: String,
+    /// the node IP in certificates (default 10.0.0.10)
+    #[argh(option, default = "String::from(\"10.0.0.10\")")]
+    advertise_address: String,
+}
+
+#[derive(FromArgs, Debug)]
+#[argh(subcommand, name = "demo")]
+/// show the whole job on a built-in lab node in a temporary folder
+struct DemoCmd {
+    /// keep the lab node instead of removing it
+    #[argh(switch)]
+    keep: bool,
+}
+
+#[derive(FromArgs, Debug)]
+#[argh(subcommand, name = "version")]
+/// print the version
+struct VersionCmd {}
+
+/// A command's failure: the message and the exit code.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: u8,
+    pub message: String,
+}
+
+impl Failure {
+    /// A usage error (exit 64).
+    pub fn usage(message: impl Into<String>) -> Failure {
+        Failure { code: EXIT_USAGE, message: message.into() }
+    }
+    /// A failed command (exit 2).
+    pub fn failed(message: impl Into<String>) -> Failure {
+        Failure { code: EXIT_FAILED, message: message.into() }
+    }
+}
+
+/// Entry point used by `main.rs`: parses `args` (including the program name) and runs.
+pub fn main(args: Vec<String>) -> ExitCode {
+    let program = args.first().map(String::as_str).unwrap_or("certrotor");
+    let program = Path::new(program).file_name().and_then(|s| s.to_str()).unwrap_or("certrotor");
+    let rest: Vec<&str> = args.iter().skip(1).map(String::as_str).collect();
+    let top = match Top::from_args(&[program], &rest) {
+        Ok(t) => t,
+        Err(early) => {
+            return match early.status {
+                Ok(()) => {
+                    print!("{}", early.output);
+                    ExitCode::SUCCESS
+                }
+                Err(()) => {
+                    eprint!("{}", early.output);
+                    eprintln!("Run '{program} help' or '{program} <command> --help' for usage.");
+                    ExitCode::from(EXIT_USAGE)
+                }
+            };
+        }
+    };
+    match run(top) {
+        Ok(code) => ExitCode::from(code),
+        Err(f) => {
+            eprintln!("certrotor: {}", f.message);
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+fn run(top: Top) -> Result<u8, Failure> {
+    match top.command {
+        Command::Check(c) => check(c),
+        Command::Lab(LabCmd { command: LabSub::Init(c) }) => lab_init(c),
+        Command::Demo(c) => crate::demo::run(c.keep),
+        Command::Version(_) => {
+            println!("certrotor {}", env!("CARGO_PKG_VERSION"));
+            Ok(0)
+        }
+    }
+}
+
+/// Parses a duration flag, as a usage error when malformed.
+pub fn duration_flag(flag: &str, value: &str) -> Result<i64, Failure> {
+    clock::parse_duration(value).map_err(|e| Failure::usage(format!("--{flag}: {e}")))
+}
+
+/// The root: the flag, or the default.
+pub fn root_flag(root: Option<PathBuf>) -> Result<PathBuf, Failure> {
+    let root = root.unwrap_or_else(inventory::default_root);
+    if !root.is_dir() {
+        return Err(Failure::usage(format!("--root '{}' is not a folder", root.display())));
+    }
+    Ok(root)
+}
+
+fn check(c: CheckCmd) -> Result<u8, Failure> {
+    let warn = duration_flag("warn-within", &c.warn_within)?;
+    if !matches!(c.output.as_str(), "table" | "json") {
+        return Err(Failure::usage(format!("--output '{}': use table or json", c.output)));
+    }
+    let root = root_flag(c.root)?;
+    crate::recover_before_reading(&root)?;
+    let inv = inventory::take(&root, clock::now(), warn);
+    if c.output == "json" {
+        println!("{}", report::json(&inv));
+    } else {
+        print!("{}", report::table(&inv));
+    }
+    Ok(check_exit_code(&inv))
+}
+
+/// 0 fine, 1 expiring, 2 expired/invalid/missing; 2 as well when nothing was found.
+pub fn check_exit_code(inv: &inventory::Inventory) -> u8 {
+    if inv.layouts.is_empty() {
+        return EXIT_FAILED;
+    }
+    match inv.worst() {
+        Some(Status::Expiring) => EXIT_EXPIRING,
+        Some(Status::Expired | Status::Invalid | Status::Missing) => EXIT_FAILED,
+        _ => 0,
+    }
+}
+
+fn lab_init(c: LabInitCmd) -> Result<u8, Failure> {
+    let layout = match c.layout.as_str() {
+        "kubeadm" => LabLayout::Kubeadm,
+        "bottlerocket" => LabLayout::Bottlerocket,
+        other => return Err(Failure::usage(format!("--layout '{other}': use kubeadm or bottlerocket"))),
+    };
+    let topology = match c.topology.as_str() {
+        "stacked" => Topology::Stacked,
+        "external-etcd" => Topology::ExternalEtcd,
+        other => return Err(Failure::usage(format!("--topology '{other}': use stacked or external-etcd"))),
+    };
+    let key_algorithm = KeyAlgorithm::parse(&c.key_algorithm).ok_or_else(|| {
+        Failure::usage(format!(
+            "--key-algorithm '{}': use rsa-2048, rsa-3072, rsa-4096, ecdsa-p256 or ecdsa-p384",
+            c.key_algorithm
+        ))
+    })?;
+    let advertise_address = c
+        .advertise_address
+        .parse()
+        .map_err(|_| Failure::usage(format!("--advertise-address '{}' is not an IP address", c.advertise_address)))?;
+    if c.node_name.is_empty() || c.node_name.contains('/') {
+        return Err(Failure::usage(format!("--node-name '{}' is not a valid node name", c.node_name)));
+    }
+    let opts = LabOptions {
+        layout,
+        topology,
+        expires_in: duration_flag("expires-in", &c.expires_in)?,
+        key_algorithm,
+        node_name: c.node_name,
+        advertise_address,
+        cluster_name: "kubernetes".into(),
+        now: clock::now(),
+    };
+    let summary = lab::init(&c.dir, &opts).map_err(|e| Failure::failed(e.to_string()))?;
+    for root in &summary.roots {
+        println!("lab node written: {}", root.display());
+    }
+    println!("{} files; inspect with: certrotor check --root {}", summary.files, summary.roots[0].display());
+    Ok(0)
 }

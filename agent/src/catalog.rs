@@ -1,0 +1,344 @@
+//! The catalog: which certificate and kubeconfig files kubeadm and etcdadm put where, under
+//! which names, signed by which CA.
+//!
+//! This is the one place that knows the node layouts (`reference/pki-profiles.md` §1–§5):
+//! - `kubeadm`: `/etc/kubernetes/pki`, `/etc/kubernetes/*.conf` (a kubeadm host);
+//! - `bottlerocket`: `/var/lib/kubeadm/pki`, `/var/lib/kubeadm/*.conf` (EKS Anywhere on
+//!   Bottlerocket), where the external-etcd client certificate may be stored as
+//!   `server-etcd-client.crt` next to `apiserver-etcd-client.key`;
+//! - `etcdadm`: `/etc/etcd/pki` and `etcdadm-bottlerocket`: `/var/lib/etcd/pki` (etcd nodes).
+//!
+//! Detection only looks at which files exist; it reads no certificate.
+
+use std::path::Path;
+
+/// Node paths that matter to certrotor, relative to the node root.
+pub mod paths {
+    /// kubeadm's folder on a kubeadm host.
+    pub const KUBEADM_DIR: &str = "etc/kubernetes";
+    /// kubeadm's folder on Bottlerocket (EKS Anywhere).
+    pub const BOTTLEROCKET_KUBEADM_DIR: &str = "var/lib/kubeadm";
+    /// etcdadm's certificate folder on a general-purpose host.
+    pub const ETCDADM_PKI: &str = "etc/etcd/pki";
+    /// etcdadm's certificate folder on Bottlerocket.
+    pub const BOTTLEROCKET_ETCD_PKI: &str = "var/lib/etcd/pki";
+    /// Where a superpowered Bottlerocket host container sees the host's root.
+    pub const BOTTLEROCKET_HOST_ROOT: &str = "/.bottlerocket/rootfs";
+    /// The Bottlerocket API socket.
+    pub const API_SOCKET: &str = "/run/api.sock";
+    /// certrotor's own state (journal, lock, backups), relative to the node root.
+    pub const STATE_DIR: &str = "var/lib/certrotor";
+}
+
+/// What a catalog entry is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Ca,
+    Leaf,
+    Kubeconfig,
+    Other,
+}
+
+/// Which tool's profile a certificate follows on renewal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Flavor {
+    /// kubeadm: BasicConstraints CA:FALSE, DNS SANs sorted.
+    Kubeadm,
+    /// etcdadm: no BasicConstraints, SAN order kept.
+    Etcdadm,
+}
+
+/// A detected node layout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    /// `kubeadm`, `bottlerocket`, `etcdadm` or `etcdadm-bottlerocket`.
+    pub name: &'static str,
+    /// Its folder relative to the node root.
+    pub dir: &'static str,
+    /// For kubeadm layouts: whether etcd's CA key is here (stacked etcd) or only its
+    /// certificate (external etcd).
+    pub etcd: EtcdTopology,
+}
+
+/// Where etcd lives, from a kubeadm folder's point of view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EtcdTopology {
+    /// `pki/etcd/ca.key` present: kubeadm runs etcd here.
+    Stacked,
+    /// Only `pki/etcd/ca.crt`: etcd runs elsewhere (etcdadm nodes).
+    External,
+    /// No etcd CA at all, or not a kubeadm layout.
+    None,
+}
+
+/// One file (or pair) the inventory looks at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// kubeadm's name (`apiserver`, `admin.conf`, `etcd-ca`) or `etcdadm-…`.
+    pub name: String,
+    pub kind: Kind,
+    /// The certificate or kubeconfig, relative to the root.
+    pub path: String,
+    /// The private key, relative to the root (`None` for kubeconfigs, whose key is embedded).
+    pub key_path: Option<String>,
+    /// The catalog name of the signing CA.
+    pub ca: Option<String>,
+    /// Reported as missing when absent.
+    pub required: bool,
+    /// certrotor may renew it (never CAs, `sa.*`, or kubelet.conf).
+    pub renewable: bool,
+    pub flavor: Flavor,
+    /// The layout it belongs to.
+    pub layout: &'static str,
+    /// kubeadm's long description, printed by renew.
+    pub description: &'static str,
+}
+
+/// Finds the layouts present under `root`.
+pub fn detect(root: &Path) -> Vec<Layout> {
+    let mut found = Vec::new();
+    for (name, dir) in [("kubeadm", paths::KUBEADM_DIR), ("bottlerocket", paths::BOTTLEROCKET_KUBEADM_DIR)] {
+        let base = root.join(dir);
+        // Bottlerocket's own /etc/kubernetes/pki holds only the kubelet's files and the cluster
+        // CA certificate; a kubeadm control plane has the CA key, apiserver or admin.conf.
+        let pki = base.join("pki");
+        let is_kubeadm = pki.join("ca.crt").exists()
+            && (pki.join("ca.key").exists()
+                || pki.join("apiserver.crt").exists()
+                || base.join("admin.conf").exists());
+        if is_kubeadm {
+            let etcd = if pki.join("etcd/ca.key").exists() {
+                EtcdTopology::Stacked
+            } else if pki.join("etcd/ca.crt").exists() {
+                EtcdTopology::External
+            } else {
+                EtcdTopology::None
+            };
+            found.push(Layout { name, dir, etcd });
+        }
+    }
+    for (name, dir) in [("etcdadm", paths::ETCDADM_PKI), ("etcdadm-bottlerocket", paths::BOTTLEROCKET_ETCD_PKI)] {
+        let base = root.join(dir);
+        if base.join("ca.crt").exists() || base.join("server.crt").exists() {
+            found.push(Layout { name, dir, etcd: EtcdTopology::None });
+        }
+    }
+    found
+}
+
+/// The layout names and their folders, for `--help` and errors.
+pub fn layout_summary() -> &'static str {
+    "etc/kubernetes (kubeadm), var/lib/kubeadm (bottlerocket), etc/etcd/pki (etcdadm), \
+     var/lib/etcd/pki (etcdadm-bottlerocket)"
+}
+
+/// Every entry of the detected layouts. When two layouts of the same kind are present, the
+/// second one's names get an `@<layout>` suffix so that names stay unique.
+pub fn entries(root: &Path, layouts: &[Layout]) -> Vec<Entry> {
+    let mut out: Vec<Entry> = Vec::new();
+    for layout in layouts {
+        let mut these = match layout.name {
+            "kubeadm" | "bottlerocket" => kubeadm_entries(root, layout),
+            _ => etcdadm_entries(layout),
+        };
+        if these.iter().any(|e| out.iter().any(|o| o.name == e.name)) {
+            let suffix = format!("@{}", layout.name);
+            for e in &mut these {
+                e.name.push_str(&suffix);
+                if let Some(ca) = &mut e.ca {
+                    ca.push_str(&suffix);
+                }
+            }
+        }
+        out.extend(these);
+    }
+    out
+}
+
+struct Spec {
+    name: &'static str,
+    file: &'static str,
+    ca: &'static str,
+    description: &'static str,
+}
+
+const KUBEADM_CAS: [(&str, &str); 3] =
+    [("ca", "pki/ca"), ("front-proxy-ca", "pki/front-proxy-ca"), ("etcd-ca", "pki/etcd/ca")];
+
+const KUBEADM_LEAVES: [Spec; 7] = [
+    Spec { name: "apiserver", file: "pki/apiserver", ca: "ca", description: "certificate for serving the Kubernetes API" },
+    Spec {
+        name: "apiserver-kubelet-client",
+        file: "pki/apiserver-kubelet-client",
+        ca: "ca",
+        description: "certificate for the API server to connect to kubelet",
+    },
+    Spec {
+        name: "front-proxy-client",
+        file: "pki/front-proxy-client",
+        ca: "front-proxy-ca",
+        description: "certificate for the front proxy client",
+    },
+    Spec { name: "etcd-server", file: "pki/etcd/server", ca: "etcd-ca", description: "certificate for serving etcd" },
+    Spec {
+        name: "etcd-peer",
+        file: "pki/etcd/peer",
+        ca: "etcd-ca",
+        description: "certificate for etcd nodes to communicate with each other",
+    },
+    Spec {
+        name: "etcd-healthcheck-client",
+        file: "pki/etcd/healthcheck-client",
+        ca: "etcd-ca",
+        description: "certificate for liveness probes to healthcheck etcd",
+    },
+    Spec {
+        name: "apiserver-etcd-client",
+        file: "pki/apiserver-etcd-client",
+        ca: "etcd-ca",
+        description: "certificate the apiserver uses to access etcd",
+    },
+];
+
+/// kubeconfigs: (file, required, renewable, description).
+const KUBECONFIGS: [(&str, bool, bool, &str); 5] = [
+    ("admin.conf", true, true, "certificate embedded in the kubeconfig file for the admin to use and for kubeadm itself"),
+    ("super-admin.conf", false, true, "certificate embedded in the kubeconfig file for the super-admin"),
+    (
+        "controller-manager.conf",
+        true,
+        true,
+        "certificate embedded in the kubeconfig file for the controller manager to use",
+    ),
+    ("scheduler.conf", true, true, "certificate embedded in the kubeconfig file for the scheduler manager to use"),
+    ("kubelet.conf", false, false, "client certificate of the kubelet (rotated by the kubelet itself)"),
+];
+
+fn kubeadm_entries(root: &Path, layout: &Layout) -> Vec<Entry> {
+    let dir = layout.dir;
+    let mut out = Vec::new();
+    for (name, file) in KUBEADM_CAS {
+        if name == "etcd-ca" && layout.etcd == EtcdTopology::None {
+            continue;
+        }
+        out.push(Entry {
+            name: name.into(),
+            kind: Kind::Ca,
+            path: format!("{dir}/{file}.crt"),
+            key_path: Some(format!("{dir}/{file}.key")),
+            ca: None,
+            required: true,
+            renewable: false,
+            flavor: Flavor::Kubeadm,
+            layout: layout.name,
+            description: "certificate authority",
+        });
+    }
+    for spec in &KUBEADM_LEAVES {
+        let etcd_member = matches!(spec.name, "etcd-server" | "etcd-peer" | "etcd-healthcheck-client");
+        if etcd_member && layout.etcd != EtcdTopology::Stacked {
+            continue;
+        }
+        if spec.name == "apiserver-etcd-client" && layout.etcd == EtcdTopology::None {
+            continue;
+        }
+        let mut path = format!("{dir}/{}.crt", spec.file);
+        // Bottlerocket/EKS-A external etcd: the certificate is `server-etcd-client.crt`.
+        if spec.name == "apiserver-etcd-client" {
+            let alt = format!("{dir}/pki/server-etcd-client.crt");
+            if root.join(&alt).exists() || (layout.name == "bottlerocket" && !root.join(&path).exists()) {
+                path = alt;
+            }
+        }
+        out.push(Entry {
+            name: spec.name.into(),
+            kind: Kind::Leaf,
+            path,
+            key_path: Some(format!("{dir}/{}.key", spec.file)),
+            ca: Some(spec.ca.into()),
+            required: true,
+            renewable: true,
+            flavor: Flavor::Kubeadm,
+            layout: layout.name,
+            description: spec.description,
+        });
+    }
+    for (file, required, renewable, description) in KUBECONFIGS {
+        out.push(Entry {
+            name: file.into(),
+            kind: Kind::Kubeconfig,
+            path: format!("{dir}/{file}"),
+            key_path: None,
+            ca: Some("ca".into()),
+            required,
+            renewable,
+            flavor: Flavor::Kubeadm,
+            layout: layout.name,
+            description,
+        });
+    }
+    out
+}
+
+const ETCDADM_LEAVES: [(&str, &str, &str); 4] = [
+    ("etcdadm-server", "server", "certificate for serving etcd"),
+    ("etcdadm-peer", "peer", "certificate for etcd nodes to communicate with each other"),
+    ("etcdadm-etcdctl-etcd-client", "etcdctl-etcd-client", "certificate etcdctl uses to access etcd"),
+    ("etcdadm-apiserver-etcd-client", "apiserver-etcd-client", "certificate the apiserver uses to access etcd"),
+];
+
+fn etcdadm_entries(layout: &Layout) -> Vec<Entry> {
+    let dir = layout.dir;
+    let mut out = vec![Entry {
+        name: "etcdadm-ca".into(),
+        kind: Kind::Ca,
+        path: format!("{dir}/ca.crt"),
+        key_path: Some(format!("{dir}/ca.key")),
+        ca: None,
+        required: true,
+        renewable: false,
+        flavor: Flavor::Etcdadm,
+        layout: layout.name,
+        description: "certificate authority",
+    }];
+    for (name, file, description) in ETCDADM_LEAVES {
+        out.push(Entry {
+            name: name.into(),
+            kind: Kind::Leaf,
+            path: format!("{dir}/{file}.crt"),
+            key_path: Some(format!("{dir}/{file}.key")),
+            ca: Some("etcdadm-ca".into()),
+            required: true,
+            renewable: true,
+            flavor: Flavor::Etcdadm,
+            layout: layout.name,
+            description,
+        });
+    }
+    out
+}
+
+/// Folders whose unknown `*.crt` files are listed as kind `other`.
+pub fn scanned_dirs(layouts: &[Layout]) -> Vec<String> {
+    let mut dirs = Vec::new();
+    for layout in layouts {
+        match layout.name {
+            "kubeadm" | "bottlerocket" => {
+                dirs.push(format!("{}/pki", layout.dir));
+                dirs.push(format!("{}/pki/etcd", layout.dir));
+            }
+            _ => dirs.push(layout.dir.to_string()),
+        }
+    }
+    dirs
+}
+
+/// The service-account key pair of a kubeadm layout (never renewed; reported under `keys`).
+pub fn service_account_keys(layout: &Layout) -> Option<(String, String)> {
+    match layout.name {
+        "kubeadm" | "bottlerocket" => Some((format!("{}/pki/sa.key", layout.dir), format!("{}/pki/sa.pub", layout.dir))),
+        _ => None,
+    }
+}

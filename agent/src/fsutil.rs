@@ -1,0 +1,276 @@
+//! Reading and writing files under a node root, safely.
+//!
+//! certrotor inspects a node's filesystem mounted somewhere else (a host container sees the host
+//! at `/.bottlerocket/rootfs`), so every path is resolved the way the node itself would see it:
+//! absolute symlink targets are taken inside the root, and nothing may climb above the root.
+//! Reads are bounded, so a multi-gigabyte file or a FIFO named like a certificate cannot stall
+//! the agent. Writes are durable: temp file, fsync, rename, fsync of the folder.
+
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+
+/// Symlink hops followed before giving up (Linux's own limit).
+const MAX_SYMLINK_HOPS: usize = 40;
+
+/// Why a file under the root could not be read.
+#[derive(Debug)]
+pub enum ReadError {
+    /// A symlink on the way leads outside the node root.
+    OutsideRoot { path: String, target: String },
+    /// Too many symlinks (a loop).
+    SymlinkLoop { path: String },
+    /// Not a regular file (a directory, FIFO, device).
+    NotRegular { path: String, what: &'static str },
+    /// Bigger than certrotor will read.
+    TooLarge { path: String, size: u64, limit: u64 },
+    /// The operating system refused.
+    Io { path: String, source: io::Error },
+}
+
+impl fmt::Display for ReadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReadError::OutsideRoot { path, target } => write!(
+                f,
+                "'{path}' is a symlink to '{target}', which is outside the node root; \
+                 replace it with the file itself"
+            ),
+            ReadError::SymlinkLoop { path } => write!(f, "'{path}': too many levels of symlinks"),
+            ReadError::NotRegular { path, what } => {
+                write!(f, "'{path}' is {what}, not a regular file")
+            }
+            ReadError::TooLarge { path, size, limit } => write!(
+                f,
+                "'{path}' is {size} bytes, more than the {limit} bytes a certificate, key or \
+                 kubeconfig can be; it was not read"
+            ),
+            ReadError::Io { path, source } => write!(f, "cannot read '{path}': {source}"),
+        }
+    }
+}
+
+impl std::error::Error for ReadError {}
+
+/// Resolves `rel` (a path relative to `root`, or absolute as the node sees it) to a real path
+/// inside `root`, following symlinks as the node would. Returns `Ok(None)` when it does not
+/// exist.
+pub fn resolve_in_root(root: &Path, rel: &str) -> Result<Option<PathBuf>, ReadError> {
+    let mut pending: Vec<String> = Vec::new();
+    push_components(&mut pending, rel);
+    pending.reverse();
+    let mut resolved: Vec<String> = Vec::new();
+    let mut hops = 0;
+    while let Some(part) = pending.pop() {
+        match part.as_str() {
+            "." => continue,
+            ".." => {
+                if resolved.pop().is_none() {
+                    return Err(ReadError::OutsideRoot { path: rel.into(), target: "..".into() });
+                }
+                continue;
+            }
+            _ => {}
+        }
+        let candidate = join(root, &resolved).join(&part);
+        let meta = match fs::symlink_metadata(&candidate) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(ReadError::Io { path: rel.into(), source: e }),
+        };
+        if meta.file_type().is_symlink() {
+            hops += 1;
+            if hops > MAX_SYMLINK_HOPS {
+                return Err(ReadError::SymlinkLoop { path: rel.into() });
+            }
+            let target = fs::read_link(&candidate)
+                .map_err(|e| ReadError::Io { path: rel.into(), source: e })?;
+            let target_text = target.to_string_lossy().to_string();
+            let mut more = Vec::new();
+            if target.is_absolute() {
+                // The node sees absolute targets from its own root. A target that names the
+                // real location of the root itself (a link made on the host) is outside it.
+                if root != Path::new("/") && !Path::new(&target_text).starts_with(root) {
+                    let inside = root.join(target_text.trim_start_matches('/'));
+                    if fs::symlink_metadata(&inside).is_err() && Path::new(&target_text).exists() {
+                        return Err(ReadError::OutsideRoot { path: rel.into(), target: target_text });
+                    }
+                }
+                resolved.clear();
+                push_components(&mut more, &target_text);
+            } else {
+                push_components(&mut more, &target_text);
+            }
+            // Check that relative `..` steps in the target do not climb above the root.
+            let mut depth = resolved.len() as i64;
+            for c in &more {
+                match c.as_str() {
+                    ".." => depth -= 1,
+                    "." => {}
+                    _ => depth += 1,
+                }
+                if depth < 0 {
+                    return Err(ReadError::OutsideRoot { path: rel.into(), target: target_text });
+                }
+            }
+            more.reverse();
+            pending.extend(more);
+        } else {
+            resolved.push(part);
+        }
+    }
+    Ok(Some(join(root, &resolved)))
+}
+
+fn push_components(out: &mut Vec<String>, path: &str) {
+    for c in Path::new(path).components() {
+        match c {
+            Component::Normal(s) => out.push(s.to_string_lossy().to_string()),
+            Component::ParentDir => out.push("..".into()),
+            Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
+        }
+    }
+}
+
+fn join(root: &Path, parts: &[String]) -> PathBuf {
+    let mut p = root.to_path_buf();
+    for part in parts {
+        p.push(part);
+    }
+    p
+}
+
+/// Reads a regular file under the root, at most `limit` bytes. `Ok(None)` when absent.
+pub fn read_in_root(root: &Path, rel: &str, limit: u64) -> Result<Option<Vec<u8>>, ReadError> {
+    let Some(path) = resolve_in_root(root, rel)? else {
+        return Ok(None);
+    };
+    read_limited(&path, rel, limit).map(Some)
+}
+
+/// Reads a regular file, refusing non-regular files and files over `limit` bytes.
+pub fn read_limited(path: &Path, label: &str, limit: u64) -> Result<Vec<u8>, ReadError> {
+    let io_err = |e| ReadError::Io { path: label.into(), source: e };
+    let meta = fs::metadata(path).map_err(io_err)?;
+    let ft = meta.file_type();
+    if !ft.is_file() {
+        let what = if ft.is_dir() { "a directory" } else { "a special file" };
+        return Err(ReadError::NotRegular { path: label.into(), what });
+    }
+    if meta.len() > limit {
+        return Err(ReadError::TooLarge { path: label.into(), size: meta.len(), limit });
+    }
+    let file = File::open(path).map_err(io_err)?;
+    let mut buf = Vec::with_capacity(meta.len() as usize);
+    file.take(limit + 1).read_to_end(&mut buf).map_err(io_err)?;
+    if buf.len() as u64 > limit {
+        return Err(ReadError::TooLarge { path: label.into(), size: buf.len() as u64, limit });
+    }
+    Ok(buf)
+}
+
+/// Mode, owner and group of a file, kept when it is replaced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileMeta {
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl FileMeta {
+    /// Reads the mode (permission bits) and ownership of `path`.
+    pub fn of(path: &Path) -> io::Result<FileMeta> {
+        let m = fs::metadata(path)?;
+        Ok(FileMeta { mode: m.permissions().mode() & 0o7777, uid: m.uid(), gid: m.gid() })
+    }
+}
+
+/// Writes `data` to `path` durably: created with `mode` (never wider, even for a moment),
+/// fsynced, owner set when given. The parent folder is not synced: callers that rename the file
+/// into place sync the folder afterwards.
+pub fn write_new(path: &Path, data: &[u8], mode: u32, owner: Option<(u32, u32)>) -> io::Result<()> {
+    let mut file = OpenOptions::new().write(true).create_new(true).mode(mode).open(path)?;
+    // The umask may have narrowed the mode; set it exactly.
+    file.set_permissions(fs::Permissions::from_mode(mode))?;
+    if let Some((uid, gid)) = owner {
+        std::os::unix::fs::fchown(&file, Some(uid), Some(gid))?;
+    }
+    file.write_all(data)?;
+    file.sync_all()
+}
+
+/// fsyncs a folder, so that renames and creations in it survive a power loss.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Creates a folder (and parents) with `mode` for the folders it creates.
+pub fn create_dir_all_mode(dir: &Path, mode: u32) -> io::Result<()> {
+    fs::DirBuilder::new().recursive(true).mode(mode).create(dir)
+}
+
+/// Copies `from` to `to` durably, keeping mode and owner.
+pub fn copy_durable(from: &Path, to: &Path) -> io::Result<()> {
+    let meta = FileMeta::of(from)?;
+    let data = fs::read(from)?;
+    write_new(to, &data, meta.mode, Some((meta.uid, meta.gid)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn tmp(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("certrotor-fsutil-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn symlinks_resolve_inside_the_root() {
+        let root = tmp("links");
+        fs::create_dir_all(root.join("var/lib/kubelet/pki")).unwrap();
+        fs::write(root.join("var/lib/kubelet/pki/real.pem"), "x").unwrap();
+        // An absolute link, as the kubelet makes it, is read inside the root.
+        symlink("/var/lib/kubelet/pki/real.pem", root.join("var/lib/kubelet/pki/current.pem")).unwrap();
+        let got = resolve_in_root(&root, "var/lib/kubelet/pki/current.pem").unwrap().unwrap();
+        assert_eq!(got, root.join("var/lib/kubelet/pki/real.pem"));
+        // A relative link that climbs out is refused.
+        symlink("../../../../../../../../etc/hostname", root.join("escape")).unwrap();
+        assert!(matches!(resolve_in_root(&root, "escape"), Err(ReadError::OutsideRoot { .. })));
+        // An absolute link to a real file outside the root is refused.
+        let outside = tmp("links-outside");
+        fs::write(outside.join("f.crt"), "x").unwrap();
+        symlink(outside.join("f.crt"), root.join("out.crt")).unwrap();
+        assert!(matches!(resolve_in_root(&root, "out.crt"), Err(ReadError::OutsideRoot { .. })));
+        // A loop is reported.
+        symlink("loop-b", root.join("loop-a")).unwrap();
+        symlink("loop-a", root.join("loop-b")).unwrap();
+        assert!(matches!(resolve_in_root(&root, "loop-a"), Err(ReadError::SymlinkLoop { .. })));
+        assert!(resolve_in_root(&root, "absent").unwrap().is_none());
+    }
+
+    #[test]
+    fn reads_are_bounded_and_regular_only() {
+        let root = tmp("reads");
+        let big = File::create(root.join("big.crt")).unwrap();
+        big.set_len(5 * 1024 * 1024 * 1024).unwrap(); // sparse 5 GiB
+        assert!(matches!(read_in_root(&root, "big.crt", 1024), Err(ReadError::TooLarge { .. })));
+        fs::create_dir(root.join("dir.crt")).unwrap();
+        assert!(matches!(read_in_root(&root, "dir.crt", 1024), Err(ReadError::NotRegular { .. })));
+        fs::write(root.join("ok"), "hello").unwrap();
+        assert_eq!(read_in_root(&root, "ok", 1024).unwrap().unwrap(), b"hello");
+    }
+
+    #[test]
+    fn new_files_get_the_exact_mode() {
+        let root = tmp("modes");
+        write_new(&root.join("k"), b"secret", 0o600, None).unwrap();
+        assert_eq!(FileMeta::of(&root.join("k")).unwrap().mode, 0o600);
+        assert!(write_new(&root.join("k"), b"again", 0o600, None).is_err());
+    }
+}

@@ -1,0 +1,454 @@
+//! The inventory: every certificate, key and kubeconfig of a node, who signed it, when it
+//! expires, and whether it is sound. This is `certrotor check`, and the input of renewal.
+//!
+//! Bad input never stops the inventory: a damaged file becomes a record with status `invalid`
+//! and an error a person can act on, and every other file is still reported.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::catalog::{self, Entry, Kind, Layout};
+use crate::fsutil::{self, ReadError};
+use crate::kubeconfig::{Kubeconfig, Source};
+use crate::pki::{Cert, CertFacts, MAX_PEM_FILE_BYTES, PrivateKey};
+
+/// The state of one certificate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Ok,
+    Expiring,
+    Expired,
+    Invalid,
+    Missing,
+}
+
+/// One row of `check`: the JSON schema of `certificates[]`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Record {
+    pub name: String,
+    /// The certificate or kubeconfig, relative to the root.
+    pub path: String,
+    /// Where the certificate really is, when not in `path` (kubelet.conf's PEM file).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cert_path: Option<String>,
+    pub key_path: Option<String>,
+    pub kind: Kind,
+    pub layout: String,
+    pub subject: Option<String>,
+    pub issuer: Option<String>,
+    pub serial: Option<String>,
+    pub not_before: Option<String>,
+    pub not_after: Option<String>,
+    pub residual_seconds: Option<i64>,
+    pub ca: Option<String>,
+    pub externally_managed: bool,
+    pub dns_names: Vec<String>,
+    pub ip_addresses: Vec<String>,
+    pub key_usage: Vec<String>,
+    pub ext_key_usage: Vec<String>,
+    pub public_key: Option<String>,
+    pub key_matches: Option<bool>,
+    pub chain_ok: Option<bool>,
+    pub renewable: bool,
+    pub status: Status,
+    pub error: Option<String>,
+    /// Unix notAfter, for sorting and policy (not serialized).
+    #[serde(skip)]
+    pub not_after_unix: Option<i64>,
+}
+
+/// A key pair that is not a certificate (`sa.key`/`sa.pub`).
+#[derive(Debug, Clone, Serialize)]
+pub struct KeyRecord {
+    pub name: String,
+    pub path: String,
+    pub public_path: String,
+    pub public_key: Option<String>,
+    pub key_matches: Option<bool>,
+    pub status: Status,
+    pub error: Option<String>,
+}
+
+/// The whole inventory of a node.
+#[derive(Debug, Clone, Serialize)]
+pub struct Inventory {
+    pub root: String,
+    pub layouts: Vec<String>,
+    pub generated_at: String,
+    pub warn_within_seconds: i64,
+    pub certificates: Vec<Record>,
+    pub keys: Vec<KeyRecord>,
+    /// Entries behind the records, in the same order (not serialized).
+    #[serde(skip)]
+    pub entries: Vec<Entry>,
+    #[serde(skip)]
+    pub detected: Vec<Layout>,
+    #[serde(skip)]
+    pub now: i64,
+}
+
+impl Inventory {
+    /// The worst status: drives the exit code of `check`.
+    pub fn worst(&self) -> Option<Status> {
+        self.certificates.iter().map(|r| r.status).chain(self.keys.iter().map(|k| k.status)).max()
+    }
+
+    /// The record with this name.
+    pub fn record(&self, name: &str) -> Option<&Record> {
+        self.certificates.iter().find(|r| r.name == name)
+    }
+}
+
+/// Picks the root when `--root` is not given: the host's root inside a Bottlerocket host
+/// container, else `/`.
+pub fn default_root() -> PathBuf {
+    let host = Path::new(catalog::paths::BOTTLEROCKET_HOST_ROOT);
+    if host.is_dir() { host.to_path_buf() } else { PathBuf::from("/") }
+}
+
+/// What was loaded for one entry, before statuses are decided.
+struct Loaded {
+    cert: Option<Cert>,
+    key: Option<PrivateKey>,
+    cert_path: Option<String>,
+    error: Option<String>,
+    present: bool,
+}
+
+/// Takes the inventory of `root` at time `now`, flagging certificates that expire within
+/// `warn_within` seconds.
+pub fn take(root: &Path, now: i64, warn_within: i64) -> Inventory {
+    let detected = catalog::detect(root);
+    let mut entries = catalog::entries(root, &detected);
+    entries.extend(unknown_certificates(root, &detected, &entries));
+    let loaded: Vec<Loaded> = entries.iter().map(|e| load(root, e)).collect();
+
+    let mut records = Vec::with_capacity(entries.len());
+    for (entry, item) in entries.iter().zip(&loaded) {
+        records.push(record(entry, item, &entries, &loaded, now, warn_within));
+    }
+    let keys = detected.iter().filter_map(|l| service_account(root, l)).collect();
+    Inventory {
+        root: root.display().to_string(),
+        layouts: detected.iter().map(|l| l.name.to_string()).collect(),
+        generated_at: crate::clock::rfc3339(now),
+        warn_within_seconds: warn_within,
+        certificates: records,
+        keys,
+        entries,
+        detected,
+        now,
+    }
+}
+
+fn read(root: &Path, rel: &str) -> Result<Option<Vec<u8>>, ReadError> {
+    fsutil::read_in_root(root, rel, MAX_PEM_FILE_BYTES)
+}
+
+fn load(root: &Path, entry: &Entry) -> Loaded {
+    let mut out = Loaded { cert: None, key: None, cert_path: None, error: None, present: false };
+    let bytes = match read(root, &entry.path) {
+        Ok(Some(b)) => b,
+        Ok(None) => return out,
+        Err(e) => {
+            out.present = true;
+            out.error = Some(e.to_string());
+            return out;
+        }
+    };
+    out.present = true;
+    if entry.kind == Kind::Kubeconfig {
+        load_kubeconfig(root, entry, &bytes, &mut out);
+        return out;
+    }
+    match Cert::from_pem(&bytes) {
+        Ok(c) => out.cert = Some(c),
+        Err(e) => {
+            out.error = Some(format!("'{}': {e}", entry.path));
+            return out;
+        }
+    }
+    if let Some(key_path) = &entry.key_path {
+        match read(root, key_path) {
+            Ok(Some(kb)) => match PrivateKey::from_pem(&kb) {
+                Ok(k) => out.key = Some(k),
+                Err(e) => out.error = Some(format!("key '{key_path}': {e}")),
+            },
+            Ok(None) if entry.kind == Kind::Leaf => {
+                out.error = Some(format!(
+                    "key '{key_path}' is missing; restore it from a backup ('certrotor backups') \
+                     or renew the pair with 'certrotor renew --cert {}'",
+                    entry.name
+                ));
+            }
+            Ok(None) => {}
+            Err(e) => out.error = Some(format!("key: {e}")),
+        }
+    }
+    out
+}
+
+fn load_kubeconfig(root: &Path, entry: &Entry, bytes: &[u8], out: &mut Loaded) {
+    let creds = match Kubeconfig::parse(bytes).and_then(|k| k.credentials()) {
+        Ok(c) => c,
+        Err(e) => {
+            out.error = Some(format!("'{}': {e}", entry.path));
+            return;
+        }
+    };
+    let fetch = |source: &Source, what: &str| -> Result<(Vec<u8>, Option<String>), String> {
+        match source {
+            Source::Embedded(b) => Ok((b.clone(), None)),
+            Source::File(p) => match read(root, p) {
+                Ok(Some(b)) => Ok((b, Some(p.trim_start_matches('/').to_string()))),
+                Ok(None) => Err(format!("{what} '{p}' named by '{}' does not exist", entry.path)),
+                Err(e) => Err(e.to_string()),
+            },
+        }
+    };
+    match fetch(&creds.client_certificate, "client certificate") {
+        Ok((b, path)) => {
+            out.cert_path = path;
+            match Cert::from_pem(&b) {
+                Ok(c) => out.cert = Some(c),
+                Err(e) => {
+                    out.error = Some(format!("client certificate in '{}': {e}", entry.path));
+                    return;
+                }
+            }
+        }
+        Err(e) => {
+            out.error = Some(e);
+            return;
+        }
+    }
+    match fetch(&creds.client_key, "client key").map(|(b, _)| PrivateKey::from_pem(&b)) {
+        Ok(Ok(k)) => out.key = Some(k),
+        Ok(Err(e)) => out.error = Some(format!("client key in '{}': {e}", entry.path)),
+        Err(e) => out.error = Some(e),
+    }
+}
+
+fn record(entry: &Entry, item: &Loaded, entries: &[Entry], loaded: &[Loaded], now: i64, warn: i64) -> Record {
+    let mut r = Record {
+        name: entry.name.clone(),
+        path: entry.path.clone(),
+        cert_path: item.cert_path.clone(),
+        key_path: entry.key_path.clone(),
+        kind: entry.kind,
+        layout: entry.layout.to_string(),
+        subject: None,
+        issuer: None,
+        serial: None,
+        not_before: None,
+        not_after: None,
+        residual_seconds: None,
+        ca: None,
+        externally_managed: false,
+        dns_names: vec![],
+        ip_addresses: vec![],
+        key_usage: vec![],
+        ext_key_usage: vec![],
+        public_key: None,
+        key_matches: None,
+        chain_ok: None,
+        renewable: entry.renewable,
+        status: Status::Ok,
+        error: item.error.clone(),
+        not_after_unix: None,
+    };
+    if !item.present {
+        r.status = Status::Missing;
+        r.error = Some(format!("'{}' does not exist", entry.path));
+        return r;
+    }
+    // The signer, by catalog name; unknown certificates are matched by issuer name.
+    let ca_index = match &entry.ca {
+        Some(ca) => entries.iter().position(|e| &e.name == ca && e.kind == Kind::Ca),
+        None if entry.kind == Kind::Other => item.cert.as_ref().and_then(|c| {
+            entries.iter().zip(loaded).position(|(e, l)| {
+                e.kind == Kind::Ca
+                    && l.cert.as_ref().is_some_and(|ca| {
+                        ca.x509.tbs_certificate.subject == c.x509.tbs_certificate.issuer
+                    })
+            })
+        }),
+        None => None,
+    };
+    if let Some(i) = ca_index {
+        r.ca = Some(entries[i].name.clone());
+        r.externally_managed = loaded[i].key.is_none();
+    } else if entry.kind == Kind::Ca {
+        r.externally_managed = item.key.is_none();
+    }
+    let Some(cert) = &item.cert else {
+        r.status = Status::Invalid;
+        return r;
+    };
+    let facts: CertFacts = cert.facts();
+    r.subject = Some(facts.subject);
+    r.issuer = Some(facts.issuer);
+    r.serial = Some(facts.serial);
+    r.not_before = Some(crate::clock::rfc3339(facts.not_before));
+    r.not_after = Some(crate::clock::rfc3339(facts.not_after));
+    r.residual_seconds = Some(facts.not_after - now);
+    r.not_after_unix = Some(facts.not_after);
+    r.dns_names = facts.dns_names;
+    r.ip_addresses = facts.ip_addresses;
+    r.key_usage = facts.key_usage;
+    r.ext_key_usage = facts.ext_key_usage;
+    r.public_key = Some(facts.public_key);
+
+    let mut problems: Vec<String> = r.error.take().into_iter().collect();
+    if let Some(key) = &item.key {
+        let ok = key.matches(cert);
+        r.key_matches = Some(ok);
+        if !ok {
+            let where_key = entry.key_path.clone().unwrap_or_else(|| format!("{} (embedded client-key-data)", entry.path));
+            problems.push(format!(
+                "private key '{where_key}' does not match the certificate '{}'; restore the pair \
+                 from a backup ('certrotor backups') or renew it with 'certrotor renew --cert {}'",
+                item.cert_path.as_deref().unwrap_or(&entry.path),
+                entry.name
+            ));
+        }
+    }
+    if entry.kind == Kind::Ca {
+        if !cert.is_ca() {
+            problems.push(format!("'{}' is not a CA certificate (BasicConstraints CA:TRUE missing)", entry.path));
+        }
+    } else if let Some(i) = ca_index {
+        match &loaded[i].cert {
+            Some(ca_cert) => match cert.verify_signed_by(ca_cert, &entries[i].name) {
+                Ok(()) => r.chain_ok = Some(true),
+                Err(e) => {
+                    r.chain_ok = Some(false);
+                    problems.push(format!("{e}; the certificate belongs to another cluster or its CA was replaced"));
+                }
+            },
+            None => problems.push(format!("its CA '{}' could not be read", entries[i].name)),
+        }
+    } else if entry.ca.is_some() {
+        problems.push(format!("its CA '{}' is not on this node", entry.ca.as_deref().unwrap_or("?")));
+    }
+    if facts.not_before > now {
+        problems.push(format!(
+            "not valid before {}; the system clock may be behind",
+            crate::clock::rfc3339(facts.not_before)
+        ));
+    }
+    r.status = if !problems.is_empty() {
+        Status::Invalid
+    } else if facts.not_after <= now {
+        Status::Expired
+    } else if facts.not_after - now < warn {
+        Status::Expiring
+    } else {
+        Status::Ok
+    };
+    if facts.not_after <= now && r.status == Status::Invalid {
+        problems.push(format!("also expired on {}", crate::clock::rfc3339(facts.not_after)));
+    }
+    r.error = if problems.is_empty() { None } else { Some(problems.join("; ")) };
+    if r.status == Status::Expired {
+        r.error = Some(format!(
+            "expired on {}; renew with 'certrotor renew'",
+            crate::clock::rfc3339(facts.not_after)
+        ));
+    }
+    r
+}
+
+/// `*.crt` files in the PKI folders that the catalog does not name.
+fn unknown_certificates(root: &Path, layouts: &[Layout], known: &[Entry]) -> Vec<Entry> {
+    let mut out = Vec::new();
+    for dir in catalog::scanned_dirs(layouts) {
+        let Ok(Some(real)) = fsutil::resolve_in_root(root, &dir) else { continue };
+        let Ok(list) = std::fs::read_dir(&real) else { continue };
+        let mut names: Vec<String> =
+            list.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().to_string()).collect();
+        names.sort();
+        for file in names.into_iter().filter(|n| n.ends_with(".crt")) {
+            let path = format!("{dir}/{file}");
+            let claimed = known.iter().any(|e| e.path == path)
+                // The Bottlerocket/EKS-A pair: whichever name the catalog did not pick.
+                || (file == "server-etcd-client.crt" || file == "apiserver-etcd-client.crt")
+                    && known.iter().any(|e| e.name.starts_with("apiserver-etcd-client") && e.path.starts_with(&dir));
+            if claimed {
+                continue;
+            }
+            let key = format!("{dir}/{}.key", file.trim_end_matches(".crt"));
+            out.push(Entry {
+                name: path.clone(),
+                kind: Kind::Other,
+                path,
+                key_path: root.join(&key).exists().then_some(key),
+                ca: None,
+                required: false,
+                renewable: false,
+                flavor: catalog::Flavor::Kubeadm,
+                layout: layouts.iter().find(|l| dir.starts_with(l.dir)).map(|l| l.name).unwrap_or("other"),
+                description: "certificate not known to kubeadm or etcdadm",
+            });
+        }
+    }
+    out
+}
+
+fn service_account(root: &Path, layout: &Layout) -> Option<KeyRecord> {
+    let (key_path, pub_path) = catalog::service_account_keys(layout)?;
+    let mut rec = KeyRecord {
+        name: "sa".into(),
+        path: key_path.clone(),
+        public_path: pub_path.clone(),
+        public_key: None,
+        key_matches: None,
+        status: Status::Ok,
+        error: None,
+    };
+    match read(root, &key_path) {
+        Ok(None) => {
+            rec.status = Status::Missing;
+            rec.error = Some(format!("'{key_path}' does not exist"));
+        }
+        Err(e) => {
+            rec.status = Status::Invalid;
+            rec.error = Some(e.to_string());
+        }
+        Ok(Some(bytes)) => match PrivateKey::from_pem(&bytes) {
+            Err(e) => {
+                rec.status = Status::Invalid;
+                rec.error = Some(format!("'{key_path}': {e}"));
+            }
+            Ok(key) => {
+                rec.public_key = Some(key.algorithm().to_string());
+                match read(root, &pub_path).ok().flatten().and_then(|p| public_key_bits(&p)) {
+                    Some(bits) => {
+                        let ok = bits == key.public_key_bits();
+                        rec.key_matches = Some(ok);
+                        if !ok {
+                            rec.status = Status::Invalid;
+                            rec.error = Some(format!("'{pub_path}' does not match '{key_path}'"));
+                        }
+                    }
+                    None => {
+                        rec.status = Status::Invalid;
+                        rec.error = Some(format!("'{pub_path}' is missing or not a PUBLIC KEY PEM"));
+                    }
+                }
+            }
+        },
+    }
+    Some(rec)
+}
+
+/// The subjectPublicKey bits of a `PUBLIC KEY` PEM.
+fn public_key_bits(pem: &[u8]) -> Option<Vec<u8>> {
+    use der::Decode;
+    use rustls_pki_types::pem::PemObject;
+    let der = rustls_pki_types::SubjectPublicKeyInfoDer::from_pem_slice(pem).ok()?;
+    let spki = x509_cert::spki::SubjectPublicKeyInfoOwned::from_der(der.as_ref()).ok()?;
+    Some(spki.subject_public_key.raw_bytes().to_vec())
+}

@@ -1,0 +1,1030 @@
+//! X.509 certificates and private keys: parse, describe, verify, and issue.
+//!
+//! Everything certrotor knows about certificate bytes lives here, so that inventory, the lab
+//! generator and renewal share one reading of a certificate and one way of signing one.
+//! Certificates are handled with the RustCrypto `x509-cert` types (which keep a TBS certificate
+//! byte-faithful: multi-valued RDNs, string types, extension order); keys and signatures with
+//! aws-lc-rs, which can also generate RSA keys (kubeadm makes a new key on every renewal).
+//!
+//! This module does no file I/O and reads no clock: times are passed in as Unix seconds.
+//!
+//! Implementation note: [`issue`] writes extensions in the order Go's `crypto/x509` does
+//! (KeyUsage, ExtKeyUsage, BasicConstraints, SKI, AKI, SAN), so certificates look like the
+//! ones kubeadm writes.
+
+use std::fmt;
+use std::net::IpAddr;
+
+use aws_lc_rs::encoding::AsDer;
+use aws_lc_rs::rand::SecureRandom;
+use aws_lc_rs::signature::{self as sig, KeyPair as _};
+use der::asn1::{BitString, Ia5String, OctetString, PrintableStringRef, SetOfVec, Utf8StringRef};
+use der::oid::ObjectIdentifier;
+use der::pem::LineEnding;
+use der::{Any, Decode, Encode, EncodePem};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use x509_cert::Certificate;
+use x509_cert::attr::AttributeTypeAndValue;
+use x509_cert::ext::Extension;
+use x509_cert::ext::pkix::name::GeneralName;
+use x509_cert::ext::pkix::{
+    AuthorityKeyIdentifier, BasicConstraints, ExtendedKeyUsage, KeyUsage, KeyUsages,
+    SubjectAltName, SubjectKeyIdentifier,
+};
+use x509_cert::name::{Name, RdnSequence, RelativeDistinguishedName};
+use x509_cert::serial_number::SerialNumber;
+use x509_cert::spki::{AlgorithmIdentifierOwned, SubjectPublicKeyInfoOwned};
+use x509_cert::time::{Time, Validity};
+
+/// OIDs certrotor reads or writes.
+pub mod oid {
+    use der::oid::ObjectIdentifier as Oid;
+    pub const RSA_ENCRYPTION: Oid = Oid::new_unwrap("1.2.840.113549.1.1.1");
+    pub const SHA256_WITH_RSA: Oid = Oid::new_unwrap("1.2.840.113549.1.1.11");
+    pub const SHA384_WITH_RSA: Oid = Oid::new_unwrap("1.2.840.113549.1.1.12");
+    pub const SHA512_WITH_RSA: Oid = Oid::new_unwrap("1.2.840.113549.1.1.13");
+    pub const EC_PUBLIC_KEY: Oid = Oid::new_unwrap("1.2.840.10045.2.1");
+    pub const ECDSA_WITH_SHA256: Oid = Oid::new_unwrap("1.2.840.10045.4.3.2");
+    pub const ECDSA_WITH_SHA384: Oid = Oid::new_unwrap("1.2.840.10045.4.3.3");
+    pub const SECP256R1: Oid = Oid::new_unwrap("1.2.840.10045.3.1.7");
+    pub const SECP384R1: Oid = Oid::new_unwrap("1.3.132.0.34");
+    pub const ED25519: Oid = Oid::new_unwrap("1.3.101.112");
+    pub const COMMON_NAME: Oid = Oid::new_unwrap("2.5.4.3");
+    pub const ORGANIZATION: Oid = Oid::new_unwrap("2.5.4.10");
+    pub const SERVER_AUTH: Oid = Oid::new_unwrap("1.3.6.1.5.5.7.3.1");
+    pub const CLIENT_AUTH: Oid = Oid::new_unwrap("1.3.6.1.5.5.7.3.2");
+    pub const KEY_USAGE: Oid = Oid::new_unwrap("2.5.29.15");
+    pub const EXT_KEY_USAGE: Oid = Oid::new_unwrap("2.5.29.37");
+    pub const BASIC_CONSTRAINTS: Oid = Oid::new_unwrap("2.5.29.19");
+    pub const SUBJECT_KEY_ID: Oid = Oid::new_unwrap("2.5.29.14");
+    pub const AUTHORITY_KEY_ID: Oid = Oid::new_unwrap("2.5.29.35");
+    pub const SUBJECT_ALT_NAME: Oid = Oid::new_unwrap("2.5.29.17");
+}
+
+/// Largest certificate or key file certrotor reads. Real ones are a few KiB; kubeconfigs with
+/// embedded data tens of KiB. Anything bigger is refused without being read whole.
+pub const MAX_PEM_FILE_BYTES: u64 = 1024 * 1024;
+
+/// What went wrong with certificate or key bytes. Messages say what failed and, where the input
+/// is the operator's, what to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PkiError {
+    /// The bytes hold no PEM block of the wanted kind.
+    NoPemBlock { wanted: &'static str },
+    /// A PEM block is damaged (truncated, bad base64, missing END line).
+    BadPem { detail: String },
+    /// The certificate's DER does not decode.
+    BadCertificate { detail: String },
+    /// The private key does not decode or is of an unsupported kind.
+    BadKey { detail: String },
+    /// The certificate was not signed by the given CA.
+    NotSignedBy { ca: String, detail: String },
+    /// Signing or key generation failed inside the crypto library.
+    Crypto { step: &'static str },
+    /// Encoding a structure failed.
+    Encode { detail: String },
+}
+
+impl fmt::Display for PkiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PkiError::NoPemBlock { wanted } => write!(f, "no PEM block of type {wanted} found"),
+            PkiError::BadPem { detail } => write!(f, "damaged PEM data: {detail}"),
+            PkiError::BadCertificate { detail } => {
+                write!(f, "certificate does not decode as X.509 DER: {detail}")
+            }
+            PkiError::BadKey { detail } => write!(f, "private key cannot be used: {detail}"),
+            PkiError::NotSignedBy { ca, detail } => {
+                write!(f, "certificate is not signed by CA '{ca}': {detail}")
+            }
+            PkiError::Crypto { step } => write!(f, "crypto library failed to {step}"),
+            PkiError::Encode { detail } => write!(f, "failed to encode DER: {detail}"),
+        }
+    }
+}
+
+impl std::error::Error for PkiError {}
+
+fn encode_err(e: der::Error) -> PkiError {
+    PkiError::Encode { detail: e.to_string() }
+}
+
+// === Certificates ===
+
+/// A parsed certificate together with its original DER bytes.
+#[derive(Clone)]
+pub struct Cert {
+    /// The DER bytes exactly as read (used for fingerprints and signature checks).
+    pub der: Vec<u8>,
+    /// The decoded structure.
+    pub x509: Certificate,
+}
+
+impl fmt::Debug for Cert {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Cert({})", self.x509.tbs_certificate.subject)
+    }
+}
+
+/// The human- and machine-readable facts `check` reports about a certificate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertFacts {
+    pub subject: String,
+    pub issuer: String,
+    pub serial: String,
+    pub not_before: i64,
+    pub not_after: i64,
+    pub dns_names: Vec<String>,
+    pub ip_addresses: Vec<String>,
+    pub key_usage: Vec<String>,
+    pub ext_key_usage: Vec<String>,
+    pub public_key: String,
+    pub is_ca: bool,
+}
+
+impl Cert {
+    /// Parses the first `CERTIFICATE` block of a PEM file.
+    pub fn from_pem(bytes: &[u8]) -> Result<Cert, PkiError> {
+        let first = CertificateDer::pem_slice_iter(bytes).next();
+        match first {
+            None => Err(PkiError::NoPemBlock { wanted: "CERTIFICATE" }),
+            Some(Err(e)) => Err(PkiError::BadPem { detail: pem_error_text(&e) }),
+            Some(Ok(der)) => Cert::from_der(der.as_ref()),
+        }
+    }
+
+    /// Parses DER bytes.
+    pub fn from_der(der: &[u8]) -> Result<Cert, PkiError> {
+        let x509 = Certificate::from_der(der)
+            .map_err(|e| PkiError::BadCertificate { detail: e.to_string() })?;
+        Ok(Cert { der: der.to_vec(), x509 })
+    }
+
+    /// PEM text as Go's `pem.Encode` writes it (64-column base64, LF).
+    pub fn to_pem(&self) -> Result<String, PkiError> {
+        self.x509.to_pem(LineEnding::LF).map_err(encode_err)
+    }
+
+    /// notBefore as Unix seconds.
+    pub fn not_before(&self) -> i64 {
+        time_to_unix(&self.x509.tbs_certificate.validity.not_before)
+    }
+
+    /// notAfter as Unix seconds.
+    pub fn not_after(&self) -> i64 {
+        time_to_unix(&self.x509.tbs_certificate.validity.not_after)
+    }
+
+    /// The subject as RFC 4514 text (`CN=kube-apiserver`).
+    pub fn subject(&self) -> String {
+        self.x509.tbs_certificate.subject.to_string()
+    }
+
+    /// SHA-256 of the DER, lower-case hex: what live verification compares.
+    pub fn sha256_hex(&self) -> String {
+        hex(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &self.der).as_ref())
+    }
+
+    /// Whether BasicConstraints says CA:TRUE.
+    pub fn is_ca(&self) -> bool {
+        matches!(self.x509.tbs_certificate.get::<BasicConstraints>(), Ok(Some((_, bc))) if bc.ca)
+    }
+
+    /// The SubjectKeyIdentifier, if present.
+    pub fn subject_key_id(&self) -> Option<Vec<u8>> {
+        match self.x509.tbs_certificate.get::<SubjectKeyIdentifier>() {
+            Ok(Some((_, ski))) => Some(ski.0.as_bytes().to_vec()),
+            _ => None,
+        }
+    }
+
+    /// DNS and IP subject alternative names, in certificate order.
+    pub fn sans(&self) -> (Vec<String>, Vec<IpAddr>) {
+        let mut dns = Vec::new();
+        let mut ips = Vec::new();
+        if let Ok(Some((_, san))) = self.x509.tbs_certificate.get::<SubjectAltName>() {
+            for name in san.0 {
+                match name {
+                    GeneralName::DnsName(d) => dns.push(d.to_string()),
+                    GeneralName::IpAddress(o) => {
+                        if let Some(ip) = ip_from_bytes(o.as_bytes()) {
+                            ips.push(ip);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        (dns, ips)
+    }
+
+    /// Extended key usages as OIDs, in certificate order.
+    pub fn ext_key_usage_oids(&self) -> Vec<ObjectIdentifier> {
+        match self.x509.tbs_certificate.get::<ExtendedKeyUsage>() {
+            Ok(Some((_, eku))) => eku.0,
+            _ => Vec::new(),
+        }
+    }
+
+    /// The KeyUsage extension, if present.
+    pub fn key_usage(&self) -> Option<KeyUsage> {
+        match self.x509.tbs_certificate.get::<KeyUsage>() {
+            Ok(Some((_, ku))) => Some(ku),
+            _ => None,
+        }
+    }
+
+    /// The raw subjectPublicKey bits (RSAPublicKey DER, or an uncompressed EC point).
+    pub fn public_key_bits(&self) -> &[u8] {
+        self.x509.tbs_certificate.subject_public_key_info.subject_public_key.raw_bytes()
+    }
+
+    /// The public key algorithm and size, e.g. `RSA-2048` or `ECDSA-P256`.
+    pub fn public_key_algorithm(&self) -> KeyAlgorithm {
+        KeyAlgorithm::of_spki(&self.x509.tbs_certificate.subject_public_key_info)
+    }
+
+    /// Collects the facts `check` reports.
+    pub fn facts(&self) -> CertFacts {
+        let tbs = &self.x509.tbs_certificate;
+        let (dns, ips) = self.sans();
+        CertFacts {
+            subject: tbs.subject.to_string(),
+            issuer: tbs.issuer.to_string(),
+            serial: serial_hex(tbs.serial_number.as_bytes()),
+            not_before: self.not_before(),
+            not_after: self.not_after(),
+            dns_names: dns,
+            ip_addresses: ips.iter().map(|i| i.to_string()).collect(),
+            key_usage: self.key_usage().map(key_usage_names).unwrap_or_default(),
+            ext_key_usage: self.ext_key_usage_oids().iter().map(eku_name).collect(),
+            public_key: self.public_key_algorithm().to_string(),
+            is_ca: self.is_ca(),
+        }
+    }
+
+    /// Checks that `ca` signed this certificate: the issuer name matches the CA's subject and
+    /// the signature verifies with the CA's public key.
+    pub fn verify_signed_by(&self, ca: &Cert, ca_name: &str) -> Result<(), PkiError> {
+        let not_signed = |detail: String| PkiError::NotSignedBy { ca: ca_name.to_string(), detail };
+        let issuer = self.x509.tbs_certificate.issuer.to_der().map_err(encode_err)?;
+        let ca_subject = ca.x509.tbs_certificate.subject.to_der().map_err(encode_err)?;
+        if issuer != ca_subject {
+            return Err(not_signed(format!(
+                "issuer '{}' differs from the CA subject '{}'",
+                self.x509.tbs_certificate.issuer,
+                ca.x509.tbs_certificate.subject
+            )));
+        }
+        let tbs = tbs_bytes(&self.der).ok_or_else(|| not_signed("TBS bytes unreadable".into()))?;
+        let algorithm = verification_algorithm(
+            &self.x509.signature_algorithm.oid,
+            ca.public_key_algorithm(),
+        )
+        .ok_or_else(|| {
+            not_signed(format!(
+                "unsupported signature algorithm {} with a {} CA key",
+                self.x509.signature_algorithm.oid,
+                ca.public_key_algorithm()
+            ))
+        })?;
+        let signature = self.x509.signature.raw_bytes();
+        sig::UnparsedPublicKey::new(algorithm, ca.public_key_bits())
+            .verify(tbs, signature)
+            .map_err(|_| not_signed("the signature does not verify with the CA's public key".into()))
+    }
+}
+
+/// Takes the TBSCertificate TLV bytes out of a certificate's DER, as signed.
+fn tbs_bytes(cert_der: &[u8]) -> Option<&[u8]> {
+    let (outer_len, outer_hdr) = der_header(cert_der)?;
+    let body = cert_der.get(outer_hdr..outer_hdr + outer_len)?;
+    let (inner_len, inner_hdr) = der_header(body)?;
+    body.get(..inner_hdr + inner_len)
+}
+
+/// Reads a DER SEQUENCE header: returns (content length, header length).
+fn der_header(bytes: &[u8]) -> Option<(usize, usize)> {
+    if *bytes.first()? != 0x30 {
+        return None;
+    }
+    let first = *bytes.get(1)? as usize;
+    if first < 0x80 {
+        return Some((first, 2));
+    }
+    let n = first & 0x7f;
+    if n == 0 || n > 4 {
+        return None;
+    }
+    let mut len = 0usize;
+    for i in 0..n {
+        len = (len << 8) | *bytes.get(2 + i)? as usize;
+    }
+    Some((len, 2 + n))
+}
+
+fn verification_algorithm(
+    signature_oid: &ObjectIdentifier,
+    ca_key: KeyAlgorithm,
+) -> Option<&'static dyn sig::VerificationAlgorithm> {
+    let s = *signature_oid;
+    Some(match (s, ca_key) {
+        (o, KeyAlgorithm::Rsa(_)) if o == oid::SHA256_WITH_RSA => &sig::RSA_PKCS1_2048_8192_SHA256,
+        (o, KeyAlgorithm::Rsa(_)) if o == oid::SHA384_WITH_RSA => &sig::RSA_PKCS1_2048_8192_SHA384,
+        (o, KeyAlgorithm::Rsa(_)) if o == oid::SHA512_WITH_RSA => &sig::RSA_PKCS1_2048_8192_SHA512,
+        (o, KeyAlgorithm::EcdsaP256) if o == oid::ECDSA_WITH_SHA256 => &sig::ECDSA_P256_SHA256_ASN1,
+        (o, KeyAlgorithm::EcdsaP256) if o == oid::ECDSA_WITH_SHA384 => &sig::ECDSA_P256_SHA384_ASN1,
+        (o, KeyAlgorithm::EcdsaP384) if o == oid::ECDSA_WITH_SHA256 => &sig::ECDSA_P384_SHA256_ASN1,
+        (o, KeyAlgorithm::EcdsaP384) if o == oid::ECDSA_WITH_SHA384 => &sig::ECDSA_P384_SHA384_ASN1,
+        (o, KeyAlgorithm::Ed25519) if o == oid::ED25519 => &sig::ED25519,
+        _ => return None,
+    })
+}
+
+fn pem_error_text(e: &rustls_pki_types::pem::Error) -> String {
+    use rustls_pki_types::pem::Error as E;
+    match e {
+        E::MissingSectionEnd { end_marker } => format!(
+            "the PEM block is truncated: no '{}' line",
+            String::from_utf8_lossy(end_marker)
+        ),
+        E::IllegalSectionStart { line } => {
+            format!("malformed BEGIN line '{}'", String::from_utf8_lossy(line))
+        }
+        E::Base64Decode(d) => format!("the PEM body is not valid base64 ({d})"),
+        other => other.to_string(),
+    }
+}
+
+/// Converts an X.509 time to Unix seconds.
+pub fn time_to_unix(t: &Time) -> i64 {
+    t.to_unix_duration().as_secs() as i64
+}
+
+/// Converts Unix seconds to an X.509 time: UTCTime before 2050, GeneralizedTime after (RFC 5280).
+pub fn unix_to_time(secs: i64) -> Result<Time, PkiError> {
+    let secs = u64::try_from(secs).map_err(|_| PkiError::Encode {
+        detail: "certificate times before 1970 are not supported".into(),
+    })?;
+    let duration = std::time::Duration::from_secs(secs);
+    let dt = der::DateTime::from_unix_duration(duration).map_err(encode_err)?;
+    if dt.year() < 2050 {
+        Ok(Time::UtcTime(der::asn1::UtcTime::from_date_time(dt).map_err(encode_err)?))
+    } else {
+        Ok(Time::GeneralTime(der::asn1::GeneralizedTime::from_date_time(dt)))
+    }
+}
+
+/// Hex of a DER INTEGER's content with leading zero bytes removed, lower case.
+pub fn serial_hex(bytes: &[u8]) -> String {
+    let trimmed: &[u8] = match bytes.iter().position(|b| *b != 0) {
+        Some(i) => &bytes[i..],
+        None => &[0],
+    };
+    hex(trimmed)
+}
+
+/// Lower-case hex.
+pub fn hex(bytes: &[u8]) -> String {
+    use fmt::Write;
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+fn ip_from_bytes(b: &[u8]) -> Option<IpAddr> {
+    match b.len() {
+        4 => <[u8; 4]>::try_from(b).ok().map(IpAddr::from),
+        16 => <[u8; 16]>::try_from(b).ok().map(IpAddr::from),
+        _ => None,
+    }
+}
+
+/// RFC 5280 names of the KeyUsage bits that are set.
+pub fn key_usage_names(ku: KeyUsage) -> Vec<String> {
+    const NAMES: [(KeyUsages, &str); 9] = [
+        (KeyUsages::DigitalSignature, "digitalSignature"),
+        (KeyUsages::NonRepudiation, "contentCommitment"),
+        (KeyUsages::KeyEncipherment, "keyEncipherment"),
+        (KeyUsages::DataEncipherment, "dataEncipherment"),
+        (KeyUsages::KeyAgreement, "keyAgreement"),
+        (KeyUsages::KeyCertSign, "keyCertSign"),
+        (KeyUsages::CRLSign, "cRLSign"),
+        (KeyUsages::EncipherOnly, "encipherOnly"),
+        (KeyUsages::DecipherOnly, "decipherOnly"),
+    ];
+    NAMES.iter().filter(|(bit, _)| ku.0.contains(*bit)).map(|(_, n)| n.to_string()).collect()
+}
+
+/// The RFC 5280 short name of an extended key usage, or its dotted OID.
+pub fn eku_name(o: &ObjectIdentifier) -> String {
+    match o.to_string().as_str() {
+        "1.3.6.1.5.5.7.3.1" => "serverAuth".into(),
+        "1.3.6.1.5.5.7.3.2" => "clientAuth".into(),
+        "1.3.6.1.5.5.7.3.3" => "codeSigning".into(),
+        "1.3.6.1.5.5.7.3.4" => "emailProtection".into(),
+        "1.3.6.1.5.5.7.3.8" => "timeStamping".into(),
+        "1.3.6.1.5.5.7.3.9" => "OCSPSigning".into(),
+        other => other.to_string(),
+    }
+}
+
+// === Keys ===
+
+/// A public key algorithm and size, written as `check` prints it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyAlgorithm {
+    /// RSA with the modulus size in bits.
+    Rsa(u32),
+    EcdsaP256,
+    EcdsaP384,
+    Ed25519,
+    Unknown,
+}
+
+impl fmt::Display for KeyAlgorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeyAlgorithm::Rsa(bits) => write!(f, "RSA-{bits}"),
+            KeyAlgorithm::EcdsaP256 => f.write_str("ECDSA-P256"),
+            KeyAlgorithm::EcdsaP384 => f.write_str("ECDSA-P384"),
+            KeyAlgorithm::Ed25519 => f.write_str("Ed25519"),
+            KeyAlgorithm::Unknown => f.write_str("unknown"),
+        }
+    }
+}
+
+impl KeyAlgorithm {
+    /// Reads the algorithm and size out of a SubjectPublicKeyInfo.
+    pub fn of_spki(spki: &SubjectPublicKeyInfoOwned) -> KeyAlgorithm {
+        let alg = spki.algorithm.oid;
+        if alg == oid::RSA_ENCRYPTION {
+            rsa_modulus_bits(spki.subject_public_key.raw_bytes())
+                .map(KeyAlgorithm::Rsa)
+                .unwrap_or(KeyAlgorithm::Unknown)
+        } else if alg == oid::EC_PUBLIC_KEY {
+            let curve = spki.algorithm.parameters.as_ref().and_then(|p| p.decode_as::<ObjectIdentifier>().ok());
+            match curve {
+                Some(c) if c == oid::SECP256R1 => KeyAlgorithm::EcdsaP256,
+                Some(c) if c == oid::SECP384R1 => KeyAlgorithm::EcdsaP384,
+                _ => KeyAlgorithm::Unknown,
+            }
+        } else if alg == oid::ED25519 {
+            KeyAlgorithm::Ed25519
+        } else {
+            KeyAlgorithm::Unknown
+        }
+    }
+
+    /// Parses `rsa-2048`, `RSA-3072`, `ecdsa-p256`, `ECDSA-P384`.
+    pub fn parse(s: &str) -> Option<KeyAlgorithm> {
+        match s.to_ascii_lowercase().as_str() {
+            "rsa-2048" | "rsa2048" => Some(KeyAlgorithm::Rsa(2048)),
+            "rsa-3072" | "rsa3072" => Some(KeyAlgorithm::Rsa(3072)),
+            "rsa-4096" | "rsa4096" => Some(KeyAlgorithm::Rsa(4096)),
+            "ecdsa-p256" | "ecdsa-p-256" => Some(KeyAlgorithm::EcdsaP256),
+            "ecdsa-p384" | "ecdsa-p-384" => Some(KeyAlgorithm::EcdsaP384),
+            _ => None,
+        }
+    }
+}
+
+/// Bits of the modulus in a DER RSAPublicKey.
+fn rsa_modulus_bits(rsa_public_key: &[u8]) -> Option<u32> {
+    #[derive(der::Sequence)]
+    struct RsaPublicKey<'a> {
+        modulus: der::asn1::UintRef<'a>,
+        _exponent: der::asn1::UintRef<'a>,
+    }
+    let key = RsaPublicKey::from_der(rsa_public_key).ok()?;
+    let m = key.modulus.as_bytes();
+    let first = *m.first()?;
+    Some((m.len() as u32 - 1) * 8 + (8 - first.leading_zeros()))
+}
+
+/// How a private key is stored in its PEM file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyEncoding {
+    /// `RSA PRIVATE KEY` (kubeadm's RSA format).
+    Pkcs1,
+    /// `EC PRIVATE KEY` (kubeadm's ECDSA format).
+    Sec1,
+    /// `PRIVATE KEY`.
+    Pkcs8,
+}
+
+enum KeyInner {
+    Rsa(aws_lc_rs::rsa::KeyPair),
+    Ec(sig::EcdsaKeyPair, KeyAlgorithm),
+}
+
+/// A private key. Its `Debug` shows only the algorithm: key bytes never reach a log.
+pub struct PrivateKey {
+    inner: KeyInner,
+    /// The encoding it was read in, kept when it is written back.
+    pub encoding: KeyEncoding,
+}
+
+impl fmt::Debug for PrivateKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PrivateKey({}, {:?})", self.algorithm(), self.encoding)
+    }
+}
+
+/// PEM text of a private key. Its `Debug` and `Display` are redacted.
+pub struct SecretPem(pub String);
+
+impl fmt::Debug for SecretPem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SecretPem(<redacted>)")
+    }
+}
+
+impl Drop for SecretPem {
+    fn drop(&mut self) {
+        // Best-effort scrub of key text from the heap before the buffer is freed.
+        let mut bytes = std::mem::take(&mut self.0).into_bytes();
+        bytes.iter_mut().for_each(|b| *b = 0);
+        std::hint::black_box(&bytes);
+    }
+}
+
+impl PrivateKey {
+    /// Parses the first private key block of a PEM file (PKCS#1, SEC1 or PKCS#8).
+    pub fn from_pem(bytes: &[u8]) -> Result<PrivateKey, PkiError> {
+        let key = PrivateKeyDer::from_pem_slice(bytes).map_err(|e| match e {
+            rustls_pki_types::pem::Error::NoItemsFound => {
+                PkiError::NoPemBlock { wanted: "PRIVATE KEY" }
+            }
+            other => PkiError::BadPem { detail: pem_error_text(&other) },
+        })?;
+        let bad = |what: &str, e: aws_lc_rs::error::KeyRejected| PkiError::BadKey {
+            detail: format!("{what} key rejected ({e})"),
+        };
+        match key {
+            PrivateKeyDer::Pkcs1(k) => Ok(PrivateKey {
+                inner: KeyInner::Rsa(
+                    aws_lc_rs::rsa::KeyPair::from_der(k.secret_pkcs1_der())
+                        .map_err(|e| bad("RSA", e))?,
+                ),
+                encoding: KeyEncoding::Pkcs1,
+            }),
+            PrivateKeyDer::Sec1(k) => {
+                let (pair, alg) = ec_from_der(k.secret_sec1_der())?;
+                Ok(PrivateKey { inner: KeyInner::Ec(pair, alg), encoding: KeyEncoding::Sec1 })
+            }
+            PrivateKeyDer::Pkcs8(k) => {
+                let der = k.secret_pkcs8_der();
+                if let Ok(rsa) = aws_lc_rs::rsa::KeyPair::from_pkcs8(der) {
+                    return Ok(PrivateKey { inner: KeyInner::Rsa(rsa), encoding: KeyEncoding::Pkcs8 });
+                }
+                let (pair, alg) = ec_from_der(der)?;
+                Ok(PrivateKey { inner: KeyInner::Ec(pair, alg), encoding: KeyEncoding::Pkcs8 })
+            }
+            _ => Err(PkiError::BadKey { detail: "unsupported private key type".into() }),
+        }
+    }
+
+    /// Generates a new key of the given algorithm, stored the way kubeadm stores it.
+    pub fn generate(algorithm: KeyAlgorithm) -> Result<PrivateKey, PkiError> {
+        use aws_lc_rs::rsa::{KeyPair, KeySize};
+        let fail = PkiError::Crypto { step: "generate a private key" };
+        let rsa = |size| KeyPair::generate(size).map_err(|_| fail.clone());
+        let ec = |alg| sig::EcdsaKeyPair::generate(alg).map_err(|_| fail.clone());
+        let (inner, encoding) = match algorithm {
+            KeyAlgorithm::Rsa(2048) => (KeyInner::Rsa(rsa(KeySize::Rsa2048)?), KeyEncoding::Pkcs1),
+            KeyAlgorithm::Rsa(3072) => (KeyInner::Rsa(rsa(KeySize::Rsa3072)?), KeyEncoding::Pkcs1),
+            KeyAlgorithm::Rsa(4096) => (KeyInner::Rsa(rsa(KeySize::Rsa4096)?), KeyEncoding::Pkcs1),
+            KeyAlgorithm::EcdsaP256 => (
+                KeyInner::Ec(ec(&sig::ECDSA_P256_SHA256_ASN1_SIGNING)?, algorithm),
+                KeyEncoding::Sec1,
+            ),
+            KeyAlgorithm::EcdsaP384 => (
+                KeyInner::Ec(ec(&sig::ECDSA_P384_SHA384_ASN1_SIGNING)?, algorithm),
+                KeyEncoding::Sec1,
+            ),
+            other => {
+                return Err(PkiError::BadKey {
+                    detail: format!("cannot generate {other} keys (supported: RSA-2048/3072/4096, ECDSA-P256/P384)"),
+                });
+            }
+        };
+        Ok(PrivateKey { inner, encoding })
+    }
+
+    /// The key's algorithm and size.
+    pub fn algorithm(&self) -> KeyAlgorithm {
+        match &self.inner {
+            KeyInner::Rsa(k) => KeyAlgorithm::Rsa((k.public_modulus_len() * 8) as u32),
+            KeyInner::Ec(_, alg) => *alg,
+        }
+    }
+
+    /// The subjectPublicKey bits this key's certificate must carry.
+    pub fn public_key_bits(&self) -> Vec<u8> {
+        match &self.inner {
+            KeyInner::Rsa(k) => k.public_key().as_ref().to_vec(),
+            KeyInner::Ec(k, _) => k.public_key().as_ref().to_vec(),
+        }
+    }
+
+    /// Whether this key belongs to the certificate.
+    pub fn matches(&self, cert: &Cert) -> bool {
+        cert.public_key_algorithm() == self.algorithm() && cert.public_key_bits() == self.public_key_bits()
+    }
+
+    /// The SubjectPublicKeyInfo for a certificate carrying this key.
+    pub fn spki(&self) -> Result<SubjectPublicKeyInfoOwned, PkiError> {
+        let algorithm = match &self.inner {
+            KeyInner::Rsa(_) => AlgorithmIdentifierOwned { oid: oid::RSA_ENCRYPTION, parameters: Some(Any::null()) },
+            KeyInner::Ec(_, alg) => {
+                let curve = if *alg == KeyAlgorithm::EcdsaP384 { oid::SECP384R1 } else { oid::SECP256R1 };
+                AlgorithmIdentifierOwned {
+                    oid: oid::EC_PUBLIC_KEY,
+                    parameters: Some(Any::encode_from(&curve).map_err(encode_err)?),
+                }
+            }
+        };
+        Ok(SubjectPublicKeyInfoOwned {
+            algorithm,
+            subject_public_key: BitString::from_bytes(&self.public_key_bits()).map_err(encode_err)?,
+        })
+    }
+
+    /// The signature algorithm this key signs with: SHA-256 with RSA, ECDSA with the curve's hash.
+    pub fn signature_algorithm(&self) -> AlgorithmIdentifierOwned {
+        match &self.inner {
+            KeyInner::Rsa(_) => AlgorithmIdentifierOwned { oid: oid::SHA256_WITH_RSA, parameters: Some(Any::null()) },
+            KeyInner::Ec(_, KeyAlgorithm::EcdsaP384) => {
+                AlgorithmIdentifierOwned { oid: oid::ECDSA_WITH_SHA384, parameters: None }
+            }
+            KeyInner::Ec(_, _) => AlgorithmIdentifierOwned { oid: oid::ECDSA_WITH_SHA256, parameters: None },
+        }
+    }
+
+    /// Signs `message` with [`Self::signature_algorithm`].
+    pub fn sign(&self, message: &[u8]) -> Result<Vec<u8>, PkiError> {
+        let rng = aws_lc_rs::rand::SystemRandom::new();
+        let fail = |_| PkiError::Crypto { step: "sign" };
+        match &self.inner {
+            KeyInner::Rsa(k) => {
+                let mut out = vec![0u8; k.public_modulus_len()];
+                k.sign(&sig::RSA_PKCS1_SHA256, &rng, message, &mut out).map_err(fail)?;
+                Ok(out)
+            }
+            KeyInner::Ec(k, _) => Ok(k.sign(&rng, message).map_err(fail)?.as_ref().to_vec()),
+        }
+    }
+
+    /// PEM text in `encoding` (PKCS#1 or PKCS#8 for RSA; SEC1 or PKCS#8 for ECDSA).
+    pub fn to_pem(&self, encoding: KeyEncoding) -> Result<SecretPem, PkiError> {
+        let fail = |_| PkiError::Crypto { step: "serialize a private key" };
+        let pkcs8: Vec<u8> = match &self.inner {
+            KeyInner::Rsa(k) => AsDer::<aws_lc_rs::encoding::Pkcs8V1Der>::as_der(k).map_err(fail)?.as_ref().to_vec(),
+            KeyInner::Ec(k, _) => k.to_pkcs8v1().map_err(fail)?.as_ref().to_vec(),
+        };
+        let (label, der) = match (&self.inner, encoding) {
+            (_, KeyEncoding::Pkcs8) => ("PRIVATE KEY", pkcs8),
+            (KeyInner::Rsa(_), _) => {
+                let info = pkcs8::PrivateKeyInfo::try_from(pkcs8.as_slice())
+                    .map_err(|e| PkiError::Encode { detail: e.to_string() })?;
+                ("RSA PRIVATE KEY", info.private_key.to_vec())
+            }
+            (KeyInner::Ec(k, alg), _) => ("EC PRIVATE KEY", sec1_der(k, *alg)?),
+        };
+        let pem = der::pem::encode_string(label, LineEnding::LF, &der)
+            .map_err(|e| PkiError::Encode { detail: e.to_string() })?;
+        Ok(SecretPem(pem))
+    }
+}
+
+/// SEC1 `ECPrivateKey` with the named curve and public key, as Go's `MarshalECPrivateKey` writes.
+fn sec1_der(k: &sig::EcdsaKeyPair, alg: KeyAlgorithm) -> Result<Vec<u8>, PkiError> {
+    let fail = |_| PkiError::Crypto { step: "serialize an EC private key" };
+    let raw = aws_lc_rs::encoding::AsBigEndian::<aws_lc_rs::encoding::EcPrivateKeyBin>::as_be_bytes(&k.private_key())
+        .map_err(fail)?;
+    let curve = if alg == KeyAlgorithm::EcdsaP384 { oid::SECP384R1 } else { oid::SECP256R1 };
+    let public = k.public_key().as_ref().to_vec();
+    let key = sec1::EcPrivateKey {
+        private_key: raw.as_ref(),
+        parameters: Some(sec1::EcParameters::NamedCurve(curve)),
+        public_key: Some(&public),
+    };
+    key.to_der().map_err(encode_err)
+}
+
+fn ec_from_der(der: &[u8]) -> Result<(sig::EcdsaKeyPair, KeyAlgorithm), PkiError> {
+    if let Ok(k) = sig::EcdsaKeyPair::from_private_key_der(&sig::ECDSA_P256_SHA256_ASN1_SIGNING, der) {
+        return Ok((k, KeyAlgorithm::EcdsaP256));
+    }
+    match sig::EcdsaKeyPair::from_private_key_der(&sig::ECDSA_P384_SHA384_ASN1_SIGNING, der) {
+        Ok(k) => Ok((k, KeyAlgorithm::EcdsaP384)),
+        Err(e) => Err(PkiError::BadKey {
+            detail: format!("not an RSA, ECDSA P-256 or P-384 key ({e})"),
+        }),
+    }
+}
+
+// === Issuing ===
+
+/// Who signs: the CA certificate and its key.
+pub struct Signer<'a> {
+    pub cert: &'a Cert,
+    pub key: &'a PrivateKey,
+}
+
+/// How SANs are written, following the tool whose output is being reproduced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SanOrder {
+    /// kubeadm: DNS names de-duplicated and sorted, then IPs de-duplicated in first-seen order.
+    Kubeadm,
+    /// etcdadm: as given, no sorting or de-duplication.
+    AsGiven,
+}
+
+/// Everything that makes up a certificate apart from its signer, key, serial and validity.
+#[derive(Debug, Clone)]
+pub struct Profile {
+    /// The subject as DER-encodable name; kept verbatim on renewal.
+    pub subject: Name,
+    pub dns_names: Vec<String>,
+    pub ip_addresses: Vec<IpAddr>,
+    pub san_order: SanOrder,
+    /// KeyUsage bits (always written critical).
+    pub key_usage: KeyUsage,
+    pub ext_key_usage: Vec<ObjectIdentifier>,
+    /// `None`: no BasicConstraints extension (etcdadm leaves). `Some(false)`: critical CA:FALSE
+    /// (kubeadm leaves). `Some(true)`: critical CA:TRUE (CAs).
+    pub basic_constraints: Option<bool>,
+    /// Whether to write a SubjectKeyIdentifier (CAs only, as Go does).
+    pub subject_key_id: bool,
+}
+
+/// Validity and serial for one issued certificate.
+#[derive(Debug, Clone, Copy)]
+pub struct Issuance {
+    pub serial: u64,
+    pub not_before: i64,
+    pub not_after: i64,
+}
+
+/// A random serial in [1, 2^63-1), as current kubeadm draws it.
+pub fn random_serial() -> Result<u64, PkiError> {
+    let rng = aws_lc_rs::rand::SystemRandom::new();
+    loop {
+        let mut b = [0u8; 8];
+        rng.fill(&mut b).map_err(|_| PkiError::Crypto { step: "draw a random serial" })?;
+        let v = u64::from_be_bytes(b) & 0x7fff_ffff_ffff_ffff;
+        if v != 0 && v != 0x7fff_ffff_ffff_ffff {
+            return Ok(v);
+        }
+    }
+}
+
+/// Builds a subject the way Go's `pkix.Name` encodes `{Organization, CommonName}`: one RDN with
+/// every O value, then one RDN with the CN; PrintableString where possible, else UTF8String.
+pub fn kubeadm_subject(common_name: &str, organizations: &[&str]) -> Result<Name, PkiError> {
+    let mut rdns = Vec::new();
+    if !organizations.is_empty() {
+        let mut set = SetOfVec::new();
+        for o in organizations {
+            set.insert(attribute(oid::ORGANIZATION, o)?).map_err(encode_err)?;
+        }
+        rdns.push(RelativeDistinguishedName(set));
+    }
+    let mut cn = SetOfVec::new();
+    cn.insert(attribute(oid::COMMON_NAME, common_name)?).map_err(encode_err)?;
+    rdns.push(RelativeDistinguishedName(cn));
+    Ok(RdnSequence(rdns))
+}
+
+fn attribute(oid: ObjectIdentifier, value: &str) -> Result<AttributeTypeAndValue, PkiError> {
+    let printable = value
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || " '()+,-./:=?".contains(c));
+    let value = if printable {
+        Any::encode_from(&PrintableStringRef::new(value).map_err(encode_err)?)
+    } else {
+        Any::encode_from(&Utf8StringRef::new(value).map_err(encode_err)?)
+    }
+    .map_err(encode_err)?;
+    Ok(AttributeTypeAndValue { oid, value })
+}
+
+/// Issues a certificate for `public_key` with `profile`, signed by `signer` (or self-signed when
+/// `signer` is `None`, with `self_key` signing).
+pub fn issue(
+    profile: &Profile,
+    public_key: &SubjectPublicKeyInfoOwned,
+    signer: Option<&Signer<'_>>,
+    self_key: &PrivateKey,
+    issuance: Issuance,
+) -> Result<Cert, PkiError> {
+    let signing_key = signer.map(|s| s.key).unwrap_or(self_key);
+    let issuer = match signer {
+        Some(s) => s.cert.x509.tbs_certificate.subject.clone(),
+        None => profile.subject.clone(),
+    };
+    let mut extensions = Vec::new();
+    let mut push = |id, critical, value: Vec<u8>| -> Result<(), PkiError> {
+        extensions.push(Extension { extn_id: id, critical, extn_value: OctetString::new(value).map_err(encode_err)? });
+        Ok(())
+    };
+    push(oid::KEY_USAGE, true, profile.key_usage.to_der().map_err(encode_err)?)?;
+    if !profile.ext_key_usage.is_empty() {
+        let eku = ExtendedKeyUsage(profile.ext_key_usage.clone());
+        push(oid::EXT_KEY_USAGE, false, eku.to_der().map_err(encode_err)?)?;
+    }
+    if let Some(ca) = profile.basic_constraints {
+        let bc = BasicConstraints { ca, path_len_constraint: None };
+        push(oid::BASIC_CONSTRAINTS, true, bc.to_der().map_err(encode_err)?)?;
+    }
+    if profile.subject_key_id {
+        // Go: SHA-1 of the subjectPublicKey bits (RFC 5280 §4.2.1.2 method 1).
+        let ski = aws_lc_rs::digest::digest(
+            &aws_lc_rs::digest::SHA1_FOR_LEGACY_USE_ONLY,
+            public_key.subject_public_key.raw_bytes(),
+        );
+        let ski = SubjectKeyIdentifier(OctetString::new(ski.as_ref()).map_err(encode_err)?);
+        push(oid::SUBJECT_KEY_ID, false, ski.to_der().map_err(encode_err)?)?;
+    }
+    if let Some(ca_ski) = signer.and_then(|s| s.cert.subject_key_id()) {
+        let aki = AuthorityKeyIdentifier {
+            key_identifier: Some(OctetString::new(ca_ski).map_err(encode_err)?),
+            ..Default::default()
+        };
+        push(oid::AUTHORITY_KEY_ID, false, aki.to_der().map_err(encode_err)?)?;
+    }
+    let names = san_names(profile)?;
+    if !names.is_empty() {
+        push(oid::SUBJECT_ALT_NAME, false, SubjectAltName(names).to_der().map_err(encode_err)?)?;
+    }
+
+    let algorithm = signing_key.signature_algorithm();
+    let tbs = x509_cert::TbsCertificate {
+        version: x509_cert::Version::V3,
+        serial_number: SerialNumber::new(&issuance.serial.to_be_bytes()).map_err(encode_err)?,
+        signature: algorithm.clone(),
+        issuer,
+        validity: Validity {
+            not_before: unix_to_time(issuance.not_before)?,
+            not_after: unix_to_time(issuance.not_after)?,
+        },
+        subject: profile.subject.clone(),
+        subject_public_key_info: public_key.clone(),
+        issuer_unique_id: None,
+        subject_unique_id: None,
+        extensions: Some(extensions),
+    };
+    let tbs_der = tbs.to_der().map_err(encode_err)?;
+    let signature = signing_key.sign(&tbs_der)?;
+    let cert = Certificate {
+        tbs_certificate: tbs,
+        signature_algorithm: algorithm,
+        signature: BitString::from_bytes(&signature).map_err(encode_err)?,
+    };
+    let der = cert.to_der().map_err(encode_err)?;
+    Ok(Cert { der, x509: cert })
+}
+
+fn san_names(profile: &Profile) -> Result<Vec<GeneralName>, PkiError> {
+    let mut dns = profile.dns_names.clone();
+    let mut ips = profile.ip_addresses.clone();
+    if profile.san_order == SanOrder::Kubeadm {
+        dns.sort();
+        dns.dedup();
+        let mut seen = Vec::new();
+        ips.retain(|ip| {
+            let fresh = !seen.contains(ip);
+            seen.push(*ip);
+            fresh
+        });
+    }
+    let mut names = Vec::new();
+    for d in dns {
+        names.push(GeneralName::DnsName(Ia5String::new(&d).map_err(encode_err)?));
+    }
+    for ip in ips {
+        let bytes = match ip {
+            IpAddr::V4(v4) => v4.octets().to_vec(),
+            IpAddr::V6(v6) => v6.octets().to_vec(),
+        };
+        names.push(GeneralName::IpAddress(OctetString::new(bytes).map_err(encode_err)?));
+    }
+    Ok(names)
+}
+
+/// The KeyUsage kubeadm gives every leaf: digitalSignature and keyEncipherment.
+pub fn leaf_key_usage() -> KeyUsage {
+    KeyUsage(KeyUsages::DigitalSignature | KeyUsages::KeyEncipherment)
+}
+
+/// The KeyUsage kubeadm gives CAs: leaf usages plus keyCertSign.
+pub fn ca_key_usage() -> KeyUsage {
+    KeyUsage(KeyUsages::DigitalSignature | KeyUsages::KeyEncipherment | KeyUsages::KeyCertSign)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ca(alg: KeyAlgorithm) -> (Cert, PrivateKey) {
+        let key = PrivateKey::generate(alg).unwrap();
+        let profile = Profile {
+            subject: kubeadm_subject("kubernetes", &[]).unwrap(),
+            dns_names: vec!["kubernetes".into()],
+            ip_addresses: vec![],
+            san_order: SanOrder::Kubeadm,
+            key_usage: ca_key_usage(),
+            ext_key_usage: vec![],
+            basic_constraints: Some(true),
+            subject_key_id: true,
+        };
+        let issuance = Issuance { serial: 7, not_before: 1_700_000_000, not_after: 2_000_000_000 };
+        let cert = issue(&profile, &key.spki().unwrap(), None, &key, issuance).unwrap();
+        (cert, key)
+    }
+
+    #[test]
+    fn issues_and_verifies_rsa_and_ecdsa_leaves() {
+        for alg in [KeyAlgorithm::Rsa(2048), KeyAlgorithm::EcdsaP256, KeyAlgorithm::EcdsaP384] {
+            let (ca_cert, ca_key) = ca(alg);
+            assert!(ca_cert.is_ca());
+            ca_cert.verify_signed_by(&ca_cert, "ca").unwrap();
+            let leaf_key = PrivateKey::generate(KeyAlgorithm::EcdsaP256).unwrap();
+            let profile = Profile {
+                subject: kubeadm_subject("kube-apiserver-etcd-client", &["b", "a"]).unwrap(),
+                dns_names: vec!["z".into(), "a".into(), "a".into()],
+                ip_addresses: vec!["10.0.0.1".parse().unwrap(), "::1".parse().unwrap()],
+                san_order: SanOrder::Kubeadm,
+                key_usage: leaf_key_usage(),
+                ext_key_usage: vec![oid::CLIENT_AUTH],
+                basic_constraints: Some(false),
+                subject_key_id: false,
+            };
+            let signer = Signer { cert: &ca_cert, key: &ca_key };
+            let issuance = Issuance { serial: 42, not_before: 1_700_000_000, not_after: 1_800_000_000 };
+            let leaf = issue(&profile, &leaf_key.spki().unwrap(), Some(&signer), &leaf_key, issuance).unwrap();
+            leaf.verify_signed_by(&ca_cert, "ca").unwrap();
+            assert!(leaf_key.matches(&leaf));
+            assert!(!ca_key.matches(&leaf));
+            let f = leaf.facts();
+            assert_eq!(f.dns_names, vec!["a", "z"]);
+            assert_eq!(f.ip_addresses, vec!["10.0.0.1", "::1"]);
+            assert_eq!(f.serial, "2a");
+            assert_eq!(f.not_after, 1_800_000_000);
+            assert_eq!(f.ext_key_usage, vec!["clientAuth"]);
+            assert_eq!(f.key_usage, vec!["digitalSignature", "keyEncipherment"]);
+            assert!(!f.is_ca);
+            // Round trip through PEM keeps the bytes.
+            let again = Cert::from_pem(leaf.to_pem().unwrap().as_bytes()).unwrap();
+            assert_eq!(again.der, leaf.der);
+            // Another CA of the same name does not verify it.
+            let (other_ca, _) = ca(alg);
+            assert!(matches!(leaf.verify_signed_by(&other_ca, "ca"), Err(PkiError::NotSignedBy { .. })));
+        }
+    }
+
+    #[test]
+    fn keys_round_trip_in_kubeadm_encodings() {
+        for (alg, enc, label) in [
+            (KeyAlgorithm::Rsa(2048), KeyEncoding::Pkcs1, "RSA PRIVATE KEY"),
+            (KeyAlgorithm::EcdsaP256, KeyEncoding::Sec1, "EC PRIVATE KEY"),
+            (KeyAlgorithm::EcdsaP384, KeyEncoding::Pkcs8, "PRIVATE KEY"),
+        ] {
+            let key = PrivateKey::generate(alg).unwrap();
+            let pem = key.to_pem(enc).unwrap();
+            assert!(pem.0.starts_with(&format!("-----BEGIN {label}-----\n")), "{}", label);
+            let back = PrivateKey::from_pem(pem.0.as_bytes()).unwrap();
+            assert_eq!(back.algorithm(), alg);
+            assert_eq!(back.encoding, enc);
+            assert_eq!(back.public_key_bits(), key.public_key_bits());
+            assert_eq!(format!("{back:?}").contains("BEGIN"), false);
+        }
+    }
+
+    #[test]
+    fn damaged_pem_is_reported_precisely() {
+        let (cert, _) = ca(KeyAlgorithm::EcdsaP256);
+        let pem = cert.to_pem().unwrap();
+        let truncated = &pem[..pem.len() / 2];
+        assert!(matches!(Cert::from_pem(truncated.as_bytes()), Err(PkiError::BadPem { .. })));
+        assert!(matches!(Cert::from_pem(b"hello"), Err(PkiError::NoPemBlock { .. })));
+        let garbage = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+        assert!(matches!(Cert::from_pem(garbage.as_bytes()), Err(PkiError::BadCertificate { .. })));
+        assert!(matches!(PrivateKey::from_pem(pem.as_bytes()), Err(PkiError::NoPemBlock { .. })));
+    }
+
+    #[test]
+    fn subject_string_types_follow_go() {
+        let name = kubeadm_subject("system:node:a_b", &["system:nodes"]).unwrap();
+        let der = name.to_der().unwrap();
+        // "system:node:a_b" has '_' -> UTF8String (tag 0x0c); "system:nodes" printable (0x13).
+        assert!(der.windows(2).any(|w| w == [0x0c, 15]));
+        assert!(der.windows(2).any(|w| w == [0x13, 12]));
+        assert_eq!(name.to_string(), "CN=system:node:a_b,O=system:nodes");
+    }
+}

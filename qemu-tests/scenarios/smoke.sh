@@ -1,0 +1,61 @@
+#!/bin/sh
+# Smoke scenario (runs inside the VM as /mnt/share/run.sh; see qemu-tests/tests/smoke.rs).
+# Boot 1: import the certrotor OCI image, run it as a superpowered host container, check the
+#         host-container mounts, start etcd with TLS, write the host's token, print the
+#         MARK ETCD-WRITTEN marker and wait: the harness kills QEMU there (power loss).
+# Boot 2: same /local disk: the image is still in containerd, etcd returns the token.
+. /usr/lib/certrotor-e2e/lib.sh
+IMG=localhost/certrotor:e2e
+e2e_save boot-count "$E2E_BOOT_COUNT"
+
+# /run/api.sock: the API simulator when the image has it, else a placeholder to bind-mount.
+if [ -x /usr/bin/apiserver-sim ] && [ -f "$E2E_SHARE/start-apiserver-sim" ]; then
+  sh "$E2E_SHARE/start-apiserver-sim"
+fi
+[ -e /run/api.sock ] || : > /run/api.sock
+
+if e2e_image_present "$IMG"; then
+  e2e_save image-was-present yes
+else
+  e2e_save image-was-present no
+  e2e_check "ctr images import" e2e_import_image "$E2E_SHARE/certrotor.oci.tar"
+fi
+e2e_check "image $IMG present" e2e_image_present "$IMG"
+
+# The certrotor stub exits 0; a non-zero exit fails this check.
+e2e_check "certrotor runs as a superpowered host container" \
+  e2e_host_ctr_run --superpowered certrotor "$IMG"
+
+# The same image with the host's static busybox (through /.bottlerocket/rootfs) as command:
+# report what the container sees; the host-side test asserts on mounts.txt.
+BB=/.bottlerocket/rootfs/usr/bin/busybox
+e2e_host_ctr_run --superpowered "probe-$E2E_BOOT" "$IMG" $BB sh -c "
+  BB=$BB
+  \$BB test -e /run/api.sock && echo api-sock=ok
+  \$BB test -x /usr/bin/certrotor && echo certrotor-bin=ok
+  \$BB test -d /.bottlerocket/rootfs/var/lib/containerd && echo host-rootfs=ok
+  \$BB touch /.bottlerocket/rootfs/e2e-ro-probe 2>/dev/null || echo rootfs-top=ro
+  \$BB touch /.bottlerocket/rootfs/var/lib/certrotor-e2e/from-container && echo host-var=rw
+  \$BB test -d /.bottlerocket/host-containers/current && echo current-dir=ok
+  echo pid1=\$(\$BB cat /proc/1/comm)
+  echo caps=\$(\$BB grep CapEff /proc/self/status | \$BB tr -d ' \t' | \$BB cut -d: -f2)
+" > "$E2E_OUT/mounts.txt" 2>&1
+e2e_check "probe container ran" [ -s "$E2E_OUT/mounts.txt" ]
+e2e_save host-pid1 "$(cat /proc/1/comm)"
+e2e_check "container file visible on the host" [ -e /var/lib/certrotor-e2e/from-container ]
+
+# etcd with TLS, data on the persistent /var
+P=/var/lib/e2e-etcd/pki
+e2e_check "etcd PKI (openssl)" e2e_etcd_pki $P
+e2e_check "etcd healthy over TLS" e2e_etcd_start $P /var/lib/e2e-etcd/data
+e2e_check "etcd rejects a client without certificate" sh -c \
+  "! etcdctl --endpoints=https://127.0.0.1:2379 --cacert=$P/ca.crt --dial-timeout=2s --command-timeout=3s get /x"
+if [ "$E2E_BOOT" = 1 ]; then
+  e2e_check "etcdctl put" e2e_etcdctl put /smoke/token "$(cat "$E2E_SHARE/token")"
+  e2e_finish; echo "$?" > "$E2E_OUT/checks-rc"
+  e2e_mark ETCD-WRITTEN
+  e2e_wait_for 600 false   # the harness kills QEMU at the marker (power loss)
+  exit 99
+fi
+e2e_save etcd-token "$(e2e_etcdctl get --print-value-only /smoke/token)"
+e2e_finish
