@@ -9,7 +9,6 @@ mod support;
 use std::fs;
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
 
 use support::*;
 
@@ -69,7 +68,10 @@ fn apiserver_readyz_follows_etcd() {
 
     let ready = wait_for_status(&format!("{base}/readyz"), &client, 200, "ok");
     assert_eq!(ready.body, "ok");
-    assert_eq!(get(&format!("{base}/healthz"), &client).unwrap().status, 200);
+    assert_eq!(
+        get(&format!("{base}/healthz"), &client).unwrap().status,
+        200
+    );
     assert_eq!(get(&format!("{base}/livez"), &client).unwrap().status, 200);
     assert_eq!(
         get(&format!("{base}/readyz?verbose"), &client)
@@ -77,12 +79,18 @@ fn apiserver_readyz_follows_etcd() {
             .status,
         200
     );
-    assert_eq!(get(&format!("{base}/api/v1/pods"), &client).unwrap().status, 404);
+    assert_eq!(
+        get(&format!("{base}/api/v1/pods"), &client).unwrap().status,
+        404
+    );
 
     etcd.stop();
     let unready = wait_for_status(&format!("{base}/readyz"), &client, 500, "etcd failed");
     assert!(unready.body.contains(&etcd.url), "{}", unready.body);
-    assert_eq!(get(&format!("{base}/healthz"), &client).unwrap().status, 500);
+    assert_eq!(
+        get(&format!("{base}/healthz"), &client).unwrap().status,
+        500
+    );
     let live = get(&format!("{base}/livez"), &client).unwrap();
     assert_eq!((live.status, live.body.as_str()), (200, "ok"));
 }
@@ -107,7 +115,10 @@ fn apiserver_requires_client_certificate_signed_by_client_ca() {
         Some((&pki.join("other-client.crt"), &pki.join("other-client.key"))),
     );
     let error = get(&livez, &intruder).unwrap_err();
-    assert!(error.contains("BadCertificate") || error.contains("UnknownCA"), "{error}");
+    assert!(
+        error.contains("BadCertificate") || error.contains("UnknownCA"),
+        "{error}"
+    );
 
     // The serving certificate really comes from ca.crt: a client trusting another CA rejects it.
     let wrong_trust = client(
@@ -150,7 +161,10 @@ fn apiserver_refuses_to_start_with_expired_or_missing_certificate() {
         &pki,
         &[
             format!("--etcd-certfile={}", cert.display()),
-            format!("--etcd-keyfile={}", pki.join("expired-client.key").display()),
+            format!(
+                "--etcd-keyfile={}",
+                pki.join("expired-client.key").display()
+            ),
         ],
         &[],
     );
@@ -189,7 +203,10 @@ fn apiserver_reject_switch_refuses_newer_serving_certificate() {
         dir.path(),
         &pki,
         &[],
-        &[("K8S_SIM_REJECT_SERVING_CERT_ISSUED_AFTER", "2000-01-01T00:00:00+02:00")],
+        &[(
+            "K8S_SIM_REJECT_SERVING_CERT_ISSUED_AFTER",
+            "2000-01-01T00:00:00+02:00",
+        )],
     );
     assert!(
         log.contains("serving certificate rejected by test switch"),
@@ -266,12 +283,22 @@ fn controller_manager_and_scheduler_healthz_follow_apiserver() {
     command
         .arg("--bind-address=127.0.0.1")
         .arg(format!("--kubeconfig={}", kubeconfig.display()))
-        .arg(format!("--authentication-kubeconfig={}", kubeconfig.display()))
-        .arg(format!("--authorization-kubeconfig={}", kubeconfig.display()))
+        .arg(format!(
+            "--authentication-kubeconfig={}",
+            kubeconfig.display()
+        ))
+        .arg(format!(
+            "--authorization-kubeconfig={}",
+            kubeconfig.display()
+        ))
         .arg("--leader-elect=true")
         .arg("--use-service-account-credentials=true")
         .args(["--secure-port", &kcm_port.to_string()]);
-    let _kcm = Proc::spawn("kube-controller-manager", command, &dir.path().join("kcm.log"));
+    let _kcm = Proc::spawn(
+        "kube-controller-manager",
+        command,
+        &dir.path().join("kcm.log"),
+    );
     let scheduler_port = free_port();
     let mut command = Command::new(k8s_sim_bin());
     command
@@ -311,7 +338,11 @@ fn scheduler_refuses_kubeconfig_with_mismatched_or_expired_client_certificate() 
     let pki = dir.path().join("pki");
     generate_pki(&pki);
     for (cert, key, expected) in [
-        ("client.crt", "apiserver-etcd-client.key", "does not match certificate"),
+        (
+            "client.crt",
+            "apiserver-etcd-client.key",
+            "does not match certificate",
+        ),
         ("expired-client.crt", "expired-client.key", "expired at"),
     ] {
         let kubeconfig = dir.path().join("scheduler.conf");
@@ -342,5 +373,4 @@ fn unknown_component_is_a_usage_error() {
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("unknown component 'etcd'"), "{stderr}");
-    let _ = Duration::ZERO;
 }

@@ -268,12 +268,27 @@ impl Etcd {
             .arg(format!("--initial-advertise-peer-urls={peer}"))
             .arg(format!("--initial-cluster=node1={peer}"))
             .arg("--initial-cluster-state=new")
-            .arg(format!("--cert-file={}", etcd_pki.join("server.crt").display()))
-            .arg(format!("--key-file={}", etcd_pki.join("server.key").display()))
-            .arg(format!("--trusted-ca-file={}", etcd_pki.join("ca.crt").display()))
+            .arg(format!(
+                "--cert-file={}",
+                etcd_pki.join("server.crt").display()
+            ))
+            .arg(format!(
+                "--key-file={}",
+                etcd_pki.join("server.key").display()
+            ))
+            .arg(format!(
+                "--trusted-ca-file={}",
+                etcd_pki.join("ca.crt").display()
+            ))
             .arg("--client-cert-auth=true")
-            .arg(format!("--peer-cert-file={}", etcd_pki.join("peer.crt").display()))
-            .arg(format!("--peer-key-file={}", etcd_pki.join("peer.key").display()))
+            .arg(format!(
+                "--peer-cert-file={}",
+                etcd_pki.join("peer.crt").display()
+            ))
+            .arg(format!(
+                "--peer-key-file={}",
+                etcd_pki.join("peer.key").display()
+            ))
             .arg(format!(
                 "--peer-trusted-ca-file={}",
                 etcd_pki.join("ca.crt").display()
@@ -354,7 +369,11 @@ pub fn k8s_sim_bin() -> PathBuf {
 pub fn component_bin_dir(dir: &Path) -> PathBuf {
     let bin = dir.join("bin");
     fs::create_dir_all(&bin).unwrap();
-    for name in ["kube-apiserver", "kube-controller-manager", "kube-scheduler"] {
+    for name in [
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+    ] {
         std::os::unix::fs::symlink(k8s_sim_bin(), bin.join(name)).unwrap();
     }
     bin
@@ -387,9 +406,15 @@ pub fn apiserver_flags(pki: &Path, port: u16, etcd_url: &str) -> Vec<String> {
             "--kubelet-client-certificate={}",
             file("apiserver-kubelet-client.crt")
         ),
-        format!("--kubelet-client-key={}", file("apiserver-kubelet-client.key")),
+        format!(
+            "--kubelet-client-key={}",
+            file("apiserver-kubelet-client.key")
+        ),
         "--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname".to_string(),
-        format!("--proxy-client-cert-file={}", file("front-proxy-client.crt")),
+        format!(
+            "--proxy-client-cert-file={}",
+            file("front-proxy-client.crt")
+        ),
         format!("--proxy-client-key-file={}", file("front-proxy-client.key")),
         format!(
             "--requestheader-client-ca-file={}",
