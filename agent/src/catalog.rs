@@ -99,7 +99,10 @@ pub struct Entry {
 /// Finds the layouts present under `root`.
 pub fn detect(root: &Path) -> Vec<Layout> {
     let mut found = Vec::new();
-    for (name, dir) in [("kubeadm", paths::KUBEADM_DIR), ("bottlerocket", paths::BOTTLEROCKET_KUBEADM_DIR)] {
+    for (name, dir) in [
+        ("kubeadm", paths::KUBEADM_DIR),
+        ("bottlerocket", paths::BOTTLEROCKET_KUBEADM_DIR),
+    ] {
         let base = root.join(dir);
         // Bottlerocket's own /etc/kubernetes/pki holds only the kubelet's files and the cluster
         // CA certificate; a kubeadm control plane has the CA key, apiserver or admin.conf.
@@ -119,10 +122,17 @@ pub fn detect(root: &Path) -> Vec<Layout> {
             found.push(Layout { name, dir, etcd });
         }
     }
-    for (name, dir) in [("etcdadm", paths::ETCDADM_PKI), ("etcdadm-bottlerocket", paths::BOTTLEROCKET_ETCD_PKI)] {
+    for (name, dir) in [
+        ("etcdadm", paths::ETCDADM_PKI),
+        ("etcdadm-bottlerocket", paths::BOTTLEROCKET_ETCD_PKI),
+    ] {
         let base = root.join(dir);
         if base.join("ca.crt").exists() || base.join("server.crt").exists() {
-            found.push(Layout { name, dir, etcd: EtcdTopology::None });
+            found.push(Layout {
+                name,
+                dir,
+                etcd: EtcdTopology::None,
+            });
         }
     }
     found
@@ -164,11 +174,19 @@ struct Spec {
     description: &'static str,
 }
 
-const KUBEADM_CAS: [(&str, &str); 3] =
-    [("ca", "pki/ca"), ("front-proxy-ca", "pki/front-proxy-ca"), ("etcd-ca", "pki/etcd/ca")];
+const KUBEADM_CAS: [(&str, &str); 3] = [
+    ("ca", "pki/ca"),
+    ("front-proxy-ca", "pki/front-proxy-ca"),
+    ("etcd-ca", "pki/etcd/ca"),
+];
 
 const KUBEADM_LEAVES: [Spec; 7] = [
-    Spec { name: "apiserver", file: "pki/apiserver", ca: "ca", description: "certificate for serving the Kubernetes API" },
+    Spec {
+        name: "apiserver",
+        file: "pki/apiserver",
+        ca: "ca",
+        description: "certificate for serving the Kubernetes API",
+    },
     Spec {
         name: "apiserver-kubelet-client",
         file: "pki/apiserver-kubelet-client",
@@ -181,7 +199,12 @@ const KUBEADM_LEAVES: [Spec; 7] = [
         ca: "front-proxy-ca",
         description: "certificate for the front proxy client",
     },
-    Spec { name: "etcd-server", file: "pki/etcd/server", ca: "etcd-ca", description: "certificate for serving etcd" },
+    Spec {
+        name: "etcd-server",
+        file: "pki/etcd/server",
+        ca: "etcd-ca",
+        description: "certificate for serving etcd",
+    },
     Spec {
         name: "etcd-peer",
         file: "pki/etcd/peer",
@@ -204,16 +227,36 @@ const KUBEADM_LEAVES: [Spec; 7] = [
 
 /// kubeconfigs: (file, required, renewable, description).
 const KUBECONFIGS: [(&str, bool, bool, &str); 5] = [
-    ("admin.conf", true, true, "certificate embedded in the kubeconfig file for the admin to use and for kubeadm itself"),
-    ("super-admin.conf", false, true, "certificate embedded in the kubeconfig file for the super-admin"),
+    (
+        "admin.conf",
+        true,
+        true,
+        "certificate embedded in the kubeconfig file for the admin to use and for kubeadm itself",
+    ),
+    (
+        "super-admin.conf",
+        false,
+        true,
+        "certificate embedded in the kubeconfig file for the super-admin",
+    ),
     (
         "controller-manager.conf",
         true,
         true,
         "certificate embedded in the kubeconfig file for the controller manager to use",
     ),
-    ("scheduler.conf", true, true, "certificate embedded in the kubeconfig file for the scheduler manager to use"),
-    ("kubelet.conf", false, false, "client certificate of the kubelet (rotated by the kubelet itself)"),
+    (
+        "scheduler.conf",
+        true,
+        true,
+        "certificate embedded in the kubeconfig file for the scheduler manager to use",
+    ),
+    (
+        "kubelet.conf",
+        false,
+        false,
+        "client certificate of the kubelet (rotated by the kubelet itself)",
+    ),
 ];
 
 fn kubeadm_entries(root: &Path, layout: &Layout) -> Vec<Entry> {
@@ -237,7 +280,10 @@ fn kubeadm_entries(root: &Path, layout: &Layout) -> Vec<Entry> {
         });
     }
     for spec in &KUBEADM_LEAVES {
-        let etcd_member = matches!(spec.name, "etcd-server" | "etcd-peer" | "etcd-healthcheck-client");
+        let etcd_member = matches!(
+            spec.name,
+            "etcd-server" | "etcd-peer" | "etcd-healthcheck-client"
+        );
         if etcd_member && layout.etcd != EtcdTopology::Stacked {
             continue;
         }
@@ -248,7 +294,9 @@ fn kubeadm_entries(root: &Path, layout: &Layout) -> Vec<Entry> {
         // Bottlerocket/EKS-A external etcd: the certificate is `server-etcd-client.crt`.
         if spec.name == "apiserver-etcd-client" {
             let alt = format!("{dir}/pki/server-etcd-client.crt");
-            if root.join(&alt).exists() || (layout.name == "bottlerocket" && !root.join(&path).exists()) {
+            if root.join(&alt).exists()
+                || (layout.name == "bottlerocket" && !root.join(&path).exists())
+            {
                 path = alt;
             }
         }
@@ -284,9 +332,21 @@ fn kubeadm_entries(root: &Path, layout: &Layout) -> Vec<Entry> {
 
 const ETCDADM_LEAVES: [(&str, &str, &str); 4] = [
     ("etcdadm-server", "server", "certificate for serving etcd"),
-    ("etcdadm-peer", "peer", "certificate for etcd nodes to communicate with each other"),
-    ("etcdadm-etcdctl-etcd-client", "etcdctl-etcd-client", "certificate etcdctl uses to access etcd"),
-    ("etcdadm-apiserver-etcd-client", "apiserver-etcd-client", "certificate the apiserver uses to access etcd"),
+    (
+        "etcdadm-peer",
+        "peer",
+        "certificate for etcd nodes to communicate with each other",
+    ),
+    (
+        "etcdadm-etcdctl-etcd-client",
+        "etcdctl-etcd-client",
+        "certificate etcdctl uses to access etcd",
+    ),
+    (
+        "etcdadm-apiserver-etcd-client",
+        "apiserver-etcd-client",
+        "certificate the apiserver uses to access etcd",
+    ),
 ];
 
 fn etcdadm_entries(layout: &Layout) -> Vec<Entry> {
@@ -338,7 +398,10 @@ pub fn scanned_dirs(layouts: &[Layout]) -> Vec<String> {
 /// The service-account key pair of a kubeadm layout (never renewed; reported under `keys`).
 pub fn service_account_keys(layout: &Layout) -> Option<(String, String)> {
     match layout.name {
-        "kubeadm" | "bottlerocket" => Some((format!("{}/pki/sa.key", layout.dir), format!("{}/pki/sa.pub", layout.dir))),
+        "kubeadm" | "bottlerocket" => Some((
+            format!("{}/pki/sa.key", layout.dir),
+            format!("{}/pki/sa.pub", layout.dir),
+        )),
         _ => None,
     }
 }

@@ -44,8 +44,86 @@ struct Top {
 enum Command {
     Check(CheckCmd),
     Lab(LabCmd),
+    Renew(RenewCmd),
+    Rollback(RollbackCmd),
+    Backups(BackupsCmd),
     Demo(DemoCmd),
     Version(VersionCmd),
+}
+
+#[derive(FromArgs, Debug)]
+#[argh(
+    subcommand,
+    name = "renew",
+    note = "Never renews a CA, sa.key/sa.pub or the kubelet's own client certificate. Every change is one crash-safe transaction with a backup under var/lib/certrotor/backups; undo with 'certrotor rollback'.",
+    error_code(0, "renewed (or nothing due, or --dry-run)"),
+    error_code(2, "failed; nothing was changed"),
+    error_code(4, "another certrotor holds the lock"),
+    error_code(64, "usage error")
+)]
+/// renew the certificates and kubeconfigs that are due, as kubeadm/etcdadm would
+struct RenewCmd {
+    #[argh(option)]
+    /// the node's root filesystem (default: /.bottlerocket/rootfs inside a Bottlerocket host
+    /// container, else /)
+    root: Option<PathBuf>,
+    #[argh(option, default = "String::from(\"90d\")")]
+    /// renew what expires within this duration (default 90d)
+    within: String,
+    #[argh(switch)]
+    /// renew everything renewable, due or not
+    all: bool,
+    #[argh(option)]
+    /// renew this certificate (a name printed by check); repeatable
+    cert: Vec<String>,
+    #[argh(switch)]
+    /// print the plan and change nothing
+    dry_run: bool,
+    #[argh(switch)]
+    /// keep the existing private keys (default: a new key of the same algorithm, as kubeadm)
+    reuse_keys: bool,
+    #[argh(option, default = "String::from(\"365d\")")]
+    /// validity of the renewed certificates (default 365d)
+    validity: String,
+    #[argh(switch)]
+    /// allow certificates to outlive their CA
+    allow_beyond_ca: bool,
+    #[argh(option, default = "String::from(\"table\")")]
+    /// output format: table (default) or json
+    output: String,
+    #[argh(option, default = "5")]
+    /// backups to keep (default 5)
+    retention: usize,
+    #[argh(option, default = "String::from(\"60s\")")]
+    /// how long to wait for another certrotor run to finish (default 60s)
+    lock_timeout: String,
+}
+
+#[derive(FromArgs, Debug)]
+#[argh(subcommand, name = "rollback")]
+/// restore a backup (the newest renewal's by default), as a transaction of its own
+struct RollbackCmd {
+    #[argh(option)]
+    /// the node's root filesystem
+    root: Option<PathBuf>,
+    #[argh(option)]
+    /// the backup id to restore (see 'certrotor backups')
+    backup: Option<String>,
+    #[argh(option, default = "String::from(\"60s\")")]
+    /// how long to wait for another certrotor run to finish (default 60s)
+    lock_timeout: String,
+}
+
+#[derive(FromArgs, Debug)]
+#[argh(subcommand, name = "backups")]
+/// list the backups certrotor keeps, newest first
+struct BackupsCmd {
+    #[argh(option)]
+    /// the node's root filesystem
+    root: Option<PathBuf>,
+    #[argh(option, default = "String::from(\"table\")")]
+    /// output format: table (default) or json
+    output: String,
 }
 
 #[derive(FromArgs, Debug)]
@@ -141,18 +219,27 @@ pub struct Failure {
 impl Failure {
     /// A usage error (exit 64).
     pub fn usage(message: impl Into<String>) -> Failure {
-        Failure { code: EXIT_USAGE, message: message.into() }
+        Failure {
+            code: EXIT_USAGE,
+            message: message.into(),
+        }
     }
     /// A failed command (exit 2).
     pub fn failed(message: impl Into<String>) -> Failure {
-        Failure { code: EXIT_FAILED, message: message.into() }
+        Failure {
+            code: EXIT_FAILED,
+            message: message.into(),
+        }
     }
 }
 
 /// Entry point used by `main.rs`: parses `args` (including the program name) and runs.
 pub fn main(args: Vec<String>) -> ExitCode {
     let program = args.first().map(String::as_str).unwrap_or("certrotor");
-    let program = Path::new(program).file_name().and_then(|s| s.to_str()).unwrap_or("certrotor");
+    let program = Path::new(program)
+        .file_name()
+        .and_then(|s| s.to_str())
+        .unwrap_or("certrotor");
     let rest: Vec<&str> = args.iter().skip(1).map(String::as_str).collect();
     let top = match Top::from_args(&[program], &rest) {
         Ok(t) => t,
@@ -182,7 +269,12 @@ pub fn main(args: Vec<String>) -> ExitCode {
 fn run(top: Top) -> Result<u8, Failure> {
     match top.command {
         Command::Check(c) => check(c),
-        Command::Lab(LabCmd { command: LabSub::Init(c) }) => lab_init(c),
+        Command::Lab(LabCmd {
+            command: LabSub::Init(c),
+        }) => lab_init(c),
+        Command::Renew(c) => renew(c),
+        Command::Rollback(c) => rollback(c),
+        Command::Backups(c) => backups(c),
         Command::Demo(c) => crate::demo::run(c.keep),
         Command::Version(_) => {
             println!("certrotor {}", env!("CARGO_PKG_VERSION"));
@@ -200,7 +292,10 @@ pub fn duration_flag(flag: &str, value: &str) -> Result<i64, Failure> {
 pub fn root_flag(root: Option<PathBuf>) -> Result<PathBuf, Failure> {
     let root = root.unwrap_or_else(inventory::default_root);
     if !root.is_dir() {
-        return Err(Failure::usage(format!("--root '{}' is not a folder", root.display())));
+        return Err(Failure::usage(format!(
+            "--root '{}' is not a folder",
+            root.display()
+        )));
     }
     Ok(root)
 }
@@ -208,7 +303,10 @@ pub fn root_flag(root: Option<PathBuf>) -> Result<PathBuf, Failure> {
 fn check(c: CheckCmd) -> Result<u8, Failure> {
     let warn = duration_flag("warn-within", &c.warn_within)?;
     if !matches!(c.output.as_str(), "table" | "json") {
-        return Err(Failure::usage(format!("--output '{}': use table or json", c.output)));
+        return Err(Failure::usage(format!(
+            "--output '{}': use table or json",
+            c.output
+        )));
     }
     let root = root_flag(c.root)?;
     crate::recover_before_reading(&root)?;
@@ -237,12 +335,20 @@ fn lab_init(c: LabInitCmd) -> Result<u8, Failure> {
     let layout = match c.layout.as_str() {
         "kubeadm" => LabLayout::Kubeadm,
         "bottlerocket" => LabLayout::Bottlerocket,
-        other => return Err(Failure::usage(format!("--layout '{other}': use kubeadm or bottlerocket"))),
+        other => {
+            return Err(Failure::usage(format!(
+                "--layout '{other}': use kubeadm or bottlerocket"
+            )));
+        }
     };
     let topology = match c.topology.as_str() {
         "stacked" => Topology::Stacked,
         "external-etcd" => Topology::ExternalEtcd,
-        other => return Err(Failure::usage(format!("--topology '{other}': use stacked or external-etcd"))),
+        other => {
+            return Err(Failure::usage(format!(
+                "--topology '{other}': use stacked or external-etcd"
+            )));
+        }
     };
     let key_algorithm = KeyAlgorithm::parse(&c.key_algorithm).ok_or_else(|| {
         Failure::usage(format!(
@@ -250,12 +356,17 @@ fn lab_init(c: LabInitCmd) -> Result<u8, Failure> {
             c.key_algorithm
         ))
     })?;
-    let advertise_address = c
-        .advertise_address
-        .parse()
-        .map_err(|_| Failure::usage(format!("--advertise-address '{}' is not an IP address", c.advertise_address)))?;
+    let advertise_address = c.advertise_address.parse().map_err(|_| {
+        Failure::usage(format!(
+            "--advertise-address '{}' is not an IP address",
+            c.advertise_address
+        ))
+    })?;
     if c.node_name.is_empty() || c.node_name.contains('/') {
-        return Err(Failure::usage(format!("--node-name '{}' is not a valid node name", c.node_name)));
+        return Err(Failure::usage(format!(
+            "--node-name '{}' is not a valid node name",
+            c.node_name
+        )));
     }
     let opts = LabOptions {
         layout,
@@ -271,6 +382,158 @@ fn lab_init(c: LabInitCmd) -> Result<u8, Failure> {
     for root in &summary.roots {
         println!("lab node written: {}", root.display());
     }
-    println!("{} files; inspect with: certrotor check --root {}", summary.files, summary.roots[0].display());
+    println!(
+        "{} files; inspect with: certrotor check --root {}",
+        summary.files,
+        summary.roots[0].display()
+    );
+    Ok(0)
+}
+
+fn output_flag(value: &str) -> Result<bool, Failure> {
+    match value {
+        "table" => Ok(false),
+        "json" => Ok(true),
+        other => Err(Failure::usage(format!(
+            "--output '{other}': use table or json"
+        ))),
+    }
+}
+
+fn write_options(
+    lock_timeout: &str,
+    retention: usize,
+) -> Result<crate::ops::WriteOptions, Failure> {
+    let secs = duration_flag("lock-timeout", lock_timeout)?;
+    if secs < 0 {
+        return Err(Failure::usage("--lock-timeout must not be negative"));
+    }
+    Ok(crate::ops::WriteOptions {
+        lock_timeout: std::time::Duration::from_secs(secs as u64),
+        retention,
+    })
+}
+
+fn renew(c: RenewCmd) -> Result<u8, Failure> {
+    let json = output_flag(&c.output)?;
+    if c.all && !c.cert.is_empty() {
+        return Err(Failure::usage("--all and --cert exclude each other"));
+    }
+    let validity = duration_flag("validity", &c.validity)?;
+    if validity <= 0 {
+        return Err(Failure::usage("--validity must be positive"));
+    }
+    let policy = crate::renew::Policy {
+        within: duration_flag("within", &c.within)?,
+        all: c.all,
+        names: c.cert,
+        reuse_keys: c.reuse_keys,
+        validity,
+        allow_beyond_ca: c.allow_beyond_ca,
+    };
+    let opts = write_options(&c.lock_timeout, c.retention)?;
+    let root = root_flag(c.root)?;
+    let report = crate::ops::renew(&root, &policy, c.dry_run, &opts)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).unwrap_or_default()
+        );
+    } else {
+        print!("{}", renew_table(&report));
+    }
+    Ok(0)
+}
+
+fn renew_table(r: &crate::ops::RenewReport) -> String {
+    let mut out = String::new();
+    let plan = &r.plan;
+    if plan.items.is_empty() {
+        out.push_str("Nothing to renew.\n");
+    } else {
+        let verb = if r.dry_run { "Would renew" } else { "Renewed" };
+        out.push_str(&format!(
+            "{verb} {} certificate(s), valid {} .. {}{}:\n",
+            plan.items.len(),
+            plan.not_before,
+            plan.not_after,
+            if plan.reuse_keys {
+                ", keeping their keys"
+            } else {
+                " with new keys"
+            }
+        ));
+        for i in &plan.items {
+            let residual = i
+                .residual_seconds
+                .map(clock::human_duration)
+                .unwrap_or_else(|| "?".into());
+            out.push_str(&format!(
+                "  {:<32} {:<8} residual {:<10} signer {:<16} {}\n",
+                i.name,
+                i.reason.to_string(),
+                residual,
+                i.signer,
+                i.path
+            ));
+        }
+    }
+    for s in &plan.skipped {
+        out.push_str(&format!("  skipped {}: {}\n", s.name, s.why));
+    }
+    if let Some(id) = &r.backup_id {
+        out.push_str(&format!(
+            "Backup: {id} (undo with 'certrotor rollback --backup {id}')\n"
+        ));
+        out.push_str(
+            "Components read certificates at start: restart etcd, kube-apiserver, kube-controller-manager \
+             and kube-scheduler so that they use the new files.\n",
+        );
+    }
+    out
+}
+
+fn rollback(c: RollbackCmd) -> Result<u8, Failure> {
+    let opts = write_options(&c.lock_timeout, crate::txn::DEFAULT_RETENTION)?;
+    let root = root_flag(c.root)?;
+    let (id, outcome) = crate::ops::rollback(&root, c.backup.as_deref(), &opts)?;
+    println!(
+        "Restored backup {id}: {} file(s). The state before the rollback is backup {}.",
+        outcome.files.len(),
+        outcome.backup_id
+    );
+    for f in &outcome.files {
+        println!("  {f}");
+    }
+    Ok(0)
+}
+
+fn backups(c: BackupsCmd) -> Result<u8, Failure> {
+    let json = output_flag(&c.output)?;
+    let root = root_flag(c.root)?;
+    crate::recover_before_reading(&root)?;
+    let list = crate::txn::list_backups(&root);
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&list).unwrap_or_default()
+        );
+    } else if list.is_empty() {
+        println!(
+            "No backups under '{}'.",
+            crate::txn::state_dir(&root).join("backups").display()
+        );
+    } else {
+        println!("{:<22} {:<22} {:<10} FILES", "ID", "CREATED", "KIND");
+        for b in &list {
+            println!(
+                "{:<22} {:<22} {:<10} {}",
+                b.id,
+                b.created_at,
+                b.kind,
+                b.files.len()
+            );
+        }
+    }
     Ok(0)
 }

@@ -23,7 +23,9 @@ pub fn now() -> i64 {
 /// Units: `y` (365 days), `w`, `d`, `h`, `m`, `s`. A bare number is refused, to avoid guessing.
 pub fn parse_duration(text: &str) -> Result<i64, String> {
     let usage = || {
-        format!("invalid duration '{text}': use a number with a unit, e.g. 30d, 12h, 1y, 1d12h or -2d")
+        format!(
+            "invalid duration '{text}': use a number with a unit, e.g. 30d, 12h, 1y, 1d12h or -2d"
+        )
     };
     let (negative, body) = match text.trim().strip_prefix('-') {
         Some(rest) => (true, rest),
@@ -92,7 +94,14 @@ pub fn civil(secs: i64) -> (i64, u32, u32, u32, u32, u32) {
     let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
     let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
     let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day, (rem / 3600) as u32, ((rem % 3600) / 60) as u32, (rem % 60) as u32)
+    (
+        year,
+        month,
+        day,
+        (rem / 3600) as u32,
+        ((rem % 3600) / 60) as u32,
+        (rem % 60) as u32,
+    )
 }
 
 /// RFC 3339 in UTC with a `Z`, e.g. `2026-11-22T14:13:34Z`.
@@ -132,8 +141,9 @@ pub fn parse_rfc3339(text: &str) -> Option<i64> {
 
 /// kubeadm's EXPIRES column: Go layout `Jan 02, 2006 15:04 MST` in UTC.
 pub fn kubeadm_date(secs: i64) -> String {
-    const MONTHS: [&str; 12] =
-        ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
     let (y, mo, d, h, mi, _) = civil(secs);
     let month = MONTHS.get(mo as usize - 1).copied().unwrap_or("???");
     format!("{month} {d:02}, {y} {h:02}:{mi:02} UTC")
@@ -153,7 +163,11 @@ pub fn human_duration(secs: i64) -> String {
     let minutes = secs / 60;
     if minutes < 10 {
         let s = secs % 60;
-        return if s == 0 { format!("{minutes}m") } else { format!("{minutes}m{s}s") };
+        return if s == 0 {
+            format!("{minutes}m")
+        } else {
+            format!("{minutes}m{s}s")
+        };
     }
     if minutes < 180 {
         return format!("{minutes}m");
@@ -161,14 +175,22 @@ pub fn human_duration(secs: i64) -> String {
     let hours = secs / 3600;
     if hours < 8 {
         let m = minutes % 60;
-        return if m == 0 { format!("{hours}h") } else { format!("{hours}h{m}m") };
+        return if m == 0 {
+            format!("{hours}h")
+        } else {
+            format!("{hours}h{m}m")
+        };
     }
     if hours < 48 {
         return format!("{hours}h");
     }
     if hours < 24 * 8 {
         let h = hours % 24;
-        return if h == 0 { format!("{}d", hours / 24) } else { format!("{}d{}h", hours / 24, h) };
+        return if h == 0 {
+            format!("{}d", hours / 24)
+        } else {
+            format!("{}d{}h", hours / 24, h)
+        };
     }
     if hours < 24 * 365 * 2 {
         return format!("{}d", hours / 24);

@@ -68,7 +68,10 @@ pub fn resolve_in_root(root: &Path, rel: &str) -> Result<Option<PathBuf>, ReadEr
             "." => continue,
             ".." => {
                 if resolved.pop().is_none() {
-                    return Err(ReadError::OutsideRoot { path: rel.into(), target: "..".into() });
+                    return Err(ReadError::OutsideRoot {
+                        path: rel.into(),
+                        target: "..".into(),
+                    });
                 }
                 continue;
             }
@@ -78,15 +81,22 @@ pub fn resolve_in_root(root: &Path, rel: &str) -> Result<Option<PathBuf>, ReadEr
         let meta = match fs::symlink_metadata(&candidate) {
             Ok(m) => m,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(ReadError::Io { path: rel.into(), source: e }),
+            Err(e) => {
+                return Err(ReadError::Io {
+                    path: rel.into(),
+                    source: e,
+                });
+            }
         };
         if meta.file_type().is_symlink() {
             hops += 1;
             if hops > MAX_SYMLINK_HOPS {
                 return Err(ReadError::SymlinkLoop { path: rel.into() });
             }
-            let target = fs::read_link(&candidate)
-                .map_err(|e| ReadError::Io { path: rel.into(), source: e })?;
+            let target = fs::read_link(&candidate).map_err(|e| ReadError::Io {
+                path: rel.into(),
+                source: e,
+            })?;
             let target_text = target.to_string_lossy().to_string();
             let mut more = Vec::new();
             if target.is_absolute() {
@@ -95,7 +105,10 @@ pub fn resolve_in_root(root: &Path, rel: &str) -> Result<Option<PathBuf>, ReadEr
                 if root != Path::new("/") && !Path::new(&target_text).starts_with(root) {
                     let inside = root.join(target_text.trim_start_matches('/'));
                     if fs::symlink_metadata(&inside).is_err() && Path::new(&target_text).exists() {
-                        return Err(ReadError::OutsideRoot { path: rel.into(), target: target_text });
+                        return Err(ReadError::OutsideRoot {
+                            path: rel.into(),
+                            target: target_text,
+                        });
                     }
                 }
                 resolved.clear();
@@ -112,7 +125,10 @@ pub fn resolve_in_root(root: &Path, rel: &str) -> Result<Option<PathBuf>, ReadEr
                     _ => depth += 1,
                 }
                 if depth < 0 {
-                    return Err(ReadError::OutsideRoot { path: rel.into(), target: target_text });
+                    return Err(ReadError::OutsideRoot {
+                        path: rel.into(),
+                        target: target_text,
+                    });
                 }
             }
             more.reverse();
@@ -152,21 +168,39 @@ pub fn read_in_root(root: &Path, rel: &str, limit: u64) -> Result<Option<Vec<u8>
 
 /// Reads a regular file, refusing non-regular files and files over `limit` bytes.
 pub fn read_limited(path: &Path, label: &str, limit: u64) -> Result<Vec<u8>, ReadError> {
-    let io_err = |e| ReadError::Io { path: label.into(), source: e };
+    let io_err = |e| ReadError::Io {
+        path: label.into(),
+        source: e,
+    };
     let meta = fs::metadata(path).map_err(io_err)?;
     let ft = meta.file_type();
     if !ft.is_file() {
-        let what = if ft.is_dir() { "a directory" } else { "a special file" };
-        return Err(ReadError::NotRegular { path: label.into(), what });
+        let what = if ft.is_dir() {
+            "a directory"
+        } else {
+            "a special file"
+        };
+        return Err(ReadError::NotRegular {
+            path: label.into(),
+            what,
+        });
     }
     if meta.len() > limit {
-        return Err(ReadError::TooLarge { path: label.into(), size: meta.len(), limit });
+        return Err(ReadError::TooLarge {
+            path: label.into(),
+            size: meta.len(),
+            limit,
+        });
     }
     let file = File::open(path).map_err(io_err)?;
     let mut buf = Vec::with_capacity(meta.len() as usize);
     file.take(limit + 1).read_to_end(&mut buf).map_err(io_err)?;
     if buf.len() as u64 > limit {
-        return Err(ReadError::TooLarge { path: label.into(), size: buf.len() as u64, limit });
+        return Err(ReadError::TooLarge {
+            path: label.into(),
+            size: buf.len() as u64,
+            limit,
+        });
     }
     Ok(buf)
 }
@@ -183,7 +217,11 @@ impl FileMeta {
     /// Reads the mode (permission bits) and ownership of `path`.
     pub fn of(path: &Path) -> io::Result<FileMeta> {
         let m = fs::metadata(path)?;
-        Ok(FileMeta { mode: m.permissions().mode() & 0o7777, uid: m.uid(), gid: m.gid() })
+        Ok(FileMeta {
+            mode: m.permissions().mode() & 0o7777,
+            uid: m.uid(),
+            gid: m.gid(),
+        })
     }
 }
 
@@ -191,7 +229,11 @@ impl FileMeta {
 /// fsynced, owner set when given. The parent folder is not synced: callers that rename the file
 /// into place sync the folder afterwards.
 pub fn write_new(path: &Path, data: &[u8], mode: u32, owner: Option<(u32, u32)>) -> io::Result<()> {
-    let mut file = OpenOptions::new().write(true).create_new(true).mode(mode).open(path)?;
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)?;
     // The umask may have narrowed the mode; set it exactly.
     file.set_permissions(fs::Permissions::from_mode(mode))?;
     if let Some((uid, gid)) = owner {
@@ -224,7 +266,8 @@ mod tests {
     use std::os::unix::fs::symlink;
 
     fn tmp(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("certrotor-fsutil-{name}-{}", std::process::id()));
+        let d =
+            std::env::temp_dir().join(format!("certrotor-fsutil-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&d);
         fs::create_dir_all(&d).unwrap();
         d
@@ -236,21 +279,36 @@ mod tests {
         fs::create_dir_all(root.join("var/lib/kubelet/pki")).unwrap();
         fs::write(root.join("var/lib/kubelet/pki/real.pem"), "x").unwrap();
         // An absolute link, as the kubelet makes it, is read inside the root.
-        symlink("/var/lib/kubelet/pki/real.pem", root.join("var/lib/kubelet/pki/current.pem")).unwrap();
-        let got = resolve_in_root(&root, "var/lib/kubelet/pki/current.pem").unwrap().unwrap();
+        symlink(
+            "/var/lib/kubelet/pki/real.pem",
+            root.join("var/lib/kubelet/pki/current.pem"),
+        )
+        .unwrap();
+        let got = resolve_in_root(&root, "var/lib/kubelet/pki/current.pem")
+            .unwrap()
+            .unwrap();
         assert_eq!(got, root.join("var/lib/kubelet/pki/real.pem"));
         // A relative link that climbs out is refused.
         symlink("../../../../../../../../etc/hostname", root.join("escape")).unwrap();
-        assert!(matches!(resolve_in_root(&root, "escape"), Err(ReadError::OutsideRoot { .. })));
+        assert!(matches!(
+            resolve_in_root(&root, "escape"),
+            Err(ReadError::OutsideRoot { .. })
+        ));
         // An absolute link to a real file outside the root is refused.
         let outside = tmp("links-outside");
         fs::write(outside.join("f.crt"), "x").unwrap();
         symlink(outside.join("f.crt"), root.join("out.crt")).unwrap();
-        assert!(matches!(resolve_in_root(&root, "out.crt"), Err(ReadError::OutsideRoot { .. })));
+        assert!(matches!(
+            resolve_in_root(&root, "out.crt"),
+            Err(ReadError::OutsideRoot { .. })
+        ));
         // A loop is reported.
         symlink("loop-b", root.join("loop-a")).unwrap();
         symlink("loop-a", root.join("loop-b")).unwrap();
-        assert!(matches!(resolve_in_root(&root, "loop-a"), Err(ReadError::SymlinkLoop { .. })));
+        assert!(matches!(
+            resolve_in_root(&root, "loop-a"),
+            Err(ReadError::SymlinkLoop { .. })
+        ));
         assert!(resolve_in_root(&root, "absent").unwrap().is_none());
     }
 
@@ -259,9 +317,15 @@ mod tests {
         let root = tmp("reads");
         let big = File::create(root.join("big.crt")).unwrap();
         big.set_len(5 * 1024 * 1024 * 1024).unwrap(); // sparse 5 GiB
-        assert!(matches!(read_in_root(&root, "big.crt", 1024), Err(ReadError::TooLarge { .. })));
+        assert!(matches!(
+            read_in_root(&root, "big.crt", 1024),
+            Err(ReadError::TooLarge { .. })
+        ));
         fs::create_dir(root.join("dir.crt")).unwrap();
-        assert!(matches!(read_in_root(&root, "dir.crt", 1024), Err(ReadError::NotRegular { .. })));
+        assert!(matches!(
+            read_in_root(&root, "dir.crt", 1024),
+            Err(ReadError::NotRegular { .. })
+        ));
         fs::write(root.join("ok"), "hello").unwrap();
         assert_eq!(read_in_root(&root, "ok", 1024).unwrap().unwrap(), b"hello");
     }

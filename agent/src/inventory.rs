@@ -92,7 +92,11 @@ pub struct Inventory {
 impl Inventory {
     /// The worst status: drives the exit code of `check`.
     pub fn worst(&self) -> Option<Status> {
-        self.certificates.iter().map(|r| r.status).chain(self.keys.iter().map(|k| k.status)).max()
+        self.certificates
+            .iter()
+            .map(|r| r.status)
+            .chain(self.keys.iter().map(|k| k.status))
+            .max()
     }
 
     /// The record with this name.
@@ -105,7 +109,11 @@ impl Inventory {
 /// container, else `/`.
 pub fn default_root() -> PathBuf {
     let host = Path::new(catalog::paths::BOTTLEROCKET_HOST_ROOT);
-    if host.is_dir() { host.to_path_buf() } else { PathBuf::from("/") }
+    if host.is_dir() {
+        host.to_path_buf()
+    } else {
+        PathBuf::from("/")
+    }
 }
 
 /// What was loaded for one entry, before statuses are decided.
@@ -129,7 +137,10 @@ pub fn take(root: &Path, now: i64, warn_within: i64) -> Inventory {
     for (entry, item) in entries.iter().zip(&loaded) {
         records.push(record(entry, item, &entries, &loaded, now, warn_within));
     }
-    let keys = detected.iter().filter_map(|l| service_account(root, l)).collect();
+    let keys = detected
+        .iter()
+        .filter_map(|l| service_account(root, l))
+        .collect();
     Inventory {
         root: root.display().to_string(),
         layouts: detected.iter().map(|l| l.name.to_string()).collect(),
@@ -148,7 +159,13 @@ fn read(root: &Path, rel: &str) -> Result<Option<Vec<u8>>, ReadError> {
 }
 
 fn load(root: &Path, entry: &Entry) -> Loaded {
-    let mut out = Loaded { cert: None, key: None, cert_path: None, error: None, present: false };
+    let mut out = Loaded {
+        cert: None,
+        key: None,
+        cert_path: None,
+        error: None,
+        present: false,
+    };
     let bytes = match read(root, &entry.path) {
         Ok(Some(b)) => b,
         Ok(None) => return out,
@@ -203,7 +220,10 @@ fn load_kubeconfig(root: &Path, entry: &Entry, bytes: &[u8], out: &mut Loaded) {
             Source::Embedded(b) => Ok((b.clone(), None)),
             Source::File(p) => match read(root, p) {
                 Ok(Some(b)) => Ok((b, Some(p.trim_start_matches('/').to_string()))),
-                Ok(None) => Err(format!("{what} '{p}' named by '{}' does not exist", entry.path)),
+                Ok(None) => Err(format!(
+                    "{what} '{p}' named by '{}' does not exist",
+                    entry.path
+                )),
                 Err(e) => Err(e.to_string()),
             },
         }
@@ -231,7 +251,14 @@ fn load_kubeconfig(root: &Path, entry: &Entry, bytes: &[u8], out: &mut Loaded) {
     }
 }
 
-fn record(entry: &Entry, item: &Loaded, entries: &[Entry], loaded: &[Loaded], now: i64, warn: i64) -> Record {
+fn record(
+    entry: &Entry,
+    item: &Loaded,
+    entries: &[Entry],
+    loaded: &[Loaded],
+    now: i64,
+    warn: i64,
+) -> Record {
     let mut r = Record {
         name: entry.name.clone(),
         path: entry.path.clone(),
@@ -266,7 +293,9 @@ fn record(entry: &Entry, item: &Loaded, entries: &[Entry], loaded: &[Loaded], no
     }
     // The signer, by catalog name; unknown certificates are matched by issuer name.
     let ca_index = match &entry.ca {
-        Some(ca) => entries.iter().position(|e| &e.name == ca && e.kind == Kind::Ca),
+        Some(ca) => entries
+            .iter()
+            .position(|e| &e.name == ca && e.kind == Kind::Ca),
         None if entry.kind == Kind::Other => item.cert.as_ref().and_then(|c| {
             entries.iter().zip(loaded).position(|(e, l)| {
                 e.kind == Kind::Ca
@@ -306,7 +335,10 @@ fn record(entry: &Entry, item: &Loaded, entries: &[Entry], loaded: &[Loaded], no
         let ok = key.matches(cert);
         r.key_matches = Some(ok);
         if !ok {
-            let where_key = entry.key_path.clone().unwrap_or_else(|| format!("{} (embedded client-key-data)", entry.path));
+            let where_key = entry
+                .key_path
+                .clone()
+                .unwrap_or_else(|| format!("{} (embedded client-key-data)", entry.path));
             problems.push(format!(
                 "private key '{where_key}' does not match the certificate '{}'; restore the pair \
                  from a backup ('certrotor backups') or renew it with 'certrotor renew --cert {}'",
@@ -317,7 +349,10 @@ fn record(entry: &Entry, item: &Loaded, entries: &[Entry], loaded: &[Loaded], no
     }
     if entry.kind == Kind::Ca {
         if !cert.is_ca() {
-            problems.push(format!("'{}' is not a CA certificate (BasicConstraints CA:TRUE missing)", entry.path));
+            problems.push(format!(
+                "'{}' is not a CA certificate (BasicConstraints CA:TRUE missing)",
+                entry.path
+            ));
         }
     } else if let Some(i) = ca_index {
         match &loaded[i].cert {
@@ -325,13 +360,18 @@ fn record(entry: &Entry, item: &Loaded, entries: &[Entry], loaded: &[Loaded], no
                 Ok(()) => r.chain_ok = Some(true),
                 Err(e) => {
                     r.chain_ok = Some(false);
-                    problems.push(format!("{e}; the certificate belongs to another cluster or its CA was replaced"));
+                    problems.push(format!(
+                        "{e}; the certificate belongs to another cluster or its CA was replaced"
+                    ));
                 }
             },
             None => problems.push(format!("its CA '{}' could not be read", entries[i].name)),
         }
     } else if entry.ca.is_some() {
-        problems.push(format!("its CA '{}' is not on this node", entry.ca.as_deref().unwrap_or("?")));
+        problems.push(format!(
+            "its CA '{}' is not on this node",
+            entry.ca.as_deref().unwrap_or("?")
+        ));
     }
     if facts.not_before > now {
         problems.push(format!(
@@ -349,9 +389,16 @@ fn record(entry: &Entry, item: &Loaded, entries: &[Entry], loaded: &[Loaded], no
         Status::Ok
     };
     if facts.not_after <= now && r.status == Status::Invalid {
-        problems.push(format!("also expired on {}", crate::clock::rfc3339(facts.not_after)));
+        problems.push(format!(
+            "also expired on {}",
+            crate::clock::rfc3339(facts.not_after)
+        ));
     }
-    r.error = if problems.is_empty() { None } else { Some(problems.join("; ")) };
+    r.error = if problems.is_empty() {
+        None
+    } else {
+        Some(problems.join("; "))
+    };
     if r.status == Status::Expired {
         r.error = Some(format!(
             "expired on {}; renew with 'certrotor renew'",
@@ -365,10 +412,16 @@ fn record(entry: &Entry, item: &Loaded, entries: &[Entry], loaded: &[Loaded], no
 fn unknown_certificates(root: &Path, layouts: &[Layout], known: &[Entry]) -> Vec<Entry> {
     let mut out = Vec::new();
     for dir in catalog::scanned_dirs(layouts) {
-        let Ok(Some(real)) = fsutil::resolve_in_root(root, &dir) else { continue };
-        let Ok(list) = std::fs::read_dir(&real) else { continue };
-        let mut names: Vec<String> =
-            list.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().to_string()).collect();
+        let Ok(Some(real)) = fsutil::resolve_in_root(root, &dir) else {
+            continue;
+        };
+        let Ok(list) = std::fs::read_dir(&real) else {
+            continue;
+        };
+        let mut names: Vec<String> = list
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().to_string())
+            .collect();
         names.sort();
         for file in names.into_iter().filter(|n| n.ends_with(".crt")) {
             let path = format!("{dir}/{file}");
@@ -389,7 +442,11 @@ fn unknown_certificates(root: &Path, layouts: &[Layout], known: &[Entry]) -> Vec
                 required: false,
                 renewable: false,
                 flavor: catalog::Flavor::Kubeadm,
-                layout: layouts.iter().find(|l| dir.starts_with(l.dir)).map(|l| l.name).unwrap_or("other"),
+                layout: layouts
+                    .iter()
+                    .find(|l| dir.starts_with(l.dir))
+                    .map(|l| l.name)
+                    .unwrap_or("other"),
                 description: "certificate not known to kubeadm or etcdadm",
             });
         }
@@ -424,7 +481,11 @@ fn service_account(root: &Path, layout: &Layout) -> Option<KeyRecord> {
             }
             Ok(key) => {
                 rec.public_key = Some(key.algorithm().to_string());
-                match read(root, &pub_path).ok().flatten().and_then(|p| public_key_bits(&p)) {
+                match read(root, &pub_path)
+                    .ok()
+                    .flatten()
+                    .and_then(|p| public_key_bits(&p))
+                {
                     Some(bits) => {
                         let ok = bits == key.public_key_bits();
                         rec.key_matches = Some(ok);
@@ -435,7 +496,8 @@ fn service_account(root: &Path, layout: &Layout) -> Option<KeyRecord> {
                     }
                     None => {
                         rec.status = Status::Invalid;
-                        rec.error = Some(format!("'{pub_path}' is missing or not a PUBLIC KEY PEM"));
+                        rec.error =
+                            Some(format!("'{pub_path}' is missing or not a PUBLIC KEY PEM"));
                     }
                 }
             }

@@ -34,7 +34,11 @@ pub struct Credentials {
 impl fmt::Debug for Credentials {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The key may be embedded: never print it.
-        write!(f, "Credentials(user={}, cluster={})", self.user, self.cluster)
+        write!(
+            f,
+            "Credentials(user={}, cluster={})",
+            self.user, self.cluster
+        )
     }
 }
 
@@ -69,9 +73,10 @@ impl fmt::Debug for Kubeconfig {
 impl Kubeconfig {
     /// Parses YAML (or JSON) text.
     pub fn parse(bytes: &[u8]) -> Result<Kubeconfig, KubeconfigError> {
-        let text = std::str::from_utf8(bytes).map_err(|_| err("the kubeconfig is not UTF-8 text"))?;
-        let doc: Value =
-            serde_norway::from_str(text).map_err(|e| err(format!("the kubeconfig is not valid YAML: {e}")))?;
+        let text =
+            std::str::from_utf8(bytes).map_err(|_| err("the kubeconfig is not UTF-8 text"))?;
+        let doc: Value = serde_norway::from_str(text)
+            .map_err(|e| err(format!("the kubeconfig is not valid YAML: {e}")))?;
         if !doc.is_mapping() {
             return Err(err("the kubeconfig is not a YAML mapping"));
         }
@@ -80,11 +85,19 @@ impl Kubeconfig {
 
     /// Serializes back to YAML.
     pub fn to_yaml(&self) -> Result<String, KubeconfigError> {
-        serde_norway::to_string(&self.doc).map_err(|e| err(format!("cannot write the kubeconfig: {e}")))
+        serde_norway::to_string(&self.doc)
+            .map_err(|e| err(format!("cannot write the kubeconfig: {e}")))
     }
 
     /// Builds a kubeconfig the way kubeadm's `CreateWithCerts` does.
-    pub fn new_embedded(cluster: &str, server: &str, user: &str, ca_pem: &[u8], cert_pem: &[u8], key_pem: &[u8]) -> Kubeconfig {
+    pub fn new_embedded(
+        cluster: &str,
+        server: &str,
+        user: &str,
+        ca_pem: &[u8],
+        cert_pem: &[u8],
+        key_pem: &[u8],
+    ) -> Kubeconfig {
         let b64 = |b: &[u8]| Value::String(base64_encode(b));
         let map = |pairs: Vec<(&str, Value)>| {
             let mut m = Mapping::new();
@@ -101,7 +114,10 @@ impl Kubeconfig {
                 Value::Sequence(vec![map(vec![
                     (
                         "cluster",
-                        map(vec![("certificate-authority-data", b64(ca_pem)), ("server", Value::String(server.into()))]),
+                        map(vec![
+                            ("certificate-authority-data", b64(ca_pem)),
+                            ("server", Value::String(server.into())),
+                        ]),
                     ),
                     ("name", Value::String(cluster.into())),
                 ])]),
@@ -111,7 +127,10 @@ impl Kubeconfig {
                 Value::Sequence(vec![map(vec![
                     (
                         "context",
-                        map(vec![("cluster", Value::String(cluster.into())), ("user", Value::String(user.into()))]),
+                        map(vec![
+                            ("cluster", Value::String(cluster.into())),
+                            ("user", Value::String(user.into())),
+                        ]),
                     ),
                     ("name", Value::String(context_name.clone())),
                 ])]),
@@ -123,7 +142,13 @@ impl Kubeconfig {
                 "users",
                 Value::Sequence(vec![map(vec![
                     ("name", Value::String(user.into())),
-                    ("user", map(vec![("client-certificate-data", b64(cert_pem)), ("client-key-data", b64(key_pem))])),
+                    (
+                        "user",
+                        map(vec![
+                            ("client-certificate-data", b64(cert_pem)),
+                            ("client-key-data", b64(key_pem)),
+                        ]),
+                    ),
                 ])]),
             ),
         ]);
@@ -135,44 +160,77 @@ impl Kubeconfig {
         let (user_name, cluster_name) = self.current()?;
         let user = named(&self.doc, "users", &user_name, "user")?;
         let cluster = named(&self.doc, "clusters", &cluster_name, "cluster")?;
-        let source = |m: &Value, data: &str, file: &str| -> Result<Option<Source>, KubeconfigError> {
-            if let Some(v) = m.get(data).and_then(Value::as_str) {
-                let bytes = base64_decode(v).ok_or_else(|| err(format!("'{data}' is not valid base64")))?;
-                return Ok(Some(Source::Embedded(bytes)));
-            }
-            Ok(m.get(file).and_then(Value::as_str).map(|p| Source::File(p.to_string())))
-        };
-        let client_certificate = source(user, "client-certificate-data", "client-certificate")?.ok_or_else(|| {
-            err(format!("user '{user_name}' has no client-certificate-data or client-certificate"))
+        let source =
+            |m: &Value, data: &str, file: &str| -> Result<Option<Source>, KubeconfigError> {
+                if let Some(v) = m.get(data).and_then(Value::as_str) {
+                    let bytes = base64_decode(v)
+                        .ok_or_else(|| err(format!("'{data}' is not valid base64")))?;
+                    return Ok(Some(Source::Embedded(bytes)));
+                }
+                Ok(m.get(file)
+                    .and_then(Value::as_str)
+                    .map(|p| Source::File(p.to_string())))
+            };
+        let client_certificate = source(user, "client-certificate-data", "client-certificate")?
+            .ok_or_else(|| {
+                err(format!(
+                    "user '{user_name}' has no client-certificate-data or client-certificate"
+                ))
+            })?;
+        let client_key = source(user, "client-key-data", "client-key")?.ok_or_else(|| {
+            err(format!(
+                "user '{user_name}' has no client-key-data or client-key"
+            ))
         })?;
-        let client_key = source(user, "client-key-data", "client-key")?
-            .ok_or_else(|| err(format!("user '{user_name}' has no client-key-data or client-key")))?;
         Ok(Credentials {
             user: user_name,
             cluster: cluster_name,
-            server: cluster.get("server").and_then(Value::as_str).map(str::to_string),
+            server: cluster
+                .get("server")
+                .and_then(Value::as_str)
+                .map(str::to_string),
             client_certificate,
             client_key,
-            certificate_authority: source(cluster, "certificate-authority-data", "certificate-authority")?,
+            certificate_authority: source(
+                cluster,
+                "certificate-authority-data",
+                "certificate-authority",
+            )?,
         })
     }
 
     /// Replaces the current user's embedded client certificate and key, and the current
     /// cluster's CA data. Refuses a kubeconfig whose credentials are files (kubeadm refuses too).
-    pub fn replace_credentials(&mut self, cert_pem: &[u8], key_pem: &[u8], ca_pem: &[u8]) -> Result<(), KubeconfigError> {
+    pub fn replace_credentials(
+        &mut self,
+        cert_pem: &[u8],
+        key_pem: &[u8],
+        ca_pem: &[u8],
+    ) -> Result<(), KubeconfigError> {
         let (user_name, cluster_name) = self.current()?;
         let creds = self.credentials()?;
-        if !matches!(creds.client_certificate, Source::Embedded(_)) || !matches!(creds.client_key, Source::Embedded(_)) {
+        if !matches!(creds.client_certificate, Source::Embedded(_))
+            || !matches!(creds.client_key, Source::Embedded(_))
+        {
             return Err(err(format!(
                 "user '{user_name}' does not embed its client certificate and key; certrotor \
                  renews embedded credentials only, as kubeadm does"
             )));
         }
         let user = named_mut(&mut self.doc, "users", &user_name, "user")?;
-        user.insert(Value::String("client-certificate-data".into()), Value::String(base64_encode(cert_pem)));
-        user.insert(Value::String("client-key-data".into()), Value::String(base64_encode(key_pem)));
+        user.insert(
+            Value::String("client-certificate-data".into()),
+            Value::String(base64_encode(cert_pem)),
+        );
+        user.insert(
+            Value::String("client-key-data".into()),
+            Value::String(base64_encode(key_pem)),
+        );
         let cluster = named_mut(&mut self.doc, "clusters", &cluster_name, "cluster")?;
-        cluster.insert(Value::String("certificate-authority-data".into()), Value::String(base64_encode(ca_pem)));
+        cluster.insert(
+            Value::String("certificate-authority-data".into()),
+            Value::String(base64_encode(ca_pem)),
+        );
         Ok(())
     }
 
@@ -196,22 +254,48 @@ impl Kubeconfig {
 }
 
 /// Finds `list[*]` with `name == wanted` and returns its `inner` mapping.
-fn named<'a>(doc: &'a Value, list: &str, wanted: &str, inner: &str) -> Result<&'a Value, KubeconfigError> {
+fn named<'a>(
+    doc: &'a Value,
+    list: &str,
+    wanted: &str,
+    inner: &str,
+) -> Result<&'a Value, KubeconfigError> {
     doc.get(list)
         .and_then(Value::as_sequence)
-        .and_then(|items| items.iter().find(|i| i.get("name").and_then(Value::as_str) == Some(wanted)))
+        .and_then(|items| {
+            items
+                .iter()
+                .find(|i| i.get("name").and_then(Value::as_str) == Some(wanted))
+        })
         .and_then(|i| i.get(inner))
         .filter(|v| v.is_mapping())
-        .ok_or_else(|| err(format!("the kubeconfig has no {inner} named '{wanted}' in '{list}'")))
+        .ok_or_else(|| {
+            err(format!(
+                "the kubeconfig has no {inner} named '{wanted}' in '{list}'"
+            ))
+        })
 }
 
-fn named_mut<'a>(doc: &'a mut Value, list: &str, wanted: &str, inner: &str) -> Result<&'a mut Mapping, KubeconfigError> {
+fn named_mut<'a>(
+    doc: &'a mut Value,
+    list: &str,
+    wanted: &str,
+    inner: &str,
+) -> Result<&'a mut Mapping, KubeconfigError> {
     doc.get_mut(list)
         .and_then(Value::as_sequence_mut)
-        .and_then(|items| items.iter_mut().find(|i| i.get("name").and_then(Value::as_str) == Some(wanted)))
+        .and_then(|items| {
+            items
+                .iter_mut()
+                .find(|i| i.get("name").and_then(Value::as_str) == Some(wanted))
+        })
         .and_then(|i| i.get_mut(inner))
         .and_then(Value::as_mapping_mut)
-        .ok_or_else(|| err(format!("the kubeconfig has no {inner} named '{wanted}' in '{list}'")))
+        .ok_or_else(|| {
+            err(format!(
+                "the kubeconfig has no {inner} named '{wanted}' in '{list}'"
+            ))
+        })
 }
 
 const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -220,7 +304,11 @@ const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012
 pub fn base64_encode(data: &[u8]) -> String {
     let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
     for chunk in data.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
         let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
         for i in 0..4 {
             if i <= chunk.len() {
@@ -312,16 +400,32 @@ users:
         let mut kc = Kubeconfig::parse(yaml.as_bytes()).unwrap();
         let creds = kc.credentials().unwrap();
         assert_eq!(creds.user, "kubernetes-admin");
-        assert_eq!(creds.client_certificate, Source::Embedded(b"oldcert".to_vec()));
-        kc.replace_credentials(b"newcert", b"newkey", b"newca").unwrap();
+        assert_eq!(
+            creds.client_certificate,
+            Source::Embedded(b"oldcert".to_vec())
+        );
+        kc.replace_credentials(b"newcert", b"newkey", b"newca")
+            .unwrap();
         let out = kc.to_yaml().unwrap();
-        let again = Kubeconfig::parse(out.as_bytes()).unwrap().credentials().unwrap();
-        assert_eq!(again.client_certificate, Source::Embedded(b"newcert".to_vec()));
+        let again = Kubeconfig::parse(out.as_bytes())
+            .unwrap()
+            .credentials()
+            .unwrap();
+        assert_eq!(
+            again.client_certificate,
+            Source::Embedded(b"newcert".to_vec())
+        );
         assert_eq!(again.client_key, Source::Embedded(b"newkey".to_vec()));
-        assert_eq!(again.certificate_authority, Some(Source::Embedded(b"newca".to_vec())));
+        assert_eq!(
+            again.certificate_authority,
+            Some(Source::Embedded(b"newca".to_vec()))
+        );
         assert!(out.contains("a2VlcA=="), "other user kept");
         assert!(out.contains("server: https://10.0.0.1:6443"));
-        assert!(out.find("apiVersion").unwrap() < out.find("users").unwrap(), "order kept");
+        assert!(
+            out.find("apiVersion").unwrap() < out.find("users").unwrap(),
+            "order kept"
+        );
     }
 
     #[test]
@@ -329,9 +433,17 @@ users:
         let yaml = "apiVersion: v1\nclusters:\n- cluster:\n    server: https://x\n  name: default-cluster\ncontexts:\n- context:\n    cluster: default-cluster\n    user: default-auth\n  name: default-context\ncurrent-context: default-context\nkind: Config\nusers:\n- name: default-auth\n  user:\n    client-certificate: /var/lib/kubelet/pki/kubelet-client-current.pem\n    client-key: /var/lib/kubelet/pki/kubelet-client-current.pem\n";
         let mut kc = Kubeconfig::parse(yaml.as_bytes()).unwrap();
         let c = kc.credentials().unwrap();
-        assert_eq!(c.client_certificate, Source::File("/var/lib/kubelet/pki/kubelet-client-current.pem".into()));
+        assert_eq!(
+            c.client_certificate,
+            Source::File("/var/lib/kubelet/pki/kubelet-client-current.pem".into())
+        );
         assert!(kc.replace_credentials(b"a", b"b", b"c").is_err());
         assert!(Kubeconfig::parse(b"[1,2]").is_err());
-        assert!(Kubeconfig::parse(b"current-context: x\n").unwrap().credentials().is_err());
+        assert!(
+            Kubeconfig::parse(b"current-context: x\n")
+                .unwrap()
+                .credentials()
+                .is_err()
+        );
     }
 }

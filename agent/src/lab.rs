@@ -81,7 +81,11 @@ const API_PORT: u16 = 6443;
 
 /// Writes the lab node(s) under `dir`, which must be absent or empty.
 pub fn init(dir: &Path, opts: &LabOptions) -> Result<LabSummary, LabError> {
-    if dir.exists() && std::fs::read_dir(dir).map(|mut d| d.next().is_some()).unwrap_or(true) {
+    if dir.exists()
+        && std::fs::read_dir(dir)
+            .map(|mut d| d.next().is_some())
+            .unwrap_or(true)
+    {
         return Err(LabError(format!(
             "'{}' exists and is not empty; lab init writes only into a new or empty folder",
             dir.display()
@@ -100,30 +104,95 @@ pub fn init(dir: &Path, opts: &LabOptions) -> Result<LabSummary, LabError> {
     let roots = match opts.topology {
         Topology::Stacked => {
             let root = dir.to_path_buf();
-            let (ca, ca_key) = write_ca(&mut w, &root, &format!("{kdir}/pki/ca"), "kubernetes", opts, &clock)?;
-            let (fp, fp_key) =
-                write_ca(&mut w, &root, &format!("{kdir}/pki/front-proxy-ca"), "front-proxy-ca", opts, &clock)?;
-            let (etcd, etcd_key) = write_ca(&mut w, &root, &format!("{kdir}/pki/etcd/ca"), "etcd-ca", opts, &clock)?;
-            let cas = Cas { ca: (&ca, &ca_key), front_proxy: (&fp, &fp_key), etcd: Some((&etcd, &etcd_key)) };
+            let (ca, ca_key) = write_ca(
+                &mut w,
+                &root,
+                &format!("{kdir}/pki/ca"),
+                "kubernetes",
+                opts,
+                &clock,
+            )?;
+            let (fp, fp_key) = write_ca(
+                &mut w,
+                &root,
+                &format!("{kdir}/pki/front-proxy-ca"),
+                "front-proxy-ca",
+                opts,
+                &clock,
+            )?;
+            let (etcd, etcd_key) = write_ca(
+                &mut w,
+                &root,
+                &format!("{kdir}/pki/etcd/ca"),
+                "etcd-ca",
+                opts,
+                &clock,
+            )?;
+            let cas = Cas {
+                ca: (&ca, &ca_key),
+                front_proxy: (&fp, &fp_key),
+                etcd: Some((&etcd, &etcd_key)),
+            };
             write_control_plane(&mut w, &root, kdir, opts, &clock, &cas, true)?;
             vec![root]
         }
         Topology::ExternalEtcd => {
             let cp = dir.join("control-plane");
             let etcd_root = dir.join("etcd");
-            let (ca, ca_key) = write_ca(&mut w, &cp, &format!("{kdir}/pki/ca"), "kubernetes", opts, &clock)?;
-            let (fp, fp_key) =
-                write_ca(&mut w, &cp, &format!("{kdir}/pki/front-proxy-ca"), "front-proxy-ca", opts, &clock)?;
+            let (ca, ca_key) = write_ca(
+                &mut w,
+                &cp,
+                &format!("{kdir}/pki/ca"),
+                "kubernetes",
+                opts,
+                &clock,
+            )?;
+            let (fp, fp_key) = write_ca(
+                &mut w,
+                &cp,
+                &format!("{kdir}/pki/front-proxy-ca"),
+                "front-proxy-ca",
+                opts,
+                &clock,
+            )?;
             // EKS Anywhere: the etcd CA comes from Cluster API, CN "kubernetes" like the others.
-            let (etcd, etcd_key) = write_ca(&mut w, &etcd_root, &format!("{etcd_dir}/ca"), "kubernetes", opts, &clock)?;
-            w.file(&cp, &format!("{kdir}/pki/etcd/ca.crt"), etcd.to_pem()?.as_bytes(), 0o644)?;
-            let cas = Cas { ca: (&ca, &ca_key), front_proxy: (&fp, &fp_key), etcd: Some((&etcd, &etcd_key)) };
+            let (etcd, etcd_key) = write_ca(
+                &mut w,
+                &etcd_root,
+                &format!("{etcd_dir}/ca"),
+                "kubernetes",
+                opts,
+                &clock,
+            )?;
+            w.file(
+                &cp,
+                &format!("{kdir}/pki/etcd/ca.crt"),
+                etcd.to_pem()?.as_bytes(),
+                0o644,
+            )?;
+            let cas = Cas {
+                ca: (&ca, &ca_key),
+                front_proxy: (&fp, &fp_key),
+                etcd: Some((&etcd, &etcd_key)),
+            };
             write_control_plane(&mut w, &cp, kdir, opts, &clock, &cas, false)?;
-            write_etcd_node(&mut w, &etcd_root, etcd_dir, &cp, kdir, opts, &clock, (&etcd, &etcd_key))?;
+            write_etcd_node(
+                &mut w,
+                &etcd_root,
+                etcd_dir,
+                &cp,
+                kdir,
+                opts,
+                &clock,
+                (&etcd, &etcd_key),
+            )?;
             vec![cp, etcd_root]
         }
     };
-    Ok(LabSummary { roots, files: w.files })
+    Ok(LabSummary {
+        roots,
+        files: w.files,
+    })
 }
 
 /// The validity windows of a lab node.
@@ -136,17 +205,32 @@ struct LabClock {
 impl LabClock {
     fn new(now: i64, expires_in: i64) -> LabClock {
         let leaf_not_after = now + expires_in;
-        LabClock { birth: (leaf_not_after - YEAR).min(now), leaf_not_after }
+        LabClock {
+            birth: (leaf_not_after - YEAR).min(now),
+            leaf_not_after,
+        }
     }
     fn ca(&self) -> Issuance {
-        Issuance { serial: 0, not_before: self.birth - 300, not_after: self.birth + 10 * YEAR }
+        Issuance {
+            serial: 0,
+            not_before: self.birth - 300,
+            not_after: self.birth + 10 * YEAR,
+        }
     }
     fn leaf(&self) -> Issuance {
-        Issuance { serial: 0, not_before: self.birth - 300, not_after: self.leaf_not_after }
+        Issuance {
+            serial: 0,
+            not_before: self.birth - 300,
+            not_after: self.leaf_not_after,
+        }
     }
     /// etcdadm backdates leaves to the CA's notBefore.
     fn etcdadm_leaf(&self) -> Issuance {
-        Issuance { serial: 0, not_before: self.birth - 300, not_after: self.leaf_not_after }
+        Issuance {
+            serial: 0,
+            not_before: self.birth - 300,
+            not_after: self.leaf_not_after,
+        }
     }
 }
 
@@ -173,10 +257,26 @@ impl Writer {
         Ok(())
     }
 
-    fn pair(&mut self, root: &Path, base: &str, cert: &Cert, key: &PrivateKey) -> Result<(), LabError> {
+    fn pair(
+        &mut self,
+        root: &Path,
+        base: &str,
+        cert: &Cert,
+        key: &PrivateKey,
+    ) -> Result<(), LabError> {
         // kubeadm writes the key first, then the certificate.
-        self.file(root, &format!("{base}.key"), key.to_pem(key.encoding)?.0.as_bytes(), 0o600)?;
-        self.file(root, &format!("{base}.crt"), cert.to_pem()?.as_bytes(), 0o644)
+        self.file(
+            root,
+            &format!("{base}.key"),
+            key.to_pem(key.encoding)?.0.as_bytes(),
+            0o600,
+        )?;
+        self.file(
+            root,
+            &format!("{base}.crt"),
+            cert.to_pem()?.as_bytes(),
+            0o644,
+        )
     }
 }
 
@@ -199,7 +299,10 @@ fn write_ca(
         basic_constraints: Some(true),
         subject_key_id: true,
     };
-    let issuance = Issuance { serial: pki::random_serial()?, ..clock.ca() };
+    let issuance = Issuance {
+        serial: pki::random_serial()?,
+        ..clock.ca()
+    };
     let cert = pki::issue(&profile, &key.spki()?, None, &key, issuance)?;
     w.pair(root, base, &cert, &key)?;
     Ok((cert, key))
@@ -216,23 +319,52 @@ struct LeafSpec<'a> {
     etcdadm: bool,
 }
 
-fn issue_leaf(spec: &LeafSpec<'_>, signer: (&Cert, &PrivateKey), opts: &LabOptions, clock: &LabClock) -> Result<(Cert, PrivateKey), LabError> {
+fn issue_leaf(
+    spec: &LeafSpec<'_>,
+    signer: (&Cert, &PrivateKey),
+    opts: &LabOptions,
+    clock: &LabClock,
+) -> Result<(Cert, PrivateKey), LabError> {
     // etcdadm always makes RSA-2048 keys.
-    let algorithm = if spec.etcdadm { KeyAlgorithm::Rsa(2048) } else { opts.key_algorithm };
+    let algorithm = if spec.etcdadm {
+        KeyAlgorithm::Rsa(2048)
+    } else {
+        opts.key_algorithm
+    };
     let key = PrivateKey::generate(algorithm)?;
     let profile = Profile {
         subject: pki::kubeadm_subject(&spec.cn, &spec.orgs)?,
         dns_names: spec.dns.clone(),
         ip_addresses: spec.ips.clone(),
-        san_order: if spec.etcdadm { SanOrder::AsGiven } else { SanOrder::Kubeadm },
+        san_order: if spec.etcdadm {
+            SanOrder::AsGiven
+        } else {
+            SanOrder::Kubeadm
+        },
         key_usage: pki::leaf_key_usage(),
         ext_key_usage: spec.eku.clone(),
         basic_constraints: if spec.etcdadm { None } else { Some(false) },
         subject_key_id: false,
     };
-    let window = if spec.etcdadm { clock.etcdadm_leaf() } else { clock.leaf() };
-    let issuance = Issuance { serial: pki::random_serial()?, ..window };
-    let cert = pki::issue(&profile, &key.spki()?, Some(&Signer { cert: signer.0, key: signer.1 }), &key, issuance)?;
+    let window = if spec.etcdadm {
+        clock.etcdadm_leaf()
+    } else {
+        clock.leaf()
+    };
+    let issuance = Issuance {
+        serial: pki::random_serial()?,
+        ..window
+    };
+    let cert = pki::issue(
+        &profile,
+        &key.spki()?,
+        Some(&Signer {
+            cert: signer.0,
+            key: signer.1,
+        }),
+        &key,
+        issuance,
+    )?;
     Ok((cert, key))
 }
 
@@ -249,12 +381,19 @@ fn write_control_plane(
     let adv = opts.advertise_address;
     let loopback4: IpAddr = [127, 0, 0, 1].into();
     let loopback6: IpAddr = "::1".parse().map_err(|_| LabError("bad ::1".into()))?;
-    let service_ip: IpAddr = SERVICE_IP.parse().map_err(|_| LabError("bad service IP".into()))?;
+    let service_ip: IpAddr = SERVICE_IP
+        .parse()
+        .map_err(|_| LabError("bad service IP".into()))?;
     let pki_dir = format!("{kdir}/pki");
     let server = vec![oid::SERVER_AUTH];
     let client = vec![oid::CLIENT_AUTH];
     let both = vec![oid::SERVER_AUTH, oid::CLIENT_AUTH];
-    let leaf = |base: &str, cn: &str, orgs: Vec<&'static str>, dns: Vec<String>, ips: Vec<IpAddr>, eku: &Vec<_>| LeafSpec {
+    let leaf = |base: &str,
+                cn: &str,
+                orgs: Vec<&'static str>,
+                dns: Vec<String>,
+                ips: Vec<IpAddr>,
+                eku: &Vec<_>| LeafSpec {
         base: format!("{pki_dir}/{base}"),
         cn: cn.to_string(),
         orgs,
@@ -271,18 +410,67 @@ fn write_control_plane(
         "kubernetes.default.svc.cluster.local".into(),
     ];
     let mut ca_signed = vec![
-        leaf("apiserver", "kube-apiserver", vec![], apiserver_dns, vec![service_ip, adv], &server),
-        leaf("apiserver-kubelet-client", "kube-apiserver-kubelet-client", vec!["kubeadm:cluster-admins"], vec![], vec![], &client),
+        leaf(
+            "apiserver",
+            "kube-apiserver",
+            vec![],
+            apiserver_dns,
+            vec![service_ip, adv],
+            &server,
+        ),
+        leaf(
+            "apiserver-kubelet-client",
+            "kube-apiserver-kubelet-client",
+            vec!["kubeadm:cluster-admins"],
+            vec![],
+            vec![],
+            &client,
+        ),
     ];
-    let front = leaf("front-proxy-client", "front-proxy-client", vec![], vec![], vec![], &client);
+    let front = leaf(
+        "front-proxy-client",
+        "front-proxy-client",
+        vec![],
+        vec![],
+        vec![],
+        &client,
+    );
     let mut etcd_signed = Vec::new();
     if stacked {
         let member_dns = vec![node.to_string(), "localhost".into()];
         let member_ips = vec![adv, loopback4, loopback6];
-        etcd_signed.push(leaf("etcd/server", node, vec![], member_dns.clone(), member_ips.clone(), &both));
-        etcd_signed.push(leaf("etcd/peer", node, vec![], member_dns, member_ips, &both));
-        etcd_signed.push(leaf("etcd/healthcheck-client", "kube-etcd-healthcheck-client", vec![], vec![], vec![], &client));
-        etcd_signed.push(leaf("apiserver-etcd-client", "kube-apiserver-etcd-client", vec![], vec![], vec![], &client));
+        etcd_signed.push(leaf(
+            "etcd/server",
+            node,
+            vec![],
+            member_dns.clone(),
+            member_ips.clone(),
+            &both,
+        ));
+        etcd_signed.push(leaf(
+            "etcd/peer",
+            node,
+            vec![],
+            member_dns,
+            member_ips,
+            &both,
+        ));
+        etcd_signed.push(leaf(
+            "etcd/healthcheck-client",
+            "kube-etcd-healthcheck-client",
+            vec![],
+            vec![],
+            vec![],
+            &client,
+        ));
+        etcd_signed.push(leaf(
+            "apiserver-etcd-client",
+            "kube-apiserver-etcd-client",
+            vec![],
+            vec![],
+            vec![],
+            &client,
+        ));
     }
     for spec in ca_signed.drain(..) {
         let (cert, key) = issue_leaf(&spec, cas.ca, opts, clock)?;
@@ -302,23 +490,53 @@ fn write_control_plane(
         _ => KeyAlgorithm::Rsa(2048),
     };
     let sa = PrivateKey::generate(sa_alg)?;
-    w.file(root, &format!("{pki_dir}/sa.key"), sa.to_pem(sa.encoding)?.0.as_bytes(), 0o600)?;
+    w.file(
+        root,
+        &format!("{pki_dir}/sa.key"),
+        sa.to_pem(sa.encoding)?.0.as_bytes(),
+        0o600,
+    )?;
     let sa_pub = der::Encode::to_der(&sa.spki()?).map_err(|e| LabError(e.to_string()))?;
     let sa_pub_pem = der::pem::encode_string("PUBLIC KEY", der::pem::LineEnding::LF, &sa_pub)
         .map_err(|e| LabError(e.to_string()))?;
-    w.file(root, &format!("{pki_dir}/sa.pub"), sa_pub_pem.as_bytes(), 0o600)?;
+    w.file(
+        root,
+        &format!("{pki_dir}/sa.pub"),
+        sa_pub_pem.as_bytes(),
+        0o600,
+    )?;
 
     // Kubeconfigs.
     let server_url = format!("https://{}", socket_text(adv, API_PORT));
     let ca_pem = cas.ca.0.to_pem()?;
     let kubeconfigs: [(&str, &str, Vec<&str>); 4] = [
-        ("admin.conf", "kubernetes-admin", vec!["kubeadm:cluster-admins"]),
-        ("super-admin.conf", "kubernetes-super-admin", vec!["system:masters"]),
-        ("controller-manager.conf", "system:kube-controller-manager", vec![]),
+        (
+            "admin.conf",
+            "kubernetes-admin",
+            vec!["kubeadm:cluster-admins"],
+        ),
+        (
+            "super-admin.conf",
+            "kubernetes-super-admin",
+            vec!["system:masters"],
+        ),
+        (
+            "controller-manager.conf",
+            "system:kube-controller-manager",
+            vec![],
+        ),
         ("scheduler.conf", "system:kube-scheduler", vec![]),
     ];
     for (file, cn, orgs) in kubeconfigs {
-        let spec = LeafSpec { base: String::new(), cn: cn.into(), orgs, dns: vec![], ips: vec![], eku: client.clone(), etcdadm: false };
+        let spec = LeafSpec {
+            base: String::new(),
+            cn: cn.into(),
+            orgs,
+            dns: vec![],
+            ips: vec![],
+            eku: client.clone(),
+            etcdadm: false,
+        };
         let (cert, key) = issue_leaf(&spec, cas.ca, opts, clock)?;
         let kc = Kubeconfig::new_embedded(
             &opts.cluster_name,
@@ -333,20 +551,38 @@ fn write_control_plane(
     }
     // kubelet.conf points to the kubelet's own rotating client certificate.
     let node_cn = format!("system:node:{node}");
-    let spec = LeafSpec { base: String::new(), cn: node_cn.clone(), orgs: vec!["system:nodes"], dns: vec![], ips: vec![], eku: client, etcdadm: false };
+    let spec = LeafSpec {
+        base: String::new(),
+        cn: node_cn.clone(),
+        orgs: vec!["system:nodes"],
+        dns: vec![],
+        ips: vec![],
+        eku: client,
+        etcdadm: false,
+    };
     let (cert, key) = issue_leaf(&spec, cas.ca, opts, clock)?;
     let (y, mo, d, h, mi, s) = crate::clock::civil(opts.now);
     let dated = format!("kubelet-client-{y:04}-{mo:02}-{d:02}-{h:02}-{mi:02}-{s:02}.pem");
     let mut bundle = cert.to_pem()?;
     bundle.push_str(&key.to_pem(key.encoding)?.0);
-    w.file(root, &format!("var/lib/kubelet/pki/{dated}"), bundle.as_bytes(), 0o600)?;
+    w.file(
+        root,
+        &format!("var/lib/kubelet/pki/{dated}"),
+        bundle.as_bytes(),
+        0o600,
+    )?;
     std::os::unix::fs::symlink(
         format!("/var/lib/kubelet/pki/{dated}"),
         root.join("var/lib/kubelet/pki/kubelet-client-current.pem"),
     )
     .map_err(|e| LabError(format!("cannot link the kubelet client certificate: {e}")))?;
     let kubelet_conf = kubelet_kubeconfig(&opts.cluster_name, &server_url, ca_pem.as_bytes());
-    w.file(root, &format!("{kdir}/kubelet.conf"), kubelet_conf.as_bytes(), 0o600)?;
+    w.file(
+        root,
+        &format!("{kdir}/kubelet.conf"),
+        kubelet_conf.as_bytes(),
+        0o600,
+    )?;
     Ok(())
 }
 
@@ -377,7 +613,12 @@ fn write_etcd_node(
     let loopback: IpAddr = [127, 0, 0, 1].into();
     let both = vec![oid::SERVER_AUTH, oid::CLIENT_AUTH];
     let client = vec![oid::CLIENT_AUTH];
-    let spec = |file: &str, cn: String, orgs: Vec<&'static str>, dns: Vec<String>, ips: Vec<IpAddr>, eku: &Vec<_>| LeafSpec {
+    let spec = |file: &str,
+                cn: String,
+                orgs: Vec<&'static str>,
+                dns: Vec<String>,
+                ips: Vec<IpAddr>,
+                eku: &Vec<_>| LeafSpec {
         base: format!("{etcd_dir}/{file}"),
         cn,
         orgs,
@@ -387,10 +628,38 @@ fn write_etcd_node(
         etcdadm: true,
     };
     let specs = [
-        spec("server", name.clone(), vec![], vec![name.clone()], vec![ip, loopback], &both),
-        spec("peer", name.clone(), vec![], vec![name.clone()], vec![ip], &both),
-        spec("etcdctl-etcd-client", format!("{name}-etcdctl"), vec!["system:masters"], vec![], vec![], &client),
-        spec("apiserver-etcd-client", format!("{name}-kube-apiserver-etcd-client"), vec!["system:masters"], vec![], vec![], &client),
+        spec(
+            "server",
+            name.clone(),
+            vec![],
+            vec![name.clone()],
+            vec![ip, loopback],
+            &both,
+        ),
+        spec(
+            "peer",
+            name.clone(),
+            vec![],
+            vec![name.clone()],
+            vec![ip],
+            &both,
+        ),
+        spec(
+            "etcdctl-etcd-client",
+            format!("{name}-etcdctl"),
+            vec!["system:masters"],
+            vec![],
+            vec![],
+            &client,
+        ),
+        spec(
+            "apiserver-etcd-client",
+            format!("{name}-kube-apiserver-etcd-client"),
+            vec!["system:masters"],
+            vec![],
+            vec![],
+            &client,
+        ),
     ];
     for s in &specs {
         let (cert, key) = issue_leaf(s, etcd_ca, opts, clock)?;
@@ -401,8 +670,18 @@ fn write_etcd_node(
                 LabLayout::Kubeadm => "apiserver-etcd-client.crt",
                 LabLayout::Bottlerocket => "server-etcd-client.crt",
             };
-            w.file(cp_root, &format!("{kdir}/pki/apiserver-etcd-client.key"), key.to_pem(KeyEncoding::Pkcs1)?.0.as_bytes(), 0o600)?;
-            w.file(cp_root, &format!("{kdir}/pki/{cert_name}"), cert.to_pem()?.as_bytes(), 0o644)?;
+            w.file(
+                cp_root,
+                &format!("{kdir}/pki/apiserver-etcd-client.key"),
+                key.to_pem(KeyEncoding::Pkcs1)?.0.as_bytes(),
+                0o600,
+            )?;
+            w.file(
+                cp_root,
+                &format!("{kdir}/pki/{cert_name}"),
+                cert.to_pem()?.as_bytes(),
+                0o644,
+            )?;
         }
     }
     Ok(())

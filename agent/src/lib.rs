@@ -13,10 +13,22 @@ pub mod fsutil;
 pub mod inventory;
 pub mod kubeconfig;
 pub mod lab;
+pub mod ops;
 pub mod pki;
+pub mod renew;
 pub mod report;
+pub mod txn;
 
 /// Completes or undoes an interrupted transaction before any command reads the PKI.
-pub fn recover_before_reading(_root: &std::path::Path) -> Result<(), cli::Failure> {
+pub fn recover_before_reading(root: &std::path::Path) -> Result<(), cli::Failure> {
+    // Only where certrotor has state: a read-only inspection of a foreign root writes nothing.
+    if txn::state_dir(root).is_dir() {
+        ops::lock_and_recover(root, std::time::Duration::from_secs(60))?;
+    }
     Ok(())
+}
+
+/// Logs one line to stderr with a UTC timestamp. Never give it key material.
+pub fn log(message: &str) {
+    eprintln!("{} certrotor: {message}", clock::rfc3339(clock::now()));
 }

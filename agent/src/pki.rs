@@ -107,7 +107,9 @@ impl fmt::Display for PkiError {
 impl std::error::Error for PkiError {}
 
 fn encode_err(e: der::Error) -> PkiError {
-    PkiError::Encode { detail: e.to_string() }
+    PkiError::Encode {
+        detail: e.to_string(),
+    }
 }
 
 // === Certificates ===
@@ -148,17 +150,25 @@ impl Cert {
     pub fn from_pem(bytes: &[u8]) -> Result<Cert, PkiError> {
         let first = CertificateDer::pem_slice_iter(bytes).next();
         match first {
-            None => Err(PkiError::NoPemBlock { wanted: "CERTIFICATE" }),
-            Some(Err(e)) => Err(PkiError::BadPem { detail: pem_error_text(&e) }),
+            None => Err(PkiError::NoPemBlock {
+                wanted: "CERTIFICATE",
+            }),
+            Some(Err(e)) => Err(PkiError::BadPem {
+                detail: pem_error_text(&e),
+            }),
             Some(Ok(der)) => Cert::from_der(der.as_ref()),
         }
     }
 
     /// Parses DER bytes.
     pub fn from_der(der: &[u8]) -> Result<Cert, PkiError> {
-        let x509 = Certificate::from_der(der)
-            .map_err(|e| PkiError::BadCertificate { detail: e.to_string() })?;
-        Ok(Cert { der: der.to_vec(), x509 })
+        let x509 = Certificate::from_der(der).map_err(|e| PkiError::BadCertificate {
+            detail: e.to_string(),
+        })?;
+        Ok(Cert {
+            der: der.to_vec(),
+            x509,
+        })
     }
 
     /// PEM text as Go's `pem.Encode` writes it (64-column base64, LF).
@@ -237,7 +247,11 @@ impl Cert {
 
     /// The raw subjectPublicKey bits (RSAPublicKey DER, or an uncompressed EC point).
     pub fn public_key_bits(&self) -> &[u8] {
-        self.x509.tbs_certificate.subject_public_key_info.subject_public_key.raw_bytes()
+        self.x509
+            .tbs_certificate
+            .subject_public_key_info
+            .subject_public_key
+            .raw_bytes()
     }
 
     /// The public key algorithm and size, e.g. `RSA-2048` or `ECDSA-P256`.
@@ -267,14 +281,26 @@ impl Cert {
     /// Checks that `ca` signed this certificate: the issuer name matches the CA's subject and
     /// the signature verifies with the CA's public key.
     pub fn verify_signed_by(&self, ca: &Cert, ca_name: &str) -> Result<(), PkiError> {
-        let not_signed = |detail: String| PkiError::NotSignedBy { ca: ca_name.to_string(), detail };
-        let issuer = self.x509.tbs_certificate.issuer.to_der().map_err(encode_err)?;
-        let ca_subject = ca.x509.tbs_certificate.subject.to_der().map_err(encode_err)?;
+        let not_signed = |detail: String| PkiError::NotSignedBy {
+            ca: ca_name.to_string(),
+            detail,
+        };
+        let issuer = self
+            .x509
+            .tbs_certificate
+            .issuer
+            .to_der()
+            .map_err(encode_err)?;
+        let ca_subject = ca
+            .x509
+            .tbs_certificate
+            .subject
+            .to_der()
+            .map_err(encode_err)?;
         if issuer != ca_subject {
             return Err(not_signed(format!(
                 "issuer '{}' differs from the CA subject '{}'",
-                self.x509.tbs_certificate.issuer,
-                ca.x509.tbs_certificate.subject
+                self.x509.tbs_certificate.issuer, ca.x509.tbs_certificate.subject
             )));
         }
         let tbs = tbs_bytes(&self.der).ok_or_else(|| not_signed("TBS bytes unreadable".into()))?;
@@ -292,7 +318,9 @@ impl Cert {
         let signature = self.x509.signature.raw_bytes();
         sig::UnparsedPublicKey::new(algorithm, ca.public_key_bits())
             .verify(tbs, signature)
-            .map_err(|_| not_signed("the signature does not verify with the CA's public key".into()))
+            .map_err(|_| {
+                not_signed("the signature does not verify with the CA's public key".into())
+            })
     }
 }
 
@@ -370,9 +398,13 @@ pub fn unix_to_time(secs: i64) -> Result<Time, PkiError> {
     let duration = std::time::Duration::from_secs(secs);
     let dt = der::DateTime::from_unix_duration(duration).map_err(encode_err)?;
     if dt.year() < 2050 {
-        Ok(Time::UtcTime(der::asn1::UtcTime::from_date_time(dt).map_err(encode_err)?))
+        Ok(Time::UtcTime(
+            der::asn1::UtcTime::from_date_time(dt).map_err(encode_err)?,
+        ))
     } else {
-        Ok(Time::GeneralTime(der::asn1::GeneralizedTime::from_date_time(dt)))
+        Ok(Time::GeneralTime(
+            der::asn1::GeneralizedTime::from_date_time(dt),
+        ))
     }
 }
 
@@ -416,7 +448,11 @@ pub fn key_usage_names(ku: KeyUsage) -> Vec<String> {
         (KeyUsages::EncipherOnly, "encipherOnly"),
         (KeyUsages::DecipherOnly, "decipherOnly"),
     ];
-    NAMES.iter().filter(|(bit, _)| ku.0.contains(*bit)).map(|(_, n)| n.to_string()).collect()
+    NAMES
+        .iter()
+        .filter(|(bit, _)| ku.0.contains(*bit))
+        .map(|(_, n)| n.to_string())
+        .collect()
 }
 
 /// The RFC 5280 short name of an extended key usage, or its dotted OID.
@@ -466,7 +502,11 @@ impl KeyAlgorithm {
                 .map(KeyAlgorithm::Rsa)
                 .unwrap_or(KeyAlgorithm::Unknown)
         } else if alg == oid::EC_PUBLIC_KEY {
-            let curve = spki.algorithm.parameters.as_ref().and_then(|p| p.decode_as::<ObjectIdentifier>().ok());
+            let curve = spki
+                .algorithm
+                .parameters
+                .as_ref()
+                .and_then(|p| p.decode_as::<ObjectIdentifier>().ok());
             match curve {
                 Some(c) if c == oid::SECP256R1 => KeyAlgorithm::EcdsaP256,
                 Some(c) if c == oid::SECP384R1 => KeyAlgorithm::EcdsaP384,
@@ -556,10 +596,12 @@ impl PrivateKey {
     /// Parses the first private key block of a PEM file (PKCS#1, SEC1 or PKCS#8).
     pub fn from_pem(bytes: &[u8]) -> Result<PrivateKey, PkiError> {
         let key = PrivateKeyDer::from_pem_slice(bytes).map_err(|e| match e {
-            rustls_pki_types::pem::Error::NoItemsFound => {
-                PkiError::NoPemBlock { wanted: "PRIVATE KEY" }
-            }
-            other => PkiError::BadPem { detail: pem_error_text(&other) },
+            rustls_pki_types::pem::Error::NoItemsFound => PkiError::NoPemBlock {
+                wanted: "PRIVATE KEY",
+            },
+            other => PkiError::BadPem {
+                detail: pem_error_text(&other),
+            },
         })?;
         let bad = |what: &str, e: aws_lc_rs::error::KeyRejected| PkiError::BadKey {
             detail: format!("{what} key rejected ({e})"),
@@ -574,24 +616,37 @@ impl PrivateKey {
             }),
             PrivateKeyDer::Sec1(k) => {
                 let (pair, alg) = ec_from_der(k.secret_sec1_der())?;
-                Ok(PrivateKey { inner: KeyInner::Ec(pair, alg), encoding: KeyEncoding::Sec1 })
+                Ok(PrivateKey {
+                    inner: KeyInner::Ec(pair, alg),
+                    encoding: KeyEncoding::Sec1,
+                })
             }
             PrivateKeyDer::Pkcs8(k) => {
                 let der = k.secret_pkcs8_der();
                 if let Ok(rsa) = aws_lc_rs::rsa::KeyPair::from_pkcs8(der) {
-                    return Ok(PrivateKey { inner: KeyInner::Rsa(rsa), encoding: KeyEncoding::Pkcs8 });
+                    return Ok(PrivateKey {
+                        inner: KeyInner::Rsa(rsa),
+                        encoding: KeyEncoding::Pkcs8,
+                    });
                 }
                 let (pair, alg) = ec_from_der(der)?;
-                Ok(PrivateKey { inner: KeyInner::Ec(pair, alg), encoding: KeyEncoding::Pkcs8 })
+                Ok(PrivateKey {
+                    inner: KeyInner::Ec(pair, alg),
+                    encoding: KeyEncoding::Pkcs8,
+                })
             }
-            _ => Err(PkiError::BadKey { detail: "unsupported private key type".into() }),
+            _ => Err(PkiError::BadKey {
+                detail: "unsupported private key type".into(),
+            }),
         }
     }
 
     /// Generates a new key of the given algorithm, stored the way kubeadm stores it.
     pub fn generate(algorithm: KeyAlgorithm) -> Result<PrivateKey, PkiError> {
         use aws_lc_rs::rsa::{KeyPair, KeySize};
-        let fail = PkiError::Crypto { step: "generate a private key" };
+        let fail = PkiError::Crypto {
+            step: "generate a private key",
+        };
         let rsa = |size| KeyPair::generate(size).map_err(|_| fail.clone());
         let ec = |alg| sig::EcdsaKeyPair::generate(alg).map_err(|_| fail.clone());
         let (inner, encoding) = match algorithm {
@@ -608,7 +663,9 @@ impl PrivateKey {
             ),
             other => {
                 return Err(PkiError::BadKey {
-                    detail: format!("cannot generate {other} keys (supported: RSA-2048/3072/4096, ECDSA-P256/P384)"),
+                    detail: format!(
+                        "cannot generate {other} keys (supported: RSA-2048/3072/4096, ECDSA-P256/P384)"
+                    ),
                 });
             }
         };
@@ -633,15 +690,23 @@ impl PrivateKey {
 
     /// Whether this key belongs to the certificate.
     pub fn matches(&self, cert: &Cert) -> bool {
-        cert.public_key_algorithm() == self.algorithm() && cert.public_key_bits() == self.public_key_bits()
+        cert.public_key_algorithm() == self.algorithm()
+            && cert.public_key_bits() == self.public_key_bits()
     }
 
     /// The SubjectPublicKeyInfo for a certificate carrying this key.
     pub fn spki(&self) -> Result<SubjectPublicKeyInfoOwned, PkiError> {
         let algorithm = match &self.inner {
-            KeyInner::Rsa(_) => AlgorithmIdentifierOwned { oid: oid::RSA_ENCRYPTION, parameters: Some(Any::null()) },
+            KeyInner::Rsa(_) => AlgorithmIdentifierOwned {
+                oid: oid::RSA_ENCRYPTION,
+                parameters: Some(Any::null()),
+            },
             KeyInner::Ec(_, alg) => {
-                let curve = if *alg == KeyAlgorithm::EcdsaP384 { oid::SECP384R1 } else { oid::SECP256R1 };
+                let curve = if *alg == KeyAlgorithm::EcdsaP384 {
+                    oid::SECP384R1
+                } else {
+                    oid::SECP256R1
+                };
                 AlgorithmIdentifierOwned {
                     oid: oid::EC_PUBLIC_KEY,
                     parameters: Some(Any::encode_from(&curve).map_err(encode_err)?),
@@ -650,18 +715,26 @@ impl PrivateKey {
         };
         Ok(SubjectPublicKeyInfoOwned {
             algorithm,
-            subject_public_key: BitString::from_bytes(&self.public_key_bits()).map_err(encode_err)?,
+            subject_public_key: BitString::from_bytes(&self.public_key_bits())
+                .map_err(encode_err)?,
         })
     }
 
     /// The signature algorithm this key signs with: SHA-256 with RSA, ECDSA with the curve's hash.
     pub fn signature_algorithm(&self) -> AlgorithmIdentifierOwned {
         match &self.inner {
-            KeyInner::Rsa(_) => AlgorithmIdentifierOwned { oid: oid::SHA256_WITH_RSA, parameters: Some(Any::null()) },
-            KeyInner::Ec(_, KeyAlgorithm::EcdsaP384) => {
-                AlgorithmIdentifierOwned { oid: oid::ECDSA_WITH_SHA384, parameters: None }
-            }
-            KeyInner::Ec(_, _) => AlgorithmIdentifierOwned { oid: oid::ECDSA_WITH_SHA256, parameters: None },
+            KeyInner::Rsa(_) => AlgorithmIdentifierOwned {
+                oid: oid::SHA256_WITH_RSA,
+                parameters: Some(Any::null()),
+            },
+            KeyInner::Ec(_, KeyAlgorithm::EcdsaP384) => AlgorithmIdentifierOwned {
+                oid: oid::ECDSA_WITH_SHA384,
+                parameters: None,
+            },
+            KeyInner::Ec(_, _) => AlgorithmIdentifierOwned {
+                oid: oid::ECDSA_WITH_SHA256,
+                parameters: None,
+            },
         }
     }
 
@@ -672,7 +745,8 @@ impl PrivateKey {
         match &self.inner {
             KeyInner::Rsa(k) => {
                 let mut out = vec![0u8; k.public_modulus_len()];
-                k.sign(&sig::RSA_PKCS1_SHA256, &rng, message, &mut out).map_err(fail)?;
+                k.sign(&sig::RSA_PKCS1_SHA256, &rng, message, &mut out)
+                    .map_err(fail)?;
                 Ok(out)
             }
             KeyInner::Ec(k, _) => Ok(k.sign(&rng, message).map_err(fail)?.as_ref().to_vec()),
@@ -681,32 +755,51 @@ impl PrivateKey {
 
     /// PEM text in `encoding` (PKCS#1 or PKCS#8 for RSA; SEC1 or PKCS#8 for ECDSA).
     pub fn to_pem(&self, encoding: KeyEncoding) -> Result<SecretPem, PkiError> {
-        let fail = |_| PkiError::Crypto { step: "serialize a private key" };
+        let fail = |_| PkiError::Crypto {
+            step: "serialize a private key",
+        };
         let pkcs8: Vec<u8> = match &self.inner {
-            KeyInner::Rsa(k) => AsDer::<aws_lc_rs::encoding::Pkcs8V1Der>::as_der(k).map_err(fail)?.as_ref().to_vec(),
+            KeyInner::Rsa(k) => AsDer::<aws_lc_rs::encoding::Pkcs8V1Der>::as_der(k)
+                .map_err(fail)?
+                .as_ref()
+                .to_vec(),
             KeyInner::Ec(k, _) => k.to_pkcs8v1().map_err(fail)?.as_ref().to_vec(),
         };
         let (label, der) = match (&self.inner, encoding) {
             (_, KeyEncoding::Pkcs8) => ("PRIVATE KEY", pkcs8),
             (KeyInner::Rsa(_), _) => {
-                let info = pkcs8::PrivateKeyInfo::try_from(pkcs8.as_slice())
-                    .map_err(|e| PkiError::Encode { detail: e.to_string() })?;
+                let info = pkcs8::PrivateKeyInfo::try_from(pkcs8.as_slice()).map_err(|e| {
+                    PkiError::Encode {
+                        detail: e.to_string(),
+                    }
+                })?;
                 ("RSA PRIVATE KEY", info.private_key.to_vec())
             }
             (KeyInner::Ec(k, alg), _) => ("EC PRIVATE KEY", sec1_der(k, *alg)?),
         };
-        let pem = der::pem::encode_string(label, LineEnding::LF, &der)
-            .map_err(|e| PkiError::Encode { detail: e.to_string() })?;
+        let pem =
+            der::pem::encode_string(label, LineEnding::LF, &der).map_err(|e| PkiError::Encode {
+                detail: e.to_string(),
+            })?;
         Ok(SecretPem(pem))
     }
 }
 
 /// SEC1 `ECPrivateKey` with the named curve and public key, as Go's `MarshalECPrivateKey` writes.
 fn sec1_der(k: &sig::EcdsaKeyPair, alg: KeyAlgorithm) -> Result<Vec<u8>, PkiError> {
-    let fail = |_| PkiError::Crypto { step: "serialize an EC private key" };
-    let raw = aws_lc_rs::encoding::AsBigEndian::<aws_lc_rs::encoding::EcPrivateKeyBin>::as_be_bytes(&k.private_key())
+    let fail = |_| PkiError::Crypto {
+        step: "serialize an EC private key",
+    };
+    let raw =
+        aws_lc_rs::encoding::AsBigEndian::<aws_lc_rs::encoding::EcPrivateKeyBin>::as_be_bytes(
+            &k.private_key(),
+        )
         .map_err(fail)?;
-    let curve = if alg == KeyAlgorithm::EcdsaP384 { oid::SECP384R1 } else { oid::SECP256R1 };
+    let curve = if alg == KeyAlgorithm::EcdsaP384 {
+        oid::SECP384R1
+    } else {
+        oid::SECP256R1
+    };
     let public = k.public_key().as_ref().to_vec();
     let key = sec1::EcPrivateKey {
         private_key: raw.as_ref(),
@@ -717,7 +810,9 @@ fn sec1_der(k: &sig::EcdsaKeyPair, alg: KeyAlgorithm) -> Result<Vec<u8>, PkiErro
 }
 
 fn ec_from_der(der: &[u8]) -> Result<(sig::EcdsaKeyPair, KeyAlgorithm), PkiError> {
-    if let Ok(k) = sig::EcdsaKeyPair::from_private_key_der(&sig::ECDSA_P256_SHA256_ASN1_SIGNING, der) {
+    if let Ok(k) =
+        sig::EcdsaKeyPair::from_private_key_der(&sig::ECDSA_P256_SHA256_ASN1_SIGNING, der)
+    {
         return Ok((k, KeyAlgorithm::EcdsaP256));
     }
     match sig::EcdsaKeyPair::from_private_key_der(&sig::ECDSA_P384_SHA384_ASN1_SIGNING, der) {
@@ -776,7 +871,9 @@ pub fn random_serial() -> Result<u64, PkiError> {
     let rng = aws_lc_rs::rand::SystemRandom::new();
     loop {
         let mut b = [0u8; 8];
-        rng.fill(&mut b).map_err(|_| PkiError::Crypto { step: "draw a random serial" })?;
+        rng.fill(&mut b).map_err(|_| PkiError::Crypto {
+            step: "draw a random serial",
+        })?;
         let v = u64::from_be_bytes(b) & 0x7fff_ffff_ffff_ffff;
         if v != 0 && v != 0x7fff_ffff_ffff_ffff {
             return Ok(v);
@@ -791,12 +888,14 @@ pub fn kubeadm_subject(common_name: &str, organizations: &[&str]) -> Result<Name
     if !organizations.is_empty() {
         let mut set = SetOfVec::new();
         for o in organizations {
-            set.insert(attribute(oid::ORGANIZATION, o)?).map_err(encode_err)?;
+            set.insert(attribute(oid::ORGANIZATION, o)?)
+                .map_err(encode_err)?;
         }
         rdns.push(RelativeDistinguishedName(set));
     }
     let mut cn = SetOfVec::new();
-    cn.insert(attribute(oid::COMMON_NAME, common_name)?).map_err(encode_err)?;
+    cn.insert(attribute(oid::COMMON_NAME, common_name)?)
+        .map_err(encode_err)?;
     rdns.push(RelativeDistinguishedName(cn));
     Ok(RdnSequence(rdns))
 }
@@ -830,17 +929,32 @@ pub fn issue(
     };
     let mut extensions = Vec::new();
     let mut push = |id, critical, value: Vec<u8>| -> Result<(), PkiError> {
-        extensions.push(Extension { extn_id: id, critical, extn_value: OctetString::new(value).map_err(encode_err)? });
+        extensions.push(Extension {
+            extn_id: id,
+            critical,
+            extn_value: OctetString::new(value).map_err(encode_err)?,
+        });
         Ok(())
     };
-    push(oid::KEY_USAGE, true, profile.key_usage.to_der().map_err(encode_err)?)?;
+    push(
+        oid::KEY_USAGE,
+        true,
+        profile.key_usage.to_der().map_err(encode_err)?,
+    )?;
     if !profile.ext_key_usage.is_empty() {
         let eku = ExtendedKeyUsage(profile.ext_key_usage.clone());
         push(oid::EXT_KEY_USAGE, false, eku.to_der().map_err(encode_err)?)?;
     }
     if let Some(ca) = profile.basic_constraints {
-        let bc = BasicConstraints { ca, path_len_constraint: None };
-        push(oid::BASIC_CONSTRAINTS, true, bc.to_der().map_err(encode_err)?)?;
+        let bc = BasicConstraints {
+            ca,
+            path_len_constraint: None,
+        };
+        push(
+            oid::BASIC_CONSTRAINTS,
+            true,
+            bc.to_der().map_err(encode_err)?,
+        )?;
     }
     if profile.subject_key_id {
         // Go: SHA-1 of the subjectPublicKey bits (RFC 5280 §4.2.1.2 method 1).
@@ -849,18 +963,30 @@ pub fn issue(
             public_key.subject_public_key.raw_bytes(),
         );
         let ski = SubjectKeyIdentifier(OctetString::new(ski.as_ref()).map_err(encode_err)?);
-        push(oid::SUBJECT_KEY_ID, false, ski.to_der().map_err(encode_err)?)?;
+        push(
+            oid::SUBJECT_KEY_ID,
+            false,
+            ski.to_der().map_err(encode_err)?,
+        )?;
     }
     if let Some(ca_ski) = signer.and_then(|s| s.cert.subject_key_id()) {
         let aki = AuthorityKeyIdentifier {
             key_identifier: Some(OctetString::new(ca_ski).map_err(encode_err)?),
             ..Default::default()
         };
-        push(oid::AUTHORITY_KEY_ID, false, aki.to_der().map_err(encode_err)?)?;
+        push(
+            oid::AUTHORITY_KEY_ID,
+            false,
+            aki.to_der().map_err(encode_err)?,
+        )?;
     }
     let names = san_names(profile)?;
     if !names.is_empty() {
-        push(oid::SUBJECT_ALT_NAME, false, SubjectAltName(names).to_der().map_err(encode_err)?)?;
+        push(
+            oid::SUBJECT_ALT_NAME,
+            false,
+            SubjectAltName(names).to_der().map_err(encode_err)?,
+        )?;
     }
 
     let algorithm = signing_key.signature_algorithm();
@@ -905,14 +1031,18 @@ fn san_names(profile: &Profile) -> Result<Vec<GeneralName>, PkiError> {
     }
     let mut names = Vec::new();
     for d in dns {
-        names.push(GeneralName::DnsName(Ia5String::new(&d).map_err(encode_err)?));
+        names.push(GeneralName::DnsName(
+            Ia5String::new(&d).map_err(encode_err)?,
+        ));
     }
     for ip in ips {
         let bytes = match ip {
             IpAddr::V4(v4) => v4.octets().to_vec(),
             IpAddr::V6(v6) => v6.octets().to_vec(),
         };
-        names.push(GeneralName::IpAddress(OctetString::new(bytes).map_err(encode_err)?));
+        names.push(GeneralName::IpAddress(
+            OctetString::new(bytes).map_err(encode_err)?,
+        ));
     }
     Ok(names)
 }
@@ -943,14 +1073,22 @@ mod tests {
             basic_constraints: Some(true),
             subject_key_id: true,
         };
-        let issuance = Issuance { serial: 7, not_before: 1_700_000_000, not_after: 2_000_000_000 };
+        let issuance = Issuance {
+            serial: 7,
+            not_before: 1_700_000_000,
+            not_after: 2_000_000_000,
+        };
         let cert = issue(&profile, &key.spki().unwrap(), None, &key, issuance).unwrap();
         (cert, key)
     }
 
     #[test]
     fn issues_and_verifies_rsa_and_ecdsa_leaves() {
-        for alg in [KeyAlgorithm::Rsa(2048), KeyAlgorithm::EcdsaP256, KeyAlgorithm::EcdsaP384] {
+        for alg in [
+            KeyAlgorithm::Rsa(2048),
+            KeyAlgorithm::EcdsaP256,
+            KeyAlgorithm::EcdsaP384,
+        ] {
             let (ca_cert, ca_key) = ca(alg);
             assert!(ca_cert.is_ca());
             ca_cert.verify_signed_by(&ca_cert, "ca").unwrap();
@@ -965,9 +1103,23 @@ mod tests {
                 basic_constraints: Some(false),
                 subject_key_id: false,
             };
-            let signer = Signer { cert: &ca_cert, key: &ca_key };
-            let issuance = Issuance { serial: 42, not_before: 1_700_000_000, not_after: 1_800_000_000 };
-            let leaf = issue(&profile, &leaf_key.spki().unwrap(), Some(&signer), &leaf_key, issuance).unwrap();
+            let signer = Signer {
+                cert: &ca_cert,
+                key: &ca_key,
+            };
+            let issuance = Issuance {
+                serial: 42,
+                not_before: 1_700_000_000,
+                not_after: 1_800_000_000,
+            };
+            let leaf = issue(
+                &profile,
+                &leaf_key.spki().unwrap(),
+                Some(&signer),
+                &leaf_key,
+                issuance,
+            )
+            .unwrap();
             leaf.verify_signed_by(&ca_cert, "ca").unwrap();
             assert!(leaf_key.matches(&leaf));
             assert!(!ca_key.matches(&leaf));
@@ -984,20 +1136,31 @@ mod tests {
             assert_eq!(again.der, leaf.der);
             // Another CA of the same name does not verify it.
             let (other_ca, _) = ca(alg);
-            assert!(matches!(leaf.verify_signed_by(&other_ca, "ca"), Err(PkiError::NotSignedBy { .. })));
+            assert!(matches!(
+                leaf.verify_signed_by(&other_ca, "ca"),
+                Err(PkiError::NotSignedBy { .. })
+            ));
         }
     }
 
     #[test]
     fn keys_round_trip_in_kubeadm_encodings() {
         for (alg, enc, label) in [
-            (KeyAlgorithm::Rsa(2048), KeyEncoding::Pkcs1, "RSA PRIVATE KEY"),
+            (
+                KeyAlgorithm::Rsa(2048),
+                KeyEncoding::Pkcs1,
+                "RSA PRIVATE KEY",
+            ),
             (KeyAlgorithm::EcdsaP256, KeyEncoding::Sec1, "EC PRIVATE KEY"),
             (KeyAlgorithm::EcdsaP384, KeyEncoding::Pkcs8, "PRIVATE KEY"),
         ] {
             let key = PrivateKey::generate(alg).unwrap();
             let pem = key.to_pem(enc).unwrap();
-            assert!(pem.0.starts_with(&format!("-----BEGIN {label}-----\n")), "{}", label);
+            assert!(
+                pem.0.starts_with(&format!("-----BEGIN {label}-----\n")),
+                "{}",
+                label
+            );
             let back = PrivateKey::from_pem(pem.0.as_bytes()).unwrap();
             assert_eq!(back.algorithm(), alg);
             assert_eq!(back.encoding, enc);
@@ -1011,11 +1174,23 @@ mod tests {
         let (cert, _) = ca(KeyAlgorithm::EcdsaP256);
         let pem = cert.to_pem().unwrap();
         let truncated = &pem[..pem.len() / 2];
-        assert!(matches!(Cert::from_pem(truncated.as_bytes()), Err(PkiError::BadPem { .. })));
-        assert!(matches!(Cert::from_pem(b"hello"), Err(PkiError::NoPemBlock { .. })));
+        assert!(matches!(
+            Cert::from_pem(truncated.as_bytes()),
+            Err(PkiError::BadPem { .. })
+        ));
+        assert!(matches!(
+            Cert::from_pem(b"hello"),
+            Err(PkiError::NoPemBlock { .. })
+        ));
         let garbage = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
-        assert!(matches!(Cert::from_pem(garbage.as_bytes()), Err(PkiError::BadCertificate { .. })));
-        assert!(matches!(PrivateKey::from_pem(pem.as_bytes()), Err(PkiError::NoPemBlock { .. })));
+        assert!(matches!(
+            Cert::from_pem(garbage.as_bytes()),
+            Err(PkiError::BadCertificate { .. })
+        ));
+        assert!(matches!(
+            PrivateKey::from_pem(pem.as_bytes()),
+            Err(PkiError::NoPemBlock { .. })
+        ));
     }
 
     #[test]

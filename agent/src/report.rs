@@ -16,18 +16,43 @@ pub fn table(inv: &Inventory) -> String {
         ));
         return out;
     }
-    out.push_str(&format!("Node root '{}', layouts: {}\n\n", inv.root, inv.layouts.join(", ")));
-    let mut leaves: Vec<&Record> = inv.certificates.iter().filter(|r| r.kind != Kind::Ca).collect();
+    out.push_str(&format!(
+        "Node root '{}', layouts: {}\n\n",
+        inv.root,
+        inv.layouts.join(", ")
+    ));
+    let mut leaves: Vec<&Record> = inv
+        .certificates
+        .iter()
+        .filter(|r| r.kind != Kind::Ca)
+        .collect();
     leaves.sort_by(|a, b| a.name.cmp(&b.name));
-    let mut rows = vec![row(&["CERTIFICATE", "EXPIRES", "RESIDUAL TIME", "CERTIFICATE AUTHORITY", "EXTERNALLY MANAGED", "STATUS"])];
+    let mut rows = vec![row(&[
+        "CERTIFICATE",
+        "EXPIRES",
+        "RESIDUAL TIME",
+        "CERTIFICATE AUTHORITY",
+        "EXTERNALLY MANAGED",
+        "STATUS",
+    ])];
     for r in &leaves {
         rows.push(cells(r, true));
     }
     out.push_str(&align(&rows));
     out.push('\n');
-    let mut cas: Vec<&Record> = inv.certificates.iter().filter(|r| r.kind == Kind::Ca).collect();
+    let mut cas: Vec<&Record> = inv
+        .certificates
+        .iter()
+        .filter(|r| r.kind == Kind::Ca)
+        .collect();
     cas.sort_by(|a, b| a.name.cmp(&b.name));
-    let mut rows = vec![row(&["CERTIFICATE AUTHORITY", "EXPIRES", "RESIDUAL TIME", "EXTERNALLY MANAGED", "STATUS"])];
+    let mut rows = vec![row(&[
+        "CERTIFICATE AUTHORITY",
+        "EXPIRES",
+        "RESIDUAL TIME",
+        "EXTERNALLY MANAGED",
+        "STATUS",
+    ])];
     for r in &cas {
         rows.push(cells(r, false));
     }
@@ -37,7 +62,11 @@ pub fn table(inv: &Inventory) -> String {
         .iter()
         .filter(|r| r.status != Status::Ok)
         .filter_map(|r| r.error.as_ref().map(|e| format!("  {}: {}", r.name, e)))
-        .chain(inv.keys.iter().filter_map(|k| k.error.as_ref().map(|e| format!("  {}: {}", k.name, e))))
+        .chain(
+            inv.keys
+                .iter()
+                .filter_map(|k| k.error.as_ref().map(|e| format!("  {}: {}", k.name, e))),
+        )
         .collect();
     if !problems.is_empty() {
         out.push_str("\nPROBLEMS\n");
@@ -55,10 +84,20 @@ fn row(cells: &[&str]) -> Vec<String> {
 
 fn cells(r: &Record, with_ca: bool) -> Vec<String> {
     let missing = r.status == Status::Missing;
-    let name = if missing { format!("!MISSING! {}", r.name) } else { r.name.clone() };
+    let name = if missing {
+        format!("!MISSING! {}", r.name)
+    } else {
+        r.name.clone()
+    };
     let expires = r.not_after_unix.map(kubeadm_date).unwrap_or_default();
     let residual = r.residual_seconds.map(human_duration).unwrap_or_default();
-    let managed = if missing { String::new() } else if r.externally_managed { "yes".into() } else { "no".into() };
+    let managed = if missing {
+        String::new()
+    } else if r.externally_managed {
+        "yes".into()
+    } else {
+        "no".into()
+    };
     let status = format!("{:?}", r.status).to_lowercase();
     let mut v = vec![name, expires, residual];
     if with_ca {
@@ -96,5 +135,6 @@ fn align(rows: &[Vec<String>]) -> String {
 
 /// The inventory as pretty JSON.
 pub fn json(inv: &Inventory) -> String {
-    serde_json::to_string_pretty(inv).unwrap_or_else(|e| format!("{{\"error\":\"cannot serialize: {e}\"}}"))
+    serde_json::to_string_pretty(inv)
+        .unwrap_or_else(|e| format!("{{\"error\":\"cannot serialize: {e}\"}}"))
 }

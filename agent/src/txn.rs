@@ -1,0 +1,743 @@
+//! Transactions: every change certrotor makes to a node's PKI is all-or-nothing, even across a
+//! crash or a power loss.
+//!
+//! A transaction takes a list of [`Change`]s (new content for a file, or its removal) and:
+//! 1. writes every new file into a staging folder next to its live file (same folder, so the same
+//!    filesystem, so `rename` is atomic), with the live file's mode and owner, fsynced;
+//! 2. copies every live file it will replace into a backup (`var/lib/certrotor/backups/<id>`,
+//!    mode 0700), fsynced, with a manifest;
+//! 3. writes a journal (`var/lib/certrotor/journal.json`) naming every staged file, fsynced;
+//! 4. renames each staged file over its live file, fsyncing the folder after each;
+//! 5. removes the journal, then the staging folders, then old backups beyond the retention.
+//!
+//! Before step 3 the live PKI is untouched; a crash leaves only staging leftovers, which the
+//! next run removes. From step 3 on the journal exists, and the next certrotor command of any
+//! kind (all of them call [`recover`] under the lock) rolls the transaction forward: every
+//! staged file was validated and synced before the journal was written, so finishing the
+//! renames is always possible. An exclusive lock (`var/lib/certrotor/lock`) keeps two runs from
+//! interleaving.
+//!
+//! What this module does not do: decide what to write (renewal does), or check certificates
+//! (validation happens before a transaction starts).
+//!
+//! Implementation note: failpoints (`CERTROTOR_FAILPOINT`, see [`failpoint`]) stop the process
+//! at every step, so tests can prove the claims above.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::catalog::paths::STATE_DIR;
+use crate::fsutil::{self, FileMeta};
+
+/// Name of the staging folder created next to live files during a transaction.
+const STAGING_PREFIX: &str = ".certrotor-staging-";
+/// The journal file, relative to the state folder.
+const JOURNAL: &str = "journal.json";
+/// How often a waiting run retries the lock. Waiting is bounded by the caller's timeout.
+const LOCK_POLL: Duration = Duration::from_millis(100);
+/// Backups kept by default.
+pub const DEFAULT_RETENTION: usize = 5;
+
+/// New content for one live file.
+pub struct Change {
+    /// Path relative to the node root.
+    pub rel: String,
+    /// The new bytes, or `None` to remove the file.
+    pub content: Option<Vec<u8>>,
+    /// Mode for a file that does not exist yet (existing files keep theirs).
+    pub mode_if_new: u32,
+}
+
+impl fmt::Debug for Change {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Content may be a private key: never print it.
+        write!(
+            f,
+            "Change({}, {} bytes)",
+            self.rel,
+            self.content.as_ref().map_or(0, Vec::len)
+        )
+    }
+}
+
+impl Drop for Change {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.content {
+            c.iter_mut().for_each(|b| *b = 0);
+        }
+    }
+}
+
+/// A transaction failure. Every variant says whether the live PKI was touched.
+#[derive(Debug)]
+pub enum TxnError {
+    /// Another run holds the lock.
+    Locked {
+        path: String,
+        holder: String,
+        waited: Duration,
+    },
+    /// Preparing failed (staging, backup, journal): the live PKI is unchanged.
+    Prepare {
+        step: &'static str,
+        path: String,
+        source: io::Error,
+    },
+    /// Committing failed half-way; the journal remains and the next run completes it.
+    Commit { path: String, source: io::Error },
+    /// The state folder or a backup could not be read.
+    State { path: String, detail: String },
+}
+
+impl fmt::Display for TxnError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TxnError::Locked {
+                path,
+                holder,
+                waited,
+            } => write!(
+                f,
+                "another certrotor ({holder}) holds the lock '{path}'; gave up after {}s. \
+                 Wait for it to finish, or raise --lock-timeout",
+                waited.as_secs()
+            ),
+            TxnError::Prepare { step, path, source } => write!(
+                f,
+                "failed to {step} '{path}': {source}; nothing was changed on the node{}",
+                hint(source)
+            ),
+            TxnError::Commit { path, source } => write!(
+                f,
+                "failed to replace '{path}': {source}; the journal is kept and the next certrotor \
+                 command completes the change{}",
+                hint(source)
+            ),
+            TxnError::State { path, detail } => write!(f, "certrotor state '{path}': {detail}"),
+        }
+    }
+}
+
+impl std::error::Error for TxnError {}
+
+fn hint(e: &io::Error) -> &'static str {
+    match e.raw_os_error() {
+        Some(libc::ENOSPC) => " (the disk is full: free space, then run again)",
+        Some(libc::EROFS) => " (the filesystem is read-only: run where the PKI is writable)",
+        Some(libc::EACCES) | Some(libc::EPERM) => " (permission denied: run as root)",
+        _ => "",
+    }
+}
+
+/// The journal: what a committing transaction is doing.
+#[derive(Debug, Serialize, Deserialize)]
+struct Journal {
+    version: u32,
+    kind: String,
+    backup_id: String,
+    files: Vec<JournalFile>,
+    staging_dirs: Vec<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct JournalFile {
+    rel: String,
+    /// Staged file (relative to the root); `None` when the file is removed.
+    staged: Option<String>,
+    new_sha256: Option<String>,
+}
+
+/// One file in a backup manifest.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BackupFile {
+    pub path: String,
+    /// Whether the file existed before the transaction (if not, restoring removes it).
+    pub existed: bool,
+    pub sha256: Option<String>,
+    pub mode: Option<u32>,
+}
+
+/// A backup's manifest (`manifest.json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BackupManifest {
+    pub id: String,
+    pub created_at: String,
+    pub kind: String,
+    pub files: Vec<BackupFile>,
+}
+
+/// What a committed transaction did.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub backup_id: String,
+    pub files: Vec<String>,
+}
+
+/// What recovery found and did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recovery {
+    /// No journal, no leftovers.
+    Clean,
+    /// Staging leftovers of an interrupted preparation were removed; the PKI was untouched.
+    DiscardedStaging(usize),
+    /// An interrupted commit was completed.
+    RolledForward {
+        kind: String,
+        backup_id: String,
+        files: usize,
+    },
+}
+
+// === Lock ===
+
+/// The exclusive lock; released when dropped.
+#[derive(Debug)]
+pub struct Lock {
+    _file: File,
+}
+
+/// The state folder (`var/lib/certrotor`) under the root.
+pub fn state_dir(root: &Path) -> PathBuf {
+    root.join(STATE_DIR)
+}
+
+/// Takes the exclusive lock, waiting at most `timeout`.
+pub fn lock(root: &Path, timeout: Duration) -> Result<Lock, TxnError> {
+    let dir = state_dir(root);
+    let path = dir.join("lock");
+    let prep = |source| TxnError::Prepare {
+        step: "create the lock",
+        path: path.display().to_string(),
+        source,
+    };
+    fsutil::create_dir_all_mode(&dir, 0o700).map_err(prep)?;
+    let mut file = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(prep)?;
+    let start = Instant::now();
+    loop {
+        match file.try_lock() {
+            Ok(()) => break,
+            Err(fs::TryLockError::WouldBlock) => {
+                if start.elapsed() >= timeout {
+                    let holder = fs::read_to_string(&path).unwrap_or_default();
+                    let holder = if holder.trim().is_empty() {
+                        "unknown pid".into()
+                    } else {
+                        holder.trim().to_string()
+                    };
+                    return Err(TxnError::Locked {
+                        path: path.display().to_string(),
+                        holder,
+                        waited: start.elapsed(),
+                    });
+                }
+                std::thread::sleep(LOCK_POLL);
+            }
+            Err(fs::TryLockError::Error(e)) => return Err(prep(e)),
+        }
+    }
+    let _ = file.set_len(0);
+    let _ = write!(file, "pid {}", std::process::id());
+    Ok(Lock { _file: file })
+}
+
+// === Failpoints ===
+
+/// Stops the process at a named step when `CERTROTOR_FAILPOINT` says so. Tests only; not
+/// documented for operators.
+///
+/// `CERTROTOR_FAILPOINT=N` stops at the N-th failpoint reached, `=NAME` at the first with that
+/// name. The process is killed with SIGKILL (no destructors, no flush: like a power loss, as far
+/// as a process can tell). With `CERTROTOR_FAILPOINT_ACTION=pause` it prints
+/// `CERTROTOR-FAILPOINT <name>` to stderr and waits forever, so that a VM test can cut the power
+/// at that instant.
+pub fn failpoint(name: &str) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static COUNTER: AtomicUsize = AtomicUsize::new(0);
+    let Ok(wanted) = std::env::var("CERTROTOR_FAILPOINT") else {
+        return;
+    };
+    let n = COUNTER.fetch_add(1, Ordering::SeqCst) + 1;
+    let hit = match wanted.parse::<usize>() {
+        Ok(k) => k == n,
+        Err(_) => wanted == name,
+    };
+    if !hit {
+        return;
+    }
+    eprintln!("CERTROTOR-FAILPOINT {name} (#{n})");
+    if std::env::var("CERTROTOR_FAILPOINT_ACTION").as_deref() == Ok("pause") {
+        loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        }
+    }
+    // SAFETY: kill(2) on our own pid with a constant signal has no memory-safety preconditions.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGKILL);
+    }
+    std::process::abort();
+}
+
+// === Applying ===
+
+fn sha256_hex(data: &[u8]) -> String {
+    crate::pki::hex(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, data).as_ref())
+}
+
+/// Applies `changes` under `root` as one transaction of `kind` (`renew`, `rollback`,
+/// `import`). The caller holds the lock. Keeps `retention` backups.
+pub fn apply(
+    root: &Path,
+    changes: &[Change],
+    kind: &str,
+    now: i64,
+    retention: usize,
+) -> Result<Outcome, TxnError> {
+    let txid = format!(
+        "{}-{}",
+        crate::clock::compact_stamp(now),
+        std::process::id()
+    );
+    let result = prepare_and_commit(root, changes, kind, now, retention, &txid);
+    if let Err(TxnError::Prepare { .. } | TxnError::Locked { .. }) = &result {
+        // Nothing live was touched: remove what was staged.
+        remove_staging(root, changes, &txid);
+    }
+    result
+}
+
+fn prepare_and_commit(
+    root: &Path,
+    changes: &[Change],
+    kind: &str,
+    now: i64,
+    retention: usize,
+    txid: &str,
+) -> Result<Outcome, TxnError> {
+    // 1. Stage.
+    let mut journal_files = Vec::new();
+    let mut staging_dirs = BTreeSet::new();
+    for change in changes {
+        let live = root.join(&change.rel);
+        let parent = live.parent().unwrap_or(root).to_path_buf();
+        let Some(content) = &change.content else {
+            journal_files.push(JournalFile {
+                rel: change.rel.clone(),
+                staged: None,
+                new_sha256: None,
+            });
+            continue;
+        };
+        let staging = parent.join(format!("{STAGING_PREFIX}{txid}"));
+        let staging_rel = rel_of(root, &staging);
+        let prep = |step, path: &Path| {
+            let path = path.display().to_string();
+            move |source| TxnError::Prepare { step, path, source }
+        };
+        if staging_dirs.insert(staging_rel.clone()) {
+            fsutil::create_dir_all_mode(&parent, 0o755)
+                .map_err(prep("create the folder", &parent))?;
+            fs::create_dir(&staging).map_err(prep("create the staging folder", &staging))?;
+            fs::set_permissions(
+                &staging,
+                std::os::unix::fs::PermissionsExt::from_mode(0o700),
+            )
+            .map_err(prep("protect the staging folder", &staging))?;
+        }
+        let file_name = live
+            .file_name()
+            .map(|s| s.to_string_lossy().to_string())
+            .unwrap_or_default();
+        let staged = staging.join(&file_name);
+        let (mode, owner) = match FileMeta::of(&live) {
+            Ok(m) => (m.mode, Some((m.uid, m.gid))),
+            Err(_) => (change.mode_if_new, None),
+        };
+        fsutil::write_new(&staged, content, mode, owner)
+            .map_err(prep("write the staged file", &staged))?;
+        failpoint("staged-file");
+        journal_files.push(JournalFile {
+            rel: change.rel.clone(),
+            staged: Some(format!("{staging_rel}/{file_name}")),
+            new_sha256: Some(sha256_hex(content)),
+        });
+    }
+    for dir in &staging_dirs {
+        let d = root.join(dir);
+        fsutil::sync_dir(&d).map_err(|source| TxnError::Prepare {
+            step: "sync the staging folder",
+            path: d.display().to_string(),
+            source,
+        })?;
+    }
+    failpoint("staged-all");
+
+    // 2. Back up.
+    let backup_id = write_backup(root, changes, kind, now)?;
+    failpoint("backed-up");
+
+    // 3. Journal.
+    let journal = Journal {
+        version: 1,
+        kind: kind.to_string(),
+        backup_id: backup_id.clone(),
+        files: journal_files,
+        staging_dirs: staging_dirs.into_iter().collect(),
+    };
+    write_journal(root, &journal)?;
+    failpoint("journaled");
+
+    // 4. Swap, 5. clean up.
+    commit(root, &journal)?;
+    prune_backups(root, retention);
+    failpoint("pruned");
+    Ok(Outcome {
+        backup_id,
+        files: changes.iter().map(|c| c.rel.clone()).collect(),
+    })
+}
+
+fn rel_of(root: &Path, path: &Path) -> String {
+    path.strip_prefix(root)
+        .unwrap_or(path)
+        .to_string_lossy()
+        .to_string()
+}
+
+fn write_backup(root: &Path, changes: &[Change], kind: &str, now: i64) -> Result<String, TxnError> {
+    let backups = state_dir(root).join("backups");
+    let prep = |step, path: &Path| {
+        let path = path.display().to_string();
+        move |source| TxnError::Prepare { step, path, source }
+    };
+    fsutil::create_dir_all_mode(&backups, 0o700)
+        .map_err(prep("create the backup folder", &backups))?;
+    let stamp = crate::clock::compact_stamp(now);
+    let mut id = stamp.clone();
+    let mut n = 1;
+    while backups.join(&id).exists() {
+        n += 1;
+        id = format!("{stamp}-{n}");
+    }
+    // Build in a temporary folder, renamed into place when complete.
+    let tmp = backups.join(format!(".incomplete-{id}"));
+    fsutil::create_dir_all_mode(&tmp.join("files"), 0o700)
+        .map_err(prep("create the backup", &tmp))?;
+    let mut files = Vec::new();
+    for change in changes {
+        let live = root.join(&change.rel);
+        let dest = tmp.join("files").join(&change.rel);
+        match fs::symlink_metadata(&live) {
+            Ok(_) => {
+                if let Some(parent) = dest.parent() {
+                    fsutil::create_dir_all_mode(parent, 0o700)
+                        .map_err(prep("create the backup", parent))?;
+                }
+                let data = fs::read(&live).map_err(prep("read for backup", &live))?;
+                let meta = FileMeta::of(&live).map_err(prep("read for backup", &live))?;
+                fsutil::write_new(&dest, &data, meta.mode & 0o700, Some((meta.uid, meta.gid)))
+                    .map_err(prep("write the backup of", &live))?;
+                if let Some(parent) = dest.parent() {
+                    fsutil::sync_dir(parent).map_err(prep("sync the backup", parent))?;
+                }
+                files.push(BackupFile {
+                    path: change.rel.clone(),
+                    existed: true,
+                    sha256: Some(sha256_hex(&data)),
+                    mode: Some(meta.mode),
+                });
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                files.push(BackupFile {
+                    path: change.rel.clone(),
+                    existed: false,
+                    sha256: None,
+                    mode: None,
+                });
+            }
+            Err(e) => return Err(prep("read for backup", &live)(e)),
+        }
+        failpoint("backup-file");
+    }
+    let manifest = BackupManifest {
+        id: id.clone(),
+        created_at: crate::clock::rfc3339(now),
+        kind: kind.to_string(),
+        files,
+    };
+    let json = serde_json::to_vec_pretty(&manifest).map_err(|e| TxnError::State {
+        path: tmp.display().to_string(),
+        detail: e.to_string(),
+    })?;
+    let manifest_path = tmp.join("manifest.json");
+    fsutil::write_new(&manifest_path, &json, 0o600, None)
+        .map_err(prep("write the backup manifest", &manifest_path))?;
+    fsutil::sync_dir(&tmp).map_err(prep("sync the backup", &tmp))?;
+    let final_dir = backups.join(&id);
+    fs::rename(&tmp, &final_dir).map_err(prep("complete the backup", &final_dir))?;
+    fsutil::sync_dir(&backups).map_err(prep("sync the backup folder", &backups))?;
+    Ok(id)
+}
+
+fn write_journal(root: &Path, journal: &Journal) -> Result<(), TxnError> {
+    let dir = state_dir(root);
+    let path = dir.join(JOURNAL);
+    let tmp = dir.join(format!("{JOURNAL}.tmp"));
+    let prep = |source| TxnError::Prepare {
+        step: "write the journal",
+        path: path.display().to_string(),
+        source,
+    };
+    let json = serde_json::to_vec_pretty(journal).map_err(|e| TxnError::State {
+        path: path.display().to_string(),
+        detail: e.to_string(),
+    })?;
+    let _ = fs::remove_file(&tmp);
+    fsutil::write_new(&tmp, &json, 0o600, None).map_err(prep)?;
+    fs::rename(&tmp, &path).map_err(prep)?;
+    fsutil::sync_dir(&dir).map_err(prep)
+}
+
+/// Renames every staged file over its live file, then removes the journal and staging.
+/// Idempotent: a file already swapped (its staged copy gone) is skipped.
+fn commit(root: &Path, journal: &Journal) -> Result<(), TxnError> {
+    for file in &journal.files {
+        let live = root.join(&file.rel);
+        let parent = live.parent().unwrap_or(root).to_path_buf();
+        let commit_err = |source| TxnError::Commit {
+            path: live.display().to_string(),
+            source,
+        };
+        match &file.staged {
+            Some(staged) => {
+                let staged = root.join(staged);
+                if staged.exists() {
+                    fs::rename(&staged, &live).map_err(commit_err)?;
+                    fsutil::sync_dir(&parent).map_err(commit_err)?;
+                }
+            }
+            None => match fs::remove_file(&live) {
+                Ok(()) => fsutil::sync_dir(&parent).map_err(commit_err)?,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(commit_err(e)),
+            },
+        }
+        failpoint("renamed");
+    }
+    let dir = state_dir(root);
+    let path = dir.join(JOURNAL);
+    fs::remove_file(&path).map_err(|source| TxnError::Commit {
+        path: path.display().to_string(),
+        source,
+    })?;
+    fsutil::sync_dir(&dir).map_err(|source| TxnError::Commit {
+        path: dir.display().to_string(),
+        source,
+    })?;
+    failpoint("journal-removed");
+    for d in &journal.staging_dirs {
+        let _ = fs::remove_dir_all(root.join(d));
+    }
+    failpoint("staging-removed");
+    Ok(())
+}
+
+fn remove_staging(root: &Path, changes: &[Change], txid: &str) {
+    for change in changes {
+        if let Some(parent) = root.join(&change.rel).parent() {
+            let _ = fs::remove_dir_all(parent.join(format!("{STAGING_PREFIX}{txid}")));
+        }
+    }
+}
+
+// === Recovery ===
+
+/// Completes an interrupted transaction, or removes the leftovers of one that never reached its
+/// journal. Call with the lock held, before reading the PKI.
+pub fn recover(root: &Path) -> Result<Recovery, TxnError> {
+    let dir = state_dir(root);
+    let path = dir.join(JOURNAL);
+    if let Ok(bytes) = fs::read(&path) {
+        let journal: Journal = serde_json::from_slice(&bytes).map_err(|e| TxnError::State {
+            path: path.display().to_string(),
+            detail: format!(
+                "the journal is unreadable ({e}); the live PKI may be half-renewed. Inspect with \
+                 'certrotor check', then restore with 'certrotor rollback'"
+            ),
+        })?;
+        commit(root, &journal)?;
+        // Verify that the live files are what the journal promised.
+        for file in &journal.files {
+            if let Some(want) = &file.new_sha256 {
+                let got = fs::read(root.join(&file.rel)).map(|b| sha256_hex(&b)).ok();
+                if got.as_deref() != Some(want.as_str()) {
+                    return Err(TxnError::State {
+                        path: file.rel.clone(),
+                        detail: format!(
+                            "after completing the interrupted {} the file does not hold the \
+                             journaled content; restore with 'certrotor rollback --backup {}'",
+                            journal.kind, journal.backup_id
+                        ),
+                    });
+                }
+            }
+        }
+        return Ok(Recovery::RolledForward {
+            kind: journal.kind,
+            backup_id: journal.backup_id,
+            files: journal.files.len(),
+        });
+    }
+    let _ = fs::remove_file(dir.join(format!("{JOURNAL}.tmp")));
+    // No journal: remove staging folders and incomplete backups left by a crash.
+    let mut removed = 0;
+    for base in staging_search_dirs(root) {
+        let Ok(list) = fs::read_dir(&base) else {
+            continue;
+        };
+        for entry in list.flatten() {
+            if entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with(STAGING_PREFIX)
+            {
+                let _ = fs::remove_dir_all(entry.path());
+                removed += 1;
+            }
+        }
+    }
+    if let Ok(list) = fs::read_dir(dir.join("backups")) {
+        for entry in list.flatten() {
+            if entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with(".incomplete-")
+            {
+                let _ = fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+    Ok(if removed > 0 {
+        Recovery::DiscardedStaging(removed)
+    } else {
+        Recovery::Clean
+    })
+}
+
+/// Folders where staging folders may be left: every folder of every layout, plus the PKI
+/// sub-folders.
+fn staging_search_dirs(root: &Path) -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    for base in [
+        "etc/kubernetes",
+        "var/lib/kubeadm",
+        "etc/etcd",
+        "var/lib/etcd",
+    ] {
+        let b = root.join(base);
+        if !b.is_dir() {
+            continue;
+        }
+        let mut stack = vec![b];
+        while let Some(d) = stack.pop() {
+            if let Ok(list) = fs::read_dir(&d) {
+                for e in list.flatten() {
+                    let name = e.file_name().to_string_lossy().to_string();
+                    if e.file_type().is_ok_and(|t| t.is_dir())
+                        && !name.starts_with(STAGING_PREFIX)
+                        && d.components().count() < 12
+                    {
+                        stack.push(e.path());
+                    }
+                }
+            }
+            dirs.push(d);
+        }
+    }
+    dirs
+}
+
+// === Backups ===
+
+/// Lists backups, newest first.
+pub fn list_backups(root: &Path) -> Vec<BackupManifest> {
+    let mut out = Vec::new();
+    let Ok(list) = fs::read_dir(state_dir(root).join("backups")) else {
+        return out;
+    };
+    for entry in list.flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        if name.starts_with('.') {
+            continue;
+        }
+        if let Ok(bytes) = fs::read(entry.path().join("manifest.json"))
+            && let Ok(m) = serde_json::from_slice::<BackupManifest>(&bytes)
+        {
+            out.push(m);
+        }
+    }
+    out.sort_by(|a, b| b.id.cmp(&a.id));
+    out
+}
+
+/// Reads a backup back as changes that restore it (files that did not exist are removed).
+pub fn restore_changes(root: &Path, id: &str) -> Result<(BackupManifest, Vec<Change>), TxnError> {
+    let dir = state_dir(root).join("backups").join(id);
+    let state = |detail: String| TxnError::State {
+        path: dir.display().to_string(),
+        detail,
+    };
+    if id.contains('/') || id.starts_with('.') || !dir.is_dir() {
+        return Err(state(format!(
+            "no backup '{id}'; list them with 'certrotor backups'"
+        )));
+    }
+    let bytes = fs::read(dir.join("manifest.json"))
+        .map_err(|e| state(format!("manifest unreadable: {e}")))?;
+    let manifest: BackupManifest =
+        serde_json::from_slice(&bytes).map_err(|e| state(format!("manifest unreadable: {e}")))?;
+    let mut changes = Vec::new();
+    for f in &manifest.files {
+        if f.existed {
+            let data = fs::read(dir.join("files").join(&f.path))
+                .map_err(|e| state(format!("'{}' unreadable: {e}", f.path)))?;
+            if f.sha256.as_deref() != Some(sha256_hex(&data).as_str()) {
+                return Err(state(format!(
+                    "'{}' in the backup does not match its recorded SHA-256; the backup is damaged",
+                    f.path
+                )));
+            }
+            changes.push(Change {
+                rel: f.path.clone(),
+                content: Some(data),
+                mode_if_new: f.mode.unwrap_or(0o600),
+            });
+        } else {
+            changes.push(Change {
+                rel: f.path.clone(),
+                content: None,
+                mode_if_new: 0o600,
+            });
+        }
+    }
+    Ok((manifest, changes))
+}
+
+/// Removes the oldest backups beyond `retention`.
+fn prune_backups(root: &Path, retention: usize) {
+    let backups = list_backups(root);
+    for old in backups.iter().skip(retention.max(1)) {
+        let _ = fs::remove_dir_all(state_dir(root).join("backups").join(&old.id));
+    }
+}
