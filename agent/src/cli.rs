@@ -47,6 +47,7 @@ enum Command {
     Renew(RenewCmd),
     Rollback(RollbackCmd),
     Backups(BackupsCmd),
+    EtcdClient(EtcdClientCmd),
     Demo(DemoCmd),
     Version(VersionCmd),
 }
@@ -196,6 +197,48 @@ struct LabInitCmd {
 }
 
 #[derive(FromArgs, Debug)]
+#[argh(subcommand, name = "etcd-client")]
+/// external etcd: carry the apiserver-etcd-client pair from an etcd node to control planes
+struct EtcdClientCmd {
+    #[argh(subcommand)]
+    command: EtcdClientSub,
+}
+
+#[derive(FromArgs, Debug)]
+#[argh(subcommand)]
+enum EtcdClientSub {
+    Export(EtcdExportCmd),
+    Import(EtcdImportCmd),
+}
+
+#[derive(FromArgs, Debug)]
+#[argh(subcommand, name = "export")]
+/// on the etcd node: write the apiserver-etcd-client certificate and key as one PEM bundle
+struct EtcdExportCmd {
+    #[argh(option)]
+    /// the etcd node's root filesystem
+    root: Option<PathBuf>,
+    #[argh(option, default = "String::from(\"-\")")]
+    /// where to write the bundle (mode 0600), or - for standard output (default)
+    out: String,
+}
+
+#[derive(FromArgs, Debug)]
+#[argh(subcommand, name = "import")]
+/// on a control-plane node: check and install an exported bundle, as one transaction
+struct EtcdImportCmd {
+    #[argh(option)]
+    /// the control-plane node's root filesystem
+    root: Option<PathBuf>,
+    #[argh(option, default = "String::from(\"-\")")]
+    /// the bundle file, or - for standard input (default)
+    from: String,
+    #[argh(option, default = "String::from(\"60s\")")]
+    /// how long to wait for another certrotor run to finish (default 60s)
+    lock_timeout: String,
+}
+
+#[derive(FromArgs, Debug)]
 #[argh(subcommand, name = "demo")]
 /// show the whole job on a built-in lab node in a temporary folder
 struct DemoCmd {
@@ -275,6 +318,12 @@ fn run(top: Top) -> Result<u8, Failure> {
         Command::Renew(c) => renew(c),
         Command::Rollback(c) => rollback(c),
         Command::Backups(c) => backups(c),
+        Command::EtcdClient(EtcdClientCmd {
+            command: EtcdClientSub::Export(c),
+        }) => etcd_export(c),
+        Command::EtcdClient(EtcdClientCmd {
+            command: EtcdClientSub::Import(c),
+        }) => etcd_import(c),
         Command::Demo(c) => crate::demo::run(c.keep),
         Command::Version(_) => {
             println!("certrotor {}", env!("CARGO_PKG_VERSION"));
@@ -535,5 +584,48 @@ fn backups(c: BackupsCmd) -> Result<u8, Failure> {
             );
         }
     }
+    Ok(0)
+}
+
+fn etcd_export(c: EtcdExportCmd) -> Result<u8, Failure> {
+    let root = root_flag(c.root)?;
+    let bundle = crate::etcd_client::export(&root)?;
+    if c.out == "-" {
+        use std::io::Write;
+        std::io::stdout()
+            .write_all(&bundle)
+            .map_err(|e| Failure::failed(format!("cannot write the bundle: {e}")))?;
+    } else {
+        let path = PathBuf::from(&c.out);
+        let _ = std::fs::remove_file(&path);
+        crate::fsutil::write_new(&path, &bundle, 0o600, None).map_err(|e| {
+            Failure::failed(format!("cannot write the bundle '{}': {e}", path.display()))
+        })?;
+    }
+    Ok(0)
+}
+
+fn etcd_import(c: EtcdImportCmd) -> Result<u8, Failure> {
+    let opts = write_options(&c.lock_timeout, crate::txn::DEFAULT_RETENTION)?;
+    let root = root_flag(c.root)?;
+    let limit = crate::pki::MAX_PEM_FILE_BYTES;
+    let bundle = if c.from == "-" {
+        use std::io::Read;
+        let mut buf = Vec::new();
+        std::io::stdin()
+            .take(limit + 1)
+            .read_to_end(&mut buf)
+            .map_err(|e| Failure::failed(format!("cannot read the bundle: {e}")))?;
+        buf
+    } else {
+        crate::fsutil::read_limited(std::path::Path::new(&c.from), &c.from, limit)
+            .map_err(|e| Failure::failed(e.to_string()))?
+    };
+    let (files, backup) = crate::etcd_client::import(&root, &bundle, &opts)?;
+    println!("Installed the apiserver-etcd-client pair (backup {backup}):");
+    for f in files {
+        println!("  {f}");
+    }
+    println!("Restart kube-apiserver so that it uses the new etcd client certificate.");
     Ok(0)
 }

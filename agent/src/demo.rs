@@ -1,12 +1,12 @@
 //! `certrotor demo`: the main job on a built-in example, start to finish, in a temporary folder.
 
-use std::path::PathBuf;
-
 use crate::cli::{Failure, check_exit_code};
 use crate::clock::{self, DAY};
 use crate::inventory;
 use crate::lab::{self, LabLayout, LabOptions, Topology};
+use crate::ops::{self, WriteOptions};
 use crate::pki::KeyAlgorithm;
+use crate::renew::Policy;
 use crate::report;
 
 /// Runs the demo; removes the lab node afterwards unless `keep`.
@@ -25,7 +25,7 @@ pub fn run(keep: bool) -> Result<u8, Failure> {
     result
 }
 
-fn story(dir: &PathBuf) -> Result<u8, Failure> {
+fn story(dir: &std::path::Path) -> Result<u8, Failure> {
     let now = clock::now();
     let opts = LabOptions {
         layout: LabLayout::Bottlerocket,
@@ -50,16 +50,45 @@ fn story(dir: &PathBuf) -> Result<u8, Failure> {
         "\n   check exits {} (1: something expires within 30 days).",
         check_exit_code(&inv)
     );
-    let due: Vec<&str> = inv
-        .certificates
-        .iter()
-        .filter(|r| r.renewable && r.residual_seconds.is_some_and(|s| s < 90 * DAY))
-        .map(|r| r.name.as_str())
-        .collect();
+    let policy = Policy {
+        within: 90 * DAY,
+        all: false,
+        names: vec![],
+        reuse_keys: false,
+        validity: clock::YEAR,
+        allow_beyond_ca: false,
+    };
     println!(
-        "\n3. Renewal will re-issue {} certificates and kubeconfigs: {}",
-        due.len(),
-        due.join(", ")
+        "\n3. certrotor renew --root {}   (what is due within 90 days, in one transaction)\n",
+        dir.display()
+    );
+    let report = ops::renew(dir, &policy, false, &WriteOptions::default())?;
+    for item in &report.plan.items {
+        println!(
+            "   renewed {:<26} signer {:<15} ({})",
+            item.name, item.signer, item.description
+        );
+    }
+    for skip in &report.plan.skipped {
+        println!("   skipped {:<26} {}", skip.name, skip.why);
+    }
+    println!(
+        "\n   {} certificates in {} ms with new keys, valid {} .. {}; backup {}",
+        report.plan.items.len(),
+        report.duration_ms,
+        report.plan.not_before,
+        report.plan.not_after,
+        report.backup_id.as_deref().unwrap_or("-")
+    );
+    println!(
+        "\n4. certrotor check --root {}   (residual times jump to a year)\n",
+        dir.display()
+    );
+    let after = inventory::take(dir, clock::now(), 30 * DAY);
+    print!("{}", report::table(&after));
+    println!(
+        "\n   check exits {}. kubelet.conf is left alone: the kubelet rotates its own client certificate.",
+        check_exit_code(&after)
     );
     Ok(0)
 }

@@ -1165,7 +1165,7 @@ mod tests {
             assert_eq!(back.algorithm(), alg);
             assert_eq!(back.encoding, enc);
             assert_eq!(back.public_key_bits(), key.public_key_bits());
-            assert_eq!(format!("{back:?}").contains("BEGIN"), false);
+            assert!(!format!("{back:?}").contains("BEGIN"));
         }
     }
 

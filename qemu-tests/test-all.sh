@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The one test command: installs what the tests need on a fresh Debian machine (as root), then
+# runs every check and test: format, lint, unit and integration tests (real openssl and etcd),
+# the static build, the demo, and the QEMU end-to-end suite when its images can be built.
+# `.ci/run` calls this script; so does a developer: `sudo qemu-tests/test-all.sh`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+step() { printf '\n=== %s\n' "$*"; }
+started=$(date +%s)
+
+step "install test dependencies (Debian packages)"
+if [ "$(id -u)" = 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq --no-install-recommends \
+    openssl etcd-server etcd-client musl-tools time iproute2 >/dev/null
+  # Debian starts etcd on install where systemd runs; the tests start their own.
+  systemctl stop etcd 2>/dev/null || true
+else
+  echo "not root: skipping apt-get; the tests need openssl, etcd-server, etcd-client, musl-tools" >&2
+fi
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+rustup target add x86_64-unknown-linux-musl >/dev/null 2>&1 || true
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy --all-targets -D warnings"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "cargo test (agent, bottlerocket)"
+cargo test --locked
+
+step "static build"
+bin=$(agent/build-static.sh --all)
+ls -l "$bin"
+ldd "$bin" || true
+
+step "certrotor demo"
+"$bin" demo
+
+if [ -x images/build-vm.sh ] && [ -d qemu-tests/tests ] && [ "${CERTROTOR_SKIP_QEMU:-0}" != 1 ]; then
+  step "QEMU end-to-end suite"
+  CERTROTOR_STATIC_DIR=$(dirname "$bin") cargo test --locked -p qemu-tests -- --test-threads=1
+fi
+
+echo
+echo "all tests passed in $(( $(date +%s) - started ))s"
