@@ -152,7 +152,11 @@ impl fmt::Display for ApiError {
                 method,
                 uri,
                 body,
-            } => write!(f, "Status {code} when {method}ing '{uri}': {}", body.trim_end()),
+            } => write!(
+                f,
+                "Status {code} when {method}ing '{uri}': {}",
+                body.trim_end()
+            ),
             Self::BadResponse {
                 method,
                 uri,
@@ -222,7 +226,10 @@ mod tests {
         let empty = status(422, "Tried to commit with no pending changes");
         assert!(empty.is_empty_commit() && !empty.is_transient() && !empty.is_unknown_key());
         assert_eq!(empty.status(), Some(422));
-        let unknown = status(400, "Json deserialize error: unknown field `x`, expected `motd`");
+        let unknown = status(
+            400,
+            "Json deserialize error: unknown field `x`, expected `motd`",
+        );
         assert!(unknown.is_unknown_key() && !unknown.is_empty_commit());
         assert!(status(500, "datastore").is_transient());
         assert!(!status(422, "Report type not supported").is_empty_commit());

@@ -127,7 +127,9 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, Usa
             return Ok(Command::Help);
         }
         let (flag, inline) = match arg.split_once('=') {
-            Some((flag, value)) if flag.starts_with("--") => (flag.to_string(), Some(value.to_string())),
+            Some((flag, value)) if flag.starts_with("--") => {
+                (flag.to_string(), Some(value.to_string()))
+            }
             _ => (arg, None),
         };
         let mut value = || {
@@ -143,7 +145,9 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, Usa
             "--apply-delay-ms" => {
                 let text = value()?;
                 let millis = text.parse::<u64>().map_err(|_| {
-                    UsageError(format!("invalid --apply-delay-ms '{text}': expected milliseconds"))
+                    UsageError(format!(
+                        "invalid --apply-delay-ms '{text}': expected milliseconds"
+                    ))
                 })?;
                 apply_delay = Duration::from_millis(millis);
             }
@@ -203,10 +207,18 @@ impl fmt::Display for SimError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::LoadSettings { path, reason } => {
-                write!(f, "Failed to load settings from '{}': {reason}", path.display())
+                write!(
+                    f,
+                    "Failed to load settings from '{}': {reason}",
+                    path.display()
+                )
             }
             Self::Persist { path, source } => {
-                write!(f, "Failed to write settings to '{}': {source}", path.display())
+                write!(
+                    f,
+                    "Failed to write settings to '{}': {source}",
+                    path.display()
+                )
             }
             Self::SocketInUse { socket } => write!(
                 f,
@@ -312,7 +324,9 @@ impl Sim {
                         .name("connection".into())
                         .spawn(move || serve_connection(&state, &stream));
                     if let Err(error) = spawned {
-                        log(&format!("dropping a connection: cannot start a thread: {error}"));
+                        log(&format!(
+                            "dropping a connection: cannot start a thread: {error}"
+                        ));
                     }
                 }
                 Err(error) => {
@@ -338,7 +352,11 @@ pub(crate) struct State {
 }
 
 impl State {
-    pub(crate) fn new(live: Value, persist_path: PathBuf, applier: mpsc::Sender<ApplyRequest>) -> Self {
+    pub(crate) fn new(
+        live: Value,
+        persist_path: PathBuf,
+        applier: mpsc::Sender<ApplyRequest>,
+    ) -> Self {
         Self {
             store: Mutex::new(Store::new(live)),
             os: os_release(),
@@ -467,7 +485,10 @@ fn bind(socket: &Path) -> Result<UnixListener, SimError> {
         Err(error) if error.kind() == io::ErrorKind::NotFound => {}
         Err(error) => return Err(bind_error(error)),
     }
-    if let Some(parent) = socket.parent().filter(|parent| !parent.as_os_str().is_empty()) {
+    if let Some(parent) = socket
+        .parent()
+        .filter(|parent| !parent.as_os_str().is_empty())
+    {
         fs::create_dir_all(parent).map_err(bind_error)?;
     }
     let listener = UnixListener::bind(socket).map_err(bind_error)?;
@@ -489,7 +510,8 @@ fn serve_connection(state: &State, stream: &UnixStream) {
             Ok(None) | Err(FrameError::Io(_)) => return,
             Err(error) => {
                 let reply = routes::Reply::text(400, error.to_string());
-                let _ = http::write_response(&mut writer, 400, reply.content_type, &reply.body, true);
+                let _ =
+                    http::write_response(&mut writer, 400, reply.content_type, &reply.body, true);
                 return;
             }
         };
@@ -504,9 +526,19 @@ fn serve_connection(state: &State, stream: &UnixStream) {
             Ok(body) => body,
             Err(FrameError::Io(_)) => return,
             Err(error) => {
-                let status = if matches!(error, FrameError::TooLarge { .. }) { 413 } else { 400 };
+                let status = if matches!(error, FrameError::TooLarge { .. }) {
+                    413
+                } else {
+                    400
+                };
                 let reply = routes::Reply::text(status, error.to_string());
-                let _ = http::write_response(&mut writer, status, reply.content_type, &reply.body, true);
+                let _ = http::write_response(
+                    &mut writer,
+                    status,
+                    reply.content_type,
+                    &reply.body,
+                    true,
+                );
                 return;
             }
         };
@@ -516,15 +548,25 @@ fn serve_connection(state: &State, stream: &UnixStream) {
             .header("connection")
             .is_some_and(|value| value.eq_ignore_ascii_case("close"))
             || head.start_line.ends_with("HTTP/1.0");
-        let written =
-            http::write_response(&mut writer, reply.status, reply.content_type, &reply.body, close);
+        let written = http::write_response(
+            &mut writer,
+            reply.status,
+            reply.content_type,
+            &reply.body,
+            close,
+        );
         if close || written.is_err() {
             return;
         }
     }
 }
 
-fn run_applier(state: &Weak<State>, receiver: &mpsc::Receiver<ApplyRequest>, root: &Path, delay: Duration) {
+fn run_applier(
+    state: &Weak<State>,
+    receiver: &mpsc::Receiver<ApplyRequest>,
+    root: &Path,
+    delay: Duration,
+) {
     while let Ok(request) = receiver.recv() {
         let due = request.queued + delay;
         let now = Instant::now();
@@ -546,7 +588,10 @@ fn run_applier(state: &Weak<State>, receiver: &mpsc::Receiver<ApplyRequest>, roo
             .live()
             .clone();
         drop(state);
-        log(&format!("apply: {}", render::render_static_pods(&live, root).summary()));
+        log(&format!(
+            "apply: {}",
+            render::render_static_pods(&live, root).summary()
+        ));
     }
 }
 
@@ -584,7 +629,9 @@ mod tests {
     #[test]
     fn apply_requests_know_whether_static_pods_are_affected() {
         assert!(ApplyRequest::new(None).touches_static_pods());
-        let pods = ApplyRequest::new(Some(vec!["settings.kubernetes.static-pods.etcd.enabled".into()]));
+        let pods = ApplyRequest::new(Some(vec![
+            "settings.kubernetes.static-pods.etcd.enabled".into(),
+        ]));
         assert!(pods.touches_static_pods());
         let motd = ApplyRequest::new(Some(vec!["settings.motd".into()]));
         assert!(!motd.touches_static_pods());
@@ -601,14 +648,23 @@ mod tests {
             apply_delay: Duration::ZERO,
         };
         let sim = Sim::start(&config).expect("start");
-        let mode = fs::metadata(&config.socket).expect("socket").permissions().mode();
+        let mode = fs::metadata(&config.socket)
+            .expect("socket")
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o660);
-        assert!(matches!(Sim::start(&config), Err(SimError::SocketInUse { .. })));
+        assert!(matches!(
+            Sim::start(&config),
+            Err(SimError::SocketInUse { .. })
+        ));
         let handle = sim.shutdown_handle();
         let server = std::thread::spawn(move || sim.serve());
         let client = crate::ApiClient::new(&config.socket);
         assert_eq!(client.os().expect("os")["build_id"], "sim");
-        assert_eq!(client.settings().expect("settings")["motd"], "Welcome to Bottlerocket!");
+        assert_eq!(
+            client.settings().expect("settings")["motd"],
+            "Welcome to Bottlerocket!"
+        );
         handle.shutdown();
         server.join().expect("join").expect("serve");
         assert!(!config.socket.exists());

@@ -11,7 +11,11 @@ use std::fmt;
 pub fn encode(data: &[u8]) -> String {
     let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
     for chunk in data.chunks(3) {
-        let bytes = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let bytes = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
         let group = u32::from(bytes[0]) << 16 | u32::from(bytes[1]) << 8 | u32::from(bytes[2]);
         for position in 0..4 {
             if position <= chunk.len() {
@@ -29,9 +33,6 @@ pub fn encode(data: &[u8]) -> String {
 pub fn decode(text: &str) -> Result<Vec<u8>, DecodeError> {
     let trimmed = text.trim_end_matches('=');
     let padding = text.len() - trimmed.len();
-    if padding > 2 || (padding > 0 && text.len() % 4 != 0) || trimmed.len() % 4 == 1 {
-        return Err(DecodeError::InvalidLength);
-    }
     let mut out = Vec::with_capacity(trimmed.len() / 4 * 3 + 2);
     let mut group: u32 = 0;
     let mut bits = 0;
@@ -45,6 +46,9 @@ pub fn decode(text: &str) -> Result<Vec<u8>, DecodeError> {
             out.push((group >> bits) as u8);
             group &= (1 << bits) - 1;
         }
+    }
+    if padding > 2 || (padding > 0 && !text.len().is_multiple_of(4)) || trimmed.len() % 4 == 1 {
+        return Err(DecodeError::InvalidLength);
     }
     if group != 0 {
         // Non-zero leftover bits mean the last character was not canonical.
@@ -124,11 +128,29 @@ mod tests {
 
     #[test]
     fn rejects_garbage() {
-        assert_eq!(decode("Zm9v!"), Err(DecodeError::InvalidByte { offset: 4, byte: b'!' }));
+        assert_eq!(
+            decode("Zm9v!"),
+            Err(DecodeError::InvalidByte {
+                offset: 4,
+                byte: b'!'
+            })
+        );
         assert_eq!(decode("Z"), Err(DecodeError::InvalidLength));
-        assert_eq!(decode("Zm9=v"), Err(DecodeError::InvalidByte { offset: 3, byte: b'=' }));
+        assert_eq!(
+            decode("Zm9=v"),
+            Err(DecodeError::InvalidByte {
+                offset: 3,
+                byte: b'='
+            })
+        );
         assert_eq!(decode("Zm9vYg="), Err(DecodeError::InvalidLength));
         assert_eq!(decode("Zh=="), Err(DecodeError::InvalidLastSymbol));
-        assert_eq!(decode("Zm 9v"), Err(DecodeError::InvalidByte { offset: 2, byte: b' ' }));
+        assert_eq!(
+            decode("Zm 9v"),
+            Err(DecodeError::InvalidByte {
+                offset: 2,
+                byte: b' '
+            })
+        );
     }
 }

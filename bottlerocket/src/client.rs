@@ -230,7 +230,10 @@ impl ApiClient {
             stream: &stream,
             deadline,
         });
-        match (written, http::read_response(&mut reader, method, MAX_RESPONSE_BYTES)) {
+        match (
+            written,
+            http::read_response(&mut reader, method, MAX_RESPONSE_BYTES),
+        ) {
             (_, Ok(response)) => Ok(response),
             // The server may answer and close before reading the whole request (e.g. a 413);
             // only when there is no answer is the write failure what the caller needs.
@@ -289,7 +292,11 @@ fn expect_status(method: &str, uri: &str, status: u16, expected: u16) -> ApiResu
     }
 }
 
-fn parse_json<T: serde::de::DeserializeOwned>(method: &str, uri: &str, body: &[u8]) -> ApiResult<T> {
+fn parse_json<T: serde::de::DeserializeOwned>(
+    method: &str,
+    uri: &str,
+    body: &[u8],
+) -> ApiResult<T> {
     serde_json::from_slice(body).map_err(|source| ApiError::Json {
         method: method.to_string(),
         uri: uri.to_string(),
@@ -328,7 +335,8 @@ struct DeadlineReader<'a> {
 
 impl Read for DeadlineReader<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.stream.set_read_timeout(Some(remaining(self.deadline)?))?;
+        self.stream
+            .set_read_timeout(Some(remaining(self.deadline)?))?;
         let mut stream = self.stream;
         stream.read(buf)
     }
@@ -346,8 +354,11 @@ mod tests {
     struct TestServer {
         dir: PathBuf,
         socket: PathBuf,
-        thread: Option<JoinHandle<Vec<(String, String, Vec<u8>)>>>,
+        thread: Option<JoinHandle<Vec<Seen>>>,
     }
+
+    /// What the server saw: request line, headers (`name: value` lines), body.
+    type Seen = (String, String, Vec<u8>);
 
     enum Reply {
         Raw(&'static str),
@@ -372,8 +383,9 @@ mod tests {
                 for reply in replies {
                     let (stream, _) = listener.accept().expect("accept");
                     let mut reader = BufReader::new(&stream);
-                    let (method, target, head) =
-                        http::read_request_head(&mut reader).expect("head").expect("request");
+                    let (method, target, head) = http::read_request_head(&mut reader)
+                        .expect("head")
+                        .expect("request");
                     let body = http::read_request_body(&mut reader, &head, 1 << 20).expect("body");
                     let mut headers = String::new();
                     for (name, value) in &head.headers {
@@ -401,8 +413,12 @@ mod tests {
             ApiClient::new(&self.socket).with_timeout(Duration::from_secs(5))
         }
 
-        fn requests(mut self) -> Vec<(String, String, Vec<u8>)> {
-            self.thread.take().expect("thread").join().expect("server thread")
+        fn requests(mut self) -> Vec<Seen> {
+            self.thread
+                .take()
+                .expect("thread")
+                .join()
+                .expect("server thread")
         }
     }
 
@@ -436,7 +452,10 @@ mod tests {
             assert!(requests[0].1.contains(header), "missing {header}");
             assert!(requests[1].1.contains(header), "missing {header}");
         }
-        assert_eq!(requests[1].0, "POST /tx/commit_and_apply?tx=certrotor%201%2F2");
+        assert_eq!(
+            requests[1].0,
+            "POST /tx/commit_and_apply?tx=certrotor%201%2F2"
+        );
         assert!(requests[1].1.contains("content-length: 0\n"));
     }
 
@@ -448,13 +467,18 @@ mod tests {
         client
             .settings_by_keys(&["settings.motd", "settings.kubernetes.node-labels.\"a.b\""])
             .expect("keys");
-        client.settings_by_prefix("kubernetes.static pods").expect("prefix");
+        client
+            .settings_by_prefix("kubernetes.static pods")
+            .expect("prefix");
         let requests = server.requests();
         assert_eq!(
             requests[0].0,
             "GET /settings?keys=settings.motd,settings.kubernetes.node-labels.%22a.b%22"
         );
-        assert_eq!(requests[1].0, "GET /settings?prefix=kubernetes.static%20pods");
+        assert_eq!(
+            requests[1].0,
+            "GET /settings?prefix=kubernetes.static%20pods"
+        );
     }
 
     #[test]
@@ -462,7 +486,10 @@ mod tests {
         let chunked = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n\
                        7\r\n{\"motd\"\r\n6\r\n:\"hi\"}\r\n0\r\n\r\n";
         let server = TestServer::start(vec![Reply::Raw(chunked)]);
-        assert_eq!(server.client().settings().expect("settings"), json!({"motd": "hi"}));
+        assert_eq!(
+            server.client().settings().expect("settings"),
+            json!({"motd": "hi"})
+        );
     }
 
     #[test]
@@ -530,6 +557,10 @@ mod tests {
             matches!(&error, ApiError::Connect { source, .. } if source.kind() == io::ErrorKind::NotFound),
             "{error:?}"
         );
-        assert!(error.to_string().starts_with("Failed to connect to API socket '"));
+        assert!(
+            error
+                .to_string()
+                .starts_with("Failed to connect to API socket '")
+        );
     }
 }

@@ -23,15 +23,6 @@ pub(crate) struct Head {
     pub(crate) headers: Vec<(String, String)>,
 }
 
-/// A request as the server sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Request {
-    pub(crate) method: String,
-    pub(crate) target: String,
-    pub(crate) head: Head,
-    pub(crate) body: Vec<u8>,
-}
-
 /// Why a message could not be read.
 #[derive(Debug)]
 pub(crate) enum FrameError {
@@ -277,7 +268,9 @@ fn parse_status_line(line: &str) -> Result<u16, FrameError> {
         (Some(version), Some(code)) if version.starts_with("HTTP/1.") && code.len() == 3 => code
             .parse::<u16>()
             .map_err(|_| FrameError::Malformed(format!("invalid status line '{line}'"))),
-        _ => Err(FrameError::Malformed(format!("invalid status line '{line}'"))),
+        _ => Err(FrameError::Malformed(format!(
+            "invalid status line '{line}'"
+        ))),
     }
 }
 
@@ -327,7 +320,9 @@ fn read_chunked(reader: &mut impl BufRead, limit: usize) -> Result<Vec<u8>, Fram
         body.resize(start + size, 0);
         reader.read_exact(&mut body[start..])?;
         if read_line(reader)?.as_deref() != Some("") {
-            return Err(FrameError::Malformed("chunk not followed by CRLF".to_string()));
+            return Err(FrameError::Malformed(
+                "chunk not followed by CRLF".to_string(),
+            ));
         }
     }
     // Trailer section: header lines up to an empty line, dropped.
@@ -374,20 +369,33 @@ mod tests {
 
     #[test]
     fn skips_interim_and_bodiless_statuses() {
-        let raw = "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n";
+        let raw =
+            "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n";
         assert_eq!(response(raw, 10).expect("ok"), (204, Vec::new()));
     }
 
     #[test]
     fn enforces_limits() {
         let too_long = "HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\nhello world";
-        assert!(matches!(response(too_long, 10), Err(FrameError::TooLarge { limit: 10 })));
+        assert!(matches!(
+            response(too_long, 10),
+            Err(FrameError::TooLarge { limit: 10 })
+        ));
         let chunked = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n6\r\nhello \r\n5\r\nworld\r\n0\r\n\r\n";
-        assert!(matches!(response(chunked, 10), Err(FrameError::TooLarge { limit: 10 })));
+        assert!(matches!(
+            response(chunked, 10),
+            Err(FrameError::TooLarge { limit: 10 })
+        ));
         let eof = "HTTP/1.1 200 OK\r\n\r\nhello world";
-        assert!(matches!(response(eof, 10), Err(FrameError::TooLarge { limit: 10 })));
+        assert!(matches!(
+            response(eof, 10),
+            Err(FrameError::TooLarge { limit: 10 })
+        ));
         let long_line = format!("HTTP/1.1 200 OK\r\nX: {}\r\n\r\n", "a".repeat(MAX_LINE));
-        assert!(matches!(response(&long_line, 10), Err(FrameError::Malformed(_))));
+        assert!(matches!(
+            response(&long_line, 10),
+            Err(FrameError::Malformed(_))
+        ));
     }
 
     #[test]

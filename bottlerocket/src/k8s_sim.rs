@@ -76,7 +76,8 @@ Exit codes: 1 failed to start, 2 usage error; otherwise it serves until killed."
 /// Environment variable that sets the apiserver's reject switch when the flag is absent.
 pub const REJECT_ENV: &str = "K8S_SIM_REJECT_SERVING_CERT_ISSUED_AFTER";
 
-/// How long a health-check result is reused; the brief for the stand-in allows at most 1 s.
+/// How long a health-check result is reused: short, so a stopped etcd or apiserver shows within
+/// a second, yet long enough that a burst of probes does not hammer the upstream.
 pub const HEALTH_CACHE: Duration = Duration::from_millis(500);
 
 /// Connect, read and write timeout for outgoing health checks.
@@ -330,10 +331,10 @@ pub fn run(component: Component, flags: &Flags, reject_env: Option<&str>) -> Res
         Component::ControllerManager => start_kubeconfig_component(flags, 10257, now)?,
         Component::Scheduler => start_kubeconfig_component(flags, 10259, now)?,
     };
-    let address = listener.local_addr().map_err(|source| Error::Bind {
-        address: SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)),
-        source,
-    })?;
+    let address = listener.local_addr().map_or_else(
+        |error| format!("unknown address ({error})"),
+        |address| address.to_string(),
+    );
     eprintln!("{prefix} (k8s-sim): serving on https://{address}");
     serve(prefix, listener, tls, handler);
     Ok(())
@@ -1223,29 +1224,10 @@ fn decode_chunked(mut raw: &[u8]) -> Result<Vec<u8>, String> {
     }
 }
 
+/// Kubeconfig `*-data` fields: standard base64; line breaks from YAML folding are dropped.
 fn decode_base64(text: &str) -> Option<Vec<u8>> {
-    let mut output = Vec::new();
-    let mut accumulator = 0u32;
-    let mut bits = 0;
-    for byte in text.bytes() {
-        let value = match byte {
-            b'A'..=b'Z' => byte - b'A',
-            b'a'..=b'z' => byte - b'a' + 26,
-            b'0'..=b'9' => byte - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            b'=' => break,
-            b' ' | b'\n' | b'\r' | b'\t' => continue,
-            _ => return None,
-        };
-        accumulator = (accumulator << 6) | u32::from(value);
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            output.push(((accumulator >> bits) & 0xff) as u8);
-        }
-    }
-    Some(output)
+    let compact: String = text.chars().filter(|c| !c.is_ascii_whitespace()).collect();
+    crate::base64::decode(&compact).ok()
 }
 
 fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
@@ -1384,14 +1366,6 @@ mod tests {
         assert_eq!(format_rfc3339(time), "2026-11-22T14:15:16Z");
         assert_eq!(format_rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00Z");
         assert_eq!(parse_rfc3339(&format_rfc3339(time)), Some(time));
-    }
-
-    #[test]
-    fn decodes_base64() {
-        assert_eq!(decode_base64("aGVsbG8=").unwrap(), b"hello");
-        assert_eq!(decode_base64("aGVs\nbG8h").unwrap(), b"hello!");
-        assert_eq!(decode_base64("").unwrap(), b"");
-        assert!(decode_base64("a*b").is_none());
     }
 
     #[test]

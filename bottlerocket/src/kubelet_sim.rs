@@ -34,10 +34,10 @@
 //! * The back-off is 1 s, 2 s, 4 s, 8 s, then 10 s (the kubelet's is 10 s doubling up to 5 min),
 //!   and resets once a process has run for [`BACKOFF_RESET_AFTER`].
 //! * No API server, no mirror pods, no node status.
-//!
-//! // Implementation note: one thread does everything (scan, start, stop, reap), so the
-//! // parent-death signal set in `pre_exec` always refers to the living main thread. Stops do not
-//! // block the loop: a stopping pod is a phase that is checked every tick.
+
+// Implementation note: one thread does everything (scan, start, stop, reap), so the parent-death
+// signal set in `pre_exec` always refers to the living main thread. Stops do not block the loop:
+// a stopping pod is a phase that is checked every tick.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -352,6 +352,9 @@ pub fn parse_manifest(text: &str, file_stem: &str, root: &Path) -> Result<PodSpe
         .and_then(|metadata| metadata.name)
         .filter(|name| !name.is_empty())
         .unwrap_or_else(|| file_stem.to_string());
+    if name.contains('/') || name.starts_with('.') {
+        return Err(format!("pod name '{name}' is not a valid file name"));
+    }
     let Some(container) = pod.spec.containers.into_iter().next() else {
         return Err("spec.containers is empty".to_string());
     };
@@ -1139,6 +1142,13 @@ spec:
             parse_manifest("spec: {containers: [{name: c}]}", "s", Path::new("/")).unwrap_err();
         assert!(error.contains("has no command"), "{error}");
         assert!(parse_manifest("spec: [", "s", Path::new("/")).is_err());
+        let error = parse_manifest(
+            "metadata: {name: ../x}\nspec: {containers: [{command: [a]}]}",
+            "s",
+            Path::new("/"),
+        )
+        .unwrap_err();
+        assert_eq!(error, "pod name '../x' is not a valid file name");
     }
 
     #[test]

@@ -84,7 +84,10 @@ mod tests {
         check("certrotor-1a2b", "certrotor-1a2b");
         check("a b&c=d", "a%20b%26c%3Dd");
         check("settings.motd,settings.x", "settings.motd%2Csettings.x");
-        check("kubernetes.node-labels.\"my.label\"", "kubernetes.node-labels.%22my.label%22");
+        check(
+            "kubernetes.node-labels.\"my.label\"",
+            "kubernetes.node-labels.%22my.label%22",
+        );
         check("tx/ü", "tx%2F%C3%BC");
     }
 
@@ -100,7 +103,10 @@ mod tests {
     fn parses_query() {
         let pairs = parse_query("tx=a%20b&keys=x,y&flag").expect("valid query");
         let expected = [("tx", "a b"), ("keys", "x,y"), ("flag", "")];
-        let pairs: Vec<(&str, &str)> = pairs.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+        let pairs: Vec<(&str, &str)> = pairs
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect();
         assert_eq!(pairs, expected);
         assert_eq!(parse_query("a=%"), None);
     }

@@ -100,9 +100,15 @@ mod tests {
     #[test]
     fn reports_missing_socket_and_bad_paths() {
         let missing = connect(&socket_path("missing"), Duration::from_secs(1));
-        assert_eq!(missing.map(|_| ()).map_err(|e| e.kind()), Err(io::ErrorKind::NotFound));
+        assert_eq!(
+            missing.map(|_| ()).map_err(|e| e.kind()),
+            Err(io::ErrorKind::NotFound)
+        );
         let long = Path::new("/tmp").join("x".repeat(200));
         let too_long = connect(&long, Duration::from_secs(1));
-        assert_eq!(too_long.map(|_| ()).map_err(|e| e.kind()), Err(io::ErrorKind::InvalidInput));
+        assert_eq!(
+            too_long.map(|_| ()).map_err(|e| e.kind()),
+            Err(io::ErrorKind::InvalidInput)
+        );
     }
 }

@@ -86,7 +86,13 @@ fn apiserver_readyz_follows_etcd() {
 
     etcd.stop();
     let unready = wait_for_status(&format!("{base}/readyz"), &client, 500, "etcd failed");
-    assert!(unready.body.contains(&etcd.url), "{}", unready.body);
+    assert!(
+        unready
+            .body
+            .contains(etcd.url.trim_start_matches("https://")),
+        "{}",
+        unready.body
+    );
     assert_eq!(
         get(&format!("{base}/healthz"), &client).unwrap().status,
         500

@@ -172,8 +172,14 @@ mod tests {
             report.summary(),
             "Failed to manage 1 of 3 static pods: Static pod 'half' is missing field 'manifest'"
         );
-        assert_eq!(fs::read(dir.join("etcd")).expect("manifest"), b"kind: Pod\n");
-        assert_eq!(fs::metadata(dir.join("etcd")).expect("meta").mode() & 0o777, 0o600);
+        assert_eq!(
+            fs::read(dir.join("etcd")).expect("manifest"),
+            b"kind: Pod\n"
+        );
+        assert_eq!(
+            fs::metadata(dir.join("etcd")).expect("meta").mode() & 0o777,
+            0o600
+        );
         assert!(!dir.join("old").exists());
         let leftovers: Vec<_> = fs::read_dir(&dir)
             .expect("list")

@@ -82,7 +82,9 @@ pub(crate) fn handle(state: &State, method: &str, target: &str, head: &Head, bod
             .and_then(|tx| parse_keypair_body(head, body).map(|value| (tx, value)))
             .and_then(|(tx, settings)| stage(state, tx, settings)),
         ("GET", "/tx") => tx_name(param("tx")).map(|tx| Reply::json(&lock(state).pending(tx))),
-        ("DELETE", "/tx") => tx_name(param("tx")).map(|tx| Reply::json(&json!(lock(state).discard(tx)))),
+        ("DELETE", "/tx") => {
+            tx_name(param("tx")).map(|tx| Reply::json(&json!(lock(state).discard(tx))))
+        }
         ("GET", "/tx/list") => Ok(Reply::json(&json!(lock(state).transactions()))),
         ("POST", "/tx/commit") => tx_name(param("tx"))
             .and_then(|tx| commit(state, tx))
@@ -179,7 +181,9 @@ fn split_list(value: &str) -> Vec<String> {
 }
 
 fn get_model(state: &State, prefix: Option<&str>) -> Routed<Reply> {
-    let prefix = prefix.map(|prefix| non_empty("prefix", prefix)).transpose()?;
+    let prefix = prefix
+        .map(|prefix| non_empty("prefix", prefix))
+        .transpose()?;
     let live = lock(state).live().clone();
     let parts = [
         ("settings", live),
@@ -208,7 +212,9 @@ fn get_settings(state: &State, keys: Option<&str>, prefix: Option<&str>) -> Rout
             split_key(key)
                 .map_err(|why| Reply::text(400, format!("Unable to create key '{key}': {why}")))?;
         }
-        filter_leaves("settings", &live, &|name| keys.iter().any(|key| key == name))
+        filter_leaves("settings", &live, &|name| {
+            keys.iter().any(|key| key == name)
+        })
     } else if let Some(prefix) = prefix {
         let prefix = non_empty("prefix", prefix)?;
         let prefix = if prefix.starts_with("settings") {
@@ -264,7 +270,8 @@ fn configuration_files() -> Value {
 fn check_json_request(head: &Head, body: &[u8]) -> Routed<()> {
     let json_type = head.header("content-type").is_some_and(|value| {
         let mime = value.split(';').next().unwrap_or_default().trim();
-        mime.eq_ignore_ascii_case("application/json") || mime.to_ascii_lowercase().ends_with("+json")
+        mime.eq_ignore_ascii_case("application/json")
+            || mime.to_ascii_lowercase().ends_with("+json")
     });
     if !json_type {
         return Err(Reply::text(400, "Content type error"));
@@ -370,10 +377,12 @@ fn commit(state: &State, tx: &str) -> Routed<Vec<String>> {
 }
 
 fn queue_apply(state: &State, keys: Option<Vec<String>>) -> Routed<()> {
-    state
-        .applier
-        .send(ApplyRequest::new(keys))
-        .map_err(|_| Reply::text(500, "Unable to start config applier: applier thread is gone"))
+    state.applier.send(ApplyRequest::new(keys)).map_err(|_| {
+        Reply::text(
+            500,
+            "Unable to start config applier: applier thread is gone",
+        )
+    })
 }
 
 #[cfg(test)]
@@ -416,7 +425,13 @@ mod tests {
     }
 
     fn call(fixture: &Fixture, method: &str, target: &str, body: &str) -> (u16, String) {
-        let reply = handle(&fixture.state, method, target, &json_head(), body.as_bytes());
+        let reply = handle(
+            &fixture.state,
+            method,
+            target,
+            &json_head(),
+            body.as_bytes(),
+        );
         (reply.status, String::from_utf8(reply.body).expect("utf8"))
     }
 
@@ -494,7 +509,10 @@ mod tests {
             headers: vec![("content-type".into(), "text/plain".into())],
         };
         let reply = handle(&f.state, "PATCH", "/settings", &plain, b"{}");
-        assert_eq!((reply.status, reply.body.as_slice()), (400, &b"Content type error"[..]));
+        assert_eq!(
+            (reply.status, reply.body.as_slice()),
+            (400, &b"Content type error"[..])
+        );
         let big = format!(r#"{{"motd":"{}"}}"#, "x".repeat(JSON_LIMIT));
         assert_eq!(call(&f, "PATCH", "/settings", &big).0, 413);
         assert_eq!(call(&f, "GET", "/nope", ""), (404, String::new()));
@@ -508,10 +526,25 @@ mod tests {
     fn transactions_commit_and_apply() {
         let f = fixture("tx");
         assert_eq!(call(&f, "PATCH", "/settings", r#"{"motd":"hello"}"#).0, 204);
-        assert_eq!(call(&f, "PATCH", "/settings?tx=mine", r#"{"kubernetes":{"cluster-name":"d"}}"#).0, 204);
-        assert_eq!(call_json(&f, "GET", "/tx/list", ""), json!(["default", "mine"]));
+        assert_eq!(
+            call(
+                &f,
+                "PATCH",
+                "/settings?tx=mine",
+                r#"{"kubernetes":{"cluster-name":"d"}}"#
+            )
+            .0,
+            204
+        );
+        assert_eq!(
+            call_json(&f, "GET", "/tx/list", ""),
+            json!(["default", "mine"])
+        );
         assert_eq!(call_json(&f, "GET", "/tx", ""), json!({"motd": "hello"}));
-        assert_eq!(call_json(&f, "POST", "/tx/commit", ""), json!(["settings.motd"]));
+        assert_eq!(
+            call_json(&f, "POST", "/tx/commit", ""),
+            json!(["settings.motd"])
+        );
         assert_eq!(
             call(&f, "POST", "/tx/commit", ""),
             (422, "Tried to commit with no pending changes".into())
@@ -522,7 +555,10 @@ mod tests {
             json!(["settings.kubernetes.cluster-name"])
         );
         let request = f.applied.try_recv().expect("apply queued");
-        assert_eq!(request.keys, Some(vec!["settings.kubernetes.cluster-name".to_string()]));
+        assert_eq!(
+            request.keys,
+            Some(vec!["settings.kubernetes.cluster-name".to_string()])
+        );
         assert!(!request.touches_static_pods());
         let persisted: Value =
             serde_json::from_slice(&std::fs::read(f.dir.join("settings.json")).expect("persisted"))
@@ -530,8 +566,14 @@ mod tests {
         assert_eq!(persisted["kubernetes"]["cluster-name"], "d");
         assert_eq!(call(&f, "POST", "/tx/apply", ""), (204, String::new()));
         assert!(f.applied.try_recv().expect("apply").touches_static_pods());
-        assert_eq!(call(&f, "PATCH", "/settings?tx=x", r#"{"motd":"z"}"#).0, 204);
-        assert_eq!(call_json(&f, "DELETE", "/tx?tx=x", ""), json!(["settings.motd"]));
+        assert_eq!(
+            call(&f, "PATCH", "/settings?tx=x", r#"{"motd":"z"}"#).0,
+            204
+        );
+        assert_eq!(
+            call_json(&f, "DELETE", "/tx?tx=x", ""),
+            json!(["settings.motd"])
+        );
         assert_eq!(call_json(&f, "DELETE", "/tx?tx=x", ""), json!([]));
     }
 
@@ -547,22 +589,53 @@ mod tests {
             json!({"kubernetes": {"static-pods": {"etcd": {"enabled": false, "manifest": "Zm9v"}},
                 "node-labels": {"a.b": "c"}}})
         );
-        let (status, body) = call(&f, "PATCH", "/settings/keypair", r#"{"request_payload":["motd=12"]}"#);
+        let (status, body) = call(
+            &f,
+            "PATCH",
+            "/settings/keypair",
+            r#"{"request_payload":["motd=12"]}"#,
+        );
         assert_eq!(status, 400);
-        assert!(body.starts_with("Unable to match your input to the data model."), "{body}");
-        assert!(body.ends_with("invalid type: integer `12`, expected a string"), "{body}");
-        assert_eq!(call(&f, "PATCH", "/settings/keypair", r#"{"request_payload":["motd"]}"#).0, 400);
+        assert!(
+            body.starts_with("Unable to match your input to the data model."),
+            "{body}"
+        );
+        assert!(
+            body.ends_with("invalid type: integer `12`, expected a string"),
+            "{body}"
+        );
+        assert_eq!(
+            call(
+                &f,
+                "PATCH",
+                "/settings/keypair",
+                r#"{"request_payload":["motd"]}"#
+            )
+            .0,
+            400
+        );
     }
 
     #[test]
     fn affected_services_most_specific_wins() {
-        assert_eq!(affected_service("settings.kubernetes.static-pods.etcd.enabled"), Some("static-pods"));
-        assert_eq!(affected_service("settings.kubernetes.api-server"), Some("kubernetes"));
+        assert_eq!(
+            affected_service("settings.kubernetes.static-pods.etcd.enabled"),
+            Some("static-pods")
+        );
+        assert_eq!(
+            affected_service("settings.kubernetes.api-server"),
+            Some("kubernetes")
+        );
         assert_eq!(affected_service("settings.motd"), Some("motd"));
         assert_eq!(affected_service("settings.motdx"), None);
         let f = fixture("affected");
         assert_eq!(
-            call_json(&f, "GET", "/metadata/affected-services?keys=settings.kubernetes.static-pods.a.enabled", ""),
+            call_json(
+                &f,
+                "GET",
+                "/metadata/affected-services?keys=settings.kubernetes.static-pods.a.enabled",
+                ""
+            ),
             json!({"settings.kubernetes.static-pods.a.enabled": ["static-pods"]})
         );
         assert_eq!(call(&f, "GET", "/metadata/affected-services", "").0, 400);

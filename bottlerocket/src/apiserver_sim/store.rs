@@ -54,7 +54,9 @@ impl Store {
             return;
         }
         deep_merge(
-            self.pending.entry(tx.to_string()).or_insert_with(empty_object),
+            self.pending
+                .entry(tx.to_string())
+                .or_insert_with(empty_object),
             patch,
         );
     }
@@ -125,8 +127,14 @@ mod tests {
             &json!({"motd": "hello", "kubernetes": {"cluster-name": "c", "api-server": "https://x"}})
         );
         assert_eq!(store.transactions(), ["b"]);
-        assert!(matches!(store.commit("a", |_| Ok(())), Err(CommitError::NothingPending)));
-        assert!(matches!(store.commit("empty", |_| Ok(())), Err(CommitError::NothingPending)));
+        assert!(matches!(
+            store.commit("a", |_| Ok(())),
+            Err(CommitError::NothingPending)
+        ));
+        assert!(matches!(
+            store.commit("empty", |_| Ok(())),
+            Err(CommitError::NothingPending)
+        ));
     }
 
     #[test]
@@ -142,8 +150,14 @@ mod tests {
     #[test]
     fn discard_reports_removed_keys() {
         let mut store = store();
-        store.patch("a", json!({"motd": "x", "kubernetes": {"cluster-name": "d"}}));
-        assert_eq!(store.discard("a"), ["settings.kubernetes.cluster-name", "settings.motd"]);
+        store.patch(
+            "a",
+            json!({"motd": "x", "kubernetes": {"cluster-name": "d"}}),
+        );
+        assert_eq!(
+            store.discard("a"),
+            ["settings.kubernetes.cluster-name", "settings.motd"]
+        );
         assert!(store.discard("a").is_empty());
         assert_eq!(store.pending("a"), json!({}));
     }
