@@ -48,6 +48,8 @@ enum Command {
     Rollback(RollbackCmd),
     Backups(BackupsCmd),
     EtcdClient(EtcdClientCmd),
+    Run(RunCmd),
+    Daemon(DaemonCmd),
     Demo(DemoCmd),
     Version(VersionCmd),
 }
@@ -194,6 +196,102 @@ struct LabInitCmd {
     /// the node IP in certificates (default 10.0.0.10)
     #[argh(option, default = "String::from(\"10.0.0.10\")")]
     advertise_address: String,
+    /// add this to every standard port in manifests and kubeconfigs, to run lab nodes side by
+    /// side (default 0)
+    #[argh(option, default = "0")]
+    port_offset: u16,
+}
+
+/// `run` and `daemon` share renew's flags and the platform flags.
+macro_rules! pass_command {
+    ($(#[$attr:meta])* struct $name:ident { $($extra:tt)* }) => {
+        $(#[$attr])*
+        struct $name {
+            $($extra)*
+            #[argh(option)]
+            /// the node's root filesystem (default: /.bottlerocket/rootfs inside a Bottlerocket
+            /// host container, else /)
+            root: Option<PathBuf>,
+            #[argh(option, default = "String::from(\"90d\")")]
+            /// renew what expires within this duration (default 90d)
+            within: String,
+            #[argh(switch)]
+            /// renew everything renewable, due or not
+            all: bool,
+            #[argh(option)]
+            /// renew this certificate (a name printed by check); repeatable
+            cert: Vec<String>,
+            #[argh(switch)]
+            /// print the plan and change nothing
+            dry_run: bool,
+            #[argh(switch)]
+            /// keep the existing private keys
+            reuse_keys: bool,
+            #[argh(option, default = "String::from(\"365d\")")]
+            /// validity of the renewed certificates (default 365d)
+            validity: String,
+            #[argh(switch)]
+            /// allow certificates to outlive their CA
+            allow_beyond_ca: bool,
+            #[argh(option, default = "5")]
+            /// backups to keep (default 5)
+            retention: usize,
+            #[argh(option, default = "String::from(\"60s\")")]
+            /// how long to wait for another certrotor run to finish (default 60s)
+            lock_timeout: String,
+            #[argh(option, default = "String::from(\"auto\")")]
+            /// how to restart components: auto (default), bottlerocket, kubeadm or none
+            platform: String,
+            #[argh(option, default = "String::from(\"/run/api.sock\")")]
+            /// the Bottlerocket API socket (default /run/api.sock)
+            api_socket: String,
+            #[argh(option)]
+            /// a component's health endpoint, COMPONENT=IP:PORT, overriding its manifest;
+            /// repeatable
+            endpoint: Vec<String>,
+            #[argh(option, default = "String::from(\"300s\")")]
+            /// bound on each wait for a pod to stop or to serve healthy (default 300s)
+            restart_timeout: String,
+            #[argh(option, default = "String::from(\"500ms\")")]
+            /// interval between two polls of a condition (default 500ms)
+            poll_interval: String,
+            #[argh(option, default = "String::from(\"table\")")]
+            /// output format of each pass: table (default) or json
+            output: String,
+        }
+    };
+}
+
+pass_command! {
+    #[derive(FromArgs, Debug)]
+    #[argh(
+        subcommand,
+        name = "run",
+        note = "For a Bottlerocket bootstrap container or a timer. The restart set follows which files each component reads: etcd (etcd server/peer), kube-apiserver (apiserver, apiserver-kubelet-client, front-proxy-client, apiserver-etcd-client), kube-controller-manager and kube-scheduler (their kubeconfigs).",
+        error_code(0, "done (or nothing due)"),
+        error_code(2, "failed; nothing was changed, or the automatic rollback failed too"),
+        error_code(3, "verification failed; the previous certificates were restored and are served"),
+        error_code(4, "another certrotor holds the lock"),
+        error_code(64, "usage error")
+    )]
+    /// one pass: check, renew what is due, restart components one at a time, verify, roll back
+    /// on failure
+    struct RunCmd {
+        #[argh(switch)]
+        /// run one pass and exit (required: use 'certrotor daemon' to repeat)
+        once: bool,
+    }
+}
+
+pass_command! {
+    #[derive(FromArgs, Debug)]
+    #[argh(subcommand, name = "daemon", note = "For a Bottlerocket host container. Stops on SIGTERM between passes.")]
+    /// repeat 'run --once' every --interval (with jitter), logging each decision
+    struct DaemonCmd {
+        #[argh(option, default = "String::from(\"1h\")")]
+        /// time between passes (default 1h, ±10% jitter); after a failure, retries sooner
+        interval: String,
+    }
 }
 
 #[derive(FromArgs, Debug)]
@@ -324,6 +422,8 @@ fn run(top: Top) -> Result<u8, Failure> {
         Command::EtcdClient(EtcdClientCmd {
             command: EtcdClientSub::Import(c),
         }) => etcd_import(c),
+        Command::Run(c) => run_cmd(c),
+        Command::Daemon(c) => daemon_cmd(c),
         Command::Demo(c) => crate::demo::run(c.keep),
         Command::Version(_) => {
             println!("certrotor {}", env!("CARGO_PKG_VERSION"));
@@ -425,6 +525,7 @@ fn lab_init(c: LabInitCmd) -> Result<u8, Failure> {
         node_name: c.node_name,
         advertise_address,
         cluster_name: "kubernetes".into(),
+        port_offset: c.port_offset,
         now: clock::now(),
     };
     let summary = lab::init(&c.dir, &opts).map_err(|e| Failure::failed(e.to_string()))?;
@@ -628,4 +729,150 @@ fn etcd_import(c: EtcdImportCmd) -> Result<u8, Failure> {
     }
     println!("Restart kube-apiserver so that it uses the new etcd client certificate.");
     Ok(0)
+}
+
+/// Turns `run`/`daemon` flags into options.
+macro_rules! run_options {
+    ($c:expr) => {{
+        let c = $c;
+        let validity = duration_flag("validity", &c.validity)?;
+        if validity <= 0 {
+            return Err(Failure::usage("--validity must be positive"));
+        }
+        if c.all && !c.cert.is_empty() {
+            return Err(Failure::usage("--all and --cert exclude each other"));
+        }
+        let platform = crate::restart::PlatformChoice::parse(&c.platform).ok_or_else(|| {
+            Failure::usage(format!(
+                "--platform '{}': use auto, bottlerocket, kubeadm or none",
+                c.platform
+            ))
+        })?;
+        let mut endpoints = std::collections::BTreeMap::new();
+        for e in &c.endpoint {
+            let (component, addr) = crate::restart::parse_endpoint(e).map_err(Failure::usage)?;
+            endpoints.insert(component, addr);
+        }
+        let timeout = positive_duration("restart-timeout", &c.restart_timeout)?;
+        let poll = positive_duration("poll-interval", &c.poll_interval)?;
+        let json = output_flag(&c.output)?;
+        let opts = crate::ops::RunOptions {
+            policy: crate::renew::Policy {
+                within: duration_flag("within", &c.within)?,
+                all: c.all,
+                names: c.cert.clone(),
+                reuse_keys: c.reuse_keys,
+                validity,
+                allow_beyond_ca: c.allow_beyond_ca,
+            },
+            dry_run: c.dry_run,
+            write: write_options(&c.lock_timeout, c.retention)?,
+            restart: crate::restart::RestartOptions {
+                platform,
+                api_socket: PathBuf::from(&c.api_socket),
+                timeout,
+                poll,
+                endpoints,
+            },
+        };
+        (root_flag(c.root.clone())?, opts, json)
+    }};
+}
+
+/// Parses a duration flag that may be given in milliseconds (`500ms`) and must be positive.
+fn positive_duration(flag: &str, value: &str) -> Result<std::time::Duration, Failure> {
+    if let Some(ms) = value.strip_suffix("ms") {
+        return match ms.parse::<u64>() {
+            Ok(n) if n > 0 => Ok(std::time::Duration::from_millis(n)),
+            _ => Err(Failure::usage(format!(
+                "--{flag} '{value}' must be a positive duration"
+            ))),
+        };
+    }
+    match duration_flag(flag, value)? {
+        s if s > 0 => Ok(std::time::Duration::from_secs(s as u64)),
+        _ => Err(Failure::usage(format!(
+            "--{flag} '{value}' must be a positive duration"
+        ))),
+    }
+}
+
+fn run_cmd(c: RunCmd) -> Result<u8, Failure> {
+    if !c.once {
+        return Err(Failure::usage(
+            "'run' needs --once; use 'certrotor daemon' to run repeatedly",
+        ));
+    }
+    let (root, opts, json) = run_options!(&c);
+    let report = crate::ops::run_once(&root, &opts)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).unwrap_or_default()
+        );
+    } else {
+        print!("{}", renew_table(&report.renew));
+        print!("{}", run_table(&report));
+    }
+    Ok(report.exit_code())
+}
+
+fn run_table(r: &crate::ops::RunReport) -> String {
+    let mut out = String::new();
+    if r.components.is_empty() {
+        return out;
+    }
+    let names = r
+        .components
+        .iter()
+        .map(|c| c.name())
+        .collect::<Vec<_>>()
+        .join(", ");
+    if r.platform == "none" {
+        out.push_str(&format!(
+            "Platform none: restart {names} so that they use the new certificates.\n"
+        ));
+        return out;
+    }
+    out.push_str(&format!(
+        "Restarted one at a time on platform {}:\n",
+        r.platform
+    ));
+    for x in &r.restarted {
+        out.push_str(&format!(
+            "  {:<24} unavailable {:>6} ms  {}\n",
+            x.component.name(),
+            x.unavailable_ms,
+            x.served_sha256
+                .as_deref()
+                .map(|s| format!("serves sha256 {s}"))
+                .unwrap_or_else(|| "healthy".into())
+        ));
+    }
+    if let Some(rb) = &r.rolled_back {
+        out.push_str(&format!("VERIFICATION FAILED: {}\n", rb.failure));
+        out.push_str(&format!(
+            "Restored backup {} and restarted:\n",
+            rb.backup_id
+        ));
+        for x in &rb.restarted {
+            out.push_str(&format!(
+                "  {:<24} unavailable {:>6} ms  previous certificate served\n",
+                x.component.name(),
+                x.unavailable_ms
+            ));
+        }
+        if let Some(e) = &rb.error {
+            out.push_str(&format!("ROLLBACK INCOMPLETE: {e}\n"));
+        }
+    } else {
+        out.push_str(&format!("All verified in {} ms.\n", r.duration_ms));
+    }
+    out
+}
+
+fn daemon_cmd(c: DaemonCmd) -> Result<u8, Failure> {
+    let interval = positive_duration("interval", &c.interval)?;
+    let (root, opts, _json) = run_options!(&c);
+    crate::ops::daemon(&root, &opts, interval)
 }

@@ -35,6 +35,7 @@ fn story(dir: &std::path::Path) -> Result<u8, Failure> {
         node_name: "demo-cp-1".into(),
         advertise_address: [10, 0, 0, 10].into(),
         cluster_name: "kubernetes".into(),
+        port_offset: 0,
         now,
     };
     println!("1. A Bottlerocket control-plane node whose certificates expire in 3 days");

@@ -90,11 +90,18 @@ pub struct Inventory {
 }
 
 impl Inventory {
-    /// The worst status: drives the exit code of `check`.
+    /// The worst status: drives the exit code of `check`. An absent optional file
+    /// (`super-admin.conf` on a control plane other than the first, `kubelet.conf`) is listed
+    /// as missing, as kubeadm does, but is not a problem.
     pub fn worst(&self) -> Option<Status> {
+        let optional_absent = |i: usize, r: &Record| {
+            r.status == Status::Missing && self.entries.get(i).is_some_and(|e| !e.required)
+        };
         self.certificates
             .iter()
-            .map(|r| r.status)
+            .enumerate()
+            .filter(|(i, r)| !optional_absent(*i, r))
+            .map(|(_, r)| r.status)
             .chain(self.keys.iter().map(|k| k.status))
             .max()
     }

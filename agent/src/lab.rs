@@ -45,6 +45,9 @@ pub struct LabOptions {
     pub node_name: String,
     pub advertise_address: IpAddr,
     pub cluster_name: String,
+    /// Added to every standard port (manifests and kubeconfig URLs), so that lab nodes can run
+    /// side by side on one machine.
+    pub port_offset: u16,
     pub now: i64,
 }
 
@@ -507,7 +510,7 @@ fn write_control_plane(
     )?;
 
     // Kubeconfigs.
-    let server_url = format!("https://{}", socket_text(adv, API_PORT));
+    let server_url = format!("https://{}", socket_text(adv, API_PORT + opts.port_offset));
     let ca_pem = cas.ca.0.to_pem()?;
     let kubeconfigs: [(&str, &str, Vec<&str>); 4] = [
         (
@@ -583,6 +586,33 @@ fn write_control_plane(
         kubelet_conf.as_bytes(),
         0o600,
     )?;
+    let kubeadm_dir = format!("/{kdir}");
+    let etcd_client_cert = match (stacked, opts.layout) {
+        (false, LabLayout::Bottlerocket) => "server-etcd-client.crt",
+        _ => "apiserver-etcd-client.crt",
+    };
+    let external_etcd = (!stacked).then(|| {
+        format!(
+            "https://{}",
+            socket_text(adv, crate::manifests::ports::ETCD_CLIENT + opts.port_offset)
+        )
+    });
+    let params = crate::manifests::ManifestParams {
+        kubeadm_dir: &kubeadm_dir,
+        node_name: node,
+        advertise_address: adv,
+        port_offset: opts.port_offset,
+        external_etcd,
+        etcd_client_cert,
+    };
+    for (file, yaml) in crate::manifests::control_plane(&params) {
+        w.file(
+            root,
+            &format!("{}/{file}", manifest_dir(opts.layout)),
+            yaml.as_bytes(),
+            0o600,
+        )?;
+    }
     Ok(())
 }
 
@@ -661,6 +691,13 @@ fn write_etcd_node(
             &client,
         ),
     ];
+    let (file, yaml) = crate::manifests::etcdadm_etcd(etcd_dir, &name, ip, opts.port_offset);
+    w.file(
+        root,
+        &format!("{}/{file}", manifest_dir(opts.layout)),
+        yaml.as_bytes(),
+        0o600,
+    )?;
     for s in &specs {
         let (cert, key) = issue_leaf(s, etcd_ca, opts, clock)?;
         w.pair(root, &s.base, &cert, &key)?;
@@ -685,6 +722,16 @@ fn write_etcd_node(
         }
     }
     Ok(())
+}
+
+/// Where `lab init` writes static pod manifests: the kubelet's folder on a kubeadm host; on
+/// Bottlerocket the manifests live in API settings, and EKS Anywhere keeps copies in
+/// `/var/lib/kubeadm/manifests`, which tests load into the API emulator.
+pub fn manifest_dir(layout: LabLayout) -> &'static str {
+    match layout {
+        LabLayout::Kubeadm => "etc/kubernetes/manifests",
+        LabLayout::Bottlerocket => "var/lib/kubeadm/manifests",
+    }
 }
 
 /// `host:port` with IPv6 in brackets.

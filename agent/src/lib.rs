@@ -14,11 +14,14 @@ pub mod fsutil;
 pub mod inventory;
 pub mod kubeconfig;
 pub mod lab;
+pub mod manifests;
 pub mod ops;
 pub mod pki;
 pub mod renew;
 pub mod report;
+pub mod restart;
 pub mod txn;
+pub mod verify;
 
 /// Completes or undoes an interrupted transaction before any command reads the PKI.
 pub fn recover_before_reading(root: &std::path::Path) -> Result<(), cli::Failure> {

@@ -9,7 +9,9 @@ use serde::Serialize;
 use crate::cli::{EXIT_FAILED, EXIT_LOCKED, Failure};
 use crate::clock;
 use crate::inventory;
+use crate::manifests::Component;
 use crate::renew::{self, Plan, Policy};
+use crate::restart::{self, Platform, RestartOptions, Restarted};
 use crate::txn::{self, Lock, Recovery, TxnError};
 
 /// Options shared by commands that write.
@@ -41,9 +43,19 @@ pub fn txn_failure(e: TxnError) -> Failure {
     }
 }
 
-/// Takes the lock and completes or discards an interrupted transaction, logging what it did.
+/// Takes the lock and completes or discards an interrupted transaction, logging what it did;
+/// starts again a static pod that an interrupted restart left stopped.
 pub fn lock_and_recover(root: &Path, timeout: Duration) -> Result<Lock, Failure> {
     let lock = txn::lock(root, timeout).map_err(txn_failure)?;
+    match crate::restart::recover(root) {
+        Ok(Some(message)) => crate::log(&message),
+        Ok(None) => {}
+        Err(e) => {
+            return Err(Failure::failed(format!(
+                "recovering an interrupted restart: {e}"
+            )));
+        }
+    }
     match txn::recover(root).map_err(txn_failure)? {
         Recovery::Clean => {}
         Recovery::DiscardedStaging(n) => crate::log(&format!(
@@ -78,8 +90,20 @@ pub fn renew(
     dry_run: bool,
     opts: &WriteOptions,
 ) -> Result<RenewReport, Failure> {
-    let started = std::time::Instant::now();
     let _lock = lock_and_recover(root, opts.lock_timeout)?;
+    renew_locked(root, policy, dry_run, opts, |_| Ok(()))
+}
+
+/// Renews under a lock the caller holds. `before_write` sees the plan before anything is
+/// written and may refuse it.
+fn renew_locked(
+    root: &Path,
+    policy: &Policy,
+    dry_run: bool,
+    opts: &WriteOptions,
+    before_write: impl FnOnce(&Plan) -> Result<(), Failure>,
+) -> Result<RenewReport, Failure> {
+    let started = std::time::Instant::now();
     let now = clock::now();
     let inv = inventory::take(root, now, policy.within);
     let plan = renew::plan(&inv, policy, now).map_err(|e| Failure::failed(e.to_string()))?;
@@ -95,6 +119,7 @@ pub fn renew(
         report.duration_ms = started.elapsed().as_millis();
         return Ok(report);
     }
+    before_write(&report.plan)?;
     let issued = renew::issue_all(root, &report.plan)
         .map_err(|e| Failure::failed(format!("{e}; nothing was changed")))?;
     renew::validate(&issued, &report.plan).map_err(|e| Failure::failed(e.to_string()))?;
@@ -113,6 +138,14 @@ pub fn rollback(
     opts: &WriteOptions,
 ) -> Result<(String, txn::Outcome), Failure> {
     let _lock = lock_and_recover(root, opts.lock_timeout)?;
+    rollback_locked(root, id, opts)
+}
+
+fn rollback_locked(
+    root: &Path,
+    id: Option<&str>,
+    opts: &WriteOptions,
+) -> Result<(String, txn::Outcome), Failure> {
     let id = match id {
         Some(id) => id.to_string(),
         None => txn::list_backups(root)
@@ -136,4 +169,262 @@ pub fn rollback(
     )
     .map_err(txn_failure)?;
     Ok((id, outcome))
+}
+
+// === run --once / daemon ===
+
+/// Options of `run` and `daemon`.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub policy: Policy,
+    pub dry_run: bool,
+    pub write: WriteOptions,
+    pub restart: RestartOptions,
+}
+
+/// What one pass did.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunReport {
+    pub renew: RenewReport,
+    pub platform: String,
+    /// Components that read renewed files.
+    pub components: Vec<Component>,
+    pub restarted: Vec<Restarted>,
+    /// Set when verification failed and the backup was restored.
+    pub rolled_back: Option<RolledBack>,
+    pub duration_ms: u128,
+}
+
+/// What an automatic rollback did.
+#[derive(Debug, Clone, Serialize)]
+pub struct RolledBack {
+    pub failure: String,
+    pub backup_id: String,
+    pub restarted: Vec<Restarted>,
+    /// The rollback itself failed: a person must look.
+    pub error: Option<String>,
+}
+
+impl RunReport {
+    /// The exit code: 0 done, 3 rolled back after a failed verification, 2 rollback failed.
+    pub fn exit_code(&self) -> u8 {
+        match &self.rolled_back {
+            None => 0,
+            Some(r) if r.error.is_none() => crate::cli::EXIT_ROLLED_BACK,
+            Some(_) => EXIT_FAILED,
+        }
+    }
+}
+
+/// check → renew what is due → restart one at a time → verify; roll back by itself when
+/// verification fails.
+pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, Failure> {
+    let started = std::time::Instant::now();
+    let _lock = lock_and_recover(root, opts.write.lock_timeout)?;
+    let platform =
+        restart::detect(root, &opts.restart).map_err(|e| Failure::failed(e.to_string()))?;
+    // Every component that will need a restart must be restartable before anything is written.
+    let check_targets = |plan: &Plan| -> Result<(), Failure> {
+        let components = restart::components_for(
+            &plan
+                .items
+                .iter()
+                .map(|i| i.name.clone())
+                .collect::<Vec<_>>(),
+        );
+        if !matches!(platform, Platform::None) {
+            restart::targets(root, &platform, &components, &opts.restart)
+                .map_err(|e| Failure::failed(format!("{e}; nothing was changed")))?;
+        }
+        Ok(())
+    };
+    let renewed = renew_locked(root, &opts.policy, opts.dry_run, &opts.write, check_targets)?;
+    let names: Vec<String> = renewed.plan.items.iter().map(|i| i.name.clone()).collect();
+    let components = if renewed.backup_id.is_some() {
+        restart::components_for(&names)
+    } else {
+        vec![]
+    };
+    let mut report = RunReport {
+        renew: renewed,
+        platform: platform.name().into(),
+        components: components.clone(),
+        restarted: vec![],
+        rolled_back: None,
+        duration_ms: 0,
+    };
+    if components.is_empty() || matches!(platform, Platform::None) {
+        if !components.is_empty() {
+            crate::log(&format!(
+                "platform none: restart {} so that they use the new certificates",
+                components
+                    .iter()
+                    .map(|c| c.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        report.duration_ms = started.elapsed().as_millis();
+        return Ok(report);
+    }
+    // Probes read the renewed client certificates, so targets are built after renewal.
+    let outcome = restart::targets(root, &platform, &components, &opts.restart)
+        .map_err(|e| (vec![], e))
+        .and_then(|targets| restart::restart_all(root, &platform, &targets, &opts.restart));
+    match outcome {
+        Ok(done) => report.restarted = done,
+        Err((done, error)) => {
+            let failed_at = error.component;
+            report.restarted = done;
+            crate::log(&format!(
+                "verification failed: {error}; restoring the previous certificates"
+            ));
+            report.rolled_back = Some(roll_back_and_restart(
+                root,
+                &platform,
+                &report,
+                failed_at,
+                &error.to_string(),
+                opts,
+            ));
+        }
+    }
+    report.duration_ms = started.elapsed().as_millis();
+    Ok(report)
+}
+
+fn roll_back_and_restart(
+    root: &Path,
+    platform: &Platform,
+    report: &RunReport,
+    failed_at: Option<Component>,
+    failure: &str,
+    opts: &RunOptions,
+) -> RolledBack {
+    let backup_id = report.renew.backup_id.clone().unwrap_or_default();
+    let mut rolled = RolledBack {
+        failure: failure.to_string(),
+        backup_id: backup_id.clone(),
+        restarted: vec![],
+        error: None,
+    };
+    if let Err(e) = rollback_locked(root, Some(&backup_id), &opts.write) {
+        rolled.error = Some(format!(
+            "restoring backup {backup_id} failed: {}",
+            e.message
+        ));
+        return rolled;
+    }
+    // Restart what was restarted, and the component that failed, with the old files.
+    let mut again: Vec<Component> = report.restarted.iter().map(|r| r.component).collect();
+    again.extend(failed_at);
+    if failed_at.is_none() {
+        again = report.components.clone();
+    }
+    again.sort();
+    again.dedup();
+    match restart::targets(root, platform, &again, &opts.restart) {
+        Err(e) => rolled.error = Some(format!("after restoring backup {backup_id}: {e}")),
+        Ok(targets) => match restart::restart_all(root, platform, &targets, &opts.restart) {
+            Ok(done) => {
+                crate::log(&format!(
+                    "rolled back to backup {backup_id}; the previous certificates are served again"
+                ));
+                rolled.restarted = done;
+            }
+            Err((done, e)) => {
+                rolled.restarted = done;
+                rolled.error = Some(format!("after restoring backup {backup_id}: {e}"));
+            }
+        },
+    }
+    rolled
+}
+
+/// The daemon: `run_once` every `interval` (± 10% jitter); after a failure, again sooner with
+/// capped back-off. Stops on SIGTERM or SIGINT between passes.
+pub fn daemon(root: &Path, opts: &RunOptions, interval: Duration) -> Result<u8, Failure> {
+    install_stop_handler();
+    let mut failures: u32 = 0;
+    crate::log(&format!(
+        "daemon started: root '{}', interval {}s",
+        root.display(),
+        interval.as_secs()
+    ));
+    while !stop_requested() {
+        let wait = match run_once(root, opts) {
+            Ok(report) => {
+                let renewed = if report.renew.backup_id.is_some() {
+                    report.renew.plan.items.len()
+                } else {
+                    0
+                };
+                crate::log(&format!(
+                    "pass done: {renewed} renewed, {} restarted, platform {}{}",
+                    report.restarted.len(),
+                    report.platform,
+                    report
+                        .rolled_back
+                        .as_ref()
+                        .map(|r| format!(", ROLLED BACK: {}", r.failure))
+                        .unwrap_or_default()
+                ));
+                if report.rolled_back.is_some() {
+                    failures += 1;
+                    backoff(failures, interval)
+                } else {
+                    failures = 0;
+                    jitter(interval)
+                }
+            }
+            Err(f) => {
+                failures += 1;
+                crate::log(&format!("pass failed: {}", f.message));
+                backoff(failures, interval)
+            }
+        };
+        crate::log(&format!("next pass in {}s", wait.as_secs()));
+        let until = std::time::Instant::now() + wait;
+        while std::time::Instant::now() < until && !stop_requested() {
+            std::thread::sleep(
+                Duration::from_millis(250)
+                    .min(until.saturating_duration_since(std::time::Instant::now())),
+            );
+        }
+    }
+    crate::log("daemon stopping");
+    Ok(0)
+}
+
+/// After `failures` failed passes: 1 min, 2 min, 4 min … capped at the interval.
+fn backoff(failures: u32, interval: Duration) -> Duration {
+    let secs = 60u64.saturating_mul(1u64 << failures.saturating_sub(1).min(10));
+    jitter(Duration::from_secs(secs).min(interval))
+}
+
+/// `d` ± 10%, so that nodes renewed together do not restart together.
+fn jitter(d: Duration) -> Duration {
+    use aws_lc_rs::rand::SecureRandom;
+    let mut b = [0u8; 2];
+    let _ = aws_lc_rs::rand::SystemRandom::new().fill(&mut b);
+    let r = f64::from(u16::from_be_bytes(b)) / f64::from(u16::MAX); // 0..=1
+    d.mul_f64(0.9 + 0.2 * r)
+}
+
+static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+fn install_stop_handler() {
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+    }
+}
+
+fn stop_requested() -> bool {
+    STOP.load(std::sync::atomic::Ordering::SeqCst)
 }

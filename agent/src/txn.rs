@@ -424,11 +424,34 @@ fn write_backup(root: &Path, changes: &[Change], kind: &str, now: i64) -> Result
     fsutil::create_dir_all_mode(&backups, 0o700)
         .map_err(prep("create the backup folder", &backups))?;
     let stamp = crate::clock::compact_stamp(now);
+    // Ids must sort in creation order (pruning and rollback rely on it): within one second,
+    // count on from the highest suffix present (never reuse the id of a pruned backup), padded
+    // so that "-010" sorts after "-009".
+    let suffix_of = |name: &str| -> Option<u32> {
+        let name = name.strip_prefix(".incomplete-").unwrap_or(name);
+        if name == stamp {
+            return Some(1);
+        }
+        name.strip_prefix(stamp.as_str())?
+            .strip_prefix('-')?
+            .parse()
+            .ok()
+    };
+    let mut n = fs::read_dir(&backups)
+        .map(|list| {
+            list.flatten()
+                .filter_map(|e| suffix_of(&e.file_name().to_string_lossy()))
+                .max()
+                .unwrap_or(0)
+        })
+        .unwrap_or(0);
     let mut id = stamp.clone();
-    let mut n = 1;
-    while backups.join(&id).exists() {
-        n += 1;
-        id = format!("{stamp}-{n}");
+    while n > 0 || backups.join(&id).exists() {
+        n = n.max(1) + 1;
+        id = format!("{stamp}-{n:03}");
+        if !backups.join(&id).exists() {
+            break;
+        }
     }
     // Build in a temporary folder, renamed into place when complete.
     let tmp = backups.join(format!(".incomplete-{id}"));

@@ -1,0 +1,704 @@
+//! Restarting the components that read renewed files, one at a time, and proving that each
+//! serves what is on disk.
+//!
+//! Platforms:
+//! - `bottlerocket`: static pods are settings (`settings.kubernetes.static-pods.<name>.enabled`);
+//!   a restart is: disable (commit_and_apply), wait until the kubelet's manifest file is gone and
+//!   the old process no longer accepts connections, enable, wait until healthy.
+//! - `kubeadm`: the kubelet's manifest folder (`etc/kubernetes/manifests`); a restart is: move
+//!   the manifest out, wait until the old process is gone, move it back, wait until healthy.
+//! - `none`: nothing is restarted; what must be restarted is printed.
+//!
+//! Every wait is bounded and polls a condition; there are no fixed sleeps. Before a pod is
+//! stopped, a marker (`var/lib/certrotor/restart.json`) records how to start it again, so that a
+//! crash between stop and start is repaired by the next certrotor command ([`recover`]).
+//!
+//! Verification connects over TLS to the component's endpoint (from its manifest, or
+//! `--endpoint`): etcd's client port with the healthcheck client certificate, the apiserver's
+//! `/readyz` with a client certificate, the controller-manager's and scheduler's `/healthz`. For
+//! etcd and the apiserver the SHA-256 of the served certificate must equal the file's.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::fs;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::catalog::{self, EtcdTopology, Layout};
+use crate::fsutil;
+use crate::manifests::{Component, PodInfo};
+use crate::pki::{Cert, MAX_PEM_FILE_BYTES};
+use crate::verify::{self, Probe};
+
+/// The platform choice of `--platform`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlatformChoice {
+    Auto,
+    Bottlerocket,
+    Kubeadm,
+    None,
+}
+
+impl PlatformChoice {
+    /// Parses `auto|bottlerocket|kubeadm|none`.
+    pub fn parse(s: &str) -> Option<PlatformChoice> {
+        match s {
+            "auto" => Some(PlatformChoice::Auto),
+            "bottlerocket" => Some(PlatformChoice::Bottlerocket),
+            "kubeadm" => Some(PlatformChoice::Kubeadm),
+            "none" => Some(PlatformChoice::None),
+            _ => None,
+        }
+    }
+}
+
+/// How to restart and verify.
+#[derive(Debug, Clone)]
+pub struct RestartOptions {
+    pub platform: PlatformChoice,
+    pub api_socket: PathBuf,
+    /// Bound on each wait (pod gone, pod healthy).
+    pub timeout: Duration,
+    /// Interval between two polls of a condition.
+    pub poll: Duration,
+    /// Endpoints given on the command line, overriding the manifests.
+    pub endpoints: BTreeMap<Component, SocketAddr>,
+}
+
+/// The platform in use.
+#[derive(Debug, Clone)]
+pub enum Platform {
+    Bottlerocket { client: bottlerocket::ApiClient },
+    Kubeadm { manifests: PathBuf },
+    None,
+}
+
+impl Platform {
+    /// The name printed in logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Platform::Bottlerocket { .. } => "bottlerocket",
+            Platform::Kubeadm { .. } => "kubeadm",
+            Platform::None => "none",
+        }
+    }
+}
+
+/// Why a restart or verification failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestartError {
+    pub component: Option<Component>,
+    pub message: String,
+}
+
+impl fmt::Display for RestartError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.component {
+            Some(c) => write!(f, "{}: {}", c.name(), self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
+impl std::error::Error for RestartError {}
+
+fn fail(component: Option<Component>, message: impl Into<String>) -> RestartError {
+    RestartError {
+        component,
+        message: message.into(),
+    }
+}
+
+/// The kubelet's manifest folder on a kubeadm node.
+pub const KUBEADM_MANIFESTS: &str = "etc/kubernetes/manifests";
+/// Where kubeadm-platform manifests are parked while their pod is stopped (same filesystem).
+const PARKED: &str = "etc/kubernetes/.certrotor-parked";
+/// Where Bottlerocket's static-pods helper writes manifests for the kubelet.
+const BOTTLEROCKET_STATIC_PODS: &str = "etc/kubernetes/static-pods";
+/// The restart marker, relative to the state folder.
+const MARKER: &str = "restart.json";
+/// The private Bottlerocket API transaction certrotor uses, so it never commits another
+/// writer's pending changes.
+fn api_tx() -> String {
+    format!("certrotor-{}", std::process::id())
+}
+
+/// Picks the platform: the API socket means Bottlerocket; a kubelet manifest folder with
+/// manifests means kubeadm; else none.
+pub fn detect(root: &Path, opts: &RestartOptions) -> Result<Platform, RestartError> {
+    let bottlerocket = || Platform::Bottlerocket {
+        client: bottlerocket::ApiClient::new(opts.api_socket.clone())
+            .with_timeout(opts.timeout.min(Duration::from_secs(30))),
+    };
+    let kubeadm = || Platform::Kubeadm {
+        manifests: root.join(KUBEADM_MANIFESTS),
+    };
+    Ok(match opts.platform {
+        PlatformChoice::Bottlerocket => {
+            if !opts.api_socket.exists() {
+                return Err(fail(
+                    None,
+                    format!(
+                        "--platform bottlerocket: the API socket '{}' does not exist; mount it or give --api-socket",
+                        opts.api_socket.display()
+                    ),
+                ));
+            }
+            bottlerocket()
+        }
+        PlatformChoice::Kubeadm => kubeadm(),
+        PlatformChoice::None => Platform::None,
+        PlatformChoice::Auto => {
+            if opts.api_socket.exists() {
+                bottlerocket()
+            } else if fs::read_dir(root.join(KUBEADM_MANIFESTS))
+                .map(|mut d| d.next().is_some())
+                .unwrap_or(false)
+            {
+                kubeadm()
+            } else {
+                Platform::None
+            }
+        }
+    })
+}
+
+/// One component to restart, with where its manifest is and how to probe it.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub component: Component,
+    /// Bottlerocket: the static-pods setting name; kubeadm: the manifest file name.
+    pub pod: String,
+    pub probe: Probe,
+    /// The certificate file the component must serve (etcd, apiserver), relative to the root.
+    pub served_file: Option<String>,
+}
+
+/// Timing of one component's restart.
+#[derive(Debug, Clone, Serialize)]
+pub struct Restarted {
+    pub component: Component,
+    pub pod: String,
+    /// From stop to verified healthy: how long the component was unavailable.
+    pub unavailable_ms: u128,
+    pub served_sha256: Option<String>,
+}
+
+/// The components that read these renewed certificates, in restart order.
+pub fn components_for(cert_names: &[String]) -> Vec<Component> {
+    let mut v: Vec<Component> = cert_names
+        .iter()
+        .filter_map(|n| Component::reading(n))
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// Finds the manifests of the platform: (pod name, parsed manifest).
+fn pods(root: &Path, platform: &Platform) -> Result<Vec<(String, PodInfo)>, RestartError> {
+    match platform {
+        Platform::None => Ok(vec![]),
+        Platform::Kubeadm { manifests } => {
+            let mut out = Vec::new();
+            let list = fs::read_dir(manifests).map_err(|e| {
+                fail(
+                    None,
+                    format!(
+                        "cannot read the kubelet manifest folder '{}': {e}",
+                        manifests.display()
+                    ),
+                )
+            })?;
+            let mut files: Vec<_> = list.flatten().collect();
+            files.sort_by_key(|e| e.file_name());
+            for entry in files {
+                let name = entry.file_name().to_string_lossy().to_string();
+                if name.starts_with('.') {
+                    continue;
+                }
+                let label = format!("{}/{name}", manifests.display());
+                if let Ok(bytes) = fsutil::read_limited(&entry.path(), &label, MAX_PEM_FILE_BYTES)
+                    && let Some(info) = PodInfo::parse(&bytes)
+                {
+                    out.push((name, info));
+                }
+            }
+            let _ = root;
+            Ok(out)
+        }
+        Platform::Bottlerocket { client } => {
+            let settings = client
+                .settings_by_prefix("settings.kubernetes.static-pods")
+                .map_err(|e| {
+                    fail(
+                        None,
+                        format!("cannot read static pods from the Bottlerocket API: {e}"),
+                    )
+                })?;
+            let mut out = Vec::new();
+            if let Some(map) = settings
+                .get("kubernetes")
+                .and_then(|k| k.get("static-pods"))
+                .and_then(|p| p.as_object())
+            {
+                for (name, pod) in map {
+                    let Some(b64) = pod.get("manifest").and_then(|m| m.as_str()) else {
+                        continue;
+                    };
+                    if let Ok(bytes) = bottlerocket::base64::decode(b64)
+                        && let Some(info) = PodInfo::parse(&bytes)
+                    {
+                        out.push((name.clone(), info));
+                    }
+                }
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// Builds the restart targets for `components` from the platform's manifests and the catalog.
+pub fn targets(
+    root: &Path,
+    platform: &Platform,
+    components: &[Component],
+    opts: &RestartOptions,
+) -> Result<Vec<Target>, RestartError> {
+    let found = pods(root, platform)?;
+    let layouts = catalog::detect(root);
+    let mut out = Vec::new();
+    for &component in components {
+        let (pod, info) = found
+            .iter()
+            .find(|(_, info)| info.component() == Some(component))
+            .cloned()
+            .ok_or_else(|| {
+                fail(
+                    Some(component),
+                    format!("no static pod runs it on platform {}", platform.name()),
+                )
+            })?;
+        let endpoint = opts
+            .endpoints
+            .get(&component)
+            .copied()
+            .or_else(|| info.endpoint())
+            .ok_or_else(|| {
+                fail(
+                    Some(component),
+                    "no endpoint in its manifest; give --endpoint",
+                )
+            })?;
+        let (probe, served_file) = probe_for(root, &layouts, component, endpoint, opts.timeout)?;
+        out.push(Target {
+            component,
+            pod,
+            probe,
+            served_file,
+        });
+    }
+    Ok(out)
+}
+
+fn read_file(root: &Path, rel: &str) -> Result<Vec<u8>, String> {
+    match fsutil::read_in_root(root, rel, MAX_PEM_FILE_BYTES) {
+        Ok(Some(b)) => Ok(b),
+        Ok(None) => Err(format!("'{rel}' does not exist")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn probe_for(
+    root: &Path,
+    layouts: &[Layout],
+    component: Component,
+    address: SocketAddr,
+    timeout: Duration,
+) -> Result<(Probe, Option<String>), RestartError> {
+    let err = |m: String| fail(Some(component), m);
+    let per_attempt = timeout.min(Duration::from_secs(5));
+    let kubeadm = layouts
+        .iter()
+        .find(|l| matches!(l.name, "kubeadm" | "bottlerocket"));
+    let etcdadm = layouts
+        .iter()
+        .find(|l| matches!(l.name, "etcdadm" | "etcdadm-bottlerocket"));
+    let probe = |path: &str,
+                 ca: Option<String>,
+                 client: Option<(String, String)>|
+     -> Result<Probe, RestartError> {
+        let ca_pem = match ca {
+            Some(ca) => Some(read_file(root, &ca).map_err(err)?),
+            None => None,
+        };
+        let (cert, key) = match client {
+            Some((c, k)) => (
+                Some(read_file(root, &c).map_err(err)?),
+                Some(read_file(root, &k).map_err(err)?),
+            ),
+            None => (None, None),
+        };
+        Ok(Probe {
+            address,
+            path: path.into(),
+            ca_pem,
+            client_cert_pem: cert,
+            client_key_pem: key,
+            timeout: per_attempt,
+        })
+    };
+    match component {
+        Component::Etcd => {
+            if let Some(l) = kubeadm.filter(|l| l.etcd == EtcdTopology::Stacked) {
+                let d = l.dir;
+                let p = probe(
+                    "/health",
+                    Some(format!("{d}/pki/etcd/ca.crt")),
+                    Some((
+                        format!("{d}/pki/etcd/healthcheck-client.crt"),
+                        format!("{d}/pki/etcd/healthcheck-client.key"),
+                    )),
+                )?;
+                Ok((p, Some(format!("{d}/pki/etcd/server.crt"))))
+            } else if let Some(l) = etcdadm {
+                let d = l.dir;
+                let p = probe(
+                    "/health",
+                    Some(format!("{d}/ca.crt")),
+                    Some((
+                        format!("{d}/etcdctl-etcd-client.crt"),
+                        format!("{d}/etcdctl-etcd-client.key"),
+                    )),
+                )?;
+                Ok((p, Some(format!("{d}/server.crt"))))
+            } else {
+                Err(err("no etcd certificates on this node".into()))
+            }
+        }
+        Component::KubeApiserver => {
+            let d = kubeadm
+                .map(|l| l.dir)
+                .ok_or_else(|| err("no kubeadm PKI on this node".into()))?;
+            let p = probe(
+                "/readyz",
+                Some(format!("{d}/pki/ca.crt")),
+                Some((
+                    format!("{d}/pki/apiserver-kubelet-client.crt"),
+                    format!("{d}/pki/apiserver-kubelet-client.key"),
+                )),
+            )?;
+            Ok((p, Some(format!("{d}/pki/apiserver.crt"))))
+        }
+        Component::KubeControllerManager | Component::KubeScheduler => {
+            Ok((probe("/healthz", None, None)?, None))
+        }
+    }
+}
+
+/// The marker written before a pod is stopped.
+#[derive(Debug, Serialize, Deserialize)]
+struct Marker {
+    platform: String,
+    pod: String,
+    api_socket: Option<String>,
+}
+
+fn write_marker(root: &Path, marker: &Marker) -> Result<(), RestartError> {
+    let dir = crate::txn::state_dir(root);
+    let path = dir.join(MARKER);
+    let tmp = dir.join(format!("{MARKER}.tmp"));
+    let json = serde_json::to_vec(marker).map_err(|e| fail(None, e.to_string()))?;
+    let io = |e: std::io::Error| {
+        fail(
+            None,
+            format!("cannot write the restart marker '{}': {e}", path.display()),
+        )
+    };
+    fsutil::create_dir_all_mode(&dir, 0o700).map_err(io)?;
+    let _ = fs::remove_file(&tmp);
+    fsutil::write_new(&tmp, &json, 0o600, None).map_err(io)?;
+    fs::rename(&tmp, &path).map_err(io)?;
+    fsutil::sync_dir(&dir).map_err(io)
+}
+
+fn clear_marker(root: &Path) {
+    let dir = crate::txn::state_dir(root);
+    if fs::remove_file(dir.join(MARKER)).is_ok() {
+        let _ = fsutil::sync_dir(&dir);
+    }
+}
+
+/// Starts again a pod that a crashed run left stopped. Called under the lock.
+pub fn recover(root: &Path) -> Result<Option<String>, RestartError> {
+    let path = crate::txn::state_dir(root).join(MARKER);
+    let Ok(bytes) = fs::read(&path) else {
+        return Ok(None);
+    };
+    let marker: Marker = serde_json::from_slice(&bytes).map_err(|e| {
+        fail(
+            None,
+            format!("the restart marker '{}' is unreadable: {e}", path.display()),
+        )
+    })?;
+    let platform = match marker.platform.as_str() {
+        "bottlerocket" => Platform::Bottlerocket {
+            client: bottlerocket::ApiClient::new(
+                marker
+                    .api_socket
+                    .clone()
+                    .unwrap_or_else(|| catalog::paths::API_SOCKET.into()),
+            ),
+        },
+        _ => Platform::Kubeadm {
+            manifests: root.join(KUBEADM_MANIFESTS),
+        },
+    };
+    start(root, &platform, &marker.pod, None)?;
+    clear_marker(root);
+    Ok(Some(format!(
+        "started static pod '{}' again, which an interrupted run had stopped",
+        marker.pod
+    )))
+}
+
+fn stop(
+    root: &Path,
+    platform: &Platform,
+    pod: &str,
+    component: Option<Component>,
+) -> Result<(), RestartError> {
+    match platform {
+        Platform::None => Ok(()),
+        Platform::Bottlerocket { client } => {
+            let socket = client.socket().display().to_string();
+            write_marker(
+                root,
+                &Marker {
+                    platform: "bottlerocket".into(),
+                    pod: pod.into(),
+                    api_socket: Some(socket),
+                },
+            )?;
+            let tx = api_tx();
+            client
+                .set_static_pod_enabled(&tx, pod, false)
+                .and_then(|_| client.commit_and_apply(&tx))
+                .map(|_| ())
+                .map_err(|e| {
+                    fail(
+                        component,
+                        format!("cannot disable static pod '{pod}' through the API: {e}"),
+                    )
+                })
+        }
+        Platform::Kubeadm { manifests } => {
+            let parked = root.join(PARKED);
+            fsutil::create_dir_all_mode(&parked, 0o700).map_err(|e| {
+                fail(
+                    component,
+                    format!("cannot create '{}': {e}", parked.display()),
+                )
+            })?;
+            write_marker(
+                root,
+                &Marker {
+                    platform: "kubeadm".into(),
+                    pod: pod.into(),
+                    api_socket: None,
+                },
+            )?;
+            fs::rename(manifests.join(pod), parked.join(pod))
+                .and_then(|_| fsutil::sync_dir(manifests))
+                .and_then(|_| fsutil::sync_dir(&parked))
+                .map_err(|e| {
+                    fail(
+                        component,
+                        format!(
+                            "cannot move manifest '{pod}' out of '{}': {e}",
+                            manifests.display()
+                        ),
+                    )
+                })
+        }
+    }
+}
+
+fn start(
+    root: &Path,
+    platform: &Platform,
+    pod: &str,
+    component: Option<Component>,
+) -> Result<(), RestartError> {
+    match platform {
+        Platform::None => Ok(()),
+        Platform::Bottlerocket { client } => {
+            let tx = api_tx();
+            client
+                .set_static_pod_enabled(&tx, pod, true)
+                .and_then(|_| client.commit_and_apply(&tx))
+                .map(|_| ())
+                .map_err(|e| {
+                    fail(
+                        component,
+                        format!("cannot enable static pod '{pod}' through the API: {e}"),
+                    )
+                })
+        }
+        Platform::Kubeadm { manifests } => {
+            let parked = root.join(PARKED).join(pod);
+            if !parked.exists() {
+                return Ok(());
+            }
+            fs::rename(&parked, manifests.join(pod))
+                .and_then(|_| fsutil::sync_dir(manifests))
+                .map_err(|e| {
+                    fail(
+                        component,
+                        format!(
+                            "cannot move manifest '{pod}' back into '{}': {e}",
+                            manifests.display()
+                        ),
+                    )
+                })
+        }
+    }
+}
+
+/// Waits until the platform has stopped the pod: its kubelet manifest is gone (where visible)
+/// and its endpoint no longer accepts connections.
+fn wait_stopped(
+    root: &Path,
+    platform: &Platform,
+    target: &Target,
+    opts: &RestartOptions,
+) -> Result<(), RestartError> {
+    let started = Instant::now();
+    if let Platform::Bottlerocket { .. } = platform {
+        let dir = root.join(BOTTLEROCKET_STATIC_PODS);
+        if dir.is_dir() {
+            let file = dir.join(&target.pod);
+            while file.exists() {
+                if started.elapsed() >= opts.timeout {
+                    return Err(fail(
+                        Some(target.component),
+                        format!(
+                            "the static pod manifest '{}' was not removed within {}s of disabling it",
+                            file.display(),
+                            opts.timeout.as_secs()
+                        ),
+                    ));
+                }
+                std::thread::sleep(opts.poll);
+            }
+        }
+    }
+    let left = opts.timeout.saturating_sub(started.elapsed());
+    verify::wait_closed(target.probe.address, left, opts.poll)
+        .map_err(|e| fail(Some(target.component), e.0))
+}
+
+/// The SHA-256 of the certificate in `rel` now.
+fn file_sha256(root: &Path, rel: &str) -> Result<String, String> {
+    let bytes = read_file(root, rel)?;
+    Cert::from_pem(&bytes)
+        .map(|c| c.sha256_hex())
+        .map_err(|e| format!("'{rel}': {e}"))
+}
+
+/// Waits until the target is healthy and (etcd, apiserver) serves the certificate now on disk.
+pub fn wait_verified(
+    root: &Path,
+    target: &Target,
+    opts: &RestartOptions,
+) -> Result<Option<String>, RestartError> {
+    let want = match &target.served_file {
+        Some(rel) => Some(file_sha256(root, rel).map_err(|e| fail(Some(target.component), e))?),
+        None => None,
+    };
+    let seen = verify::wait_for(&target.probe, opts.timeout, opts.poll, |o| {
+        o.healthy() && want.as_deref().is_none_or(|w| w == o.served_sha256)
+    })
+    .map_err(|e| {
+        let expected = match (&want, &target.served_file) {
+            (Some(w), Some(f)) => format!(" (expected '{f}' with sha256 {w})"),
+            _ => String::new(),
+        };
+        fail(Some(target.component), format!("{}{expected}", e.0))
+    })?;
+    Ok(want.map(|_| seen.served_sha256))
+}
+
+/// Restarts each target in order, one at a time, verifying each before the next.
+pub fn restart_all(
+    root: &Path,
+    platform: &Platform,
+    targets: &[Target],
+    opts: &RestartOptions,
+) -> Result<Vec<Restarted>, (Vec<Restarted>, RestartError)> {
+    let mut done = Vec::new();
+    for target in targets {
+        match restart_one(root, platform, target, opts) {
+            Ok(r) => done.push(r),
+            Err(e) => return Err((done, e)),
+        }
+    }
+    Ok(done)
+}
+
+fn restart_one(
+    root: &Path,
+    platform: &Platform,
+    target: &Target,
+    opts: &RestartOptions,
+) -> Result<Restarted, RestartError> {
+    let c = Some(target.component);
+    crate::log(&format!(
+        "restarting {} (static pod '{}', platform {})",
+        target.component.name(),
+        target.pod,
+        platform.name()
+    ));
+    let t0 = Instant::now();
+    stop(root, platform, &target.pod, c)?;
+    let stopped = wait_stopped(root, platform, target, opts);
+    // Start again whatever happened: a pod must never be left stopped.
+    let started = start(root, platform, &target.pod, c);
+    stopped?;
+    started?;
+    clear_marker(root);
+    let served = wait_verified(root, target, opts)?;
+    let unavailable_ms = t0.elapsed().as_millis();
+    crate::log(&format!(
+        "{} verified{} after {unavailable_ms} ms",
+        target.component.name(),
+        served
+            .as_deref()
+            .map(|s| format!(" serving sha256 {s}"))
+            .unwrap_or_default()
+    ));
+    Ok(Restarted {
+        component: target.component,
+        pod: target.pod.clone(),
+        unavailable_ms,
+        served_sha256: served,
+    })
+}
+
+/// Parses `--endpoint COMPONENT=IP:PORT`.
+pub fn parse_endpoint(text: &str) -> Result<(Component, SocketAddr), String> {
+    let (name, addr) = text.split_once('=').ok_or_else(|| {
+        format!("--endpoint '{text}': use COMPONENT=IP:PORT, e.g. etcd=127.0.0.1:2379")
+    })?;
+    let component = Component::ALL
+        .into_iter()
+        .find(|c| c.name() == name)
+        .ok_or_else(|| format!("--endpoint '{text}': unknown component '{name}' (etcd, kube-apiserver, kube-controller-manager, kube-scheduler)"))?;
+    let addr = addr
+        .parse()
+        .map_err(|_| format!("--endpoint '{text}': '{addr}' is not IP:PORT"))?;
+    Ok((component, addr))
+}
