@@ -26,9 +26,31 @@ pub mod verify;
 /// Completes or undoes an interrupted transaction before any command reads the PKI.
 pub fn recover_before_reading(root: &std::path::Path) -> Result<(), cli::Failure> {
     // Only where certrotor has state: a read-only inspection of a foreign root writes nothing.
-    if txn::state_dir(root).is_dir() {
-        ops::lock_and_recover(root, std::time::Duration::from_secs(60))?;
+    let state = txn::state_dir(root);
+    if !state.is_dir() {
+        return Ok(());
     }
+    // A read-only root (a mounted snapshot, a read-only bind) can still be inspected; say so
+    // when an interrupted transaction could not be completed first.
+    let writable = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(state.join("lock"));
+    if let Err(e) = writable {
+        let journal = state.join("journal.json").exists();
+        log(&format!(
+            "cannot take the lock in '{}' ({e}); reading without it{}",
+            state.display(),
+            if journal {
+                "; an interrupted transaction is pending and the PKI may be half-renewed: run certrotor where the root is writable"
+            } else {
+                ""
+            }
+        ));
+        return Ok(());
+    }
+    ops::lock_and_recover(root, std::time::Duration::from_secs(60))?;
     Ok(())
 }
 
