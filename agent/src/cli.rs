@@ -408,6 +408,12 @@ pub fn container_args(bootstrap_dir: &Path, host_dir: &Path) -> Option<Vec<Strin
 
 /// Entry point used by `main.rs`: parses `args` (including the program name) and runs.
 pub fn main(mut args: Vec<String>) -> ExitCode {
+    // Die quietly on a closed pipe (`certrotor check | head`), as command-line tools do, instead
+    // of panicking in println!.
+    // SAFETY: setting a signal disposition to SIG_DFL has no memory-safety preconditions.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     if args.len() <= 1
         && let Some(words) = container_args(
             Path::new(BOOTSTRAP_CONTAINER_DIR),
@@ -486,8 +492,8 @@ pub fn duration_flag(flag: &str, value: &str) -> Result<i64, Failure> {
 pub fn root_flag(root: Option<PathBuf>) -> Result<PathBuf, Failure> {
     let root = root.unwrap_or_else(inventory::default_root);
     if !root.is_dir() {
-        return Err(Failure::usage(format!(
-            "--root '{}' is not a folder",
+        return Err(Failure::failed(format!(
+            "the node root '{}' is not a folder; give the node's root filesystem with --root",
             root.display()
         )));
     }
@@ -776,37 +782,6 @@ fn etcd_import(c: EtcdImportCmd) -> Result<u8, Failure> {
     Ok(0)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn container_user_data_gives_the_command_line() {
-        let base = std::env::temp_dir().join(format!("certrotor-cli-ud-{}", std::process::id()));
-        let (boot, host) = (base.join("boot"), base.join("host"));
-        let _ = std::fs::remove_dir_all(&base);
-        assert_eq!(container_args(&boot, &host), None);
-        std::fs::create_dir_all(&host).unwrap();
-        assert_eq!(
-            container_args(&boot, &host),
-            Some(vec!["daemon".to_string()])
-        );
-        std::fs::write(
-            host.join("user-data"),
-            "# comment\ndaemon --interval 6h # twice a day\n  --within 60d\n",
-        )
-        .unwrap();
-        let got = container_args(&boot, &host).unwrap();
-        assert_eq!(got, ["daemon", "--interval", "6h", "--within", "60d"]);
-        std::fs::create_dir_all(&boot).unwrap();
-        assert_eq!(
-            container_args(&boot, &host).unwrap(),
-            ["run", "--once", "--platform", "none"]
-        );
-        let _ = std::fs::remove_dir_all(&base);
-    }
-}
-
 /// Turns `run`/`daemon` flags into options.
 macro_rules! run_options {
     ($c:expr) => {{
@@ -951,4 +926,35 @@ fn daemon_cmd(c: DaemonCmd) -> Result<u8, Failure> {
     let interval = positive_duration("interval", &c.interval)?;
     let (root, opts, _json) = run_options!(&c);
     crate::ops::daemon(&root, &opts, interval)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn container_user_data_gives_the_command_line() {
+        let base = std::env::temp_dir().join(format!("certrotor-cli-ud-{}", std::process::id()));
+        let (boot, host) = (base.join("boot"), base.join("host"));
+        let _ = std::fs::remove_dir_all(&base);
+        assert_eq!(container_args(&boot, &host), None);
+        std::fs::create_dir_all(&host).unwrap();
+        assert_eq!(
+            container_args(&boot, &host),
+            Some(vec!["daemon".to_string()])
+        );
+        std::fs::write(
+            host.join("user-data"),
+            "# comment\ndaemon --interval 6h # twice a day\n  --within 60d\n",
+        )
+        .unwrap();
+        let got = container_args(&boot, &host).unwrap();
+        assert_eq!(got, ["daemon", "--interval", "6h", "--within", "60d"]);
+        std::fs::create_dir_all(&boot).unwrap();
+        assert_eq!(
+            container_args(&boot, &host).unwrap(),
+            ["run", "--once", "--platform", "none"]
+        );
+        let _ = std::fs::remove_dir_all(&base);
+    }
 }

@@ -285,19 +285,10 @@ impl Cert {
             ca: ca_name.to_string(),
             detail,
         };
-        let issuer = self
-            .x509
-            .tbs_certificate
-            .issuer
-            .to_der()
-            .map_err(encode_err)?;
-        let ca_subject = ca
-            .x509
-            .tbs_certificate
-            .subject
-            .to_der()
-            .map_err(encode_err)?;
-        if issuer != ca_subject {
+        if !names_match(
+            &self.x509.tbs_certificate.issuer,
+            &ca.x509.tbs_certificate.subject,
+        ) {
             return Err(not_signed(format!(
                 "issuer '{}' differs from the CA subject '{}'",
                 self.x509.tbs_certificate.issuer, ca.x509.tbs_certificate.subject
@@ -322,6 +313,57 @@ impl Cert {
                 not_signed("the signature does not verify with the CA's public key".into())
             })
     }
+}
+
+/// RFC 5280 §7.1 name matching: the same attribute types in the same RDN structure, with
+/// string values compared after case folding and white-space collapsing, whatever their string
+/// type (PrintableString, UTF8String, ...). Byte-identical names always match.
+pub fn names_match(a: &Name, b: &Name) -> bool {
+    if a == b {
+        return true;
+    }
+    let norm = |n: &Name| -> Option<Vec<Vec<(ObjectIdentifier, String)>>> {
+        n.0.iter()
+            .map(|rdn| {
+                let mut v: Vec<(ObjectIdentifier, String)> = rdn
+                    .0
+                    .iter()
+                    .map(|atv| Some((atv.oid, fold(&attribute_text(&atv.value)?))))
+                    .collect::<Option<_>>()?;
+                v.sort();
+                Some(v)
+            })
+            .collect()
+    };
+    matches!((norm(a), norm(b)), (Some(x), Some(y)) if x == y)
+}
+
+/// The text of a directory string, whatever its ASN.1 string type.
+fn attribute_text(value: &Any) -> Option<String> {
+    use der::Tag;
+    let bytes = value.value();
+    match der::Tagged::tag(value) {
+        Tag::PrintableString
+        | Tag::Utf8String
+        | Tag::Ia5String
+        | Tag::TeletexString
+        | Tag::VisibleString => std::str::from_utf8(bytes).ok().map(str::to_string),
+        Tag::BmpString => {
+            let units: Vec<u16> = bytes
+                .chunks(2)
+                .map(|c| u16::from_be_bytes([c[0], c.get(1).copied().unwrap_or(0)]))
+                .collect();
+            String::from_utf16(&units).ok()
+        }
+        _ => None,
+    }
+}
+
+fn fold(s: &str) -> String {
+    s.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_lowercase()
 }
 
 /// Takes the TBSCertificate TLV bytes out of a certificate's DER, as signed.
@@ -374,8 +416,10 @@ fn pem_error_text(e: &rustls_pki_types::pem::Error) -> String {
     use rustls_pki_types::pem::Error as E;
     match e {
         E::MissingSectionEnd { end_marker } => format!(
-            "the PEM block is truncated: no '{}' line",
+            "the PEM block is truncated: no '-----END {}-----' line",
             String::from_utf8_lossy(end_marker)
+                .trim_matches('-')
+                .trim_start_matches("END ")
         ),
         E::IllegalSectionStart { line } => {
             format!("malformed BEGIN line '{}'", String::from_utf8_lossy(line))
@@ -1190,6 +1234,28 @@ mod tests {
         assert!(matches!(
             PrivateKey::from_pem(pem.as_bytes()),
             Err(PkiError::NoPemBlock { .. })
+        ));
+    }
+
+    #[test]
+    fn names_match_across_string_types() {
+        let printable = kubeadm_subject("kubernetes", &[]).unwrap();
+        let mut utf8 = printable.clone();
+        let value = Any::encode_from(&Utf8StringRef::new("Kubernetes ").unwrap()).unwrap();
+        utf8.0[0].0 = SetOfVec::try_from(vec![AttributeTypeAndValue {
+            oid: oid::COMMON_NAME,
+            value,
+        }])
+        .unwrap();
+        assert_ne!(printable.to_der().unwrap(), utf8.to_der().unwrap());
+        assert!(names_match(&printable, &utf8));
+        assert!(!names_match(
+            &printable,
+            &kubeadm_subject("etcd-ca", &[]).unwrap()
+        ));
+        assert!(!names_match(
+            &printable,
+            &kubeadm_subject("kubernetes", &["x"]).unwrap()
         ));
     }
 

@@ -1,0 +1,676 @@
+//! Helpers of the `renew` and `etcd` tests: a fresh folder per test (with the mounts it made),
+//! a command runner that prints command, stdout and stderr when an expectation fails, file-tree
+//! snapshots to prove "nothing changed", and openssl as the independent oracle.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::fmt;
+use std::io::Write;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// The certrotor binary under test.
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_certrotor")
+}
+
+/// A fresh folder, removed when the test passes and kept (path printed) when it fails. Mounts
+/// registered with [`TempDir::mount`] are unmounted first in any case.
+pub struct TempDir {
+    pub path: PathBuf,
+    mounts: Vec<PathBuf>,
+}
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let path = std::env::temp_dir().join(format!(
+            "certrotor-{tag}-{}-{n}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.subsec_nanos())
+                .unwrap_or(0)
+        ));
+        std::fs::create_dir_all(&path).unwrap();
+        TempDir {
+            path,
+            mounts: Vec::new(),
+        }
+    }
+
+    pub fn join(&self, rel: &str) -> PathBuf {
+        self.path.join(rel)
+    }
+
+    /// Runs `mount` with `args` (the last one being the mount point) and unmounts on drop.
+    /// Returns the failed output when mounting is not possible (not root, no CAP_SYS_ADMIN).
+    pub fn mount(&mut self, args: &[&str]) -> Result<(), Output> {
+        let out = Cmd::new("mount").args(args).run();
+        if !out.status.success() {
+            return Err(out);
+        }
+        let point = PathBuf::from(args.last().copied().unwrap_or_default());
+        if !self.mounts.contains(&point) {
+            self.mounts.push(point);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        for m in self.mounts.iter().rev() {
+            // A bind mount on top of a tmpfs is two entries: unmount until nothing is left.
+            for _ in 0..4 {
+                let ok = Command::new("umount")
+                    .arg(m)
+                    .stderr(Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success());
+                if !ok {
+                    break;
+                }
+            }
+        }
+        if std::thread::panicking() {
+            eprintln!("test folder kept for inspection: {}", self.path.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+/// Whether the tests run in CI, where every prerequisite must be present.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// A prerequisite is missing: fail in CI, else print why the test is skipped.
+#[track_caller]
+pub fn skip_or_fail(test: &str, why: &str) {
+    if in_ci() {
+        panic!("{test}: {why} (required when CI=true)");
+    }
+    eprintln!("SKIPPED {test}: {why}");
+}
+
+/// A command to run.
+#[derive(Clone)]
+pub struct Cmd {
+    program: OsString,
+    args: Vec<OsString>,
+    envs: Vec<(String, String)>,
+    stdin: Option<Vec<u8>>,
+}
+
+impl Cmd {
+    pub fn new(program: impl Into<OsString>) -> Cmd {
+        Cmd {
+            program: program.into(),
+            args: Vec::new(),
+            envs: Vec::new(),
+            stdin: None,
+        }
+    }
+    pub fn args<A: Into<OsString> + Clone>(mut self, args: &[A]) -> Cmd {
+        self.args.extend(args.iter().cloned().map(Into::into));
+        self
+    }
+    pub fn env(mut self, k: &str, v: &str) -> Cmd {
+        self.envs.push((k.into(), v.into()));
+        self
+    }
+    pub fn stdin(mut self, data: &[u8]) -> Cmd {
+        self.stdin = Some(data.to_vec());
+        self
+    }
+
+    fn command(&self) -> Command {
+        let mut c = Command::new(&self.program);
+        c.args(&self.args);
+        for v in ["CERTROTOR_FAILPOINT", "CERTROTOR_FAILPOINT_ACTION"] {
+            c.env_remove(v);
+        }
+        for (k, v) in &self.envs {
+            c.env(k, v);
+        }
+        c
+    }
+
+    pub fn text(&self) -> String {
+        let mut s: Vec<String> = self.envs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        s.push(self.program.to_string_lossy().to_string());
+        s.extend(self.args.iter().map(|a| a.to_string_lossy().to_string()));
+        s.join(" ")
+    }
+
+    /// Runs to completion.
+    pub fn run(&self) -> Output {
+        let mut c = self.command();
+        c.stdin(if self.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        let mut child = c
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start '{}': {e}", self.text()));
+        if let Some(data) = &self.stdin
+            && let Some(mut input) = child.stdin.take()
+        {
+            input.write_all(data).unwrap();
+        }
+        let out = child.wait_with_output().unwrap();
+        Output {
+            cmd: self.text(),
+            status: out.status,
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// Starts in the background with stdout and stderr going to files in `dir`.
+    pub fn spawn(&self, dir: &Path, name: &str) -> Background {
+        let stdout = dir.join(format!("{name}.stdout"));
+        let stderr = dir.join(format!("{name}.stderr"));
+        let mut c = self.command();
+        c.stdin(Stdio::null())
+            .stdout(std::fs::File::create(&stdout).unwrap())
+            .stderr(std::fs::File::create(&stderr).unwrap());
+        let child = c
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start '{}': {e}", self.text()));
+        Background {
+            cmd: self.text(),
+            child: Some(child),
+            stdout,
+            stderr,
+        }
+    }
+}
+
+/// A finished command.
+pub struct Output {
+    pub cmd: String,
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl fmt::Display for Output {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "command: {}\nstatus: {}\n--- stdout ---\n{}\n--- stderr ---\n{}\n---",
+            self.cmd, self.status, self.stdout, self.stderr
+        )
+    }
+}
+
+impl fmt::Debug for Output {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl Output {
+    pub fn code(&self) -> Option<i32> {
+        self.status.code()
+    }
+    #[track_caller]
+    pub fn expect_code(self, code: i32) -> Output {
+        assert_eq!(self.code(), Some(code), "unexpected exit\n{self}");
+        self
+    }
+    #[track_caller]
+    pub fn ok(self) -> Output {
+        self.expect_code(0)
+    }
+    #[track_caller]
+    pub fn expect_sigkill(self) -> Output {
+        assert_eq!(
+            self.status.signal(),
+            Some(libc::SIGKILL),
+            "expected death by SIGKILL\n{self}"
+        );
+        self
+    }
+    /// Asserts that stderr (or stdout) contains every word, case-insensitively.
+    #[track_caller]
+    pub fn says(self, words: &[&str]) -> Output {
+        let all = format!("{}\n{}", self.stdout, self.stderr).to_lowercase();
+        for w in words {
+            assert!(
+                all.contains(&w.to_lowercase()),
+                "output lacks '{w}'\n{self}"
+            );
+        }
+        self
+    }
+}
+
+/// A command running in the background; killed on drop.
+pub struct Background {
+    pub cmd: String,
+    child: Option<std::process::Child>,
+    pub stdout: PathBuf,
+    pub stderr: PathBuf,
+}
+
+impl Background {
+    pub fn stderr_text(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, |c| c.id())
+    }
+    /// Whether it is still running.
+    pub fn running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().ok().flatten().is_none())
+    }
+    pub fn describe(&self) -> String {
+        format!(
+            "background command: {}\n--- stdout ---\n{}\n--- stderr ---\n{}\n---",
+            self.cmd,
+            std::fs::read_to_string(&self.stdout).unwrap_or_default(),
+            self.stderr_text()
+        )
+    }
+    /// SIGKILLs it and waits; returns its exit status.
+    pub fn kill(&mut self) -> Option<ExitStatus> {
+        let mut child = self.child.take()?;
+        let _ = child.kill();
+        child.wait().ok()
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Polls `f` until it returns `Some`, failing with `what` after `deadline`.
+#[track_caller]
+pub fn wait_for<T>(what: &str, deadline: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    let mut pause = Duration::from_millis(10);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            start.elapsed() < deadline,
+            "timed out after {deadline:?} waiting for {what}"
+        );
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(200));
+    }
+}
+
+/// `certrotor ARGS`.
+pub fn certrotor(args: &[&str]) -> Cmd {
+    Cmd::new(bin()).args(args)
+}
+
+/// Path as &str (test paths are UTF-8).
+pub fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// `certrotor lab init DIR ARGS`; returns DIR.
+#[track_caller]
+pub fn lab(dir: &Path, args: &[&str]) -> PathBuf {
+    certrotor(&["lab", "init", s(dir)]).args(args).run().ok();
+    dir.to_path_buf()
+}
+
+/// `openssl ARGS`, which must succeed.
+#[track_caller]
+pub fn openssl(args: &[&str]) -> String {
+    Cmd::new("openssl").args(args).run().ok().stdout
+}
+
+/// `openssl ARGS` with `input` on stdin, which must succeed.
+#[track_caller]
+pub fn openssl_in(input: &[u8], args: &[&str]) -> String {
+    Cmd::new("openssl")
+        .args(args)
+        .stdin(input)
+        .run()
+        .ok()
+        .stdout
+}
+
+// === Snapshots ===
+
+/// One entry of a file tree.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Node {
+    File {
+        bytes: Vec<u8>,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+    },
+    Dir {
+        mode: u32,
+        uid: u32,
+        gid: u32,
+    },
+    Symlink(PathBuf),
+}
+
+impl fmt::Debug for Node {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            // Never print the bytes: they may be private keys.
+            Node::File {
+                bytes,
+                mode,
+                uid,
+                gid,
+            } => write!(
+                f,
+                "file({} bytes, sha256 {}, {mode:o}, {uid}:{gid})",
+                bytes.len(),
+                &sha256(bytes)[..16]
+            ),
+            Node::Dir { mode, uid, gid } => write!(f, "dir({mode:o}, {uid}:{gid})"),
+            Node::Symlink(t) => write!(f, "symlink({})", t.display()),
+        }
+    }
+}
+
+/// Every file, folder and symlink under `root`, by path relative to `root`.
+pub type Snapshot = BTreeMap<String, Node>;
+
+/// Snapshots `root`, leaving out paths that start with any of `exclude`.
+pub fn snapshot(root: &Path, exclude: &[&str]) -> Snapshot {
+    let mut out = Snapshot::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = e.path();
+            let rel = path
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .to_string();
+            if exclude.iter().any(|x| rel.starts_with(x)) {
+                continue;
+            }
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            let (mode, uid, gid) = (meta.mode() & 0o7777, meta.uid(), meta.gid());
+            let node = if meta.file_type().is_symlink() {
+                Node::Symlink(std::fs::read_link(&path).unwrap())
+            } else if meta.is_dir() {
+                stack.push(path.clone());
+                Node::Dir { mode, uid, gid }
+            } else {
+                Node::File {
+                    bytes: std::fs::read(&path).unwrap(),
+                    mode,
+                    uid,
+                    gid,
+                }
+            };
+            out.insert(rel, node);
+        }
+    }
+    out
+}
+
+/// The paths that differ between two snapshots, with what differs.
+pub fn diff(before: &Snapshot, after: &Snapshot) -> Vec<String> {
+    let mut out = Vec::new();
+    for (k, v) in before {
+        match after.get(k) {
+            None => out.push(format!("removed {k}")),
+            Some(w) if w != v => out.push(format!("changed {k}: {v:?} -> {w:?}")),
+            Some(_) => {}
+        }
+    }
+    for k in after.keys() {
+        if !before.contains_key(k) {
+            out.push(format!("added {k}"));
+        }
+    }
+    out
+}
+
+/// Asserts two snapshots are equal, listing the differences.
+#[track_caller]
+pub fn assert_same(before: &Snapshot, after: &Snapshot, context: &str) {
+    let d = diff(before, after);
+    assert!(
+        d.is_empty(),
+        "{context}: the tree changed:\n  {}",
+        d.join("\n  ")
+    );
+}
+
+pub fn sha256(data: &[u8]) -> String {
+    let d = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, data);
+    d.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+// === Certificates and kubeconfigs ===
+
+/// Standard base64 (with or without padding, whitespace ignored).
+pub fn base64_decode(text: &str) -> Vec<u8> {
+    let val = |c: u8| -> u32 {
+        match c {
+            b'A'..=b'Z' => u32::from(c - b'A'),
+            b'a'..=b'z' => u32::from(c - b'a') + 26,
+            b'0'..=b'9' => u32::from(c - b'0') + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => panic!("not base64: {c:?}"),
+        }
+    };
+    let clean: Vec<u8> = text
+        .bytes()
+        .filter(|c| !c.is_ascii_whitespace() && *c != b'=')
+        .collect();
+    let mut out = Vec::new();
+    for chunk in clean.chunks(4) {
+        let mut acc = 0u32;
+        for (i, c) in chunk.iter().enumerate() {
+            acc |= val(*c) << (18 - 6 * i);
+        }
+        let bytes = acc.to_be_bytes();
+        out.extend_from_slice(&bytes[1..chunk.len()]);
+    }
+    out
+}
+
+/// A kubeconfig as YAML.
+pub fn kubeconfig(path: &Path) -> serde_norway::Value {
+    serde_norway::from_slice(&std::fs::read(path).unwrap())
+        .unwrap_or_else(|e| panic!("'{}' is not YAML: {e}", path.display()))
+}
+
+fn named<'a>(list: &'a serde_norway::Value, name: &str) -> &'a serde_norway::Value {
+    list.as_sequence()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"].as_str() == Some(name))
+        .unwrap_or_else(|| panic!("no entry named '{name}'"))
+}
+
+/// The current user's `user` map of a kubeconfig.
+pub fn current_user(kc: &serde_norway::Value) -> &serde_norway::Value {
+    let ctx = kc["current-context"].as_str().unwrap();
+    let user = named(&kc["contexts"], ctx)["context"]["user"]
+        .as_str()
+        .unwrap();
+    &named(&kc["users"], user)["user"]
+}
+
+/// The current cluster's `cluster` map of a kubeconfig.
+pub fn current_cluster(kc: &serde_norway::Value) -> &serde_norway::Value {
+    let ctx = kc["current-context"].as_str().unwrap();
+    let cluster = named(&kc["contexts"], ctx)["context"]["cluster"]
+        .as_str()
+        .unwrap();
+    &named(&kc["clusters"], cluster)["cluster"]
+}
+
+/// The certificate PEM of a `.crt` file, or the client certificate embedded in a `.conf`.
+pub fn cert_pem(path: &Path) -> Vec<u8> {
+    if path.extension().is_some_and(|e| e == "conf") {
+        let kc = kubeconfig(path);
+        base64_decode(
+            current_user(&kc)["client-certificate-data"]
+                .as_str()
+                .unwrap(),
+        )
+    } else {
+        std::fs::read(path).unwrap_or_else(|e| panic!("'{}': {e}", path.display()))
+    }
+}
+
+/// The private key PEM of a `.crt` file's `.key`, or the key embedded in a `.conf`.
+pub fn key_pem(path: &Path) -> Vec<u8> {
+    if path.extension().is_some_and(|e| e == "conf") {
+        let kc = kubeconfig(path);
+        base64_decode(current_user(&kc)["client-key-data"].as_str().unwrap())
+    } else {
+        std::fs::read(path.with_extension("key")).unwrap()
+    }
+}
+
+/// `openssl x509 -noout ARGS` on a certificate PEM.
+#[track_caller]
+pub fn x509(pem: &[u8], args: &[&str]) -> String {
+    let mut all = vec!["x509", "-noout"];
+    all.extend_from_slice(args);
+    openssl_in(pem, &all)
+}
+
+/// The identity openssl sees: subject (RFC 2253), SANs, key usage, extended key usage and
+/// basic constraints, in the certificate's extension order.
+pub fn identity(pem: &[u8]) -> String {
+    x509(
+        pem,
+        &[
+            "-subject",
+            "-nameopt",
+            "RFC2253",
+            "-ext",
+            "subjectAltName,keyUsage,extendedKeyUsage,basicConstraints",
+        ],
+    )
+}
+
+/// SHA-256 fingerprint of a certificate, as openssl prints it.
+pub fn fingerprint(pem: &[u8]) -> String {
+    x509(pem, &["-fingerprint", "-sha256"]).trim().to_string()
+}
+
+/// (notBefore, notAfter) as Unix seconds.
+pub fn validity(pem: &[u8]) -> (i64, i64) {
+    let out = x509(pem, &["-startdate", "-enddate", "-dateopt", "iso_8601"]);
+    let get = |k: &str| {
+        let line = out
+            .lines()
+            .find_map(|l| l.strip_prefix(k))
+            .unwrap_or_else(|| panic!("no {k} in {out}"));
+        parse_iso(line.trim())
+    };
+    (get("notBefore="), get("notAfter="))
+}
+
+/// `YYYY-MM-DD HH:MM:SSZ` to Unix seconds.
+pub fn parse_iso(t: &str) -> i64 {
+    let n = |r: std::ops::Range<usize>| t[r].parse::<i64>().unwrap();
+    let (y, mo, d) = (n(0..4), n(5..7), n(8..10));
+    let (h, mi, s) = (n(11..13), n(14..16), n(17..19));
+    days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + s
+}
+
+/// Days since 1970-01-01 (Howard Hinnant's algorithm).
+pub fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146097 + doe - 719468
+}
+
+/// Seconds since the epoch.
+pub fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+/// The first line of a PEM (its header).
+pub fn pem_header(pem: &[u8]) -> String {
+    String::from_utf8_lossy(pem)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The public key of a private key PEM, as openssl prints it.
+pub fn public_of_key(key: &[u8]) -> String {
+    openssl_in(key, &["pkey", "-pubout"])
+}
+
+/// The public key of a certificate PEM.
+pub fn public_of_cert(pem: &[u8]) -> String {
+    x509(pem, &["-pubkey"])
+}
+
+/// `certrotor check --output json`, which must exit 0 or 1 (fine or expiring).
+#[track_caller]
+pub fn check_json(root: &Path) -> serde_json::Value {
+    let out = certrotor(&["check", "--root", s(root), "--output", "json"]).run();
+    assert!(
+        matches!(out.code(), Some(0 | 1)),
+        "check must find the PKI sound\n{out}"
+    );
+    serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("check json: {e}\n{out}"))
+}
+
+/// A free loopback TCP port (bound to port 0, then released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Copies a tree with `cp -a` (modes, owners, symlinks kept).
+#[track_caller]
+pub fn copy_tree(from: &Path, to: &Path) {
+    Cmd::new("cp").args(&["-a", s(from), s(to)]).run().ok();
+}
+
+/// A random positive serial for `openssl x509 -set_serial`, so openssl leaves no `.srl` file.
+pub fn random_serial() -> String {
+    let mut b = [0u8; 8];
+    aws_lc_rs::rand::fill(&mut b).unwrap();
+    b[0] &= 0x7f;
+    format!(
+        "0x{}",
+        b.iter().map(|x| format!("{x:02x}")).collect::<String>()
+    )
+}

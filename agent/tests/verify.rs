@@ -1,0 +1,118 @@
+//! Live verification against a real TLS server (`openssl s_server`): the served certificate's
+//! SHA-256, mutual TLS, a wrong CA, and waiting for a port to close.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use certrotor::verify::{self, Probe};
+
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn lab(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("certrotor-verify-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = Command::new(env!("CARGO_BIN_EXE_certrotor"))
+        .args(["lab", "init"])
+        .arg(&dir)
+        .args([
+            "--advertise-address",
+            "127.0.0.1",
+            "--key-algorithm",
+            "ecdsa-p256",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dir
+}
+
+fn s_server(pki: &Path, port: u16) -> Server {
+    let child = Command::new("openssl")
+        .args(["s_server", "-quiet", "-www", "-accept"])
+        .arg(port.to_string())
+        .arg("-cert")
+        .arg(pki.join("apiserver.crt"))
+        .arg("-key")
+        .arg(pki.join("apiserver.key"))
+        .arg("-CAfile")
+        .arg(pki.join("ca.crt"))
+        .args(["-Verify", "1", "-verify_return_error"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    Server(child)
+}
+
+fn probe(pki: &Path, port: u16, ca: &str) -> Probe {
+    Probe {
+        address: SocketAddr::from(([127, 0, 0, 1], port)),
+        path: "/".into(),
+        ca_pem: Some(std::fs::read(pki.join(ca)).unwrap()),
+        client_cert_pem: Some(std::fs::read(pki.join("apiserver-kubelet-client.crt")).unwrap()),
+        client_key_pem: Some(std::fs::read(pki.join("apiserver-kubelet-client.key")).unwrap()),
+        timeout: Duration::from_secs(5),
+    }
+}
+
+#[test]
+fn probe_reports_the_served_certificate_and_waits_for_close() {
+    let root = lab("served");
+    let pki = root.join("etc/kubernetes/pki");
+    let port = free_port();
+    let server = s_server(&pki, port);
+    let p = probe(&pki, port, "ca.crt");
+    let seen = verify::wait_for(
+        &p,
+        Duration::from_secs(20),
+        Duration::from_millis(100),
+        |o| o.status == 200,
+    )
+    .unwrap();
+    let file =
+        certrotor::pki::Cert::from_pem(&std::fs::read(pki.join("apiserver.crt")).unwrap()).unwrap();
+    assert_eq!(seen.served_sha256, file.sha256_hex());
+    assert!(seen.healthy());
+
+    // A CA that did not sign the server certificate is refused.
+    let wrong = probe(&pki, port, "front-proxy-ca.crt");
+    let err = verify::probe(&wrong).unwrap_err();
+    assert!(err.0.contains("TLS handshake"), "{err}");
+
+    // Without a client certificate the server (which requires one) refuses us.
+    let mut anonymous = probe(&pki, port, "ca.crt");
+    anonymous.client_cert_pem = None;
+    anonymous.client_key_pem = None;
+    assert!(verify::probe(&anonymous).is_err());
+
+    drop(server);
+    verify::wait_closed(
+        p.address,
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+    )
+    .unwrap();
+    assert!(verify::probe(&p).unwrap_err().0.contains("connect"));
+    let _ = std::fs::remove_dir_all(&root);
+}
