@@ -80,12 +80,34 @@ section_check() {
   done
 }
 
+section_renew() {
+  # renew --all on a stacked RSA-2048 node: 11 certificates and kubeconfigs, new keys (as
+  # kubeadm) and --reuse-keys. Each timed run gets a fresh copy of the node (untimed prepare).
+  local mode ms rss base="$WORK/renew-base" dir="$WORK/renew-run" runs
+  "$BIN" lab init "$base" --key-algorithm rsa-2048 --expires-in 30d >/dev/null
+  for mode in "" "--reuse-keys"; do
+    log "== renew --all $mode on a stacked RSA-2048 lab node"
+    runs=$RUNS
+    RUNS=$(( RUNS < 10 ? RUNS : 10 ))
+    ms=$(median_ms "$BIN renew --root $dir --all $mode" "sh -c 'rm -rf $dir && cp -a $base $dir'")
+    RUNS=$runs
+    rm -rf "$dir" && cp -a "$base" "$dir"
+    rss=$(peak_rss_kib "$BIN" renew --root "$dir" --all $mode)
+    printf '%-42s %12s ms
+' "renew --all ${mode:-(new keys)} wall (median)" "$ms"
+    printf '%-42s %12s KiB
+' "renew --all ${mode:-(new keys)} peak RSS" "$rss"
+  done
+  rm -rf "$dir"
+}
+
 main() {
   section_build
   printf '%-42s %12s\n' "runs per timing" "$RUNS"
   printf '%-42s %12s\n' "timer" "$(command -v hyperfine >/dev/null && echo hyperfine || echo 'bash loop')"
   section_check
   section_lab_init
+  section_renew
 }
 
 main "$@"

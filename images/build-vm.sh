@@ -37,7 +37,9 @@ done
 for tool in dpkg-query mkfs.ext4 depmod modprobe modinfo cpio zstd python3 flock sha256sum ldd; do
   command -v "$tool" > /dev/null || die "$tool not found: run images/setup-host.sh"
 done
-[ -x /bin/busybox ] && /bin/busybox --list-full > /dev/null || die "busybox-static missing: run images/setup-host.sh"
+if ! [ -x /bin/busybox ] || ! /bin/busybox --list-full > /dev/null; then
+  die "busybox-static missing: run images/setup-host.sh"
+fi
 if [ -z "$KVER" ]; then
   KVER=$(find /lib/modules -mindepth 1 -maxdepth 1 -printf '%f\n' 2>/dev/null | grep -v cloud | sort -V | tail -n1 || true)
 fi
@@ -56,7 +58,7 @@ BINS=(containerd containerd-shim-runc-v2 ctr runc etcd etcdctl openssl mke2fs)
 PKGS=(busybox-static containerd runc etcd-server etcd-client openssl libssl3 e2fsprogs libc6
       libseccomp2 "linux-image-$KVER")
 pkg_versions=$(dpkg-query -W -f='${Package}=${Version}\n' "${PKGS[@]}" 2>/dev/null) ||
-  die "missing packages ($(echo "${PKGS[@]}")): run images/setup-host.sh"
+  die "missing packages (${PKGS[*]}): run images/setup-host.sh"
 script_sum=$(cat "$here/build-vm.sh" "$here"/vm/* | sha)
 kernel_key=$( { echo "$KVER"; dpkg-query -W -f='${Version}' "linux-image-$KVER"; cat "$here/extract-vmlinux.py"; } | sha)
 initramfs_key=$( { echo "$kernel_key"; cat "$here/build-vm.sh" "$here/vm/initramfs-init.sh"; dpkg-query -W -f='${Version}' busybox-static; } | sha)
@@ -71,7 +73,7 @@ for a in "${adds[@]}"; do
   add_desc+="$dest $(sha < "$src")"$'\n'
 done
 root_key=$( { echo "$base_key"; printf '%s' "$add_desc"; } | sha)
-local_key=$( { dpkg-query -W -f='${Version}' e2fsprogs; grep -n 'local-base' "$here/build-vm.sh"; } | sha)
+local_key=$( { dpkg-query -W -f='${Version}' e2fsprogs; grep 'mkfs.ext4 -q -F -L local ' "$here/build-vm.sh"; } | sha)
 fresh() { [ "$force" = 0 ] && [ -e "$1" ] && [ "$(cat "$1.key" 2>/dev/null)" = "$2" ]; }
 
 # ---- modules: copy_modules DESTROOT MODULE...  (+ deps + softdeps, then depmod) ----------
@@ -82,7 +84,7 @@ copy_modules() {
   for f in modules.order modules.builtin modules.builtin.modinfo; do cp "$src/$f" "$dst/"; done
   for m in "${mods[@]}"; do   # softdeps ("pre: crc32c") are not in --show-depends
     sd=$(modinfo -k "$KVER" -F softdep "$m" 2>/dev/null | tr ' ' '\n' | grep -v -e ':$' -e '^$' || true)
-    [ -n "$sd" ] && mods+=($sd)
+    [ -n "$sd" ] && mapfile -t -O "${#mods[@]}" mods <<< "$sd"
   done
   for m in "${mods[@]}"; do
     modprobe -S "$KVER" --show-depends "$m" > "$OUT/cache/.deps" 2>/dev/null || die "kernel module $m not found for $KVER"

@@ -2,11 +2,12 @@
 """Build an OCI image archive (OCI layout in a tar, `ctr images import`-able) holding one
 static binary as /usr/bin/<name> (entrypoint), without docker or a registry.
 
-Usage: oci-image.py BINARY OUT.tar [--name REF] [--add SRC:DEST]... [--entrypoint PATH]
+Usage: oci-image.py BINARY OUT.tar [--name REF] [--dest PATH] [--add SRC:DEST]... [--entrypoint PATH]
   --name REF       image reference stored in the archive (default localhost/certrotor:latest)
+  --dest PATH      where BINARY goes in the image (default /usr/bin/<basename of BINARY>)
   --add SRC:DEST   extra host file in the image (mode 0755), e.g. a static busybox for debugging
-  --entrypoint P   default /usr/bin/<basename of BINARY>
-The binary lands at /usr/bin/<basename of BINARY>. Output is deterministic (mtime 0, uid 0,
+  --entrypoint P   default: the --dest path
+Output is deterministic (mtime 0, uid 0,
 sorted, gzip mtime 0): the same inputs give the same digests.
 Archive layout: oci-layout, index.json (annotation io.containerd.image.name = REF and
 org.opencontainers.image.ref.name = tag), blobs/sha256/{manifest,config,layer.tar+gzip}.
@@ -48,13 +49,17 @@ def main():
     ap.add_argument("binary")
     ap.add_argument("out")
     ap.add_argument("--name", default="localhost/certrotor:latest")
+    ap.add_argument("--dest")
     ap.add_argument("--add", action="append", default=[], metavar="SRC:DEST")
     ap.add_argument("--entrypoint")
     a = ap.parse_args()
 
     if not os.path.isfile(a.binary):
         sys.exit(f"oci-image: error: {a.binary} is not a file")
-    files = {"usr/bin/" + os.path.basename(a.binary): a.binary}
+    dest_bin = a.dest or "/usr/bin/" + os.path.basename(a.binary)
+    if not dest_bin.startswith("/") or dest_bin.endswith("/"):
+        sys.exit(f"oci-image: error: --dest {dest_bin!r}: expected an absolute file path")
+    files = {dest_bin.lstrip("/"): a.binary}
     for spec in a.add:
         src, sep, dest = spec.partition(":")
         if not sep or not src or not dest.startswith("/"):
@@ -64,7 +69,7 @@ def main():
         if dest.endswith("/"):
             dest += os.path.basename(src)
         files[dest.lstrip("/")] = src
-    entry = a.entrypoint or "/usr/bin/" + os.path.basename(a.binary)
+    entry = a.entrypoint or dest_bin
     last = a.name.rsplit("/", 1)[-1]
     tag = last.rsplit(":", 1)[1] if ":" in last else "latest"
 

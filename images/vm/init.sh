@@ -81,8 +81,8 @@ if grep -qsw share /sys/bus/virtio/drivers/9pnet_virtio/*/mount_tag; then
   mount -t 9p -o trans=virtio,version=9p2000.L,msize=524288,cache=none share /mnt/share ||
     echo "CERTROTOR-E2E: WARN cannot mount the 9p share"
 fi
-export E2E_SHARE=/mnt/share E2E_BOOT=$boot E2E_BOOT_COUNT=$n
-export E2E_OUT=/mnt/share/out/boot-$boot
+export E2E_SHARE=/mnt/share E2E_BOOT="$boot" E2E_BOOT_COUNT="$n"
+export E2E_OUT="/mnt/share/out/boot-$boot"
 ismnt /mnt/share && mkdir -p "$E2E_OUT" || E2E_OUT=/run/e2e-out
 mkdir -p "$E2E_OUT"
 mark "BOOTED boot=$boot count=$n kernel=$(uname -r)"

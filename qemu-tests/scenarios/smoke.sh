@@ -8,11 +8,16 @@
 IMG=localhost/certrotor:e2e
 e2e_save boot-count "$E2E_BOOT_COUNT"
 
-# /run/api.sock: the API simulator when the image has it, else a placeholder to bind-mount.
-if [ -x /usr/bin/apiserver-sim ] && [ -f "$E2E_SHARE/start-apiserver-sim" ]; then
-  sh "$E2E_SHARE/start-apiserver-sim"
+# /run/api.sock: the Bottlerocket API simulator when the image has it (host root = /, so
+# settings persist in /var/lib/bottlerocket-sim), else a placeholder file to bind-mount.
+if [ -x /usr/bin/apiserver-sim ]; then
+  apiserver-sim --socket /run/api.sock --root / > "$E2E_OUT/apiserver-sim.log" 2>&1 &
+  e2e_check "apiserver-sim serves /run/api.sock" e2e_wait_for 30 test -S /run/api.sock
+  e2e_save api-sock socket
+else
+  : > /run/api.sock
+  e2e_save api-sock placeholder
 fi
-[ -e /run/api.sock ] || : > /run/api.sock
 
 if e2e_image_present "$IMG"; then
   e2e_save image-was-present yes
@@ -22,16 +27,21 @@ else
 fi
 e2e_check "image $IMG present" e2e_image_present "$IMG"
 
-# The certrotor stub exits 0; a non-zero exit fails this check.
-e2e_check "certrotor runs as a superpowered host container" \
-  e2e_host_ctr_run --superpowered certrotor "$IMG"
+# certrotor as a superpowered host container: `certrotor version` must exit 0 (ctr: a
+# command given after the image replaces the entrypoint, hence the full path).
+certrotor_version() {
+  e2e_host_ctr_run --superpowered certrotor "$IMG" /usr/bin/certrotor version > "$E2E_OUT/certrotor-version.txt" 2>&1
+}
+e2e_check "certrotor runs as a superpowered host container" certrotor_version
 
 # The same image with the host's static busybox (through /.bottlerocket/rootfs) as command:
 # report what the container sees; the host-side test asserts on mounts.txt.
 BB=/.bottlerocket/rootfs/usr/bin/busybox
+rm -f /var/lib/certrotor-e2e/from-container
 e2e_host_ctr_run --superpowered "probe-$E2E_BOOT" "$IMG" $BB sh -c "
   BB=$BB
   \$BB test -e /run/api.sock && echo api-sock=ok
+  \$BB test -S /run/api.sock && echo api-sock=socket
   \$BB test -x /usr/bin/certrotor && echo certrotor-bin=ok
   \$BB test -d /.bottlerocket/rootfs/var/lib/containerd && echo host-rootfs=ok
   \$BB touch /.bottlerocket/rootfs/e2e-ro-probe 2>/dev/null || echo rootfs-top=ro
@@ -49,7 +59,7 @@ P=/var/lib/e2e-etcd/pki
 e2e_check "etcd PKI (openssl)" e2e_etcd_pki $P
 e2e_check "etcd healthy over TLS" e2e_etcd_start $P /var/lib/e2e-etcd/data
 e2e_check "etcd rejects a client without certificate" sh -c \
-  "! etcdctl --endpoints=https://127.0.0.1:2379 --cacert=$P/ca.crt --dial-timeout=2s --command-timeout=3s get /x"
+  "! etcdctl --endpoints=https://127.0.0.1:2379 --cacert=$P/ca.crt --dial-timeout=2s --command-timeout=3s get /x > /dev/null 2>&1"
 if [ "$E2E_BOOT" = 1 ]; then
   e2e_check "etcdctl put" e2e_etcdctl put /smoke/token "$(cat "$E2E_SHARE/token")"
   e2e_finish; echo "$?" > "$E2E_OUT/checks-rc"

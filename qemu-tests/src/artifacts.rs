@@ -1,0 +1,294 @@
+//! The inputs of a VM test: static binaries (certrotor and the Bottlerocket test doubles) and
+//! the VM images built from them by `images/build-vm.sh`. Built once per test process.
+//!
+//! Environment:
+//! * `CERTROTOR_BIN` — a static `certrotor` binary to use as is (no cargo build).
+//! * `BR_SIM_DIR`    — a directory holding the static test doubles (`apiserver-sim`,
+//!   `kubelet-sim`, `k8s-sim`); each one found there goes into the image. Without it the
+//!   harness builds the `bottlerocket` crate's binaries and takes those that exist.
+//! * `QEMU_TESTS_RUST_TARGET` — target triple for the static builds (default: musl, falling
+//!   back to `x86_64-unknown-linux-gnu` with `+crt-static` when the musl target is missing).
+//! * `QEMU_TESTS_CARGO_TARGET_DIR` — cargo target dir for those builds (default: the target
+//!   dir, see [`crate::paths::target_dir`]).
+
+use crate::error::{Context, Error, Result};
+use crate::paths;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// Names of the Bottlerocket test doubles built from the `bottlerocket` crate.
+pub const SIM_NAMES: [&str; 3] = ["apiserver-sim", "kubelet-sim", "k8s-sim"];
+
+const MUSL: &str = "x86_64-unknown-linux-musl";
+const GNU: &str = "x86_64-unknown-linux-gnu";
+
+/// Static binaries for the VM.
+#[derive(Debug, Clone)]
+pub struct Binaries {
+    /// The static `certrotor` binary.
+    pub certrotor: PathBuf,
+    /// The test doubles that were found, by name (`apiserver-sim`, ...).
+    pub sims: BTreeMap<String, PathBuf>,
+    /// Why some test doubles are missing (empty when all were found).
+    pub sims_note: String,
+    /// Time spent building (zero when everything came from the environment).
+    pub build_time: Duration,
+}
+
+impl Binaries {
+    /// The test double `name`, or an error saying how to provide it.
+    pub fn sim(&self, name: &str) -> Result<&Path> {
+        self.sims.get(name).map(PathBuf::as_path).ok_or_else(|| {
+            Error(format!(
+                "test double {name} is not available ({}); set BR_SIM_DIR to a directory holding it",
+                self.sims_note
+            ))
+        })
+    }
+}
+
+/// The VM images (see `images/build-vm.sh`).
+#[derive(Debug, Clone)]
+pub struct Images {
+    /// ELF kernel (PVH boot).
+    pub vmlinux: PathBuf,
+    /// Tiny initramfs.
+    pub initramfs: PathBuf,
+    /// Read-only root image (virtio serial `vmroot`).
+    pub rootfs: PathBuf,
+    /// Blank ext4 used as backing file of each scenario's `/local` overlay.
+    pub local_base: PathBuf,
+    /// Kernel version.
+    pub kver: String,
+    /// How long `build-vm.sh` took in this process.
+    pub build_time: Duration,
+}
+
+/// Everything a scenario needs: binaries + images.
+#[derive(Debug, Clone)]
+pub struct Artifacts {
+    /// The static binaries.
+    pub bins: Binaries,
+    /// The VM images containing them.
+    pub images: Images,
+}
+
+static ARTIFACTS: OnceLock<std::result::Result<Artifacts, Error>> = OnceLock::new();
+
+/// Builds (once per process) the binaries and the images, and returns them.
+pub fn artifacts() -> Result<&'static Artifacts> {
+    ARTIFACTS
+        .get_or_init(|| {
+            let bins = binaries()?;
+            let images = build_images(&bins)?;
+            Ok(Artifacts { bins, images })
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+fn run(cmd: &mut Command, what: &str) -> Result<()> {
+    eprintln!("qemu-tests: {what}: {cmd:?}");
+    let st = cmd.status().ctx(format!("{what}: cannot start {cmd:?}"))?;
+    if st.success() {
+        Ok(())
+    } else {
+        Err(Error(format!("{what} failed ({st}): {cmd:?}")))
+    }
+}
+
+fn cargo() -> Command {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut c = Command::new(cargo);
+    c.current_dir(paths::workspace_root());
+    c
+}
+
+fn cargo_target_dir() -> PathBuf {
+    paths::path_from_env("QEMU_TESTS_CARGO_TARGET_DIR").unwrap_or_else(paths::target_dir)
+}
+
+/// `cargo build --release --target TRIPLE ARGS`, static; returns the release dir.
+fn cargo_build_static(triple: &str, args: &[&str], what: &str) -> Result<PathBuf> {
+    let tdir = cargo_target_dir();
+    let mut c = cargo();
+    c.args(["build", "--release", "--target", triple])
+        .args(args)
+        .env("CARGO_TARGET_DIR", &tdir);
+    if triple == MUSL {
+        // C dependencies (aws-lc-sys) need a musl C compiler: Debian's musl-tools has musl-gcc.
+        if std::env::var_os("CC_x86_64_unknown_linux_musl").is_none()
+            && which("x86_64-linux-musl-gcc").is_none()
+            && which("musl-gcc").is_some()
+        {
+            c.env("CC_x86_64_unknown_linux_musl", "musl-gcc");
+        }
+    } else {
+        c.env(
+            "CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS",
+            "-C target-feature=+crt-static",
+        );
+    }
+    run(&mut c, what)?;
+    Ok(tdir.join(triple).join("release"))
+}
+
+fn which(prog: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(prog))
+        .find(|p| p.is_file())
+}
+
+/// Picks the target triple: `QEMU_TESTS_RUST_TARGET`, else musl if `rustup target add` works
+/// (or rustup is absent and the target is assumed present), else gnu + crt-static.
+fn static_triple() -> String {
+    if let Ok(t) = std::env::var("QEMU_TESTS_RUST_TARGET")
+        && !t.is_empty()
+    {
+        return t;
+    }
+    if which("rustup").is_none() {
+        return MUSL.to_string();
+    }
+    let ok = Command::new("rustup")
+        .args(["target", "add", MUSL])
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok {
+        MUSL.to_string()
+    } else {
+        eprintln!("qemu-tests: rustup cannot add {MUSL}; using {GNU} with +crt-static");
+        GNU.to_string()
+    }
+}
+
+fn binaries() -> Result<Binaries> {
+    let t0 = Instant::now();
+    let mut triple: Option<String> = None;
+    let certrotor = match paths::path_from_env("CERTROTOR_BIN") {
+        Some(p) if p.is_file() => p,
+        Some(p) => {
+            return Err(Error(format!(
+                "CERTROTOR_BIN={} is not a file",
+                p.display()
+            )));
+        }
+        None => {
+            let mut t = static_triple();
+            let dir = match cargo_build_static(&t, &["-p", "certrotor"], "build certrotor") {
+                Ok(d) => d,
+                Err(e) if t == MUSL => {
+                    eprintln!("qemu-tests: {e}; retrying with {GNU} +crt-static");
+                    t = GNU.to_string();
+                    cargo_build_static(&t, &["-p", "certrotor"], "build certrotor")?
+                }
+                Err(e) => return Err(e),
+            };
+            triple = Some(t);
+            dir.join("certrotor")
+        }
+    };
+    let mut sims = BTreeMap::new();
+    let mut notes = Vec::new();
+    if let Some(dir) = paths::path_from_env("BR_SIM_DIR") {
+        for n in SIM_NAMES {
+            let p = dir.join(n);
+            if p.is_file() {
+                sims.insert(n.to_string(), p);
+            } else {
+                notes.push(format!("{} missing", p.display()));
+            }
+        }
+    } else {
+        let t = match triple {
+            Some(t) => t,
+            None => static_triple(),
+        };
+        match cargo_build_static(&t, &["-p", "bottlerocket", "--bins"], "build test doubles") {
+            Ok(dir) => {
+                for n in SIM_NAMES {
+                    let p = dir.join(n);
+                    if p.is_file() {
+                        sims.insert(n.to_string(), p);
+                    } else {
+                        notes.push(format!("crate bottlerocket has no binary {n} yet"));
+                    }
+                }
+            }
+            // Best effort: the smoke scenario does not need them; scenarios that do fail
+            // with this note through `Binaries::sim`.
+            Err(e) => notes.push(format!("building them failed: {e}")),
+        }
+    }
+    let sims_note = notes.join("; ");
+    if !sims_note.is_empty() {
+        eprintln!("qemu-tests: note: test doubles: {sims_note}");
+    }
+    Ok(Binaries {
+        certrotor,
+        sims,
+        sims_note,
+        build_time: t0.elapsed(),
+    })
+}
+
+fn build_images(bins: &Binaries) -> Result<Images> {
+    let out = paths::images_out_dir();
+    let script = paths::images_src_dir().join("build-vm.sh");
+    let mut c = Command::new("bash");
+    c.arg(&script).arg(&out);
+    c.arg("--add")
+        .arg(format!("{}:/usr/bin/certrotor", bins.certrotor.display()));
+    for (name, p) in &bins.sims {
+        c.arg("--add")
+            .arg(format!("{}:/usr/bin/{name}", p.display()));
+    }
+    let t0 = Instant::now();
+    run(&mut c, "build VM images").map_err(|e| {
+        e.context("(run images/setup-host.sh as root first if packages are missing)")
+    })?;
+    let build_time = t0.elapsed();
+    let env_file = out.join("vm.env");
+    let text = std::fs::read_to_string(&env_file).ctx(format!("read {}", env_file.display()))?;
+    let kv: BTreeMap<&str, &str> = text.lines().filter_map(|l| l.split_once('=')).collect();
+    let get = |k: &str| -> Result<PathBuf> {
+        let v = kv
+            .get(k)
+            .ok_or_else(|| Error(format!("{}: no {k}", env_file.display())))?;
+        let p = PathBuf::from(v);
+        if p.exists() {
+            Ok(p)
+        } else {
+            Err(Error(format!(
+                "{}: {k}={v} does not exist",
+                env_file.display()
+            )))
+        }
+    };
+    Ok(Images {
+        vmlinux: get("VMLINUX")?,
+        initramfs: get("INITRAMFS")?,
+        rootfs: get("ROOTFS")?,
+        local_base: get("LOCAL_BASE")?,
+        kver: kv.get("KVER").map(|s| (*s).to_string()).unwrap_or_default(),
+        build_time,
+    })
+}
+
+/// Builds an OCI image archive (`ctr images import`-able) holding `binary` at `dest` (an
+/// absolute path in the image, also the entrypoint), named `reference`, at `out`.
+pub fn oci_image(binary: &Path, dest: &str, reference: &str, out: &Path) -> Result<()> {
+    let script = paths::images_src_dir().join("oci-image.sh");
+    run(
+        Command::new("bash")
+            .arg(script)
+            .arg(binary)
+            .arg(out)
+            .args(["--name", reference, "--dest", dest]),
+        "build OCI image",
+    )
+}

@@ -1,0 +1,577 @@
+//! Scenarios: a work dir with a 9p share and a persistent `/local` disk, booted one or more
+//! times under QEMU (TCG), with the serial log captured, markers timed, a hard timeout and an
+//! optional kill (power loss) at a marker.
+//!
+//! Work dir layout (`<target>/qemu-tests/<scenario>/`, wiped when the scenario starts):
+//! * `serial.log`          — every boot's console, one after the other (`boot-N.serial.log` per boot)
+//! * `qemu-boot-N.cmd`     — the exact QEMU command line (to rerun by hand)
+//! * `local.qcow2`         — the persistent disk (`/local` = `/var`, `/opt`, `/mnt` in the guest),
+//!   a copy-on-write overlay of the images' blank `local-base.img`
+//! * `share/`              — 9p share, `/mnt/share` in the guest: `run.sh` (the scenario script)
+//!   and inputs; the guest writes `share/out/boot-N/` (`rc`, `results.txt`, logs, values)
+//!
+//! Environment: `QEMU_TESTS_SMP` (default 1: measured faster than 2 under TCG here),
+//! `QEMU_TESTS_MEM` (MiB, default 1024), `QEMU_TESTS_JOBS` (VMs at once across all test
+//! processes, default 1), `QEMU_TESTS_TIMEOUT_FACTOR` (multiplies every boot timeout, default 1),
+//! `QEMU` (the qemu-system-x86_64 binary).
+
+use crate::artifacts::{Artifacts, artifacts};
+use crate::error::{Context, Error, Result};
+use crate::paths;
+use std::fs::{self, File, OpenOptions};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// Prefix of every line printed by the guest's init and `e2e_mark`.
+pub const MARKER_PREFIX: &str = "CERTROTOR-E2E: ";
+
+/// Options for one boot.
+#[derive(Debug, Clone)]
+pub struct BootOptions {
+    /// Hard limit for the whole boot (QEMU is killed and the boot fails when it passes).
+    pub timeout: Duration,
+    /// Kill QEMU (SIGKILL: a power loss) as soon as a console line contains this text.
+    pub kill_at: Option<String>,
+    /// Extra kernel command line words (e.g. `e2e.shell=1`).
+    pub append: Vec<String>,
+    /// QEMU `-rtc base=` value (e.g. `2031-01-01T00:00:00` to start the guest clock in the future).
+    pub rtc_base: Option<String>,
+}
+
+impl Default for BootOptions {
+    fn default() -> Self {
+        BootOptions {
+            timeout: Duration::from_secs(300),
+            kill_at: None,
+            append: Vec::new(),
+            rtc_base: None,
+        }
+    }
+}
+
+impl BootOptions {
+    /// Default options with a kill at the guest marker `e2e_mark TEXT` prints.
+    pub fn kill_at_mark(text: &str) -> Self {
+        BootOptions {
+            kill_at: Some(format!("{MARKER_PREFIX}MARK {text} ")),
+            ..Self::default()
+        }
+    }
+}
+
+/// How a boot ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ending {
+    /// The scenario script ran and returned `rc` (guest `RESULT rc=N`), QEMU exited.
+    Finished {
+        /// Exit status of the scenario script.
+        rc: i32,
+    },
+    /// QEMU was killed when the `kill_at` text appeared.
+    KilledAtMarker,
+    /// QEMU exited without a `RESULT` line (guest crash, no script, ...).
+    NoResult,
+}
+
+/// What one boot produced.
+#[derive(Debug, Clone)]
+pub struct Boot {
+    /// 1-based boot index within the scenario.
+    pub index: u32,
+    /// How it ended.
+    pub ending: Ending,
+    /// The console of this boot.
+    pub serial_log: PathBuf,
+    /// `share/out/boot-N`: files the guest wrote.
+    pub out_dir: PathBuf,
+    /// Every `CERTROTOR-E2E:` line with its time since QEMU started.
+    pub markers: Vec<(Duration, String)>,
+    /// QEMU start to exit.
+    pub elapsed: Duration,
+}
+
+impl Boot {
+    /// The scenario script's exit status, when it finished.
+    pub fn rc(&self) -> Option<i32> {
+        match self.ending {
+            Ending::Finished { rc } => Some(rc),
+            _ => None,
+        }
+    }
+
+    /// Time of the first marker line containing `text`.
+    pub fn marker_time(&self, text: &str) -> Option<Duration> {
+        self.markers
+            .iter()
+            .find(|(_, l)| l.contains(text))
+            .map(|(t, _)| *t)
+    }
+
+    /// Reads `share/out/boot-N/<name>` (trailing newline trimmed).
+    pub fn read_out(&self, name: &str) -> Result<String> {
+        let p = self.out_dir.join(name);
+        let s = fs::read_to_string(&p)
+            .map_err(|e| self.failure(&format!("cannot read guest output {}: {e}", p.display())))?;
+        Ok(s.trim_end_matches('\n').to_string())
+    }
+
+    /// Ok when the scenario script finished with rc 0; else an error with the log tail.
+    pub fn expect_success(&self) -> Result<()> {
+        match self.ending {
+            Ending::Finished { rc: 0 } => Ok(()),
+            ref e => Err(self.failure(&format!("boot {} ended with {e:?}", self.index))),
+        }
+    }
+
+    /// Ok when QEMU was killed at the marker; else an error with the log tail.
+    pub fn expect_killed(&self) -> Result<()> {
+        match self.ending {
+            Ending::KilledAtMarker => Ok(()),
+            ref e => Err(self.failure(&format!(
+                "boot {} was to be killed at a marker but ended with {e:?}",
+                self.index
+            ))),
+        }
+    }
+
+    /// An error for this boot: `msg`, the serial log's path and its last lines.
+    pub fn failure(&self, msg: &str) -> Error {
+        Error(format!(
+            "{msg}\n{}",
+            log_excerpt(&self.serial_log, &self.out_dir)
+        ))
+    }
+}
+
+fn log_excerpt(serial: &Path, out_dir: &Path) -> String {
+    let tail = fs::read_to_string(serial)
+        .map(|s| {
+            let lines: Vec<&str> = s.lines().collect();
+            lines[lines.len().saturating_sub(40)..].join("\n")
+        })
+        .unwrap_or_else(|e| format!("(cannot read: {e})"));
+    format!(
+        "serial log: {}\nguest outputs: {}\n--- last lines of the serial log ---\n{tail}\n---",
+        serial.display(),
+        out_dir.display()
+    )
+}
+
+/// A scenario: one work dir, one persistent disk, any number of boots.
+#[derive(Debug)]
+pub struct Scenario {
+    name: String,
+    dir: PathBuf,
+    artifacts: &'static Artifacts,
+    boots: u32,
+}
+
+impl Scenario {
+    /// Builds the artifacts if needed (once per process), then creates a fresh work dir
+    /// `<target>/qemu-tests/<name>` with an empty share and a new `/local` disk.
+    pub fn new(name: &str) -> Result<Scenario> {
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_".contains(c))
+        {
+            return Err(Error(format!("bad scenario name {name:?}")));
+        }
+        let artifacts = artifacts()?;
+        let dir = paths::work_root().join(name);
+        if dir.exists() {
+            fs::remove_dir_all(&dir).ctx(format!("remove {}", dir.display()))?;
+        }
+        fs::create_dir_all(dir.join("share/out")).ctx(format!("create {}", dir.display()))?;
+        let sc = Scenario {
+            name: name.to_string(),
+            dir,
+            artifacts,
+            boots: 0,
+        };
+        sc.new_local_disk()?;
+        Ok(sc)
+    }
+
+    /// The scenario's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The work dir.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The 9p share (`/mnt/share` in the guest).
+    pub fn share_dir(&self) -> PathBuf {
+        self.dir.join("share")
+    }
+
+    /// The binaries and images in use.
+    pub fn artifacts(&self) -> &'static Artifacts {
+        self.artifacts
+    }
+
+    /// The combined serial log of all boots.
+    pub fn serial_log(&self) -> PathBuf {
+        self.dir.join("serial.log")
+    }
+
+    /// Number of boots so far.
+    pub fn boots(&self) -> u32 {
+        self.boots
+    }
+
+    /// Replaces the persistent disk by a fresh copy-on-write overlay of the blank base.
+    pub fn new_local_disk(&self) -> Result<()> {
+        let disk = self.dir.join("local.qcow2");
+        if disk.exists() {
+            fs::remove_file(&disk).ctx(format!("remove {}", disk.display()))?;
+        }
+        let st = Command::new("qemu-img")
+            .args(["create", "-q", "-f", "qcow2", "-F", "raw", "-b"])
+            .arg(&self.artifacts.images.local_base)
+            .arg(&disk)
+            .status()
+            .ctx("qemu-img (images/setup-host.sh installs qemu-utils)")?;
+        if st.success() {
+            Ok(())
+        } else {
+            Err(Error(format!(
+                "qemu-img create {} failed: {st}",
+                disk.display()
+            )))
+        }
+    }
+
+    /// Writes the scenario script run by the guest's init (`share/run.sh`).
+    pub fn set_script(&self, text: &str) -> Result<()> {
+        self.write_share("run.sh", text.as_bytes())
+    }
+
+    /// Writes `share/<rel>` (parent dirs created).
+    pub fn write_share(&self, rel: &str, data: &[u8]) -> Result<()> {
+        let p = self.share_dir().join(rel);
+        if let Some(parent) = p.parent() {
+            fs::create_dir_all(parent).ctx(format!("create {}", parent.display()))?;
+        }
+        fs::write(&p, data).ctx(format!("write {}", p.display()))
+    }
+
+    /// Puts an OCI archive of the certrotor binary (as `/usr/bin/certrotor`, the entrypoint,
+    /// named `reference`) into the share as `file_name`.
+    pub fn add_certrotor_image(&self, reference: &str, file_name: &str) -> Result<()> {
+        crate::artifacts::oci_image(
+            &self.artifacts.bins.certrotor,
+            "/usr/bin/certrotor",
+            reference,
+            &self.share_dir().join(file_name),
+        )
+    }
+
+    /// The QEMU command for boot `index`.
+    fn qemu_command(&self, index: u32, opts: &BootOptions) -> Command {
+        let img = &self.artifacts.images;
+        let smp = env_num("QEMU_TESTS_SMP", 1);
+        let mem = env_num("QEMU_TESTS_MEM", 1024);
+        let qemu = std::env::var_os("QEMU").unwrap_or_else(|| "qemu-system-x86_64".into());
+        let mut c = Command::new(qemu);
+        c.args([
+            "-machine",
+            "pc",
+            "-accel",
+            "tcg",
+            "-nodefaults",
+            "-no-user-config",
+        ])
+        .args(["-smp", &smp.to_string(), "-m", &mem.to_string()])
+        .args(["-display", "none", "-serial", "stdio", "-no-reboot"])
+        .args(["-device", "virtio-rng-pci"])
+        .arg("-kernel")
+        .arg(&img.vmlinux)
+        .arg("-initrd")
+        .arg(&img.initramfs)
+        .arg("-drive")
+        .arg(drive_arg(&img.rootfs, "root", "raw", true))
+        .args(["-device", "virtio-blk-pci,drive=root,serial=vmroot"])
+        .arg("-drive")
+        .arg(drive_arg(
+            &self.dir.join("local.qcow2"),
+            "local",
+            "qcow2",
+            false,
+        ))
+        .args(["-device", "virtio-blk-pci,drive=local,serial=local"])
+        .arg("-virtfs")
+        .arg(format!(
+            "local,path={},mount_tag=share,security_model=none,id=share",
+            self.share_dir().display()
+        ));
+        if let Some(base) = &opts.rtc_base {
+            c.args(["-rtc", &format!("base={base}")]);
+        }
+        let mut cmdline = format!("console=ttyS0 quiet panic=-1 e2e.boot={index}");
+        for a in &opts.append {
+            cmdline.push(' ');
+            cmdline.push_str(a);
+        }
+        c.arg("-append").arg(cmdline);
+        c
+    }
+
+    /// Boots the VM once on the scenario's persistent disk and waits until QEMU exits, the
+    /// `kill_at` marker shows up (QEMU is then SIGKILLed) or the timeout passes (error).
+    pub fn boot(&mut self, opts: &BootOptions) -> Result<Boot> {
+        self.boots += 1;
+        let index = self.boots;
+        let out_dir = self.share_dir().join(format!("out/boot-{index}"));
+        let serial = self.dir.join(format!("boot-{index}.serial.log"));
+        let mut cmd = self.qemu_command(index, opts);
+        let cmd_file = self.dir.join(format!("qemu-boot-{index}.cmd"));
+        fs::write(&cmd_file, format!("{cmd:?}\n")).ctx(format!("write {}", cmd_file.display()))?;
+
+        let _slot = VmSlot::acquire()?;
+        let factor = env_num("QEMU_TESTS_TIMEOUT_FACTOR", 1).max(1);
+        let timeout = opts
+            .timeout
+            .saturating_mul(u32::try_from(factor).unwrap_or(1));
+        eprintln!(
+            "qemu-tests: {}: boot {index} (timeout {}s), serial log {}",
+            self.name,
+            timeout.as_secs(),
+            serial.display()
+        );
+        let mut log = SerialLog::create(&serial, &self.serial_log(), index)?;
+        let t0 = Instant::now();
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .ctx("cannot start qemu-system-x86_64 (images/setup-host.sh installs it)")?;
+        let (tx, rx) = mpsc::channel::<Line>();
+        spawn_reader(child.stdout.take(), "", tx.clone());
+        spawn_reader(child.stderr.take(), "[qemu stderr] ", tx);
+
+        let deadline = t0 + timeout;
+        let mut markers = Vec::new();
+        let mut result_rc: Option<i32> = None;
+        let mut killed = false;
+        loop {
+            let now = Instant::now();
+            if now >= deadline {
+                kill(&mut child);
+                log.line(t0.elapsed(), "[harness] TIMEOUT: QEMU killed");
+                let excerpt = log_excerpt(&serial, &out_dir);
+                return Err(Error(format!(
+                    "{}: boot {index} timed out after {}s\n{excerpt}",
+                    self.name,
+                    timeout.as_secs()
+                )));
+            }
+            match rx.recv_timeout(deadline - now) {
+                Ok(Line(text)) => {
+                    let at = t0.elapsed();
+                    log.line(at, &text);
+                    if let Some(pos) = text.find(MARKER_PREFIX) {
+                        let m = text[pos..].to_string();
+                        if let Some(rc) = parse_result(&m) {
+                            result_rc = Some(rc);
+                        }
+                        markers.push((at, m));
+                    }
+                    if let Some(k) = &opts.kill_at
+                        && text.contains(k.as_str())
+                    {
+                        kill(&mut child);
+                        killed = true;
+                        log.line(
+                            t0.elapsed(),
+                            &format!("[harness] killed QEMU at marker {k:?}"),
+                        );
+                        break;
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        let status = child.wait().ctx("wait for qemu")?;
+        let elapsed = t0.elapsed();
+        log.line(elapsed, &format!("[harness] QEMU exited: {status}"));
+        let ending = if killed {
+            Ending::KilledAtMarker
+        } else if let Some(rc) = result_rc {
+            Ending::Finished { rc }
+        } else {
+            Ending::NoResult
+        };
+        eprintln!(
+            "qemu-tests: {}: boot {index}: {ending:?} after {:.1}s",
+            self.name,
+            elapsed.as_secs_f64()
+        );
+        Ok(Boot {
+            index,
+            ending,
+            serial_log: serial,
+            out_dir,
+            markers,
+            elapsed,
+        })
+    }
+}
+
+fn drive_arg(file: &Path, id: &str, format: &str, readonly: bool) -> String {
+    // QEMU option values escape ',' as ',,'
+    let f = file.display().to_string().replace(',', ",,");
+    let ro = if readonly { ",readonly=on" } else { "" };
+    format!("file={f},if=none,id={id},format={format},cache=writeback{ro}")
+}
+
+fn env_num(var: &str, default: u64) -> u64 {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default)
+}
+
+/// `CERTROTOR-E2E: RESULT rc=N ...` -> N
+fn parse_result(marker: &str) -> Option<i32> {
+    let rest = marker
+        .strip_prefix(MARKER_PREFIX)?
+        .strip_prefix("RESULT rc=")?;
+    rest.split_whitespace().next()?.parse().ok()
+}
+
+fn kill(child: &mut Child) {
+    // SIGKILL; an error means it has exited already
+    let _ = child.kill();
+}
+
+struct Line(String);
+
+fn spawn_reader<R: Read + Send + 'static>(
+    src: Option<R>,
+    prefix: &'static str,
+    tx: mpsc::Sender<Line>,
+) {
+    let Some(src) = src else { return };
+    std::thread::spawn(move || {
+        let mut r = BufReader::new(src);
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            match r.read_until(b'\n', &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    let s = String::from_utf8_lossy(&buf);
+                    let s = s.trim_end_matches(['\n', '\r']);
+                    if tx.send(Line(format!("{prefix}{s}"))).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// Writes console lines with their time since QEMU started to the boot's log and the
+/// scenario's combined log.
+struct SerialLog {
+    boot: File,
+    all: File,
+}
+
+impl SerialLog {
+    fn create(boot: &Path, all: &Path, index: u32) -> Result<SerialLog> {
+        let b = File::create(boot).ctx(format!("create {}", boot.display()))?;
+        let mut a = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(all)
+            .ctx(format!("open {}", all.display()))?;
+        writeln!(a, "===== boot {index} =====").ctx("write serial log")?;
+        Ok(SerialLog { boot: b, all: a })
+    }
+
+    fn line(&mut self, at: Duration, text: &str) {
+        let l = format!("[{:8.3}] {text}\n", at.as_secs_f64());
+        // Logging must not abort a boot; a full disk shows up elsewhere soon enough.
+        let _ = self.boot.write_all(l.as_bytes());
+        let _ = self.all.write_all(l.as_bytes());
+    }
+}
+
+/// A slot for one running VM (`QEMU_TESTS_JOBS` slots, default 1), held through a file lock
+/// so that parallel tests and test binaries do not overload the (2-core) machine.
+struct VmSlot {
+    _file: File,
+}
+
+impl VmSlot {
+    fn acquire() -> Result<VmSlot> {
+        let dir = paths::work_root().join(".vm-slots");
+        fs::create_dir_all(&dir).ctx(format!("create {}", dir.display()))?;
+        let jobs = env_num("QEMU_TESTS_JOBS", 1).max(1);
+        let open = |i: u64| {
+            let p = dir.join(format!("slot-{i}"));
+            OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&p)
+                .ctx(format!("open {}", p.display()))
+        };
+        for i in 0..jobs {
+            let f = open(i)?;
+            if f.try_lock().is_ok() {
+                return Ok(VmSlot { _file: f });
+            }
+        }
+        // All busy: wait on one of them (blocking lock, released when its holder ends).
+        let f = open(u64::from(std::process::id()) % jobs)?;
+        f.lock().ctx("lock VM slot")?;
+        Ok(VmSlot { _file: f })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn parses_result_marker() {
+        assert_eq!(
+            parse_result("CERTROTOR-E2E: RESULT rc=0 uptime=3.2"),
+            Some(0)
+        );
+        assert_eq!(
+            parse_result("CERTROTOR-E2E: RESULT rc=17 uptime=3.2"),
+            Some(17)
+        );
+        assert_eq!(parse_result("CERTROTOR-E2E: RESULT rc=x"), None);
+        assert_eq!(parse_result("CERTROTOR-E2E: BOOTED boot=1"), None);
+    }
+
+    #[test]
+    fn kill_at_mark_matches_the_whole_word() {
+        let o = BootOptions::kill_at_mark("ETCD-WRITTEN");
+        let k = o.kill_at.unwrap();
+        assert!("CERTROTOR-E2E: MARK ETCD-WRITTEN uptime=3.1".contains(&k));
+        assert!(!"CERTROTOR-E2E: MARK ETCD-WRITTEN-2 uptime=3.1".contains(&k));
+    }
+
+    #[test]
+    fn drive_escapes_commas() {
+        assert_eq!(
+            drive_arg(Path::new("/a,b/x.img"), "r", "raw", true),
+            "file=/a,,b/x.img,if=none,id=r,format=raw,cache=writeback,readonly=on"
+        );
+    }
+}
