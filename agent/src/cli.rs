@@ -334,6 +334,21 @@ struct EtcdImportCmd {
     #[argh(option, default = "String::from(\"60s\")")]
     /// how long to wait for another certrotor run to finish (default 60s)
     lock_timeout: String,
+    #[argh(option, default = "String::from(\"auto\")")]
+    /// how to restart kube-apiserver afterwards: auto (default), bottlerocket, kubeadm or none
+    platform: String,
+    #[argh(option, default = "String::from(\"/run/api.sock\")")]
+    /// the Bottlerocket API socket (default /run/api.sock)
+    api_socket: String,
+    #[argh(option)]
+    /// kube-apiserver's health endpoint, kube-apiserver=IP:PORT, overriding its manifest
+    endpoint: Vec<String>,
+    #[argh(option, default = "String::from(\"300s\")")]
+    /// bound on each wait for the pod to stop or to serve healthy (default 300s)
+    restart_timeout: String,
+    #[argh(option, default = "String::from(\"500ms\")")]
+    /// interval between two polls of a condition (default 500ms)
+    poll_interval: String,
 }
 
 #[derive(FromArgs, Debug)]
@@ -641,12 +656,12 @@ fn renew(c: RenewCmd) -> Result<u8, Failure> {
             serde_json::to_string_pretty(&report).unwrap_or_default()
         );
     } else {
-        print!("{}", renew_table(&report));
+        print!("{}", renew_table(&report, true));
     }
     Ok(0)
 }
 
-fn renew_table(r: &crate::ops::RenewReport) -> String {
+fn renew_table(r: &crate::ops::RenewReport, restart_hint: bool) -> String {
     let mut out = String::new();
     let plan = &r.plan;
     if plan.items.is_empty() {
@@ -686,10 +701,12 @@ fn renew_table(r: &crate::ops::RenewReport) -> String {
         out.push_str(&format!(
             "Backup: {id} (undo with 'certrotor rollback --backup {id}')\n"
         ));
-        out.push_str(
-            "Components read certificates at start: restart etcd, kube-apiserver, kube-controller-manager \
-             and kube-scheduler so that they use the new files.\n",
-        );
+        if restart_hint {
+            out.push_str(
+                "Components read certificates at start: restart them so that they use the new files \
+                 ('certrotor run --once' does it one at a time and verifies).\n",
+            );
+        }
     }
     out
 }
@@ -758,7 +775,36 @@ fn etcd_export(c: EtcdExportCmd) -> Result<u8, Failure> {
 }
 
 fn etcd_import(c: EtcdImportCmd) -> Result<u8, Failure> {
-    let opts = write_options(&c.lock_timeout, crate::txn::DEFAULT_RETENTION)?;
+    let platform = crate::restart::PlatformChoice::parse(&c.platform).ok_or_else(|| {
+        Failure::usage(format!(
+            "--platform '{}': use auto, bottlerocket, kubeadm or none",
+            c.platform
+        ))
+    })?;
+    let mut endpoints = std::collections::BTreeMap::new();
+    for e in &c.endpoint {
+        let (component, addr) = crate::restart::parse_endpoint(e).map_err(Failure::usage)?;
+        endpoints.insert(component, addr);
+    }
+    let opts = crate::ops::RunOptions {
+        policy: crate::renew::Policy {
+            within: 0,
+            all: false,
+            names: vec![],
+            reuse_keys: false,
+            validity: clock::YEAR,
+            allow_beyond_ca: false,
+        },
+        dry_run: false,
+        write: write_options(&c.lock_timeout, crate::txn::DEFAULT_RETENTION)?,
+        restart: crate::restart::RestartOptions {
+            platform,
+            api_socket: PathBuf::from(&c.api_socket),
+            timeout: positive_duration("restart-timeout", &c.restart_timeout)?,
+            poll: positive_duration("poll-interval", &c.poll_interval)?,
+            endpoints,
+        },
+    };
     let root = root_flag(c.root)?;
     let limit = crate::pki::MAX_PEM_FILE_BYTES;
     let bundle = if c.from == "-" {
@@ -773,13 +819,38 @@ fn etcd_import(c: EtcdImportCmd) -> Result<u8, Failure> {
         crate::fsutil::read_limited(std::path::Path::new(&c.from), &c.from, limit)
             .map_err(|e| Failure::failed(e.to_string()))?
     };
-    let (files, backup) = crate::etcd_client::import(&root, &bundle, &opts)?;
-    println!("Installed the apiserver-etcd-client pair (backup {backup}):");
-    for f in files {
+    let report = crate::ops::import_etcd_client(&root, &bundle, &opts)?;
+    println!(
+        "Installed the apiserver-etcd-client pair (backup {}):",
+        report.backup_id
+    );
+    for f in &report.files {
         println!("  {f}");
     }
-    println!("Restart kube-apiserver so that it uses the new etcd client certificate.");
-    Ok(0)
+    if report.platform == "none" {
+        println!(
+            "Platform none: restart kube-apiserver so that it uses the new etcd client certificate."
+        );
+    }
+    for r in &report.restarted {
+        println!(
+            "Restarted {} (unavailable {} ms), verified.",
+            r.component.name(),
+            r.unavailable_ms
+        );
+    }
+    if let Some(rb) = &report.rolled_back {
+        println!("VERIFICATION FAILED: {}", rb.failure);
+        println!(
+            "Restored backup {}{}",
+            rb.backup_id,
+            rb.error
+                .as_deref()
+                .map(|e| format!("; ROLLBACK INCOMPLETE: {e}"))
+                .unwrap_or_default()
+        );
+    }
+    Ok(report.exit_code())
 }
 
 /// Turns `run`/`daemon` flags into options.
@@ -862,7 +933,7 @@ fn run_cmd(c: RunCmd) -> Result<u8, Failure> {
             serde_json::to_string_pretty(&report).unwrap_or_default()
         );
     } else {
-        print!("{}", renew_table(&report.renew));
+        print!("{}", renew_table(&report.renew, false));
         print!("{}", run_table(&report));
     }
     Ok(report.exit_code())

@@ -81,8 +81,9 @@ fn read(root: &Path, rel: &str) -> Result<Vec<u8>, Failure> {
     }
 }
 
-/// Installs a bundle on a control-plane node; returns the files written and the backup id.
-pub fn import(
+/// Installs a bundle on a control-plane node, under a lock the caller holds; returns the files
+/// written and the backup id.
+pub fn install(
     root: &Path,
     bundle: &[u8],
     opts: &WriteOptions,
@@ -90,7 +91,6 @@ pub fn import(
     let bad = |m: String| Failure::failed(format!("{m}; nothing was changed"));
     let cert = Cert::from_pem(bundle).map_err(|e| bad(format!("the bundle: {e}")))?;
     let key = PrivateKey::from_pem(bundle).map_err(|e| bad(format!("the bundle's key: {e}")))?;
-    let _lock = ops::lock_and_recover(root, opts.lock_timeout)?;
     let layout = catalog::detect(root)
         .into_iter()
         .find(|l| l.etcd == EtcdTopology::External)

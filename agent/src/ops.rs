@@ -267,78 +267,125 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, Failure> {
         report.duration_ms = started.elapsed().as_millis();
         return Ok(report);
     }
-    // Probes read the renewed client certificates, so targets are built after renewal.
-    let outcome = restart::targets(root, &platform, &components, &opts.restart)
-        .map_err(|e| (vec![], e))
-        .and_then(|targets| restart::restart_all(root, &platform, &targets, &opts.restart));
-    match outcome {
-        Ok(done) => report.restarted = done,
-        Err((done, error)) => {
-            let failed_at = error.component;
-            report.restarted = done;
-            crate::log(&format!(
-                "verification failed: {error}; restoring the previous certificates"
-            ));
-            report.rolled_back = Some(roll_back_and_restart(
-                root,
-                &platform,
-                &report,
-                failed_at,
-                &error.to_string(),
-                opts,
-            ));
-        }
-    }
+    let backup_id = report.renew.backup_id.clone().unwrap_or_default();
+    let (restarted, rolled_back) = restart_verified(root, &platform, &components, &backup_id, opts);
+    report.restarted = restarted;
+    report.rolled_back = rolled_back;
     report.duration_ms = started.elapsed().as_millis();
     Ok(report)
 }
 
-fn roll_back_and_restart(
+/// Restarts `components` one at a time and verifies each; when one fails, restores
+/// `backup_id`, restarts again what was restarted and the one that failed, and checks that the
+/// previous certificates are served.
+pub fn restart_verified(
     root: &Path,
     platform: &Platform,
-    report: &RunReport,
-    failed_at: Option<Component>,
-    failure: &str,
+    components: &[Component],
+    backup_id: &str,
     opts: &RunOptions,
-) -> RolledBack {
-    let backup_id = report.renew.backup_id.clone().unwrap_or_default();
+) -> (Vec<Restarted>, Option<RolledBack>) {
+    // Probes read the renewed client certificates, so targets are built after the change.
+    let outcome = restart::targets(root, platform, components, &opts.restart)
+        .map_err(|e| (vec![], e))
+        .and_then(|targets| restart::restart_all(root, platform, &targets, &opts.restart));
+    let (done, error) = match outcome {
+        Ok(done) => return (done, None),
+        Err(x) => x,
+    };
+    crate::log(&format!(
+        "verification failed: {error}; restoring the previous certificates"
+    ));
     let mut rolled = RolledBack {
-        failure: failure.to_string(),
-        backup_id: backup_id.clone(),
+        failure: error.to_string(),
+        backup_id: backup_id.to_string(),
         restarted: vec![],
         error: None,
     };
-    if let Err(e) = rollback_locked(root, Some(&backup_id), &opts.write) {
+    if let Err(e) = rollback_locked(root, Some(backup_id), &opts.write) {
         rolled.error = Some(format!(
             "restoring backup {backup_id} failed: {}",
             e.message
         ));
-        return rolled;
+        return (done, Some(rolled));
     }
     // Restart what was restarted, and the component that failed, with the old files.
-    let mut again: Vec<Component> = report.restarted.iter().map(|r| r.component).collect();
-    again.extend(failed_at);
-    if failed_at.is_none() {
-        again = report.components.clone();
+    let mut again: Vec<Component> = done.iter().map(|r| r.component).collect();
+    match error.component {
+        Some(c) => again.push(c),
+        None => again = components.to_vec(),
     }
     again.sort();
     again.dedup();
     match restart::targets(root, platform, &again, &opts.restart) {
         Err(e) => rolled.error = Some(format!("after restoring backup {backup_id}: {e}")),
         Ok(targets) => match restart::restart_all(root, platform, &targets, &opts.restart) {
-            Ok(done) => {
+            Ok(back) => {
                 crate::log(&format!(
                     "rolled back to backup {backup_id}; the previous certificates are served again"
                 ));
-                rolled.restarted = done;
+                rolled.restarted = back;
             }
-            Err((done, e)) => {
-                rolled.restarted = done;
+            Err((back, e)) => {
+                rolled.restarted = back;
                 rolled.error = Some(format!("after restoring backup {backup_id}: {e}"));
             }
         },
     }
-    rolled
+    (done, Some(rolled))
+}
+
+/// What `etcd-client import` did.
+#[derive(Debug, Clone, Serialize)]
+pub struct ImportReport {
+    pub files: Vec<String>,
+    pub backup_id: String,
+    pub platform: String,
+    pub restarted: Vec<Restarted>,
+    pub rolled_back: Option<RolledBack>,
+}
+
+impl ImportReport {
+    /// 0 done, 3 rolled back, 2 rollback failed.
+    pub fn exit_code(&self) -> u8 {
+        match &self.rolled_back {
+            None => 0,
+            Some(r) if r.error.is_none() => crate::cli::EXIT_ROLLED_BACK,
+            Some(_) => EXIT_FAILED,
+        }
+    }
+}
+
+/// Installs an exported apiserver-etcd-client bundle on a control plane, then restarts
+/// kube-apiserver and verifies it (rolling back the import when it does not come back).
+pub fn import_etcd_client(
+    root: &Path,
+    bundle: &[u8],
+    opts: &RunOptions,
+) -> Result<ImportReport, Failure> {
+    let _lock = lock_and_recover(root, opts.write.lock_timeout)?;
+    let platform =
+        restart::detect(root, &opts.restart).map_err(|e| Failure::failed(e.to_string()))?;
+    let components = [Component::KubeApiserver];
+    if !matches!(platform, Platform::None) {
+        restart::targets(root, &platform, &components, &opts.restart)
+            .map_err(|e| Failure::failed(format!("{e}; nothing was changed")))?;
+    }
+    let (files, backup_id) = crate::etcd_client::install(root, bundle, &opts.write)?;
+    let mut report = ImportReport {
+        files,
+        backup_id: backup_id.clone(),
+        platform: platform.name().into(),
+        restarted: vec![],
+        rolled_back: None,
+    };
+    if !matches!(platform, Platform::None) {
+        let (restarted, rolled_back) =
+            restart_verified(root, &platform, &components, &backup_id, opts);
+        report.restarted = restarted;
+        report.rolled_back = rolled_back;
+    }
+    Ok(report)
 }
 
 /// The daemon: `run_once` every `interval` (± 10% jitter); after a failure, again sooner with
