@@ -19,6 +19,8 @@ use crate::txn::{self, Lock, Recovery, TxnError};
 pub struct WriteOptions {
     pub lock_timeout: Duration,
     pub retention: usize,
+    /// Who issues the new certificates (`--engine`).
+    pub engine: crate::engine::Engine,
 }
 
 impl Default for WriteOptions {
@@ -26,6 +28,7 @@ impl Default for WriteOptions {
         WriteOptions {
             lock_timeout: Duration::from_secs(60),
             retention: txn::DEFAULT_RETENTION,
+            engine: crate::engine::Engine::Native,
         }
     }
 }
@@ -90,6 +93,11 @@ pub fn renew(
     dry_run: bool,
     opts: &WriteOptions,
 ) -> Result<RenewReport, Failure> {
+    if dry_run {
+        // A plan writes nothing, so it also works on a read-only node.
+        crate::recover_before_reading(root)?;
+        return renew_locked(root, policy, true, opts, |_| Ok(()));
+    }
     let _lock = lock_and_recover(root, opts.lock_timeout)?;
     renew_locked(root, policy, dry_run, opts, |_| Ok(()))
 }
@@ -120,9 +128,11 @@ fn renew_locked(
         return Ok(report);
     }
     before_write(&report.plan)?;
-    let issued = renew::issue_all(root, &report.plan)
-        .map_err(|e| Failure::failed(format!("{e}; nothing was changed")))?;
-    renew::validate(&issued, &report.plan).map_err(|e| Failure::failed(e.to_string()))?;
+    let crate::engine::Output { issued, validity } =
+        crate::engine::issue(root, &report.plan, &opts.engine)
+            .map_err(|e| Failure::failed(format!("{e}; nothing was changed")))?;
+    renew::validate_with(&issued, &report.plan, validity)
+        .map_err(|e| Failure::failed(e.to_string()))?;
     let changes = renew::changes(&issued);
     let outcome = txn::apply(root, &changes, "renew", now, opts.retention).map_err(txn_failure)?;
     report.backup_id = Some(outcome.backup_id);
