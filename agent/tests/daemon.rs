@@ -1,0 +1,75 @@
+//! `certrotor daemon`: passes repeat at the interval, each decision is logged, and SIGTERM stops
+//! it between passes with exit 0.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+#[test]
+fn daemon_repeats_passes_logs_decisions_and_stops_on_sigterm() {
+    let root = std::env::temp_dir().join(format!("certrotor-daemon-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let bin = env!("CARGO_BIN_EXE_certrotor");
+    let out = Command::new(bin)
+        .args(["lab", "init"])
+        .arg(&root)
+        .args(["--expires-in", "2d", "--key-algorithm", "ecdsa-p256"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let mut child = Command::new(bin)
+        .arg("daemon")
+        .arg("--root")
+        .arg(&root)
+        .args(["--interval", "2s", "--platform", "none"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    // Two passes: the first renews the 11 due certificates, the second finds nothing due.
+    let mut lines = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while lines.iter().filter(|l: &&String| l.contains("pass done")).count() < 2 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(l) => lines.push(l),
+            Err(_) => {
+                let _ = child.kill();
+                panic!("fewer than two passes within 60 s:\n{}", lines.join("\n"));
+            }
+        }
+    }
+    // SAFETY: kill(2) on a child pid we own.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "daemon did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    while let Ok(l) = rx.recv_timeout(Duration::from_secs(2)) {
+        lines.push(l);
+    }
+    let log = lines.join("\n");
+    assert!(status.success(), "exit {status:?}\n{log}");
+    let passes: Vec<&String> = lines.iter().filter(|l| l.contains("pass done")).collect();
+    assert!(passes[0].contains("11 renewed"), "{log}");
+    assert!(passes[1].contains("0 renewed"), "{log}");
+    assert!(log.contains("daemon started") && log.contains("next pass in") && log.contains("daemon stopping"), "{log}");
+    assert!(log.contains("platform none: restart etcd, kube-apiserver"), "{log}");
+    assert!(!log.contains("PRIVATE KEY"), "key material in the log");
+    let _ = std::fs::remove_dir_all(&root);
+}
