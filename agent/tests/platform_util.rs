@@ -1,0 +1,912 @@
+//! Harness of the platform tests: a lab node whose control plane really runs.
+//!
+//! [`Node::start`] writes a lab node (`certrotor lab init`, leaves expiring in 2 days), starts
+//! `apiserver-sim` (Bottlerocket platform, static pods seeded from the node's manifests) and
+//! `kubelet-sim`, which runs the real etcd and the k8s-sim stand-ins of kube-apiserver,
+//! kube-controller-manager and kube-scheduler, and waits until all four are healthy.
+//!
+//! - Every child is stopped when the node is dropped, even when the test fails (kubelet-sim
+//!   stops its pods on SIGTERM); on failure the logs of kubelet-sim, apiserver-sim and every pod
+//!   are printed and the folder is kept.
+//! - Ports: a random `--port-offset` whose six ports are free and not used by another node of
+//!   this process.
+//! - Oracles independent of certrotor: `openssl s_client` for the served certificates,
+//!   `openssl x509 -fingerprint` for the files, `etcdctl` for etcd's data, kubelet-sim's state
+//!   files for what was restarted when.
+//! - Waiting is always polling a condition until a deadline.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fs;
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use bottlerocket::kubelet_sim::PodState;
+use certrotor::verify::{self, Probe};
+
+/// The binary under test.
+pub const CERTROTOR: &str = env!("CARGO_BIN_EXE_certrotor");
+
+/// The static pods of a stacked control plane, in certrotor's restart order.
+pub const PODS: [&str; 4] = [
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+];
+
+/// The standard ports a lab node uses, before the offset.
+const PORTS: [u16; 6] = [2379, 2380, 2381, 6443, 10257, 10259];
+
+/// Longest wait for a node to come up, or a pod to come back.
+const UP_DEADLINE: Duration = Duration::from_secs(60);
+
+/// Longest a certrotor command may run before the test fails (hung).
+const RUN_DEADLINE: Duration = Duration::from_secs(150);
+
+/// How kubelet manifests are managed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Platform {
+    /// Bottlerocket layout (`var/lib/kubeadm`); static pods through the API (apiserver-sim).
+    Bottlerocket,
+    /// kubeadm layout (`etc/kubernetes`); the kubelet watches `etc/kubernetes/manifests`.
+    Kubeadm,
+}
+
+impl Platform {
+    pub fn name(self) -> &'static str {
+        match self {
+            Platform::Bottlerocket => "bottlerocket",
+            Platform::Kubeadm => "kubeadm",
+        }
+    }
+
+    /// The kubeadm folder of the layout, relative to the root.
+    pub fn kubeadm_dir(self) -> &'static str {
+        match self {
+            Platform::Bottlerocket => "var/lib/kubeadm",
+            Platform::Kubeadm => "etc/kubernetes",
+        }
+    }
+
+    /// The folder the kubelet watches, relative to the root.
+    fn kubelet_dir(self) -> &'static str {
+        match self {
+            Platform::Bottlerocket => "etc/kubernetes/static-pods",
+            Platform::Kubeadm => "etc/kubernetes/manifests",
+        }
+    }
+
+    /// The manifest file of `pod` in the kubelet's folder.
+    fn manifest_name(self, pod: &str) -> String {
+        match self {
+            Platform::Bottlerocket => pod.to_string(),
+            Platform::Kubeadm => format!("{pod}.yaml"),
+        }
+    }
+}
+
+/// A TLS endpoint whose served certificate the tests compare with a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Served {
+    EtcdClient,
+    EtcdPeer,
+    Apiserver,
+}
+
+impl Served {
+    pub const ALL: [Served; 3] = [Served::EtcdClient, Served::EtcdPeer, Served::Apiserver];
+
+    fn port(self) -> u16 {
+        match self {
+            Served::EtcdClient => 2379,
+            Served::EtcdPeer => 2380,
+            Served::Apiserver => 6443,
+        }
+    }
+
+    /// The certificate file it must serve, under the kubeadm folder.
+    fn file(self) -> &'static str {
+        match self {
+            Served::EtcdClient => "pki/etcd/server.crt",
+            Served::EtcdPeer => "pki/etcd/peer.crt",
+            Served::Apiserver => "pki/apiserver.crt",
+        }
+    }
+
+    /// CA, client certificate and key (under the kubeadm folder) to connect with.
+    fn credentials(self) -> [&'static str; 3] {
+        match self {
+            Served::EtcdClient | Served::EtcdPeer => [
+                "pki/etcd/ca.crt",
+                "pki/etcd/healthcheck-client.crt",
+                "pki/etcd/healthcheck-client.key",
+            ],
+            Served::Apiserver => [
+                "pki/ca.crt",
+                "pki/apiserver-kubelet-client.crt",
+                "pki/apiserver-kubelet-client.key",
+            ],
+        }
+    }
+}
+
+/// Whether etcd and etcdctl are installed. Without them the tests are skipped loudly, except
+/// under CI (`CI=true`), where their absence fails the test.
+pub fn etcd_available(test: &str) -> bool {
+    let in_path = |name: &str| {
+        std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
+            .unwrap_or(false)
+    };
+    if in_path("etcd") && in_path("etcdctl") {
+        return true;
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "etcd or etcdctl is missing but CI=true: install them with \
+         'apt-get install -y etcd-server etcd-client'"
+    );
+    eprintln!(
+        "\n!!!!! SKIPPING platform::{test}: etcd/etcdctl are not installed \
+         (apt-get install -y etcd-server etcd-client) !!!!!\n"
+    );
+    false
+}
+
+/// A test double binary built next to certrotor.
+fn sibling(name: &str) -> PathBuf {
+    let path = Path::new(CERTROTOR)
+        .parent()
+        .expect("certrotor binary has a folder")
+        .join(name);
+    assert!(
+        path.is_file(),
+        "{} is missing: run `cargo build -p bottlerocket` first",
+        path.display()
+    );
+    path
+}
+
+/// Polls `probe` every `every` until it returns `Ok`, panicking with the last error after
+/// `deadline`.
+pub fn wait_for<T>(
+    what: &str,
+    deadline: Duration,
+    every: Duration,
+    mut probe: impl FnMut() -> Result<T, String>,
+) -> T {
+    let end = Instant::now() + deadline;
+    loop {
+        match probe() {
+            Ok(v) => return v,
+            Err(last) if Instant::now() >= end => {
+                panic!("timed out after {deadline:?} waiting for {what}; last: {last}")
+            }
+            Err(_) => std::thread::sleep(every),
+        }
+    }
+}
+
+/// Reserves a port offset whose ports are free now and not used by another node of this
+/// process.
+fn pick_offset() -> u16 {
+    static TAKEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+    let seed = std::process::id().wrapping_mul(7919).wrapping_add(n * 4001);
+    let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
+    for attempt in 0..2000u32 {
+        let offset = 1000 + (seed.wrapping_add(attempt.wrapping_mul(7)) % 19_000) as u16;
+        let ports: Vec<u16> = PORTS.iter().map(|p| p + offset).collect();
+        if ports.iter().any(|p| taken.contains(p)) {
+            continue;
+        }
+        if ports
+            .iter()
+            .all(|p| TcpListener::bind(("0.0.0.0", *p)).is_ok())
+        {
+            taken.extend(ports);
+            return offset;
+        }
+    }
+    panic!("no free port offset found");
+}
+
+/// A child process, stopped (SIGTERM, then SIGKILL) when dropped.
+pub struct Proc {
+    name: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Proc {
+    fn spawn(name: &str, mut command: Command, log: &Path) -> Proc {
+        let file = fs::File::create(log).unwrap();
+        command
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file);
+        let child = command
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+        Proc {
+            name: name.into(),
+            child,
+            log: log.into(),
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Whether it has exited (reaping it).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().unwrap()
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, wait up to `grace`, then SIGKILL.
+    fn terminate(&mut self, grace: Duration) {
+        if self.exited().is_some() {
+            return;
+        }
+        // SAFETY: kill(2) on our own child, not reaped yet.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
+        }
+        let end = Instant::now() + grace;
+        while Instant::now() < end {
+            if self.exited().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        eprintln!("{} did not stop on SIGTERM; killing it", self.name);
+        self.kill();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.terminate(Duration::from_secs(10));
+        if std::thread::panicking() {
+            eprintln!(
+                "----- log of {} ({}) -----\n{}----- end -----",
+                self.name,
+                self.log.display(),
+                self.log_text()
+            );
+        }
+    }
+}
+
+/// One finished certrotor command.
+pub struct Out {
+    pub command: String,
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+impl std::fmt::Display for Out {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "command: {}\nexit code: {:?} after {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.command, self.code, self.elapsed, self.stdout, self.stderr
+        )
+    }
+}
+
+impl Out {
+    /// Asserts the exit code; returns self.
+    pub fn expect(&self, code: i32) -> &Out {
+        assert!(
+            !self.stderr.contains("panicked"),
+            "certrotor panicked\n{self}"
+        );
+        assert_eq!(self.code, Some(code), "unexpected exit code\n{self}");
+        self
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON: {e}\n{self}"))
+    }
+}
+
+/// A lab node with its control plane running.
+pub struct Node {
+    pub platform: Platform,
+    pub dir: PathBuf,
+    pub root: PathBuf,
+    pub offset: u16,
+    pub socket: PathBuf,
+    kubelet: Option<Proc>,
+    api: Option<Proc>,
+    runs: AtomicU32,
+}
+
+impl Node {
+    /// Starts a node; `None` (skipped loudly) when etcd is not installed outside CI.
+    /// `reject_after`: K8S_SIM_REJECT_SERVING_CERT_ISSUED_AFTER for the apiserver stand-in.
+    pub fn start(test: &str, platform: Platform, reject_after: Option<&str>) -> Option<Node> {
+        if !etcd_available(test) {
+            return None;
+        }
+        let (kubelet_sim, apiserver_sim, k8s_sim) = (
+            sibling("kubelet-sim"),
+            sibling("apiserver-sim"),
+            sibling("k8s-sim"),
+        );
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "certrotor-pl-{test}-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let offset = pick_offset();
+        let mut node = Node {
+            platform,
+            root: dir.join("root"),
+            socket: dir.join("api.sock"),
+            dir,
+            offset,
+            kubelet: None,
+            api: None,
+            runs: AtomicU32::new(0),
+        };
+        let bin = node.dir.join("bin");
+        fs::create_dir_all(&bin).unwrap();
+        for name in &PODS[1..] {
+            std::os::unix::fs::symlink(&k8s_sim, bin.join(name)).unwrap();
+        }
+        let root = node.root.to_str().unwrap().to_string();
+        node.certrotor(&[
+            "lab",
+            "init",
+            &root,
+            "--layout",
+            platform.name(),
+            "--advertise-address",
+            "127.0.0.1",
+            "--expires-in",
+            "2d",
+            "--port-offset",
+            &offset.to_string(),
+            "--key-algorithm",
+            "ecdsa-p256",
+        ])
+        .expect(0);
+        if platform == Platform::Bottlerocket {
+            node.start_apiserver_sim(&apiserver_sim);
+        }
+        let path = format!(
+            "{}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let mut kubelet = Command::new(&kubelet_sim);
+        kubelet
+            .arg("--manifests")
+            .arg(node.root.join(platform.kubelet_dir()))
+            .arg("--state-dir")
+            .arg(node.state_dir())
+            .arg("--root")
+            .arg(&node.root)
+            .arg("--log-dir")
+            .arg(node.log_dir())
+            .args([
+                "--start-delay-ms",
+                "300",
+                "--poll-ms",
+                "100",
+                "--grace-seconds",
+                "5",
+            ])
+            .env("PATH", path)
+            .env_remove(bottlerocket::k8s_sim::REJECT_ENV);
+        if let Some(t) = reject_after {
+            kubelet.env(bottlerocket::k8s_sim::REJECT_ENV, t);
+        }
+        node.kubelet = Some(Proc::spawn(
+            "kubelet-sim",
+            kubelet,
+            &node.dir.join("kubelet-sim.log"),
+        ));
+        node.wait_all_healthy();
+        Some(node)
+    }
+
+    fn start_apiserver_sim(&mut self, binary: &Path) {
+        let manifests = self.root.join("var/lib/kubeadm/manifests");
+        let mut pods = serde_json::Map::new();
+        for pod in PODS {
+            let bytes = fs::read(manifests.join(format!("{pod}.yaml"))).unwrap();
+            pods.insert(
+                pod.into(),
+                serde_json::json!({
+                    "manifest": bottlerocket::base64::encode(&bytes),
+                    "enabled": true,
+                }),
+            );
+        }
+        let settings = serde_json::json!({"kubernetes": {"static-pods": pods}});
+        let file = self.dir.join("settings.json");
+        fs::write(&file, serde_json::to_vec(&settings).unwrap()).unwrap();
+        let mut cmd = Command::new(binary);
+        cmd.arg("--socket")
+            .arg(&self.socket)
+            .arg("--root")
+            .arg(&self.root)
+            .arg("--settings")
+            .arg(&file);
+        self.api = Some(Proc::spawn(
+            "apiserver-sim",
+            cmd,
+            &self.dir.join("apiserver-sim.log"),
+        ));
+        let static_pods = self.root.join(self.platform.kubelet_dir());
+        wait_for(
+            "apiserver-sim to render the static pods",
+            UP_DEADLINE,
+            Duration::from_millis(20),
+            || {
+                let missing: Vec<&str> = PODS
+                    .iter()
+                    .copied()
+                    .filter(|p| !static_pods.join(p).is_file())
+                    .collect();
+                if self.socket.exists() && missing.is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "socket present: {}, missing {missing:?}",
+                        self.socket.exists()
+                    ))
+                }
+            },
+        );
+    }
+
+    pub fn state_dir(&self) -> PathBuf {
+        self.root.join("var/lib/kubelet-sim")
+    }
+
+    fn log_dir(&self) -> PathBuf {
+        self.root.join("var/log/pods")
+    }
+
+    /// `<root>/<kubeadm dir>/<rel>`.
+    pub fn kfile(&self, rel: &str) -> PathBuf {
+        self.root.join(self.platform.kubeadm_dir()).join(rel)
+    }
+
+    /// Where the kubelet reads `pod`'s manifest.
+    pub fn kubelet_manifest(&self, pod: &str) -> PathBuf {
+        self.root
+            .join(self.platform.kubelet_dir())
+            .join(self.platform.manifest_name(pod))
+    }
+
+    /// certrotor's restart marker.
+    pub fn marker(&self) -> PathBuf {
+        self.root.join("var/lib/certrotor/restart.json")
+    }
+
+    /// The health probe of `pod`, with the credentials on disk now.
+    fn probe(&self, pod: &str) -> Probe {
+        let read = |rel: &str| Some(fs::read(self.kfile(rel)).unwrap());
+        let (port, path, creds) = match pod {
+            "etcd" => (2379, "/health", Some(Served::EtcdClient.credentials())),
+            "kube-apiserver" => (6443, "/readyz", Some(Served::Apiserver.credentials())),
+            "kube-controller-manager" => (10257, "/healthz", None),
+            "kube-scheduler" => (10259, "/healthz", None),
+            other => panic!("unknown pod {other}"),
+        };
+        Probe {
+            address: SocketAddr::from(([127, 0, 0, 1], port + self.offset)),
+            path: path.into(),
+            ca_pem: creds.and_then(|c| read(c[0])),
+            client_cert_pem: creds.and_then(|c| read(c[1])),
+            client_key_pem: creds.and_then(|c| read(c[2])),
+            timeout: Duration::from_secs(3),
+        }
+    }
+
+    /// Ok when `pod` answers healthy over TLS.
+    pub fn healthy(&self, pod: &str) -> Result<(), String> {
+        match verify::probe(&self.probe(pod)) {
+            Ok(o) if o.healthy() => Ok(()),
+            Ok(o) => Err(format!("{pod}: HTTP {} '{}'", o.status, o.body)),
+            Err(e) => Err(format!("{pod}: {e}")),
+        }
+    }
+
+    /// Waits until every pod runs (kubelet-sim) and answers healthy.
+    pub fn wait_all_healthy(&self) {
+        wait_for(
+            "every control-plane pod to be running and healthy",
+            UP_DEADLINE,
+            Duration::from_millis(100),
+            || {
+                let states = self.try_states()?;
+                for pod in PODS {
+                    if !states[pod].running {
+                        return Err(format!("{pod} is not running"));
+                    }
+                    self.healthy(pod)?;
+                }
+                Ok(())
+            },
+        );
+    }
+
+    fn try_states(&self) -> Result<BTreeMap<String, PodState>, String> {
+        let mut out = BTreeMap::new();
+        for pod in PODS {
+            let path = self.state_dir().join(format!("{pod}.json"));
+            let bytes = fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let state: PodState =
+                serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+            out.insert(pod.to_string(), state);
+        }
+        Ok(out)
+    }
+
+    /// kubelet-sim's state of every pod.
+    pub fn states(&self) -> BTreeMap<String, PodState> {
+        self.try_states().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// SHA-256 (lower-case hex) of the certificate served on `s`, taken by `openssl s_client`
+    /// with the client credentials on disk now.
+    pub fn served_sha(&self, s: Served) -> String {
+        let [ca, cert, key] = s.credentials().map(|r| self.kfile(r));
+        let out = Command::new("openssl")
+            .arg("s_client")
+            .arg("-connect")
+            .arg(format!("127.0.0.1:{}", s.port() + self.offset))
+            .arg("-CAfile")
+            .arg(ca)
+            .arg("-cert")
+            .arg(cert)
+            .arg("-key")
+            .arg(key)
+            .stdin(Stdio::null())
+            .output()
+            .expect("openssl must be installed");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let pem = text
+            .find("-----BEGIN CERTIFICATE-----")
+            .and_then(|b| {
+                let end = "-----END CERTIFICATE-----";
+                text[b..].find(end).map(|e| &text[b..b + e + end.len()])
+            })
+            .unwrap_or_else(|| {
+                panic!(
+                    "openssl s_client to {s:?} got no certificate\n{text}\n{}",
+                    String::from_utf8_lossy(&out.stderr)
+                )
+            });
+        fingerprint(pem.as_bytes())
+    }
+
+    /// SHA-256 of the certificate file `s` must serve, by openssl.
+    pub fn file_sha(&self, s: Served) -> String {
+        self.cert_sha(s.file())
+    }
+
+    /// SHA-256 of the certificate file `rel` (under the kubeadm folder), by openssl.
+    pub fn cert_sha(&self, rel: &str) -> String {
+        fingerprint(&fs::read(self.kfile(rel)).unwrap())
+    }
+
+    /// Runs etcdctl (API v3) against the node's etcd with the healthcheck client pair on disk
+    /// now.
+    pub fn etcdctl(&self, args: &[&str]) -> Output {
+        let [ca, cert, key] = Served::EtcdClient.credentials().map(|r| self.kfile(r));
+        Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg(format!(
+                "--endpoints=https://127.0.0.1:{}",
+                2379 + self.offset
+            ))
+            .arg(format!("--cacert={}", ca.display()))
+            .arg(format!("--cert={}", cert.display()))
+            .arg(format!("--key={}", key.display()))
+            .arg("--command-timeout=10s")
+            .args(args)
+            .output()
+            .expect("etcdctl must be installed")
+    }
+
+    /// Every regular file under the kubeadm folder (and the kubelet's folder), with its bytes.
+    pub fn snapshot(&self) -> BTreeMap<PathBuf, Vec<u8>> {
+        let mut out = BTreeMap::new();
+        let mut todo = vec![
+            self.root.join(self.platform.kubeadm_dir()),
+            self.root.join(self.platform.kubelet_dir()),
+        ];
+        while let Some(d) = todo.pop() {
+            for e in fs::read_dir(&d).unwrap().flatten() {
+                let t = e.file_type().unwrap();
+                if t.is_dir() {
+                    todo.push(e.path());
+                } else if t.is_file() {
+                    out.insert(e.path(), fs::read(e.path()).unwrap());
+                }
+            }
+        }
+        out
+    }
+
+    /// The kinds of certrotor's backups, newest first.
+    pub fn backup_kinds(&self) -> Vec<String> {
+        let out = self.certrotor(&[
+            "backups",
+            "--root",
+            self.root.to_str().unwrap(),
+            "--output",
+            "json",
+        ]);
+        out.expect(0);
+        out.json()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["kind"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    /// `run --once` on this node: platform, restart timeout and extra flags.
+    fn run_args(&self, platform: &str, restart_timeout: &str, extra: &[&str]) -> Vec<String> {
+        let mut args: Vec<String> = [
+            "run",
+            "--once",
+            "--root",
+            self.root.to_str().unwrap(),
+            "--platform",
+            platform,
+            "--restart-timeout",
+            restart_timeout,
+            "--poll-interval",
+            "100ms",
+        ]
+        .map(String::from)
+        .to_vec();
+        if platform == "bottlerocket" {
+            args.push("--api-socket".into());
+            args.push(self.socket.display().to_string());
+        }
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    }
+
+    /// Runs `run --once` and waits for it.
+    pub fn run_once(&self, platform: &str, restart_timeout: &str, extra: &[&str]) -> Out {
+        let args = self.run_args(platform, restart_timeout, extra);
+        self.certrotor(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    }
+
+    /// Starts `run --once` in the background.
+    pub fn spawn_run_once(&self, platform: &str) -> Proc {
+        let mut cmd = Command::new(CERTROTOR);
+        cmd.args(self.run_args(platform, "30s", &[]));
+        Proc::spawn(
+            "certrotor run --once",
+            cmd,
+            &self.dir.join("background-run.log"),
+        )
+    }
+
+    /// Runs certrotor with a deadline.
+    pub fn certrotor(&self, args: &[&str]) -> Out {
+        let n = self.runs.fetch_add(1, Ordering::SeqCst);
+        let (out_path, err_path) = (
+            self.dir.join(format!("certrotor-{n}.out")),
+            self.dir.join(format!("certrotor-{n}.err")),
+        );
+        let command = format!("{CERTROTOR} {}", args.join(" "));
+        let started = Instant::now();
+        let mut child = Command::new(CERTROTOR)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(fs::File::create(&out_path).unwrap())
+            .stderr(fs::File::create(&err_path).unwrap())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {command}: {e}"));
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if started.elapsed() > RUN_DEADLINE {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "{command} did not finish within {RUN_DEADLINE:?}\n--- stderr ---\n{}",
+                    fs::read_to_string(&err_path).unwrap_or_default()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        Out {
+            command,
+            code: status.code(),
+            stdout: fs::read_to_string(&out_path).unwrap_or_default(),
+            stderr: fs::read_to_string(&err_path).unwrap_or_default(),
+            elapsed: started.elapsed(),
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        // kubelet-sim first: on SIGTERM it stops its pods.
+        drop(self.kubelet.take());
+        drop(self.api.take());
+        if std::thread::panicking() {
+            if let Ok(list) = fs::read_dir(self.log_dir()) {
+                let mut files: Vec<PathBuf> = list.flatten().map(|e| e.path()).collect();
+                files.sort();
+                for f in files {
+                    let text = fs::read_to_string(&f).unwrap_or_default();
+                    let lines: Vec<&str> = text.lines().collect();
+                    let tail = lines[lines.len().saturating_sub(60)..].join("\n");
+                    eprintln!(
+                        "----- {} (last 60 lines) -----\n{tail}\n----- end -----",
+                        f.display()
+                    );
+                }
+            }
+            eprintln!("test folder kept: {}", self.dir.display());
+        } else {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// SHA-256 fingerprint of a PEM certificate by `openssl x509`, as lower-case hex.
+pub fn fingerprint(pem: &[u8]) -> String {
+    let mut child = Command::new("openssl")
+        .args(["x509", "-noout", "-fingerprint", "-sha256"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("openssl must be installed");
+    child.stdin.take().unwrap().write_all(pem).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let hex = text
+        .trim()
+        .split_once('=')
+        .map(|(_, h)| h.replace(':', "").to_lowercase())
+        .unwrap_or_default();
+    assert!(
+        out.status.success() && hex.len() == 64,
+        "openssl x509 -fingerprint failed: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    hex
+}
+
+/// One pod's restart as kubelet-sim saw it.
+#[derive(Debug, Clone)]
+pub struct Downtime {
+    pub pod: String,
+    /// When the old process was reaped (ms since the epoch).
+    pub stopped_ms: u64,
+    /// When the next process started.
+    pub started_ms: u64,
+}
+
+impl Downtime {
+    pub fn ms(&self) -> u64 {
+        self.started_ms.saturating_sub(self.stopped_ms)
+    }
+}
+
+/// Asserts that each pod was restarted exactly once between `before` and `after` (one process
+/// stopped with "manifest removed", one new process running after it, nothing else) and
+/// returns the down windows in PODS order.
+pub fn restarted_once(
+    before: &BTreeMap<String, PodState>,
+    after: &BTreeMap<String, PodState>,
+) -> Vec<Downtime> {
+    let mut out = Vec::new();
+    for pod in PODS {
+        let (b, a) = (&before[pod], &after[pod]);
+        let ctx = || format!("{pod}: before {b:#?}\nafter {a:#?}");
+        assert_eq!(
+            a.history.len(),
+            b.history.len() + 1,
+            "{pod} was not started exactly once more\n{}",
+            ctx()
+        );
+        let removed: Vec<usize> = a
+            .history
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| h.reason.as_deref() == Some("manifest removed"))
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(
+            removed.len(),
+            1,
+            "{pod}: not exactly one stop 'manifest removed'\n{}",
+            ctx()
+        );
+        let i = removed[0];
+        assert_eq!(
+            i + 2,
+            a.history.len(),
+            "{pod}: the restarted process is not the last\n{}",
+            ctx()
+        );
+        let (old, new) = (&a.history[i], &a.history[i + 1]);
+        assert_eq!(old.pid, b.history[i].pid, "{}", ctx());
+        assert!(
+            new.stopped_at_ms.is_none() && a.running,
+            "{pod}: not running\n{}",
+            ctx()
+        );
+        let stopped_ms = old.stopped_at_ms.unwrap();
+        assert!(
+            new.started_at_ms >= stopped_ms,
+            "{pod}: new process started before the old one stopped\n{}",
+            ctx()
+        );
+        out.push(Downtime {
+            pod: pod.into(),
+            stopped_ms,
+            started_ms: new.started_at_ms,
+        });
+    }
+    out
+}
+
+/// Asserts that no two pods were down at the same time, and that they went down in order.
+pub fn one_at_a_time(windows: &[Downtime]) {
+    for (i, a) in windows.iter().enumerate() {
+        for b in &windows[i + 1..] {
+            assert!(
+                a.started_ms <= b.stopped_ms || b.started_ms <= a.stopped_ms,
+                "{} and {} were down at the same time: {windows:#?}",
+                a.pod,
+                b.pod
+            );
+            assert!(
+                a.started_ms <= b.stopped_ms,
+                "{} went down before {}: {windows:#?}",
+                b.pod,
+                a.pod
+            );
+        }
+    }
+}
+
+/// Set of pods whose histories differ.
+pub fn changed_pods(
+    before: &BTreeMap<String, PodState>,
+    after: &BTreeMap<String, PodState>,
+) -> HashSet<String> {
+    PODS.iter()
+        .filter(|p| before[**p].history != after[**p].history)
+        .map(|p| p.to_string())
+        .collect()
+}
