@@ -233,28 +233,41 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, Failure> {
     let _lock = lock_and_recover(root, opts.write.lock_timeout)?;
     let platform =
         restart::detect(root, &opts.restart).map_err(|e| Failure::failed(e.to_string()))?;
-    // Every component that will need a restart must be restartable before anything is written.
-    let check_targets = |plan: &Plan| -> Result<(), Failure> {
-        let components = restart::components_for(
-            &plan
-                .items
-                .iter()
-                .map(|i| i.name.clone())
-                .collect::<Vec<_>>(),
-        );
-        if !matches!(platform, Platform::None) {
-            restart::targets(root, &platform, &components, &opts.restart)
-                .map_err(|e| Failure::failed(format!("{e}; nothing was changed")))?;
+    // Restarts a crashed earlier pass still owes the node (its files are already renewed).
+    let owed = if matches!(platform, Platform::None) { Pending::default() } else { read_pending(root) };
+    if !owed.components.is_empty() {
+        crate::log(&format!(
+            "an earlier pass renewed files but did not finish restarting: {}",
+            owed.components.iter().map(|c| c.name()).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    // Every component that will need a restart must be restartable before anything is written,
+    // and the intent to restart it is recorded first, so that a crash after the files change
+    // still gets the components restarted by the next pass.
+    let before_write = |plan: &Plan| -> Result<(), Failure> {
+        if matches!(platform, Platform::None) {
+            return Ok(());
         }
-        Ok(())
+        let mut components = restart::components_for(&plan.items.iter().map(|i| i.name.clone()).collect::<Vec<_>>());
+        restart::targets(root, &platform, &components, &opts.restart)
+            .map_err(|e| Failure::failed(format!("{e}; nothing was changed")))?;
+        components.extend(owed.components.iter().copied());
+        components.sort();
+        components.dedup();
+        write_pending(root, &Pending { components, backup_id: owed.backup_id.clone() })
     };
-    let renewed = renew_locked(root, &opts.policy, opts.dry_run, &opts.write, check_targets)?;
+    let renewed = renew_locked(root, &opts.policy, opts.dry_run, &opts.write, before_write)?;
     let names: Vec<String> = renewed.plan.items.iter().map(|i| i.name.clone()).collect();
-    let components = if renewed.backup_id.is_some() {
-        restart::components_for(&names)
-    } else {
-        vec![]
-    };
+    let mut components = if renewed.backup_id.is_some() { restart::components_for(&names) } else { vec![] };
+    if !opts.dry_run {
+        components.extend(owed.components.iter().copied());
+    }
+    components.sort();
+    components.dedup();
+    let backup_id = renewed.backup_id.clone().or_else(|| owed.backup_id.clone()).unwrap_or_default();
+    if renewed.backup_id.is_some() && !matches!(platform, Platform::None) {
+        write_pending(root, &Pending { components: components.clone(), backup_id: Some(backup_id.clone()) })?;
+    }
     let mut report = RunReport {
         renew: renewed,
         platform: platform.name().into(),
@@ -277,12 +290,53 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, Failure> {
         report.duration_ms = started.elapsed().as_millis();
         return Ok(report);
     }
-    let backup_id = report.renew.backup_id.clone().unwrap_or_default();
     let (restarted, rolled_back) = restart_verified(root, &platform, &components, &backup_id, opts);
+    // Done, or rolled back to a consistent state: nothing is owed any more. A failed rollback
+    // keeps the record, so that the next pass tries again.
+    if rolled_back.as_ref().is_none_or(|r| r.error.is_none()) {
+        clear_pending(root);
+    }
     report.restarted = restarted;
     report.rolled_back = rolled_back;
     report.duration_ms = started.elapsed().as_millis();
     Ok(report)
+}
+
+/// Restarts owed to the node (`var/lib/certrotor/pending-restarts.json`).
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
+struct Pending {
+    components: Vec<Component>,
+    /// The backup to restore if a pending restart fails verification.
+    backup_id: Option<String>,
+}
+
+const PENDING: &str = "pending-restarts.json";
+
+fn read_pending(root: &Path) -> Pending {
+    std::fs::read(txn::state_dir(root).join(PENDING))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default()
+}
+
+fn write_pending(root: &Path, pending: &Pending) -> Result<(), Failure> {
+    let dir = txn::state_dir(root);
+    let path = dir.join(PENDING);
+    let tmp = dir.join(format!("{PENDING}.tmp"));
+    let fail = |e: std::io::Error| Failure::failed(format!("cannot record the restarts to do in '{}': {e}; nothing was changed", path.display()));
+    let json = serde_json::to_vec(pending).map_err(|e| Failure::failed(e.to_string()))?;
+    crate::fsutil::create_dir_all_mode(&dir, 0o700).map_err(fail)?;
+    let _ = std::fs::remove_file(&tmp);
+    crate::fsutil::write_new(&tmp, &json, 0o600, None).map_err(fail)?;
+    std::fs::rename(&tmp, &path).map_err(fail)?;
+    crate::fsutil::sync_dir(&dir).map_err(fail)
+}
+
+fn clear_pending(root: &Path) {
+    let dir = txn::state_dir(root);
+    if std::fs::remove_file(dir.join(PENDING)).is_ok() {
+        let _ = crate::fsutil::sync_dir(&dir);
+    }
 }
 
 /// Restarts `components` one at a time and verifies each; when one fails, restores
@@ -381,6 +435,13 @@ pub fn import_etcd_client(
         restart::targets(root, &platform, &components, &opts.restart)
             .map_err(|e| Failure::failed(format!("{e}; nothing was changed")))?;
     }
+    if !matches!(platform, Platform::None) {
+        let mut owed = read_pending(root);
+        owed.components.push(Component::KubeApiserver);
+        owed.components.sort();
+        owed.components.dedup();
+        write_pending(root, &owed)?;
+    }
     let (files, backup_id) = crate::etcd_client::install(root, bundle, &opts.write)?;
     let mut report = ImportReport {
         files,
@@ -392,6 +453,16 @@ pub fn import_etcd_client(
     if !matches!(platform, Platform::None) {
         let (restarted, rolled_back) =
             restart_verified(root, &platform, &components, &backup_id, opts);
+        if rolled_back.as_ref().is_none_or(|r| r.error.is_none()) {
+            // Only the apiserver restart is settled here; other owed restarts stay for `run`.
+            let mut owed = read_pending(root);
+            owed.components.retain(|c| *c != Component::KubeApiserver);
+            if owed.components.is_empty() {
+                clear_pending(root);
+            } else {
+                write_pending(root, &owed)?;
+            }
+        }
         report.restarted = restarted;
         report.rolled_back = rolled_back;
     }

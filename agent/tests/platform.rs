@@ -277,6 +277,46 @@ fn crash_is_repaired(test: &str, platform: Platform) {
     let new = node.file_sha(Served::EtcdClient);
     assert_ne!(new, old);
     assert_eq!(node.served_sha(Served::EtcdClient), new);
+
+    // The crashed pass still owed restarts to the other components, whose files it renewed;
+    // the next pass renews nothing but finishes them, and the apiserver then serves its file.
+    let old_apiserver = node.served_sha(Served::Apiserver);
+    assert_ne!(
+        old_apiserver,
+        node.file_sha(Served::Apiserver),
+        "the apiserver still serves the old file"
+    );
+    let next = node.run_once(platform.name(), "60s", &["--output", "json"]);
+    assert_eq!(next.code, Some(0), "{next}");
+    let report: serde_json::Value = serde_json::from_str(&next.stdout).unwrap();
+    let restarted: Vec<&str> = report["restarted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["component"].as_str().unwrap())
+        .collect();
+    for owed in [
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+    ] {
+        assert!(restarted.contains(&owed), "{owed} not restarted: {next}");
+    }
+    assert_eq!(
+        report["renew"]["backup_id"],
+        serde_json::Value::Null,
+        "nothing was due: {next}"
+    );
+    assert_eq!(
+        node.served_sha(Served::Apiserver),
+        node.file_sha(Served::Apiserver)
+    );
+    assert!(
+        !node
+            .root
+            .join("var/lib/certrotor/pending-restarts.json")
+            .exists()
+    );
 }
 
 #[test]
