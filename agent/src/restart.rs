@@ -199,7 +199,7 @@ pub fn components_for(cert_names: &[String]) -> Vec<Component> {
 }
 
 /// Finds the manifests of the platform: (pod name, parsed manifest).
-fn pods(root: &Path, platform: &Platform) -> Result<Vec<(String, PodInfo)>, RestartError> {
+fn pods(platform: &Platform) -> Result<Vec<(String, PodInfo)>, RestartError> {
     match platform {
         Platform::None => Ok(vec![]),
         Platform::Kubeadm { manifests } => {
@@ -227,7 +227,6 @@ fn pods(root: &Path, platform: &Platform) -> Result<Vec<(String, PodInfo)>, Rest
                     out.push((name, info));
                 }
             }
-            let _ = root;
             Ok(out)
         }
         Platform::Bottlerocket { client } => {
@@ -268,7 +267,7 @@ pub fn targets(
     components: &[Component],
     opts: &RestartOptions,
 ) -> Result<Vec<Target>, RestartError> {
-    let found = pods(root, platform)?;
+    let found = pods(platform)?;
     let layouts = catalog::detect(root);
     let mut out = Vec::new();
     for &component in components {
@@ -483,17 +482,7 @@ fn stop(
                     api_socket: Some(socket),
                 },
             )?;
-            let tx = api_tx();
-            client
-                .set_static_pod_enabled(&tx, pod, false)
-                .and_then(|_| client.commit_and_apply(&tx))
-                .map(|_| ())
-                .map_err(|e| {
-                    fail(
-                        component,
-                        format!("cannot disable static pod '{pod}' through the API: {e}"),
-                    )
-                })
+            set_enabled(client, pod, false, component)
         }
         Platform::Kubeadm { manifests } => {
             let parked = root.join(PARKED);
@@ -535,19 +524,7 @@ fn start(
 ) -> Result<(), RestartError> {
     match platform {
         Platform::None => Ok(()),
-        Platform::Bottlerocket { client } => {
-            let tx = api_tx();
-            client
-                .set_static_pod_enabled(&tx, pod, true)
-                .and_then(|_| client.commit_and_apply(&tx))
-                .map(|_| ())
-                .map_err(|e| {
-                    fail(
-                        component,
-                        format!("cannot enable static pod '{pod}' through the API: {e}"),
-                    )
-                })
-        }
+        Platform::Bottlerocket { client } => set_enabled(client, pod, true, component),
         Platform::Kubeadm { manifests } => {
             let parked = root.join(PARKED).join(pod);
             if !parked.exists() {
@@ -566,6 +543,27 @@ fn start(
                 })
         }
     }
+}
+
+/// Enables or disables a static pod through the API, in certrotor's own transaction.
+fn set_enabled(
+    client: &bottlerocket::ApiClient,
+    pod: &str,
+    enabled: bool,
+    component: Option<Component>,
+) -> Result<(), RestartError> {
+    let tx = api_tx();
+    client
+        .set_static_pod_enabled(&tx, pod, enabled)
+        .and_then(|_| client.commit_and_apply(&tx))
+        .map(|_| ())
+        .map_err(|e| {
+            let verb = if enabled { "enable" } else { "disable" };
+            fail(
+                component,
+                format!("cannot {verb} static pod '{pod}' through the API: {e}"),
+            )
+        })
 }
 
 /// Waits until the platform has stopped the pod: its kubelet manifest is gone (where visible)
