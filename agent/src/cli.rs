@@ -97,6 +97,30 @@ struct RenewCmd {
     #[argh(option, default = "5")]
     /// backups to keep (default 5)
     retention: usize,
+    #[argh(option, default = "String::from(\"native\")")]
+    /// who issues the certificates: native (default, certrotor itself) or kubeadm (kubeadm
+    /// certs renew / etcdadm in the bootstrap image, through containerd)
+    engine: String,
+    #[argh(option)]
+    /// kubeadm engine: the image with kubeadm and etcdadm (default: the Bottlerocket setting
+    /// host-containers.kubeadm-bootstrap.source); it must already be in containerd
+    kubeadm_image: Option<String>,
+    #[argh(option)]
+    /// kubeadm engine: kubeadm in the image (default /opt/bin/kubeadm)
+    kubeadm_path: Option<String>,
+    #[argh(option)]
+    /// kubeadm engine: etcdadm in the image (default /opt/bin/etcdadm)
+    etcdadm_path: Option<String>,
+    #[argh(option)]
+    /// kubeadm engine: the host's ctr (default /.bottlerocket/rootfs/usr/bin/ctr when it
+    /// exists, else ctr from PATH)
+    ctr_path: Option<PathBuf>,
+    #[argh(option)]
+    /// kubeadm engine: containerd's socket (default /run/containerd/containerd.sock)
+    containerd_socket: Option<PathBuf>,
+    #[argh(option)]
+    /// kubeadm engine: containerd namespace of the image (default k8s.io)
+    containerd_namespace: Option<String>,
     #[argh(option, default = "String::from(\"60s\")")]
     /// how long to wait for another certrotor run to finish (default 60s)
     lock_timeout: String,
@@ -202,6 +226,53 @@ struct LabInitCmd {
     port_offset: u16,
 }
 
+/// Turns `--engine` and the kubeadm engine's flags (on `renew`, `run`, `daemon`) into an engine.
+macro_rules! engine_flags {
+    ($c:expr, $api_socket:expr) => {{
+        let c = $c;
+        let kubeadm_flags = [
+            ("--kubeadm-image", c.kubeadm_image.is_some()),
+            ("--kubeadm-path", c.kubeadm_path.is_some()),
+            ("--etcdadm-path", c.etcdadm_path.is_some()),
+            ("--ctr-path", c.ctr_path.is_some()),
+            ("--containerd-socket", c.containerd_socket.is_some()),
+            ("--containerd-namespace", c.containerd_namespace.is_some()),
+        ];
+        match c.engine.as_str() {
+            "native" => {
+                if let Some((flag, _)) = kubeadm_flags.iter().find(|(_, given)| *given) {
+                    return Err(Failure::usage(format!(
+                        "{flag} applies to --engine kubeadm only"
+                    )));
+                }
+                crate::engine::Engine::Native
+            }
+            "kubeadm" => {
+                if c.reuse_keys {
+                    return Err(Failure::usage(
+                        "--reuse-keys: kubeadm and etcdadm always make new keys; use --engine native",
+                    ));
+                }
+                let d = crate::engine::KubeadmOptions::default();
+                crate::engine::Engine::Kubeadm(crate::engine::KubeadmOptions {
+                    image: c.kubeadm_image.clone(),
+                    kubeadm_path: c.kubeadm_path.clone().unwrap_or(d.kubeadm_path),
+                    etcdadm_path: c.etcdadm_path.clone().unwrap_or(d.etcdadm_path),
+                    ctr_path: c.ctr_path.clone(),
+                    socket: c.containerd_socket.clone().unwrap_or(d.socket),
+                    namespace: c.containerd_namespace.clone().unwrap_or(d.namespace),
+                    api_socket: $api_socket,
+                })
+            }
+            other => {
+                return Err(Failure::usage(format!(
+                    "--engine '{other}': use native or kubeadm"
+                )));
+            }
+        }
+    }};
+}
+
 /// `run` and `daemon` share renew's flags and the platform flags.
 macro_rules! pass_command {
     ($(#[$attr:meta])* struct $name:ident { $($extra:tt)* }) => {
@@ -258,6 +329,30 @@ macro_rules! pass_command {
             #[argh(option, default = "String::from(\"table\")")]
             /// output format of each pass: table (default) or json
             output: String,
+            #[argh(option, default = "String::from(\"native\")")]
+            /// who issues the certificates: native (default, certrotor itself) or kubeadm (kubeadm
+            /// certs renew / etcdadm in the bootstrap image, through containerd)
+            engine: String,
+            #[argh(option)]
+            /// kubeadm engine: the image with kubeadm and etcdadm (default: the Bottlerocket setting
+            /// host-containers.kubeadm-bootstrap.source); it must already be in containerd
+            kubeadm_image: Option<String>,
+            #[argh(option)]
+            /// kubeadm engine: kubeadm in the image (default /opt/bin/kubeadm)
+            kubeadm_path: Option<String>,
+            #[argh(option)]
+            /// kubeadm engine: etcdadm in the image (default /opt/bin/etcdadm)
+            etcdadm_path: Option<String>,
+            #[argh(option)]
+            /// kubeadm engine: the host's ctr (default /.bottlerocket/rootfs/usr/bin/ctr when it
+            /// exists, else ctr from PATH)
+            ctr_path: Option<PathBuf>,
+            #[argh(option)]
+            /// kubeadm engine: containerd's socket (default /run/containerd/containerd.sock)
+            containerd_socket: Option<PathBuf>,
+            #[argh(option)]
+            /// kubeadm engine: containerd namespace of the image (default k8s.io)
+            containerd_namespace: Option<String>,
         }
     };
 }
@@ -627,6 +722,7 @@ fn write_options(
     Ok(crate::ops::WriteOptions {
         lock_timeout: std::time::Duration::from_secs(secs as u64),
         retention,
+        engine: crate::engine::Engine::Native,
     })
 }
 
@@ -639,6 +735,7 @@ fn renew(c: RenewCmd) -> Result<u8, Failure> {
     if validity <= 0 {
         return Err(Failure::usage("--validity must be positive"));
     }
+    let engine = engine_flags!(&c, PathBuf::from(crate::catalog::paths::API_SOCKET));
     let policy = crate::renew::Policy {
         within: duration_flag("within", &c.within)?,
         all: c.all,
@@ -647,7 +744,8 @@ fn renew(c: RenewCmd) -> Result<u8, Failure> {
         validity,
         allow_beyond_ca: c.allow_beyond_ca,
     };
-    let opts = write_options(&c.lock_timeout, c.retention)?;
+    let mut opts = write_options(&c.lock_timeout, c.retention)?;
+    opts.engine = engine;
     let root = root_flag(c.root)?;
     let report = crate::ops::renew(&root, &policy, c.dry_run, &opts)?;
     if json {
@@ -888,7 +986,10 @@ macro_rules! run_options {
                 allow_beyond_ca: c.allow_beyond_ca,
             },
             dry_run: c.dry_run,
-            write: write_options(&c.lock_timeout, c.retention)?,
+            write: crate::ops::WriteOptions {
+                engine: engine_flags!(c, PathBuf::from(&c.api_socket)),
+                ..write_options(&c.lock_timeout, c.retention)?
+            },
             restart: crate::restart::RestartOptions {
                 platform,
                 api_socket: PathBuf::from(&c.api_socket),

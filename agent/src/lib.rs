@@ -9,6 +9,7 @@ pub mod catalog;
 pub mod cli;
 pub mod clock;
 pub mod demo;
+pub mod engine;
 pub mod etcd_client;
 pub mod fsutil;
 pub mod inventory;

@@ -234,11 +234,19 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, Failure> {
     let platform =
         restart::detect(root, &opts.restart).map_err(|e| Failure::failed(e.to_string()))?;
     // Restarts a crashed earlier pass still owes the node (its files are already renewed).
-    let owed = if matches!(platform, Platform::None) { Pending::default() } else { read_pending(root) };
+    let owed = if matches!(platform, Platform::None) {
+        Pending::default()
+    } else {
+        read_pending(root)
+    };
     if !owed.components.is_empty() {
         crate::log(&format!(
             "an earlier pass renewed files but did not finish restarting: {}",
-            owed.components.iter().map(|c| c.name()).collect::<Vec<_>>().join(", ")
+            owed.components
+                .iter()
+                .map(|c| c.name())
+                .collect::<Vec<_>>()
+                .join(", ")
         ));
     }
     // Every component that will need a restart must be restartable before anything is written,
@@ -248,25 +256,51 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, Failure> {
         if matches!(platform, Platform::None) {
             return Ok(());
         }
-        let mut components = restart::components_for(&plan.items.iter().map(|i| i.name.clone()).collect::<Vec<_>>());
+        let mut components = restart::components_for(
+            &plan
+                .items
+                .iter()
+                .map(|i| i.name.clone())
+                .collect::<Vec<_>>(),
+        );
         restart::targets(root, &platform, &components, &opts.restart)
             .map_err(|e| Failure::failed(format!("{e}; nothing was changed")))?;
         components.extend(owed.components.iter().copied());
         components.sort();
         components.dedup();
-        write_pending(root, &Pending { components, backup_id: owed.backup_id.clone() })
+        write_pending(
+            root,
+            &Pending {
+                components,
+                backup_id: owed.backup_id.clone(),
+            },
+        )
     };
     let renewed = renew_locked(root, &opts.policy, opts.dry_run, &opts.write, before_write)?;
     let names: Vec<String> = renewed.plan.items.iter().map(|i| i.name.clone()).collect();
-    let mut components = if renewed.backup_id.is_some() { restart::components_for(&names) } else { vec![] };
+    let mut components = if renewed.backup_id.is_some() {
+        restart::components_for(&names)
+    } else {
+        vec![]
+    };
     if !opts.dry_run {
         components.extend(owed.components.iter().copied());
     }
     components.sort();
     components.dedup();
-    let backup_id = renewed.backup_id.clone().or_else(|| owed.backup_id.clone()).unwrap_or_default();
+    let backup_id = renewed
+        .backup_id
+        .clone()
+        .or_else(|| owed.backup_id.clone())
+        .unwrap_or_default();
     if renewed.backup_id.is_some() && !matches!(platform, Platform::None) {
-        write_pending(root, &Pending { components: components.clone(), backup_id: Some(backup_id.clone()) })?;
+        write_pending(
+            root,
+            &Pending {
+                components: components.clone(),
+                backup_id: Some(backup_id.clone()),
+            },
+        )?;
     }
     let mut report = RunReport {
         renew: renewed,
@@ -323,7 +357,12 @@ fn write_pending(root: &Path, pending: &Pending) -> Result<(), Failure> {
     let dir = txn::state_dir(root);
     let path = dir.join(PENDING);
     let tmp = dir.join(format!("{PENDING}.tmp"));
-    let fail = |e: std::io::Error| Failure::failed(format!("cannot record the restarts to do in '{}': {e}; nothing was changed", path.display()));
+    let fail = |e: std::io::Error| {
+        Failure::failed(format!(
+            "cannot record the restarts to do in '{}': {e}; nothing was changed",
+            path.display()
+        ))
+    };
     let json = serde_json::to_vec(pending).map_err(|e| Failure::failed(e.to_string()))?;
     crate::fsutil::create_dir_all_mode(&dir, 0o700).map_err(fail)?;
     let _ = std::fs::remove_file(&tmp);

@@ -316,6 +316,31 @@ pub struct Issued {
     pub ca: Cert,
     /// The bytes to write: (path, content, mode if new).
     pub files: Vec<(String, Vec<u8>, u32)>,
+    /// How [`validate`] compares its identity with the old certificate's.
+    pub identity: IdentityCheck,
+}
+
+/// How [`validate`] compares a new certificate's identity with the old one's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdentityCheck {
+    /// Subject (byte for byte) and SANs equal the old certificate's: kubeadm's renewal and
+    /// certrotor's own.
+    SameAsOld,
+    /// etcdadm's `join phase certificates` makes subject and SANs from the node's current
+    /// configuration (member name, default-route IP), not from the old certificate: they may
+    /// differ and are logged. Everything else is still checked.
+    EtcdadmAsNodeConfigured,
+}
+
+/// How [`validate_with`] checks the validity window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValidityCheck {
+    /// Exactly the plan's notBefore and notAfter (certrotor issued them).
+    Planned,
+    /// A tool (kubeadm, etcdadm) chose the window while it ran, between these Unix times:
+    /// notAfter must be that time plus the planned validity (±2 s), notBefore not later than
+    /// the run, and for kubeadm certificates kubeadm's 5-minute backdate.
+    ToolChosen { started: i64, finished: i64 },
 }
 
 impl fmt::Debug for Issued {
@@ -453,6 +478,7 @@ fn issue_one(root: &Path, plan: &Plan, item: &Item) -> Result<Issued, IssueError
         key,
         ca,
         files,
+        identity: IdentityCheck::SameAsOld,
     })
 }
 
@@ -480,6 +506,15 @@ pub fn profile_of(old: &Cert, flavor: Flavor) -> Profile {
 /// Proves each new certificate right before anything live is touched: signed by its CA, the key
 /// matches, the identity equals the old certificate's, the validity is the planned one.
 pub fn validate(issued: &[Issued], plan: &Plan) -> Result<(), IssueError> {
+    validate_with(issued, plan, ValidityCheck::Planned)
+}
+
+/// [`validate`], with the validity window checked as `validity` says.
+pub fn validate_with(
+    issued: &[Issued],
+    plan: &Plan,
+    validity: ValidityCheck,
+) -> Result<(), IssueError> {
     let mut problems = Vec::new();
     for i in issued {
         let name = &i.item.name;
@@ -506,7 +541,20 @@ pub fn validate(issued: &[Issued], plan: &Plan) -> Result<(), IssueError> {
             fail("the new key does not match the new certificate".into());
         }
         let (old_t, new_t) = (&i.old.x509.tbs_certificate, &i.new.x509.tbs_certificate);
-        if old_t.subject != new_t.subject {
+        let same_identity = i.identity == IdentityCheck::SameAsOld;
+        if i.identity == IdentityCheck::EtcdadmAsNodeConfigured
+            && (old_t.subject != new_t.subject || i.old.sans() != i.new.sans())
+        {
+            crate::log(&format!(
+                "{name}: etcdadm issued it as the node is configured: subject '{}' SANs {:?} \
+                 (was '{}' {:?})",
+                new_t.subject,
+                i.new.sans(),
+                old_t.subject,
+                i.old.sans()
+            ));
+        }
+        if same_identity && old_t.subject != new_t.subject {
             fail(format!(
                 "subject changed from '{}' to '{}'",
                 old_t.subject, new_t.subject
@@ -521,7 +569,7 @@ pub fn validate(issued: &[Issued], plan: &Plan) -> Result<(), IssueError> {
             ip.dedup();
             (d, ip)
         };
-        if set(i.old.sans()) != set(i.new.sans()) {
+        if same_identity && set(i.old.sans()) != set(i.new.sans()) {
             fail("subject alternative names changed".into());
         }
         if i.old.ext_key_usage_oids() != i.new.ext_key_usage_oids() {
@@ -535,8 +583,33 @@ pub fn validate(issued: &[Issued], plan: &Plan) -> Result<(), IssueError> {
         if i.new.is_ca() {
             fail("the new certificate is a CA".into());
         }
-        if i.new.not_before() != plan.not_before_unix || i.new.not_after() != plan.not_after_unix {
-            fail("validity differs from the plan".into());
+        match validity {
+            ValidityCheck::Planned => {
+                if i.new.not_before() != plan.not_before_unix
+                    || i.new.not_after() != plan.not_after_unix
+                {
+                    fail("validity differs from the plan".into());
+                }
+            }
+            ValidityCheck::ToolChosen { started, finished } => {
+                let wanted = plan.not_after_unix - plan.not_before_unix - BACKDATE;
+                let (nb, na) = (i.new.not_before(), i.new.not_after());
+                let backdated = i.item.flavor == Flavor::Etcdadm || nb >= started - BACKDATE - 2;
+                if na < started + wanted - 2
+                    || na > finished + wanted + 2
+                    || nb > finished + 1
+                    || !backdated
+                {
+                    fail(format!(
+                        "the tool issued it valid {} .. {} ({} after issue), but --validity asks for {}; \
+                         the tool decides the validity: give --validity to match it",
+                        clock::rfc3339(nb),
+                        clock::rfc3339(na),
+                        clock::human_duration(na - started),
+                        clock::human_duration(wanted)
+                    ));
+                }
+            }
         }
         if i.old.public_key_algorithm() != i.new.public_key_algorithm() {
             fail(format!(

@@ -17,7 +17,11 @@ fn daemon_repeats_passes_logs_decisions_and_stops_on_sigterm() {
         .args(["--expires-in", "2d", "--key-algorithm", "ecdsa-p256"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     let mut child = Command::new(bin)
         .arg("daemon")
@@ -38,7 +42,12 @@ fn daemon_repeats_passes_logs_decisions_and_stops_on_sigterm() {
     // Two passes: the first renews the 11 due certificates, the second finds nothing due.
     let mut lines = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(60);
-    while lines.iter().filter(|l: &&String| l.contains("pass done")).count() < 2 {
+    while lines
+        .iter()
+        .filter(|l: &&String| l.contains("pass done"))
+        .count()
+        < 2
+    {
         let left = deadline.saturating_duration_since(Instant::now());
         match rx.recv_timeout(left) {
             Ok(l) => lines.push(l),
@@ -68,8 +77,16 @@ fn daemon_repeats_passes_logs_decisions_and_stops_on_sigterm() {
     let passes: Vec<&String> = lines.iter().filter(|l| l.contains("pass done")).collect();
     assert!(passes[0].contains("11 renewed"), "{log}");
     assert!(passes[1].contains("0 renewed"), "{log}");
-    assert!(log.contains("daemon started") && log.contains("next pass in") && log.contains("daemon stopping"), "{log}");
-    assert!(log.contains("platform none: restart etcd, kube-apiserver"), "{log}");
+    assert!(
+        log.contains("daemon started")
+            && log.contains("next pass in")
+            && log.contains("daemon stopping"),
+        "{log}"
+    );
+    assert!(
+        log.contains("platform none: restart etcd, kube-apiserver"),
+        "{log}"
+    );
     assert!(!log.contains("PRIVATE KEY"), "key material in the log");
     let _ = std::fs::remove_dir_all(&root);
 }

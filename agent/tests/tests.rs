@@ -7,8 +7,11 @@ mod util;
 // `check`: agreement with openssl, JSON fields, exit codes, one test per bad input.
 mod check;
 // `lab init`: layouts, topologies, key algorithms, profiles and modes.
+mod daemon;
+mod engine;
 mod etcd;
 mod lab;
+mod platform;
 mod renew;
 mod renew_util;
 mod verify;

@@ -596,6 +596,11 @@ fn start_apiserver(
         format_rfc3339(serving.not_before),
         format_rfc3339(serving.not_after)
     );
+    eprintln!(
+        "kube-apiserver (k8s-sim): etcd client certificate '{}' serial {}",
+        etcd_cert_file.display(),
+        etcd_client.serial
+    );
     let etcd_tls = build_client_config(etcd_roots, Some(etcd_client))?;
     let etcd_check = CachedCheck::new(move || check_etcd(&etcd_servers, &etcd_tls));
     let handler: Handler = Arc::new(move |path: &str| match path {

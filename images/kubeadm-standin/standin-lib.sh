@@ -86,25 +86,25 @@ gtime() { date -u -d "@$1" +%Y%m%d%H%M%SZ; }
 # (unlike `openssl x509 -req` in OpenSSL 3.0) can set notBefore; the request's subject is kept
 # byte for byte (-preserveDN).
 sign_csr() {
-    work=$(mktemp -d)
-    : > "$work/index.txt"
+    sw=$(mktemp -d)
+    : > "$sw/index.txt"
     md=sha256
     case $(key_algorithm "$2") in "EC secp384r1") md=sha384 ;; esac
-    cat > "$work/ca.cnf" << EOF
+    cat > "$sw/ca.cnf" << EOF
 [ca]
 default_ca = standin
 [standin]
-database = $work/index.txt
-new_certs_dir = $work
+database = $sw/index.txt
+new_certs_dir = $sw
 rand_serial = yes
 unique_subject = no
 email_in_dn = no
 policy = any
 [any]
 EOF
-    openssl ca -batch -notext -config "$work/ca.cnf" -preserveDN -md "$md" \
+    openssl ca -batch -notext -config "$sw/ca.cnf" -preserveDN -md "$md" \
         -in "$1" -cert "$2" -keyfile "$3" -extfile "$4" -extensions v3 \
-        -startdate "$(gtime "$5")" -enddate "$(gtime "$6")" -out "$7" > "$work/log" 2>&1 ||
-        { cat "$work/log" >&2; rm -rf "$work"; die "openssl ca failed for $7"; }
-    rm -rf "$work"
+        -startdate "$(gtime "$5")" -enddate "$(gtime "$6")" -out "$7" > "$sw/log" 2>&1 ||
+        { cat "$sw/log" >&2; rm -rf "$sw"; die "openssl ca failed for $7"; }
+    rm -rf "$sw"
 }

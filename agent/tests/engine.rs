@@ -1,0 +1,643 @@
+//! `--engine kubeadm` against a REAL containerd + runc: a private containerd per test (own
+//! config, root, state and socket in the test folder, killed by a drop guard), and the TEST
+//! DOUBLE image of `images/kubeadm-standin/` (POSIX-shell + openssl stand-ins for kubeadm and
+//! etcdadm, independent of certrotor's code). Proves the plumbing: mounts, staging, exit codes,
+//! cleanup after a killed run, the absent image, and parity of the certificates with the
+//! native engine. Skipped loudly without root, containerd, runc or busybox-static, unless
+//! CI=true (then they must be there: Debian packages containerd, runc, busybox-static, openssl).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use crate::util::{BIN, Ossl, TestDir, base64_decode, certrotor, openssl_verify, walk};
+
+const IMAGE: &str = "localhost/certrotor-kubeadm-standin:test";
+const NS: &str = "k8s.io";
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// Why these tests cannot run here, if they cannot.
+fn missing_prerequisite() -> Option<String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("containerd tests need root".into());
+    }
+    for tool in [
+        "containerd",
+        "containerd-shim-runc-v2",
+        "runc",
+        "ctr",
+        "openssl",
+        "python3",
+    ] {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !found {
+            return Some(format!("'{tool}' is not installed"));
+        }
+    }
+    if !Path::new("/bin/busybox").exists() && !Path::new("/usr/bin/busybox").exists() {
+        return Some("busybox-static is not installed".into());
+    }
+    None
+}
+
+/// Whether to run; prints SKIPPED (or fails in CI) otherwise.
+fn can_run(test: &str) -> bool {
+    match missing_prerequisite() {
+        None => true,
+        Some(why) if in_ci() => panic!("{test}: {why} (required when CI=true)"),
+        Some(why) => {
+            eprintln!("SKIPPED {test}: {why}");
+            false
+        }
+    }
+}
+
+/// The stand-in image archive, built once per test binary.
+fn image_tar() -> &'static Path {
+    static TAR: OnceLock<PathBuf> = OnceLock::new();
+    TAR.get_or_init(|| {
+        // One shared archive (the build is deterministic), replaced atomically so that
+        // concurrent test binaries never read a half-written one.
+        let tar = std::env::temp_dir().join("certrotor-kubeadm-standin.tar");
+        let mine = std::env::temp_dir().join(format!(
+            "certrotor-kubeadm-standin-{}.tar",
+            std::process::id()
+        ));
+        let script =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../images/kubeadm-standin/build.sh");
+        let out = Command::new(&script).arg(&mine).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{} failed:\n{}",
+            script.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::rename(&mine, &tar).unwrap();
+        tar
+    })
+}
+
+/// A private containerd, killed (with everything it runs) on drop.
+struct Containerd {
+    dir: PathBuf,
+    socket: PathBuf,
+    child: Child,
+}
+
+impl Containerd {
+    fn start(dir: &Path) -> Containerd {
+        let dir = dir.join("ctd");
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("containerd.sock");
+        let config = format!(
+            "version = 2\nroot = \"{0}/root\"\nstate = \"{0}/state\"\n\
+             disabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n[grpc]\n  address = \"{1}\"\n",
+            dir.display(),
+            socket.display()
+        );
+        std::fs::write(dir.join("config.toml"), config).unwrap();
+        let log = std::fs::File::create(dir.join("containerd.log")).unwrap();
+        let child = Command::new("containerd")
+            .arg("--config")
+            .arg(dir.join("config.toml"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let c = Containerd { dir, socket, child };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !c.ctr(&["version"]).status.success() {
+            assert!(
+                Instant::now() < deadline,
+                "containerd did not answer on {} within 30s:\n{}",
+                c.socket.display(),
+                std::fs::read_to_string(c.dir.join("containerd.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let out = c.ctr(&["images", "import", image_tar().to_str().unwrap()]);
+        assert!(
+            out.status.success(),
+            "import: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        c
+    }
+
+    fn ctr(&self, args: &[&str]) -> std::process::Output {
+        Command::new("ctr")
+            .args(["-a", self.socket.to_str().unwrap(), "-n", NS])
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    fn containers(&self) -> Vec<String> {
+        let out = self.ctr(&["containers", "ls", "-q"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| l.trim().to_string())
+            .filter(|l| !l.is_empty())
+            .collect()
+    }
+
+    /// The engine flags for this containerd.
+    fn flags(&self) -> Vec<String> {
+        [
+            "--engine",
+            "kubeadm",
+            "--kubeadm-image",
+            IMAGE,
+            "--containerd-socket",
+            self.socket.to_str().unwrap(),
+            "--containerd-namespace",
+            NS,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        for name in self.containers_quiet() {
+            let _ = self.ctr(&["tasks", "kill", "-a", "-s", "SIGKILL", &name]);
+            let _ = self.ctr(&["tasks", "delete", "-f", &name]);
+            let _ = self.ctr(&["containers", "delete", &name]);
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        // Snapshot mounts of a task that could not be removed would keep the folder busy.
+        let _ = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "grep -o ' {0}[^ ]*' /proc/self/mounts | sort -r | xargs -r -n1 umount -l",
+                self.dir.display()
+            ))
+            .status();
+    }
+}
+
+impl Containerd {
+    fn containers_quiet(&self) -> Vec<String> {
+        let out = self.ctr(&["containers", "ls", "-q"]);
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| l.trim().to_string())
+            .filter(|l| !l.is_empty())
+            .collect()
+    }
+}
+
+/// Every file under `root` outside certrotor's state, with its bytes.
+fn snapshot(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    walk(root)
+        .into_iter()
+        .filter(|p| !p.starts_with(root.join("var/lib/certrotor")))
+        .map(|p| {
+            let bytes = std::fs::read(&p).unwrap_or_default();
+            (p, bytes)
+        })
+        .collect()
+}
+
+fn run_with(args: &[&str], engine: &[String]) -> crate::util::Run {
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend(engine.iter().map(String::as_str));
+    certrotor(&all)
+}
+
+/// The staging folders left under the root (none after a finished run).
+fn staging_left(root: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(root.join("var/lib/certrotor/engine"))
+        .map(|l| l.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn kubeadm_engine_works_on_a_staging_copy_mounted_twice() {
+    if !can_run("kubeadm_engine_works_on_a_staging_copy_mounted_twice") {
+        return;
+    }
+    let t = TestDir::new("engine-mounts");
+    let ctd = Containerd::start(t.path());
+    let root = t.lab("node", &["--layout", "bottlerocket", "--expires-in", "3d"]);
+    let r = root.to_str().unwrap();
+    let pki = root.join("var/lib/kubeadm/pki");
+    std::fs::write(pki.join(".standin-mounts"), "").unwrap();
+    let before = snapshot(&root);
+    let run = run_with(
+        &[
+            "renew",
+            "--root",
+            r,
+            "--cert",
+            "apiserver",
+            "--cert",
+            "admin.conf",
+        ],
+        &ctd.flags(),
+    );
+    run.expect(0);
+    // The tool saw one folder at both places, and it was the staging copy, not the live one.
+    let mounts: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter_map(|l| l.split("standin-mount: ").nth(1))
+        .collect();
+    let root_of = |dst: &str| -> Vec<String> {
+        mounts
+            .iter()
+            .filter(|m| m.starts_with(&format!("{dst} ")))
+            .map(|m| {
+                m.split(" root=")
+                    .nth(1)
+                    .unwrap()
+                    .split(' ')
+                    .next()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect()
+    };
+    let (etc, var) = (root_of("/etc/kubernetes"), root_of("/var/lib/kubeadm"));
+    assert_eq!(etc.len(), 2, "one mount line per tool run\n{run}");
+    assert_eq!(etc, var, "both mounts must show the same folder\n{run}");
+    for m in &etc {
+        assert!(
+            m.contains("var/lib/certrotor/engine/") && !m.ends_with("var/lib/kubeadm"),
+            "the tool must see the staging copy, not the live folder: {m}\n{run}"
+        );
+    }
+    // Exactly the named certificates changed, validly; everything else is byte-identical.
+    let after = snapshot(&root);
+    let changed: Vec<String> = before
+        .iter()
+        .filter(|(p, b)| after.get(*p) != Some(*b))
+        .map(|(p, _)| p.strip_prefix(&root).unwrap().display().to_string())
+        .collect();
+    assert_eq!(
+        changed,
+        [
+            "var/lib/kubeadm/admin.conf",
+            "var/lib/kubeadm/pki/apiserver.crt",
+            "var/lib/kubeadm/pki/apiserver.key"
+        ],
+        "{run}"
+    );
+    openssl_verify(&pki.join("ca.crt"), &pki.join("apiserver.crt"), true).unwrap();
+    let (c, k) = crate::util::public_keys(&pki.join("apiserver.crt"), &pki.join("apiserver.key"));
+    assert_eq!(c, k, "the new key matches the new certificate");
+    assert!(
+        ctd.containers().is_empty(),
+        "containers left: {:?}",
+        ctd.containers()
+    );
+    assert!(
+        staging_left(&root).is_empty(),
+        "staging left: {:?}",
+        staging_left(&root)
+    );
+}
+
+#[test]
+fn failing_kubeadm_is_a_clear_error_and_changes_nothing() {
+    if !can_run("failing_kubeadm_is_a_clear_error_and_changes_nothing") {
+        return;
+    }
+    let t = TestDir::new("engine-fail");
+    let ctd = Containerd::start(t.path());
+    let root = t.lab("node", &["--expires-in", "3d"]);
+    let r = root.to_str().unwrap();
+    std::fs::write(root.join("etc/kubernetes/pki/.standin-fail"), "").unwrap();
+    let before = snapshot(&root);
+    let run = run_with(&["renew", "--root", r], &ctd.flags());
+    run.expect(2);
+    for word in [
+        ctd.socket.to_str().unwrap(),
+        IMAGE,
+        "/opt/bin/kubeadm certs renew",
+        "exit code 3",
+        "failing as asked",
+        "nothing was changed",
+    ] {
+        assert!(
+            run.stderr.contains(word),
+            "the error must name '{word}'\n{run}"
+        );
+    }
+    assert_eq!(
+        before,
+        snapshot(&root),
+        "the live PKI must be unchanged\n{run}"
+    );
+    assert!(
+        ctd.containers().is_empty(),
+        "containers left: {:?}",
+        ctd.containers()
+    );
+    assert!(staging_left(&root).is_empty());
+}
+
+#[test]
+fn absent_image_and_socket_are_named() {
+    if !can_run("absent_image_and_socket_are_named") {
+        return;
+    }
+    let t = TestDir::new("engine-absent");
+    let ctd = Containerd::start(t.path());
+    let root = t.lab("node", &["--expires-in", "3d"]);
+    let r = root.to_str().unwrap();
+    let before = snapshot(&root);
+    let mut flags = ctd.flags();
+    flags[3] = "localhost/not-here:1".into();
+    let run = run_with(&["renew", "--root", r], &flags);
+    run.expect(2);
+    assert!(
+        run.stderr
+            .contains("'localhost/not-here:1' is not in containerd")
+            && run.stderr.contains(ctd.socket.to_str().unwrap())
+            && run.stderr.contains("never pulls"),
+        "{run}"
+    );
+    let images = String::from_utf8_lossy(&ctd.ctr(&["images", "ls", "-q"]).stdout).into_owned();
+    assert!(
+        !images.contains("not-here"),
+        "nothing may be pulled: {images}"
+    );
+    let gone = t.join("no.sock");
+    let mut flags = ctd.flags();
+    flags[5] = gone.to_str().unwrap().into();
+    let run = run_with(&["renew", "--root", r], &flags);
+    run.expect(2);
+    assert!(run.stderr.contains(gone.to_str().unwrap()), "{run}");
+    assert_eq!(before, snapshot(&root));
+    // Flags of the kubeadm engine without it are usage errors.
+    certrotor(&["renew", "--root", r, "--kubeadm-image", IMAGE]).expect(64);
+    certrotor(&["renew", "--root", r, "--engine", "docker"]).expect(64);
+}
+
+#[test]
+fn a_killed_run_leaves_a_container_that_the_next_run_removes() {
+    if !can_run("a_killed_run_leaves_a_container_that_the_next_run_removes") {
+        return;
+    }
+    let t = TestDir::new("engine-kill");
+    let ctd = Containerd::start(t.path());
+    let root = t.lab("node", &["--expires-in", "3d"]);
+    let r = root.to_str().unwrap();
+    let pki = root.join("etc/kubernetes/pki");
+    std::fs::write(pki.join(".standin-sleep"), "300").unwrap();
+    let live = std::fs::read(pki.join("apiserver.crt")).unwrap();
+    let mut args: Vec<String> = ["renew", "--root", r, "--cert", "apiserver"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.extend(ctd.flags());
+    let mut child = Command::new(BIN)
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let name = format!("certrotor-kubeadm-{}-0", child.id());
+    // Wait until the stand-in has renewed its copy and sleeps.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let staged = loop {
+        let renewed = walk(&root.join("var/lib/certrotor/engine"))
+            .into_iter()
+            .find(|p| p.ends_with("pki/apiserver.crt"))
+            .filter(|p| std::fs::read(p).is_ok_and(|b| !b.is_empty() && b != live));
+        if let Some(p) = renewed
+            && ctd.containers().contains(&name)
+        {
+            break p;
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "certrotor ended before it could be killed"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "the stand-in never started sleeping"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(
+        std::fs::read(pki.join("apiserver.crt")).unwrap(),
+        live,
+        "the live file must be untouched while the tool works on {}",
+        staged.display()
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        ctd.containers().contains(&name),
+        "the killed run's container is left over"
+    );
+    std::fs::remove_file(pki.join(".standin-sleep")).unwrap();
+    let run = run_with(&["renew", "--root", r, "--cert", "apiserver"], &ctd.flags());
+    run.expect(0);
+    assert!(
+        run.stderr.contains(&format!(
+            "removing container '{name}' left by an interrupted run"
+        )),
+        "{run}"
+    );
+    assert!(run.stderr.contains("staging copy"), "{run}");
+    assert!(
+        ctd.containers().is_empty(),
+        "containers left: {:?}",
+        ctd.containers()
+    );
+    assert!(staging_left(&root).is_empty());
+    assert_ne!(std::fs::read(pki.join("apiserver.crt")).unwrap(), live);
+}
+
+/// What must be equal between the two engines' certificates.
+fn identity(o: &Ossl) -> String {
+    let mut dns = o.dns.clone();
+    dns.sort();
+    let mut ips: Vec<String> = o.ips.iter().map(|i| i.to_string()).collect();
+    ips.sort();
+    let bc = o
+        .ext
+        .get("Basic Constraints")
+        .map(|e| format!("{} {}", e.critical, e.value));
+    let ku = o.ext.get("Key Usage").map(|e| e.critical);
+    format!(
+        "subject={} issuer={} dns={dns:?} ips={ips:?} ku={:?} critical={ku:?} eku={:?} bc={bc:?} \
+         key={} sig={} lifetime={}",
+        o.subject,
+        o.issuer,
+        o.key_usage,
+        o.ext_key_usage,
+        o.public_key,
+        o.signature_algorithm,
+        o.not_after - o.not_before
+    )
+}
+
+/// Each renewed certificate of a node (kubeconfigs' embedded ones written out), by name.
+fn certificates(root: &Path, out: &Path) -> BTreeMap<String, Ossl> {
+    std::fs::create_dir_all(out).unwrap();
+    let mut map = BTreeMap::new();
+    for p in walk(root) {
+        let rel = p.strip_prefix(root).unwrap().display().to_string();
+        if rel.starts_with("var/lib/certrotor")
+            || rel.starts_with("var/lib/kubelet")
+            || rel.ends_with("kubelet.conf")
+        {
+            continue;
+        }
+        let name = rel.replace('/', "_");
+        if rel.ends_with(".crt") && !rel.ends_with("ca.crt") {
+            map.insert(rel, Ossl::read(&p));
+        } else if rel.ends_with(".conf") {
+            let text = std::fs::read_to_string(&p).unwrap();
+            let Some(b64) = text
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("client-certificate-data:"))
+            else {
+                continue;
+            };
+            let file = out.join(format!("{name}.pem"));
+            std::fs::write(&file, base64_decode(b64.trim())).unwrap();
+            map.insert(rel, Ossl::read(&file));
+        }
+    }
+    map
+}
+
+#[test]
+fn kubeadm_and_native_engines_issue_the_same_certificates() {
+    if !can_run("kubeadm_and_native_engines_issue_the_same_certificates") {
+        return;
+    }
+    let t = TestDir::new("engine-parity");
+    let ctd = Containerd::start(t.path());
+    for (layout, alg) in [("bottlerocket", "rsa-2048"), ("kubeadm", "ecdsa-p256")] {
+        let native = t.lab(
+            &format!("{layout}-native"),
+            &[
+                "--layout",
+                layout,
+                "--key-algorithm",
+                alg,
+                "--expires-in",
+                "3d",
+            ],
+        );
+        let kubeadm = t.join(&format!("{layout}-kubeadm"));
+        let cp = Command::new("cp")
+            .arg("-a")
+            .arg(&native)
+            .arg(&kubeadm)
+            .status()
+            .unwrap();
+        assert!(cp.success());
+        let started = Instant::now();
+        certrotor(&["renew", "--root", native.to_str().unwrap(), "--all"]).expect(0);
+        let native_time = started.elapsed();
+        let started = Instant::now();
+        let run = run_with(
+            &["renew", "--root", kubeadm.to_str().unwrap(), "--all"],
+            &ctd.flags(),
+        );
+        run.expect(0);
+        let kubeadm_time = started.elapsed();
+        eprintln!(
+            "WALL TIME renew --all ({layout}, {alg}, 11 certificates): native {} ms, kubeadm \
+             engine {} ms",
+            native_time.as_millis(),
+            kubeadm_time.as_millis()
+        );
+        let a = certificates(&native, &t.join(&format!("{layout}-native-out")));
+        let b = certificates(&kubeadm, &t.join(&format!("{layout}-kubeadm-out")));
+        assert_eq!(a.len(), 11, "{:?}", a.keys());
+        assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
+        for (rel, n) in &a {
+            let k = &b[rel];
+            assert_eq!(
+                identity(n),
+                identity(k),
+                "{rel}: native vs kubeadm engine\n{run}"
+            );
+            assert_ne!(n.pubkey_pem, k.pubkey_pem, "{rel}: each made a new key");
+        }
+    }
+}
+
+#[test]
+fn etcdadm_output_is_validated_as_the_node_is_configured() {
+    if !can_run("etcdadm_output_is_validated_as_the_node_is_configured") {
+        return;
+    }
+    let t = TestDir::new("engine-etcdadm");
+    let ctd = Containerd::start(t.path());
+    t.lab(
+        "lab",
+        &[
+            "--layout",
+            "bottlerocket",
+            "--topology",
+            "external-etcd",
+            "--expires-in",
+            "3d",
+        ],
+    );
+    let root = t.join("lab/etcd");
+    let pki = root.join("var/lib/etcd/pki");
+    let old = Ossl::read(&pki.join("server.crt"));
+    let started = crate::util::now();
+    let run = run_with(&["renew", "--root", root.to_str().unwrap()], &ctd.flags());
+    run.expect(0);
+    assert!(
+        run.stderr.contains("etcdadm join phase certificates"),
+        "{run}"
+    );
+    for f in [
+        "server",
+        "peer",
+        "etcdctl-etcd-client",
+        "apiserver-etcd-client",
+    ] {
+        let new = Ossl::read(&pki.join(format!("{f}.crt")));
+        openssl_verify(&pki.join("ca.crt"), &pki.join(format!("{f}.crt")), true).unwrap();
+        assert!(
+            !new.ext.contains_key("Basic Constraints"),
+            "{f}: etcdadm sets none"
+        );
+        assert_eq!(new.public_key, "RSA-2048", "{f}");
+        assert!(
+            (new.not_after - started - 365 * 86_400).abs() <= 60,
+            "{f}: one year from now"
+        );
+        let head = std::fs::read_to_string(pki.join(format!("{f}.key"))).unwrap();
+        assert!(
+            head.starts_with("-----BEGIN RSA PRIVATE KEY-----"),
+            "{f}: PKCS#1"
+        );
+    }
+    let new = Ossl::read(&pki.join("server.crt"));
+    assert_eq!(new.ext_key_usage, old.ext_key_usage);
+    assert!(ctd.containers().is_empty());
+}
