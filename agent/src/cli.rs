@@ -54,76 +54,88 @@ enum Command {
     Version(VersionCmd),
 }
 
-#[derive(FromArgs, Debug)]
-#[argh(
-    subcommand,
-    name = "renew",
-    note = "Never renews a CA, sa.key/sa.pub or the kubelet's own client certificate. Every change is one crash-safe transaction with a backup under var/lib/certrotor/backups; undo with 'certrotor rollback'.",
-    error_code(0, "renewed (or nothing due, or --dry-run)"),
-    error_code(2, "failed; nothing was changed"),
-    error_code(4, "another certrotor holds the lock"),
-    error_code(64, "usage error")
-)]
-/// renew the certificates and kubeconfigs that are due, as kubeadm/etcdadm would
-struct RenewCmd {
-    #[argh(option)]
-    /// the node's root filesystem (default: /.bottlerocket/rootfs inside a Bottlerocket host
-    /// container, else /)
-    root: Option<PathBuf>,
-    #[argh(option, default = "String::from(\"90d\")")]
-    /// renew what expires within this duration (default 90d)
-    within: String,
-    #[argh(switch)]
-    /// renew everything renewable, due or not
-    all: bool,
-    #[argh(option)]
-    /// renew this certificate (a name printed by check); repeatable
-    cert: Vec<String>,
-    #[argh(switch)]
-    /// print the plan and change nothing
-    dry_run: bool,
-    #[argh(switch)]
-    /// keep the existing private keys (default: a new key of the same algorithm, as kubeadm)
-    reuse_keys: bool,
-    #[argh(option, default = "String::from(\"365d\")")]
-    /// validity of the renewed certificates (default 365d)
-    validity: String,
-    #[argh(switch)]
-    /// allow certificates to outlive their CA
-    allow_beyond_ca: bool,
-    #[argh(option, default = "String::from(\"table\")")]
-    /// output format: table (default) or json
-    output: String,
-    #[argh(option, default = "5")]
-    /// backups to keep (default 5)
-    retention: usize,
-    #[argh(option, default = "String::from(\"native\")")]
-    /// who issues the certificates: native (default, certrotor itself) or kubeadm (kubeadm
-    /// certs renew / etcdadm in the bootstrap image, through containerd)
-    engine: String,
-    #[argh(option)]
-    /// kubeadm engine: the image with kubeadm and etcdadm (default: the Bottlerocket setting
-    /// host-containers.kubeadm-bootstrap.source); it must already be in containerd
-    kubeadm_image: Option<String>,
-    #[argh(option)]
-    /// kubeadm engine: kubeadm in the image (default /opt/bin/kubeadm)
-    kubeadm_path: Option<String>,
-    #[argh(option)]
-    /// kubeadm engine: etcdadm in the image (default /opt/bin/etcdadm)
-    etcdadm_path: Option<String>,
-    #[argh(option)]
-    /// kubeadm engine: the host's ctr (default /.bottlerocket/rootfs/usr/bin/ctr when it
-    /// exists, else ctr from PATH)
-    ctr_path: Option<PathBuf>,
-    #[argh(option)]
-    /// kubeadm engine: containerd's socket (default /run/containerd/containerd.sock)
-    containerd_socket: Option<PathBuf>,
-    #[argh(option)]
-    /// kubeadm engine: containerd namespace of the image (default k8s.io)
-    containerd_namespace: Option<String>,
-    #[argh(option, default = "String::from(\"60s\")")]
-    /// how long to wait for another certrotor run to finish (default 60s)
-    lock_timeout: String,
+/// The flags of `renew`, shared by `run` and `daemon`.
+macro_rules! renew_command {
+    ($(#[$attr:meta])* struct $name:ident { $($extra:tt)* }) => {
+        $(#[$attr])*
+        struct $name {
+            $($extra)*
+            #[argh(option)]
+            /// the node's root filesystem (default: /.bottlerocket/rootfs inside a Bottlerocket host
+            /// container, else /)
+            root: Option<PathBuf>,
+            #[argh(option, default = "String::from(\"90d\")")]
+            /// renew what expires within this duration (default 90d)
+            within: String,
+            #[argh(switch)]
+            /// renew everything renewable, due or not
+            all: bool,
+            #[argh(option)]
+            /// renew this certificate (a name printed by check); repeatable
+            cert: Vec<String>,
+            #[argh(switch)]
+            /// print the plan and change nothing
+            dry_run: bool,
+            #[argh(switch)]
+            /// keep the existing private keys (default: a new key of the same algorithm, as kubeadm)
+            reuse_keys: bool,
+            #[argh(option, default = "String::from(\"365d\")")]
+            /// validity of the renewed certificates (default 365d)
+            validity: String,
+            #[argh(switch)]
+            /// allow certificates to outlive their CA
+            allow_beyond_ca: bool,
+            #[argh(option, default = "5")]
+            /// backups to keep (default 5)
+            retention: usize,
+            #[argh(option, default = "String::from(\"native\")")]
+            /// who issues the certificates: native (default, certrotor itself) or kubeadm (kubeadm
+            /// certs renew / etcdadm in the bootstrap image, through containerd)
+            engine: String,
+            #[argh(option)]
+            /// kubeadm engine: the image with kubeadm and etcdadm (default: the Bottlerocket setting
+            /// host-containers.kubeadm-bootstrap.source); it must already be in containerd
+            kubeadm_image: Option<String>,
+            #[argh(option)]
+            /// kubeadm engine: kubeadm in the image (default /opt/bin/kubeadm)
+            kubeadm_path: Option<String>,
+            #[argh(option)]
+            /// kubeadm engine: etcdadm in the image (default /opt/bin/etcdadm)
+            etcdadm_path: Option<String>,
+            #[argh(option)]
+            /// kubeadm engine: the host's ctr (default /.bottlerocket/rootfs/usr/bin/ctr when it
+            /// exists, else ctr from PATH)
+            ctr_path: Option<PathBuf>,
+            #[argh(option)]
+            /// kubeadm engine: containerd's socket (default /run/containerd/containerd.sock)
+            containerd_socket: Option<PathBuf>,
+            #[argh(option)]
+            /// kubeadm engine: containerd namespace of the image (default k8s.io)
+            containerd_namespace: Option<String>,
+            #[argh(option, default = "String::from(\"60s\")")]
+            /// how long to wait for another certrotor run to finish (default 60s)
+            lock_timeout: String,
+        }
+    };
+}
+
+renew_command! {
+    #[derive(FromArgs, Debug)]
+    #[argh(
+        subcommand,
+        name = "renew",
+        note = "Never renews a CA, sa.key/sa.pub or the kubelet's own client certificate. Every change is one crash-safe transaction with a backup under var/lib/certrotor/backups; undo with 'certrotor rollback'.",
+        error_code(0, "renewed (or nothing due, or --dry-run)"),
+        error_code(2, "failed; nothing was changed"),
+        error_code(4, "another certrotor holds the lock"),
+        error_code(64, "usage error")
+    )]
+    /// renew the certificates and kubeconfigs that are due, as kubeadm/etcdadm would
+    struct RenewCmd {
+        #[argh(option, default = "String::from(\"table\")")]
+        /// output format: table (default) or json
+        output: String,
+    }
 }
 
 #[derive(FromArgs, Debug)]
@@ -273,86 +285,33 @@ macro_rules! engine_flags {
     }};
 }
 
-/// `run` and `daemon` share renew's flags and the platform flags.
+/// `run` and `daemon`: renew's flags plus the platform flags.
 macro_rules! pass_command {
     ($(#[$attr:meta])* struct $name:ident { $($extra:tt)* }) => {
-        $(#[$attr])*
-        struct $name {
-            $($extra)*
-            #[argh(option)]
-            /// the node's root filesystem (default: /.bottlerocket/rootfs inside a Bottlerocket
-            /// host container, else /)
-            root: Option<PathBuf>,
-            #[argh(option, default = "String::from(\"90d\")")]
-            /// renew what expires within this duration (default 90d)
-            within: String,
-            #[argh(switch)]
-            /// renew everything renewable, due or not
-            all: bool,
-            #[argh(option)]
-            /// renew this certificate (a name printed by check); repeatable
-            cert: Vec<String>,
-            #[argh(switch)]
-            /// print the plan and change nothing
-            dry_run: bool,
-            #[argh(switch)]
-            /// keep the existing private keys
-            reuse_keys: bool,
-            #[argh(option, default = "String::from(\"365d\")")]
-            /// validity of the renewed certificates (default 365d)
-            validity: String,
-            #[argh(switch)]
-            /// allow certificates to outlive their CA
-            allow_beyond_ca: bool,
-            #[argh(option, default = "5")]
-            /// backups to keep (default 5)
-            retention: usize,
-            #[argh(option, default = "String::from(\"60s\")")]
-            /// how long to wait for another certrotor run to finish (default 60s)
-            lock_timeout: String,
-            #[argh(option, default = "String::from(\"auto\")")]
-            /// how to restart components: auto (default), bottlerocket, kubeadm or none
-            platform: String,
-            #[argh(option, default = "String::from(\"/run/api.sock\")")]
-            /// the Bottlerocket API socket (default /run/api.sock)
-            api_socket: String,
-            #[argh(option)]
-            /// a component's health endpoint, COMPONENT=IP:PORT, overriding its manifest;
-            /// repeatable
-            endpoint: Vec<String>,
-            #[argh(option, default = "String::from(\"300s\")")]
-            /// bound on each wait for a pod to stop or to serve healthy (default 300s)
-            restart_timeout: String,
-            #[argh(option, default = "String::from(\"500ms\")")]
-            /// interval between two polls of a condition (default 500ms)
-            poll_interval: String,
-            #[argh(option, default = "String::from(\"table\")")]
-            /// output format of each pass: table (default) or json
-            output: String,
-            #[argh(option, default = "String::from(\"native\")")]
-            /// who issues the certificates: native (default, certrotor itself) or kubeadm (kubeadm
-            /// certs renew / etcdadm in the bootstrap image, through containerd)
-            engine: String,
-            #[argh(option)]
-            /// kubeadm engine: the image with kubeadm and etcdadm (default: the Bottlerocket setting
-            /// host-containers.kubeadm-bootstrap.source); it must already be in containerd
-            kubeadm_image: Option<String>,
-            #[argh(option)]
-            /// kubeadm engine: kubeadm in the image (default /opt/bin/kubeadm)
-            kubeadm_path: Option<String>,
-            #[argh(option)]
-            /// kubeadm engine: etcdadm in the image (default /opt/bin/etcdadm)
-            etcdadm_path: Option<String>,
-            #[argh(option)]
-            /// kubeadm engine: the host's ctr (default /.bottlerocket/rootfs/usr/bin/ctr when it
-            /// exists, else ctr from PATH)
-            ctr_path: Option<PathBuf>,
-            #[argh(option)]
-            /// kubeadm engine: containerd's socket (default /run/containerd/containerd.sock)
-            containerd_socket: Option<PathBuf>,
-            #[argh(option)]
-            /// kubeadm engine: containerd namespace of the image (default k8s.io)
-            containerd_namespace: Option<String>,
+        renew_command! {
+            $(#[$attr])*
+            struct $name {
+                $($extra)*
+                #[argh(option, default = "String::from(\"auto\")")]
+                /// how to restart components: auto (default), bottlerocket, kubeadm or none
+                platform: String,
+                #[argh(option, default = "String::from(\"/run/api.sock\")")]
+                /// the Bottlerocket API socket (default /run/api.sock)
+                api_socket: String,
+                #[argh(option)]
+                /// a component's health endpoint, COMPONENT=IP:PORT, overriding its manifest;
+                /// repeatable
+                endpoint: Vec<String>,
+                #[argh(option, default = "String::from(\"300s\")")]
+                /// bound on each wait for a pod to stop or to serve healthy (default 300s)
+                restart_timeout: String,
+                #[argh(option, default = "String::from(\"500ms\")")]
+                /// interval between two polls of a condition (default 500ms)
+                poll_interval: String,
+                #[argh(option, default = "String::from(\"table\")")]
+                /// output format of each pass: table (default) or json
+                output: String,
+            }
         }
     };
 }
@@ -726,24 +685,32 @@ fn write_options(
     })
 }
 
+/// Turns renew's selection flags into a policy.
+macro_rules! policy_flags {
+    ($c:expr) => {{
+        let c = $c;
+        if c.all && !c.cert.is_empty() {
+            return Err(Failure::usage("--all and --cert exclude each other"));
+        }
+        let validity = duration_flag("validity", &c.validity)?;
+        if validity <= 0 {
+            return Err(Failure::usage("--validity must be positive"));
+        }
+        crate::renew::Policy {
+            within: duration_flag("within", &c.within)?,
+            all: c.all,
+            names: c.cert.clone(),
+            reuse_keys: c.reuse_keys,
+            validity,
+            allow_beyond_ca: c.allow_beyond_ca,
+        }
+    }};
+}
+
 fn renew(c: RenewCmd) -> Result<u8, Failure> {
     let json = output_flag(&c.output)?;
-    if c.all && !c.cert.is_empty() {
-        return Err(Failure::usage("--all and --cert exclude each other"));
-    }
-    let validity = duration_flag("validity", &c.validity)?;
-    if validity <= 0 {
-        return Err(Failure::usage("--validity must be positive"));
-    }
     let engine = engine_flags!(&c, PathBuf::from(crate::catalog::paths::API_SOCKET));
-    let policy = crate::renew::Policy {
-        within: duration_flag("within", &c.within)?,
-        all: c.all,
-        names: c.cert,
-        reuse_keys: c.reuse_keys,
-        validity,
-        allow_beyond_ca: c.allow_beyond_ca,
-    };
+    let policy = policy_flags!(&c);
     let mut opts = write_options(&c.lock_timeout, c.retention)?;
     opts.engine = engine;
     let root = root_flag(c.root)?;
@@ -873,17 +840,6 @@ fn etcd_export(c: EtcdExportCmd) -> Result<u8, Failure> {
 }
 
 fn etcd_import(c: EtcdImportCmd) -> Result<u8, Failure> {
-    let platform = crate::restart::PlatformChoice::parse(&c.platform).ok_or_else(|| {
-        Failure::usage(format!(
-            "--platform '{}': use auto, bottlerocket, kubeadm or none",
-            c.platform
-        ))
-    })?;
-    let mut endpoints = std::collections::BTreeMap::new();
-    for e in &c.endpoint {
-        let (component, addr) = crate::restart::parse_endpoint(e).map_err(Failure::usage)?;
-        endpoints.insert(component, addr);
-    }
     let opts = crate::ops::RunOptions {
         policy: crate::renew::Policy {
             within: 0,
@@ -895,13 +851,13 @@ fn etcd_import(c: EtcdImportCmd) -> Result<u8, Failure> {
         },
         dry_run: false,
         write: write_options(&c.lock_timeout, crate::txn::DEFAULT_RETENTION)?,
-        restart: crate::restart::RestartOptions {
-            platform,
-            api_socket: PathBuf::from(&c.api_socket),
-            timeout: positive_duration("restart-timeout", &c.restart_timeout)?,
-            poll: positive_duration("poll-interval", &c.poll_interval)?,
-            endpoints,
-        },
+        restart: restart_flags(
+            &c.platform,
+            &c.api_socket,
+            &c.endpoint,
+            &c.restart_timeout,
+            &c.poll_interval,
+        )?,
     };
     let root = root_flag(c.root)?;
     let limit = crate::pki::MAX_PEM_FILE_BYTES;
@@ -952,51 +908,51 @@ fn etcd_import(c: EtcdImportCmd) -> Result<u8, Failure> {
 }
 
 /// Turns `run`/`daemon` flags into options.
+/// The restart flags of `run`, `daemon` and `etcd-client import`.
+fn restart_flags(
+    platform: &str,
+    api_socket: &str,
+    endpoints: &[String],
+    restart_timeout: &str,
+    poll_interval: &str,
+) -> Result<crate::restart::RestartOptions, Failure> {
+    let platform = crate::restart::PlatformChoice::parse(platform).ok_or_else(|| {
+        Failure::usage(format!(
+            "--platform '{platform}': use auto, bottlerocket, kubeadm or none"
+        ))
+    })?;
+    let mut parsed = std::collections::BTreeMap::new();
+    for e in endpoints {
+        let (component, addr) = crate::restart::parse_endpoint(e).map_err(Failure::usage)?;
+        parsed.insert(component, addr);
+    }
+    Ok(crate::restart::RestartOptions {
+        platform,
+        api_socket: PathBuf::from(api_socket),
+        timeout: positive_duration("restart-timeout", restart_timeout)?,
+        poll: positive_duration("poll-interval", poll_interval)?,
+        endpoints: parsed,
+    })
+}
+
 macro_rules! run_options {
     ($c:expr) => {{
         let c = $c;
-        let validity = duration_flag("validity", &c.validity)?;
-        if validity <= 0 {
-            return Err(Failure::usage("--validity must be positive"));
-        }
-        if c.all && !c.cert.is_empty() {
-            return Err(Failure::usage("--all and --cert exclude each other"));
-        }
-        let platform = crate::restart::PlatformChoice::parse(&c.platform).ok_or_else(|| {
-            Failure::usage(format!(
-                "--platform '{}': use auto, bottlerocket, kubeadm or none",
-                c.platform
-            ))
-        })?;
-        let mut endpoints = std::collections::BTreeMap::new();
-        for e in &c.endpoint {
-            let (component, addr) = crate::restart::parse_endpoint(e).map_err(Failure::usage)?;
-            endpoints.insert(component, addr);
-        }
-        let timeout = positive_duration("restart-timeout", &c.restart_timeout)?;
-        let poll = positive_duration("poll-interval", &c.poll_interval)?;
         let json = output_flag(&c.output)?;
         let opts = crate::ops::RunOptions {
-            policy: crate::renew::Policy {
-                within: duration_flag("within", &c.within)?,
-                all: c.all,
-                names: c.cert.clone(),
-                reuse_keys: c.reuse_keys,
-                validity,
-                allow_beyond_ca: c.allow_beyond_ca,
-            },
+            policy: policy_flags!(c),
             dry_run: c.dry_run,
             write: crate::ops::WriteOptions {
                 engine: engine_flags!(c, PathBuf::from(&c.api_socket)),
                 ..write_options(&c.lock_timeout, c.retention)?
             },
-            restart: crate::restart::RestartOptions {
-                platform,
-                api_socket: PathBuf::from(&c.api_socket),
-                timeout,
-                poll,
-                endpoints,
-            },
+            restart: restart_flags(
+                &c.platform,
+                &c.api_socket,
+                &c.endpoint,
+                &c.restart_timeout,
+                &c.poll_interval,
+            )?,
         };
         (root_flag(c.root.clone())?, opts, json)
     }};
