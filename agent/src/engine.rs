@@ -165,10 +165,25 @@ struct Ran {
 }
 
 impl Ctr {
+    /// Whether `ctr` is the host's, seen through the host root of a Bottlerocket container: it
+    /// then runs chrooted into that root, because it is linked against the host's libraries,
+    /// which certrotor's own (empty) image does not have.
+    fn in_host_root(&self) -> bool {
+        self.ctr.starts_with(BOTTLEROCKET_HOST_ROOT)
+    }
+
+    /// A path as the process running `ctr` sees it.
+    fn exec_view(&self, path: &Path) -> PathBuf {
+        match path.strip_prefix(BOTTLEROCKET_HOST_ROOT) {
+            Ok(rel) if self.in_host_root() => Path::new("/").join(rel),
+            _ => path.to_path_buf(),
+        }
+    }
+
     fn base(&self) -> Vec<String> {
         vec![
             "-a".into(),
-            self.socket.display().to_string(),
+            self.exec_view(&self.socket).display().to_string(),
             "-n".into(),
             self.namespace.clone(),
         ]
@@ -183,7 +198,10 @@ impl Ctr {
 
     /// Runs `ctr <base> args`, bounded by `timeout`; on timeout ctr is killed.
     fn run(&self, args: &[String], timeout: Duration) -> Result<Ran, IssueError> {
-        let mut command = Command::new(&self.ctr);
+        let mut command = Command::new(self.exec_view(&self.ctr));
+        if self.in_host_root() {
+            chroot_into_host_root(&mut command);
+        }
         command
             .args(self.base())
             .args(args)
@@ -386,6 +404,24 @@ fn die_with_parent(command: &mut Command) {
     unsafe {
         command.pre_exec(|| {
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+}
+
+/// Runs the command chrooted into the host root (`/.bottlerocket/rootfs`, an rbind of the host's
+/// `/` with its submounts). A superpowered host container has CAP_SYS_CHROOT.
+fn chroot_into_host_root(command: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs between fork and exec and only calls chroot(2) and chdir(2),
+    // which are async-signal-safe, on a constant NUL-terminated path.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::chroot(c"/.bottlerocket/rootfs".as_ptr()) != 0
+                || libc::chdir(c"/".as_ptr()) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
             Ok(())
         });
     }
