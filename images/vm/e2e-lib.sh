@@ -34,13 +34,14 @@ e2e_image_present() { ctr -n default images ls -q | grep -qx "$1"; }
 # e2e_import_image TAR   (ctr images import into namespace "default")
 e2e_import_image() { ctr -n default images import --all-platforms "$1"; }
 
-# e2e_host_ctr_run [--superpowered|--bootstrap] [--detach] [--mount SPEC]... NAME IMAGE [CMD ARGS...]
+# e2e_host_ctr_run [--superpowered|--bootstrap] [--detach] [--mount SPEC]... [--env K=V]... NAME IMAGE [CMD ARGS...]
 # Runs IMAGE like Bottlerocket's host-ctr does (bottlerocket-api.md §3.2/3.3): host network,
 # /run/api.sock, /etc/hosts, /.bottlerocket/host-containers/{NAME,current} ->
 # /local/host-containers/NAME (bootstrap: .../bootstrap-containers/...); privileged kinds add
 # /.bottlerocket/rootfs (rbind of host /, read-only at the top only), /.bottlerocket/rootfs/mnt
 # (rshared), /lib/modules (ro) and the host PID namespace; superpowered = all capabilities.
 # Without --detach it waits for the task and returns its exit status (container removed).
+# A container of the same NAME left behind by a power loss is removed first.
 e2e_host_ctr_run() {
   _kind=plain _detach="" _extra=""
   while [ $# -gt 0 ]; do
@@ -49,6 +50,7 @@ e2e_host_ctr_run() {
       --bootstrap) _kind=bootstrap ;;
       --detach) _detach=1 ;;
       --mount) _extra="$_extra --mount $2"; shift ;;
+      --env) _extra="$_extra --env $2"; shift ;;   # test knobs (e.g. CERTROTOR_FAILPOINT)
       *) break ;;
     esac
     shift
@@ -56,6 +58,10 @@ e2e_host_ctr_run() {
   _name=$1 _image=$2; shift 2
   _dir=host-containers; [ "$_kind" = bootstrap ] && _dir=bootstrap-containers
   mkdir -p "/local/$_dir/$_name"
+  if ctr -n default containers ls -q | grep -qx "$_name"; then
+    ctr -n default tasks rm -f "$_name" > /dev/null 2>&1
+    ctr -n default containers rm "$_name" > /dev/null 2>&1
+  fi
   [ -e /run/api.sock ] || { echo "e2e_host_ctr_run: /run/api.sock missing (start apiserver-sim first)" >&2; return 1; }
   # Options are plain words (no spaces in paths here); "$@" stays the container's command.
   _opts="--net-host

@@ -1,0 +1,161 @@
+# Control-plane node helpers for the certrotor scenarios (busybox ash, sourced after
+# /usr/lib/certrotor-e2e/lib.sh; the harness puts this file in the share as node-lib.sh).
+#
+# A node root R (/ for the VM's own node, a folder for a second node) holds a `certrotor lab`
+# node (var/lib/kubeadm, var/lib/kubelet, var/lib/etcd). It runs like a Bottlerocket node:
+# apiserver-sim (the Bottlerocket API) renders the static pods from
+# settings.kubernetes.static-pods.<name> into R/etc/kubernetes/static-pods, kubelet-sim runs
+# them as host processes (etcd = Debian's etcd, the rest = k8s-sim), certrotor runs from its
+# OCI image through containerd as a host or bootstrap container (e2e_host_ctr_run).
+# Every wait is a polled condition with a deadline.
+
+NODE_IMG=localhost/certrotor:e2e
+NODE_BIN=/run/e2e-bin
+
+# node_image: imports the certrotor image unless containerd has it (it persists in /var)
+node_image() {
+  e2e_image_present "$NODE_IMG" || e2e_import_image "$E2E_SHARE/certrotor.oci.tar" > /dev/null
+}
+
+# node_lab ROOT LAB-INIT-ARGS...   writes a Bottlerocket-layout lab node (ECDSA P-256, node IP
+# 127.0.0.1) into ROOT: lab init needs an empty folder, so it goes to /var/tmp first.
+node_lab() {
+  _root=$1; shift
+  _tmp=/var/tmp/lab.$$
+  rm -rf "$_tmp"
+  certrotor lab init "$_tmp" --layout bottlerocket --advertise-address 127.0.0.1 \
+    --key-algorithm ecdsa-p256 "$@" > /dev/null || return 1
+  mkdir -p "$_root/var/lib"
+  cp -a "$_tmp/var/lib/." "$_root/var/lib/" && rm -rf "$_tmp"
+}
+
+# node_settings ROOT FILE   Bottlerocket settings enabling every manifest of ROOT as a static pod
+node_settings() {
+  _first=1
+  printf '{"kubernetes":{"static-pods":{' > "$2"
+  for _m in "$1"/var/lib/kubeadm/manifests/*.yaml; do
+    [ "$_first" = 1 ] || printf ',' >> "$2"
+    _first=0
+    printf '"%s":{"manifest":"%s","enabled":true}' "$(basename "$_m" .yaml)" \
+      "$(openssl base64 -A < "$_m")" >> "$2"
+  done
+  printf '}}}\n' >> "$2"
+}
+
+# node_api ROOT SOCKET NAME   starts apiserver-sim (settings persist in ROOT/var/lib/bottlerocket-sim)
+node_api() {
+  [ -s "$1/var/lib/e2e-settings.json" ] || node_settings "$1" "$1/var/lib/e2e-settings.json"
+  mkdir -p "$(dirname "$2")"
+  apiserver-sim --socket "$2" --root "$1" --settings "$1/var/lib/e2e-settings.json" \
+    >> "$E2E_OUT/$3-apiserver-sim.log" 2>&1 &
+  e2e_wait_for 30 test -S "$2"
+}
+
+# node_kubelet ROOT NAME [ENV=VALUE...]   starts kubelet-sim on ROOT's static pods (the pods
+# inherit the environment, e.g. K8S_SIM_REJECT_SERVING_CERT_ISSUED_AFTER)
+node_kubelet() {
+  _root=$1 _name=$2; shift 2
+  mkdir -p "$NODE_BIN" "$_root/var/log/pods"
+  for _n in kube-apiserver kube-controller-manager kube-scheduler; do
+    ln -sf /usr/bin/k8s-sim "$NODE_BIN/$_n"
+  done
+  env PATH="$NODE_BIN:$PATH" "$@" kubelet-sim --manifests "$_root/etc/kubernetes/static-pods" \
+    --state-dir "$_root/var/lib/kubelet-sim" --root "$_root" --log-dir "$_root/var/log/pods" \
+    --start-delay-ms 300 >> "$E2E_OUT/$_name-kubelet-sim.log" 2>&1 &
+  e2e_save "$_name-kubelet-started-ms" "$(node_now_ms)"
+}
+
+node_now_ms() { echo $(( $(date +%s) * 1000 )); }
+
+# node_https_ok PORT PATH [s_client options...]   GET https://127.0.0.1:PORT/PATH answers 200
+node_https_ok() {
+  _port=$1 _path=$2; shift 2
+  printf 'GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n' "$_path" |
+    timeout 10 openssl s_client -quiet -connect "127.0.0.1:$_port" "$@" 2> /dev/null |
+    head -n1 | grep -q ' 200 '
+}
+# node_served_sha PORT [s_client options...]   SHA-256 of the DER certificate served on PORT
+node_served_sha() {
+  _port=$1; shift
+  timeout 10 openssl s_client -connect "127.0.0.1:$_port" "$@" < /dev/null 2> /dev/null |
+    openssl x509 -outform der 2> /dev/null | sha256sum | cut -c1-64
+}
+# node_file_sha CERT   SHA-256 of the certificate file's DER
+node_file_sha() { openssl x509 -in "$1" -outform der | sha256sum | cut -c1-64; }
+
+# ---- the stacked control plane at ROOT with port offset O ------------------------------------
+# node_etcdctl ROOT O ARGS...   etcdctl with the healthcheck client certificate
+node_etcdctl() {
+  _p=$1/var/lib/kubeadm/pki/etcd _o=$2; shift 2
+  ETCDCTL_API=3 etcdctl --endpoints="https://127.0.0.1:$((2379 + _o))" --cacert="$_p/ca.crt" \
+    --cert="$_p/healthcheck-client.crt" --key="$_p/healthcheck-client.key" \
+    --dial-timeout=3s --command-timeout=5s "$@"
+}
+node_apiserver_ok() {
+  _p=$1/var/lib/kubeadm/pki
+  node_https_ok $((6443 + $2)) /readyz -cert "$_p/apiserver-kubelet-client.crt" \
+    -key "$_p/apiserver-kubelet-client.key"
+}
+node_kcm_ok() { node_https_ok $((10257 + $1)) /healthz; }
+node_sched_ok() { node_https_ok $((10259 + $1)) /healthz; }
+# node_cp_healthy ROOT O [WITH-ETCD=1]
+node_cp_healthy() {
+  if [ "${3:-1}" = 1 ]; then node_etcdctl "$1" "$2" endpoint health > /dev/null 2>&1 || return 1; fi
+  node_apiserver_ok "$1" "$2" && node_kcm_ok "$2" && node_sched_ok "$2"
+}
+# node_wait_healthy ROOT O SECONDS [WITH-ETCD]   records how long it took
+node_wait_healthy() {
+  _t0=$(e2e_uptime)
+  e2e_wait_for "$3" node_cp_healthy "$1" "$2" "${4:-1}" || return 1
+  e2e_log "control plane at $1 healthy after $(awk "BEGIN{print $(e2e_uptime) - $_t0}") s"
+}
+
+# node_served NAME ROOT O   writes $E2E_OUT/NAME: "<component> <served sha> <file sha>" lines
+node_served() {
+  _p=$2/var/lib/kubeadm/pki _o=$3
+  {
+    if [ -f "$_p/etcd/server.crt" ]; then
+      echo "etcd $(node_served_sha $((2379 + _o)) -cert "$_p/etcd/healthcheck-client.crt" \
+        -key "$_p/etcd/healthcheck-client.key") $(node_file_sha "$_p/etcd/server.crt")"
+    fi
+    echo "kube-apiserver $(node_served_sha $((6443 + _o)) -cert "$_p/apiserver-kubelet-client.crt" \
+      -key "$_p/apiserver-kubelet-client.key") $(node_file_sha "$_p/apiserver.crt")"
+  } > "$E2E_OUT/$1"
+}
+
+# node_pki_sums NAME ROOT   sha256sum of every PKI file and kubeconfig (sorted) -> $E2E_OUT/NAME
+node_pki_sums() {
+  (cd "$2" && find var/lib/kubeadm/pki var/lib/kubeadm/*.conf var/lib/etcd/pki -type f \
+    2> /dev/null | sort | xargs sha256sum) > "$E2E_OUT/$1"
+}
+
+# node_check NAME ROOT   certrotor check --output json (host binary; it takes the lock and
+# recovers, so only after the containerised certrotor ran) -> $E2E_OUT/NAME.json, rc in NAME.rc
+node_check() {
+  certrotor check --root "$2" --output json > "$E2E_OUT/$1.json" 2> "$E2E_OUT/$1.err"
+  echo $? > "$E2E_OUT/$1.rc"
+}
+
+# node_certrotor --superpowered|--bootstrap NAME OUT USER-DATA [--env K=V]...
+# Runs the certrotor image the way Bottlerocket does: the command line comes from the
+# container's user-data file (no arguments after the image). stdout (the JSON report) ->
+# $E2E_OUT/OUT.json, stderr -> $E2E_OUT/OUT.log and the serial console (failpoint markers),
+# exit status -> $E2E_OUT/OUT.rc (and returned).
+node_certrotor() {
+  _kind=$1 _cname=$2 _out=$3 _ud=$4; shift 4
+  _dir=host-containers; [ "$_kind" = --bootstrap ] && _dir=bootstrap-containers
+  mkdir -p "/local/$_dir/$_cname"
+  printf '%s\n' "$_ud" > "/local/$_dir/$_cname/user-data"
+  e2e_mark "CERTROTOR-BEGIN $_out"
+  { e2e_host_ctr_run "$_kind" "$@" "$_cname" "$NODE_IMG" 2>&1 > "$E2E_OUT/$_out.json"
+    echo $? > "$E2E_OUT/$_out.rc"; } | tee "$E2E_OUT/$_out.log"
+  e2e_mark "CERTROTOR-END $_out rc=$(cat "$E2E_OUT/$_out.rc")"
+  return "$(cat "$E2E_OUT/$_out.rc")"
+}
+
+# node_save_state ROOT PREFIX   copies kubelet-sim's pod state files to $E2E_OUT/PREFIX-<pod>.json
+node_save_state() {
+  for _f in "$1"/var/lib/kubelet-sim/*.json; do
+    [ -f "$_f" ] && cp "$_f" "$E2E_OUT/$2-$(basename "$_f")"
+  done
+}

@@ -1,0 +1,284 @@
+//! Shared by the control-plane scenarios: scenario setup (guest script, `node-lib.sh`, the
+//! certrotor OCI image), reading what the guest saved (certrotor reports, `check` JSON,
+//! kubelet-sim pod states, checksums), and the figures every scenario prints (wall time,
+//! control-plane unavailability measured in the VM), also kept in `<work dir>/figures.txt`.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use qemu_tests::{Boot, Scenario};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Instant;
+
+/// The image reference `node-lib.sh` runs (`NODE_IMG`).
+pub const IMAGE_REF: &str = "localhost/certrotor:e2e";
+
+/// Leaf certificates of a stacked Bottlerocket lab node that certrotor renews.
+pub const STACKED_LEAVES: [&str; 7] = [
+    "apiserver",
+    "apiserver-kubelet-client",
+    "front-proxy-client",
+    "apiserver-etcd-client",
+    "etcd-server",
+    "etcd-peer",
+    "etcd-healthcheck-client",
+];
+
+/// Kubeconfigs certrotor renews (kubelet.conf is the kubelet's own business).
+pub const KUBECONFIGS: [&str; 4] = [
+    "admin.conf",
+    "super-admin.conf",
+    "controller-manager.conf",
+    "scheduler.conf",
+];
+
+/// Files that must never change: CAs, their keys, the service-account pair.
+pub const UNTOUCHABLE: [&str; 10] = [
+    "var/lib/kubeadm/pki/ca.crt",
+    "var/lib/kubeadm/pki/ca.key",
+    "var/lib/kubeadm/pki/front-proxy-ca.crt",
+    "var/lib/kubeadm/pki/front-proxy-ca.key",
+    "var/lib/kubeadm/pki/etcd/ca.crt",
+    "var/lib/kubeadm/pki/etcd/ca.key",
+    "var/lib/kubeadm/pki/sa.key",
+    "var/lib/kubeadm/pki/sa.pub",
+    "var/lib/kubeadm/kubelet.conf",
+    "var/lib/kubelet/pki/kubelet-client-current.pem",
+];
+
+/// The static pods of a stacked control plane, in certrotor's restart order.
+pub const PODS: [&str; 4] = [
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+];
+
+const DAY: i64 = 86_400;
+
+/// A fresh scenario running `script`, with `node-lib.sh`, a token and the certrotor image in
+/// its share.
+pub fn scenario(name: &str, script: &str) -> (Scenario, Instant) {
+    let t0 = Instant::now();
+    let sc = Scenario::new(name).unwrap();
+    sc.set_script(script).unwrap();
+    sc.write_share(
+        "node-lib.sh",
+        include_str!("../../scenarios/node-lib.sh").as_bytes(),
+    )
+    .unwrap();
+    sc.write_share(
+        "token",
+        format!("token-{}-{name}", std::process::id()).as_bytes(),
+    )
+    .unwrap();
+    sc.add_certrotor_image(IMAGE_REF, "certrotor.oci.tar")
+        .unwrap();
+    (sc, t0)
+}
+
+/// Every guest check (`e2e_check`) passed.
+pub fn assert_guest_checks(b: &Boot) {
+    let results = b.read_out("results.txt").unwrap();
+    assert!(
+        results.lines().any(|l| l.starts_with("OK ")) && !results.contains("FAIL"),
+        "{}",
+        b.failure(&format!("guest checks failed:\n{results}"))
+    );
+}
+
+/// A JSON file the guest saved.
+pub fn json(b: &Boot, name: &str) -> Value {
+    let text = b.read_out(name).unwrap();
+    serde_json::from_str(&text).unwrap_or_else(|e| {
+        panic!(
+            "{}",
+            b.failure(&format!("{name} is not JSON ({e}):\n{text}"))
+        )
+    })
+}
+
+/// `sha256sum` output saved by `node_pki_sums`: path -> digest.
+pub fn sums(b: &Boot, name: &str) -> BTreeMap<String, String> {
+    b.read_out(name)
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let (sum, path) = l.split_once(char::is_whitespace)?;
+            Some((path.trim().to_string(), sum.to_string()))
+        })
+        .collect()
+}
+
+/// `node_served` output: (component, served sha, file sha).
+pub fn served(b: &Boot, name: &str) -> Vec<(String, String, String)> {
+    b.read_out(name)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            assert_eq!(
+                w.len(),
+                3,
+                "{}",
+                b.failure(&format!("{name}: bad line {l:?}"))
+            );
+            (w[0].to_string(), w[1].to_string(), w[2].to_string())
+        })
+        .collect()
+}
+
+/// Every served certificate equals its file (and a certificate was really served).
+pub fn assert_served_equals_files(b: &Boot, name: &str) -> Vec<(String, String, String)> {
+    let s = served(b, name);
+    assert!(
+        !s.is_empty(),
+        "{}",
+        b.failure(&format!("{name}: nothing probed"))
+    );
+    for (c, got, file) in &s {
+        assert!(
+            got.len() == 64 && got != EMPTY_SHA,
+            "{}",
+            b.failure(&format!("{c}: no certificate served ({got})"))
+        );
+        assert_eq!(
+            got,
+            file,
+            "{}",
+            b.failure(&format!("{c} serves another certificate than its file"))
+        );
+    }
+    s
+}
+
+/// SHA-256 of no input: what `node_served_sha` prints when nothing was served.
+pub const EMPTY_SHA: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+/// The `check --output json` record named `name`.
+pub fn cert<'a>(check: &'a Value, name: &str) -> &'a Value {
+    check["certificates"]
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["name"] == name))
+        .unwrap_or_else(|| panic!("no certificate {name} in check output"))
+}
+
+/// Every renewable certificate is sound and expires in about `days` days (± 1 day).
+pub fn assert_expiries(b: &Boot, check: &Value, names: &[&str], days: i64) {
+    for n in names {
+        let c = cert(check, n);
+        let residual = c["residual_seconds"].as_i64().unwrap_or(i64::MIN);
+        assert!(
+            (residual - days * DAY).abs() <= DAY,
+            "{}",
+            b.failure(&format!(
+                "{n}: residual {residual}s, expected about {days} days: {c}"
+            ))
+        );
+        assert_eq!(c["status"], "ok", "{}", b.failure(&format!("{n}: {c}")));
+        assert_eq!(
+            c["key_matches"],
+            true,
+            "{}",
+            b.failure(&format!("{n}: {c}"))
+        );
+        assert_eq!(c["chain_ok"], true, "{}", b.failure(&format!("{n}: {c}")));
+    }
+}
+
+/// Files of `UNTOUCHABLE` present in `before` are unchanged in `after`.
+pub fn assert_untouched(
+    b: &Boot,
+    before: &BTreeMap<String, String>,
+    after: &BTreeMap<String, String>,
+) {
+    let mut seen = 0;
+    for f in UNTOUCHABLE {
+        if let Some(old) = before.get(f) {
+            seen += 1;
+            assert_eq!(
+                after.get(f),
+                Some(old),
+                "{}",
+                b.failure(&format!("{f} changed"))
+            );
+        }
+    }
+    assert!(
+        seen >= 6,
+        "{}",
+        b.failure(&format!("only {seen} CA/SA files found"))
+    );
+}
+
+/// One pod's kubelet-sim history: (starts, crash restarts, downtime of the last stop→start in ms).
+pub fn pod_history(state: &Value) -> (usize, u64, Option<i64>) {
+    let h = state["history"].as_array().cloned().unwrap_or_default();
+    let gap = h
+        .len()
+        .checked_sub(2)
+        .and_then(|i| Some(h[i + 1]["started_at_ms"].as_i64()? - h[i]["stopped_at_ms"].as_i64()?));
+    (h.len(), state["restarts"].as_u64().unwrap_or(u64::MAX), gap)
+}
+
+/// Figures of one scenario: printed and appended to `<work dir>/figures.txt`.
+pub struct Figures {
+    text: String,
+}
+
+impl Figures {
+    pub fn new(name: &str) -> Figures {
+        Figures {
+            text: format!("== {name}\n"),
+        }
+    }
+
+    pub fn line(&mut self, l: impl AsRef<str>) {
+        self.text.push_str(l.as_ref());
+        self.text.push('\n');
+    }
+
+    /// Unavailability per component from a `run --output json` report and the kubelet-sim
+    /// states saved with `prefix` (`<prefix>-<pod>.json`).
+    pub fn unavailability(&mut self, b: &Boot, label: &str, report: &Value, prefix: Option<&str>) {
+        let mut line = format!("{label}: unavailable");
+        for r in report["restarted"].as_array().cloned().unwrap_or_default() {
+            let comp = r["component"].as_str().unwrap_or("?").to_string();
+            write!(line, " {comp} {} ms", r["unavailable_ms"]).unwrap();
+            if let Some(p) = prefix
+                && let Ok(text) =
+                    b.read_out(&format!("{p}-{}.json", r["pod"].as_str().unwrap_or("")))
+                && let Ok(state) = serde_json::from_str::<Value>(&text)
+                && let (_, _, Some(gap)) = pod_history(&state)
+            {
+                write!(line, " (process down {gap} ms)").unwrap();
+            }
+            line.push(';');
+        }
+        if let Some(ms) = report["duration_ms"].as_u64() {
+            write!(line, " run {ms} ms").unwrap();
+        }
+        self.line(line);
+    }
+
+    pub fn boot(&mut self, b: &Boot) {
+        let mut l = format!("boot {}: {:.1}s", b.index, b.elapsed.as_secs_f64());
+        for m in [
+            "RUN-BEGIN",
+            "MARK CERTROTOR-BEGIN",
+            "MARK CERTROTOR-END",
+            "RESULT",
+        ] {
+            if let Some(t) = b.marker_time(&format!("CERTROTOR-E2E: {m}")) {
+                write!(l, ", {m} at {:.1}s", t.as_secs_f64()).unwrap();
+            }
+        }
+        self.line(l);
+    }
+
+    pub fn finish(mut self, sc: &Scenario, t0: Instant) {
+        self.line(format!("wall time {:.1}s", t0.elapsed().as_secs_f64()));
+        eprint!("{}", self.text);
+        std::fs::write(sc.dir().join("figures.txt"), &self.text).unwrap();
+    }
+}

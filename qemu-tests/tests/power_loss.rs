@@ -1,0 +1,181 @@
+//! Scenario c: power loss mid-renewal. Boot 1 kills QEMU (SIGKILL: no flush, no shutdown) when
+//! certrotor, paused by a failpoint, reaches a chosen step of its transaction. Boot 2 on the same
+//! disk starts the node the Bottlerocket way (API, bootstrap container, kubelet, host container):
+//! certrotor completes or undoes the transaction and the node ends healthy, with a consistent
+//! PKI renewed for a year, served as on disk, CAs untouched and etcd data intact.
+//! Guest side: `qemu-tests/scenarios/power-loss.sh` (2 boots per test).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::*;
+use qemu_tests::{Boot, BootOptions};
+use std::time::Duration;
+
+struct Case {
+    name: &'static str,
+    failpoint: &'static str,
+    /// Whether the interruption already replaced live files (after the journal).
+    rolls_forward: bool,
+    /// Whether boot 2 runs the bootstrap container before the kubelet.
+    bootstrap: bool,
+}
+
+fn run(case: &Case) {
+    let (mut sc, t0) = scenario(case.name, include_str!("../scenarios/power-loss.sh"));
+    sc.write_share("failpoint", case.failpoint.as_bytes())
+        .unwrap();
+    sc.write_share("bootstrap", if case.bootstrap { b"yes" } else { b"no" })
+        .unwrap();
+
+    // ---- boot 1: power loss at the failpoint
+    let b1 = sc
+        .boot(&BootOptions {
+            timeout: Duration::from_secs(300),
+            kill_at: Some(format!("CERTROTOR-FAILPOINT {} (", case.failpoint)),
+            ..BootOptions::default()
+        })
+        .unwrap();
+    b1.expect_killed().unwrap();
+    assert_guest_checks(&b1);
+    assert_eq!(
+        b1.read_out("checks-rc").unwrap(),
+        "0",
+        "{}",
+        b1.failure("checks")
+    );
+    let before = sums(&b1, "pki-before.sha");
+
+    // ---- boot 2: recovery
+    let b2 = sc
+        .boot(&BootOptions {
+            timeout: Duration::from_secs(420),
+            ..BootOptions::default()
+        })
+        .unwrap();
+    b2.expect_success().unwrap();
+    assert_guest_checks(&b2);
+
+    // the power loss hit where intended: live files untouched before the journal, some
+    // replaced after it
+    // (live files only: the staging folders of the interrupted run are beside them)
+    let live = |m: std::collections::BTreeMap<String, String>| {
+        m.into_iter()
+            .filter(|(p, _)| !p.contains("/.certrotor"))
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    let at_boot = live(sums(&b2, "pki-at-boot.sha"));
+    let before = live(before);
+    if case.rolls_forward {
+        assert_ne!(
+            before,
+            at_boot,
+            "{}",
+            b2.failure("no live file was replaced at the failpoint")
+        );
+    } else {
+        assert_eq!(
+            before,
+            at_boot,
+            "{}",
+            b2.failure("live files changed before the journal")
+        );
+    }
+    let recovered_by = if case.bootstrap { "bootstrap" } else { "run" };
+    let log = b2.read_out(&format!("{recovered_by}.log")).unwrap();
+    let want = if case.rolls_forward {
+        "completed an interrupted renew"
+    } else {
+        "staging folder(s) of an interrupted run"
+    };
+    assert!(
+        log.contains(want),
+        "{}",
+        b2.failure(&format!("no {want:?} in:\n{log}"))
+    );
+
+    // consistent PKI renewed for a year, CAs untouched, nothing left over
+    let check = json(&b2, "check-after.json");
+    let mut renewed: Vec<&str> = STACKED_LEAVES.to_vec();
+    renewed.extend(KUBECONFIGS);
+    assert_expiries(&b2, &check, &renewed, 365);
+    let after = sums(&b2, "pki-after.sha");
+    assert_untouched(&b2, &before, &after);
+    let dirs = b2.read_out("pki-dirs.txt").unwrap();
+    assert!(
+        !dirs
+            .lines()
+            .any(|l| l.contains("certrotor") || l.contains(".tmp") || l.contains("staging")),
+        "{}",
+        b2.failure(&format!("leftovers next to the PKI:\n{dirs}"))
+    );
+    assert!(
+        !b2.read_out("backups.txt").unwrap().is_empty(),
+        "{}",
+        b2.failure("no backup")
+    );
+
+    // served = files, etcd data intact
+    assert_served_equals_files(&b2, "served-after.txt");
+    assert_eq!(
+        b2.read_out("etcd-after").unwrap(),
+        std::fs::read_to_string(sc.share_dir().join("token")).unwrap(),
+        "{}",
+        b2.failure("etcd data after the power loss")
+    );
+
+    let mut f = Figures::new(&format!("c {} (failpoint {})", case.name, case.failpoint));
+    figures(&mut f, &b1, &b2, case.bootstrap);
+    f.finish(&sc, t0);
+}
+
+fn figures(f: &mut Figures, b1: &Boot, b2: &Boot, bootstrap: bool) {
+    f.boot(b1);
+    f.boot(b2);
+    if bootstrap
+        && let (Some(a), Some(z)) = (
+            b2.marker_time("MARK CERTROTOR-BEGIN bootstrap"),
+            b2.marker_time("MARK CERTROTOR-END bootstrap"),
+        )
+    {
+        f.line(format!(
+            "boot 2 bootstrap container (recovery + renewal, pods not started yet) {:.1}s",
+            (z - a).as_secs_f64()
+        ));
+    }
+    let r = json(b2, "run.json");
+    f.unavailability(b2, "boot 2 host container run --once", &r, Some("state"));
+}
+
+#[test]
+fn power_loss_before_the_journal_is_undone() {
+    run(&Case {
+        name: "power-loss-backed-up",
+        failpoint: "backed-up",
+        rolls_forward: false,
+        bootstrap: true,
+    });
+}
+
+#[test]
+fn power_loss_mid_swap_is_completed() {
+    run(&Case {
+        name: "power-loss-renamed",
+        failpoint: "renamed",
+        rolls_forward: true,
+        bootstrap: true,
+    });
+}
+
+/// Without a bootstrap container the kubelet starts the pods on the half-swapped PKI (the
+/// apiserver crash-loops on a key that does not match) while the host container's `run --once`
+/// completes the transaction and, through its restart marker, restarts every component.
+#[test]
+fn power_loss_mid_swap_host_container_only() {
+    run(&Case {
+        name: "power-loss-renamed-no-bootstrap",
+        failpoint: "renamed",
+        rolls_forward: true,
+        bootstrap: false,
+    });
+}
