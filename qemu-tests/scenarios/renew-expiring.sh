@@ -2,12 +2,19 @@
 # Scenario a (qemu-tests/tests/renew_expiring.rs): a stacked control-plane node whose leaf
 # certificates expire in 2 days; certrotor, as a superpowered host container configured by its
 # user-data, renews, restarts each static pod once through the API and verifies. The host-side
-# test asserts on the files saved here.
+# test asserts on the files saved here. With `extra-args` in the share (issue 6's scenario,
+# qemu-tests/tests/engine_kubeadm.rs), those arguments are added, and `kubeadm-standin.oci.tar`
+# is imported into containerd's k8s.io namespace first.
 . /usr/lib/certrotor-e2e/lib.sh
 . "$E2E_SHARE/node-lib.sh"
 R=/ P=/var/lib/kubeadm/pki
 
 e2e_check "certrotor image imported" node_image
+EXTRA=$(cat "$E2E_SHARE/extra-args" 2> /dev/null || true)
+if [ -f "$E2E_SHARE/kubeadm-standin.oci.tar" ]; then
+  e2e_check "kubeadm stand-in imported into k8s.io" \
+    sh -c "ctr -n k8s.io images import '$E2E_SHARE/kubeadm-standin.oci.tar' > /dev/null"
+fi
 e2e_check "lab node (expires in 2d)" node_lab / --expires-in 2d
 e2e_check "apiserver-sim on /run/api.sock" node_api / /run/api.sock node
 node_kubelet / node
@@ -17,7 +24,7 @@ node_pki_sums pki-before.sha /
 node_served served-before.txt / 0
 
 node_certrotor --superpowered certrotor run \
-  "run --once --platform bottlerocket --restart-timeout 120s --poll-interval 200ms --output json"
+  "run --once --platform bottlerocket --restart-timeout 120s --poll-interval 200ms --output json $EXTRA"
 e2e_check "certrotor run exit 0" [ "$(cat "$E2E_OUT/run.rc")" = 0 ]
 
 e2e_check "control plane healthy after" node_wait_healthy / 0 60
@@ -32,4 +39,6 @@ for b in /var/lib/certrotor/backups/*/; do
   f=$(find "$b" -name apiserver.crt | head -n1)
   [ -n "$f" ] && sha256sum < "$f" | cut -c1-64 > "$E2E_OUT/backup-apiserver.sha"
 done
+ctr -n k8s.io containers ls -q > "$E2E_OUT/k8s-containers.txt" 2>&1
+ls /var/lib/certrotor/engine > "$E2E_OUT/engine-staging.txt" 2>&1 || true
 e2e_finish

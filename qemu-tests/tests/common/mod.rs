@@ -4,10 +4,11 @@
 //! control-plane unavailability measured in the VM), also kept in `<work dir>/figures.txt`.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use qemu_tests::{Boot, Scenario};
+use qemu_tests::{Boot, BootOptions, Scenario};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::time::Duration;
 use std::time::Instant;
 
 /// The image reference `node-lib.sh` runs (`NODE_IMG`).
@@ -281,4 +282,99 @@ impl Figures {
         eprint!("{}", self.text);
         std::fs::write(sc.dir().join("figures.txt"), &self.text).unwrap();
     }
+}
+
+/// Boots scenario a's guest script (`scenarios/renew-expiring.sh`: a stacked node expiring in 2
+/// days, renewed by certrotor's host container) and asserts what every renewal of it must show:
+/// exit 0 without rollback, the four static pods restarted in order, leaves and kubeconfigs
+/// valid a year, CAs untouched, renewed files changed, etcd data kept, the new certificates
+/// served and equal to what certrotor verified. Returns the boot, certrotor's report and the
+/// PKI checksums before the run.
+pub fn renew_expiring_node(sc: &mut Scenario) -> (Boot, Value, BTreeMap<String, String>) {
+    let b = sc
+        .boot(&BootOptions {
+            timeout: Duration::from_secs(420),
+            ..BootOptions::default()
+        })
+        .unwrap();
+    b.expect_success().unwrap();
+    assert_guest_checks(&b);
+
+    let report = json(&b, "run.json");
+    assert_eq!(
+        b.read_out("run.rc").unwrap(),
+        "0",
+        "{}",
+        b.failure("run rc")
+    );
+    assert!(
+        report["rolled_back"].is_null(),
+        "{}",
+        b.failure(&format!("rolled back: {report}"))
+    );
+    let restarted: Vec<&str> = report["restarted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["component"].as_str().unwrap())
+        .collect();
+    assert_eq!(restarted, PODS, "{}", b.failure("restart order"));
+    // new expiries about a year away, sound chains and keys
+    let check = json(&b, "check-after.json");
+    let mut renewed: Vec<&str> = STACKED_LEAVES.to_vec();
+    renewed.extend(KUBECONFIGS);
+    assert_expiries(&b, &check, &renewed, 365);
+
+    // CAs untouched, every renewed file changed
+    let before = sums(&b, "pki-before.sha");
+    let after = sums(&b, "pki-after.sha");
+    assert_untouched(&b, &before, &after);
+    for f in [
+        "var/lib/kubeadm/pki/apiserver.crt",
+        "var/lib/kubeadm/pki/apiserver.key",
+        "var/lib/kubeadm/pki/etcd/server.crt",
+        "var/lib/kubeadm/admin.conf",
+        "var/lib/kubeadm/scheduler.conf",
+    ] {
+        assert_ne!(
+            before.get(f),
+            after.get(f),
+            "{}",
+            b.failure(&format!("{f} not renewed"))
+        );
+        assert!(
+            after.contains_key(f),
+            "{}",
+            b.failure(&format!("{f} missing"))
+        );
+    }
+
+    // etcd data survived the etcd restart with new certificates
+    assert_eq!(
+        b.read_out("etcd-after").unwrap(),
+        std::fs::read_to_string(sc.share_dir().join("token")).unwrap(),
+        "{}",
+        b.failure("the etcd key written before the renewal")
+    );
+
+    // served = files, before (old) and after (new), and = what certrotor verified
+    let old = assert_served_equals_files(&b, "served-before.txt");
+    let new = assert_served_equals_files(&b, "served-after.txt");
+    for ((c, o, _), (_, n, _)) in old.iter().zip(&new) {
+        assert_ne!(
+            o,
+            n,
+            "{}",
+            b.failure(&format!("{c} still serves the old certificate"))
+        );
+        let verified = report["restarted"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["component"] == c.as_str())
+            .map(|r| r["served_sha256"].clone());
+        assert_eq!(verified, Some(serde_json::json!(n)), "{}", b.failure(c));
+    }
+
+    (b, report, before)
 }
