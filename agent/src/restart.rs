@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::catalog::{self, EtcdTopology, Layout};
+use crate::catalog::{self, Layout};
 use crate::fsutil;
 use crate::manifests::{Component, PodInfo};
 use crate::pki::{Cert, MAX_PEM_FILE_BYTES};
@@ -319,83 +319,72 @@ fn probe_for(
     timeout: Duration,
 ) -> Result<(Probe, Option<String>), RestartError> {
     let err = |m: String| fail(Some(component), m);
-    let per_attempt = timeout.min(Duration::from_secs(5));
-    let kubeadm = layouts
-        .iter()
-        .find(|l| matches!(l.name, "kubeadm" | "bottlerocket"));
-    let etcdadm = layouts
-        .iter()
-        .find(|l| matches!(l.name, "etcdadm" | "etcdadm-bottlerocket"));
-    let probe = |path: &str,
-                 ca: Option<String>,
-                 client: Option<(String, String)>|
-     -> Result<Probe, RestartError> {
-        let ca_pem = match ca {
-            Some(ca) => Some(read_file(root, &ca).map_err(err)?),
-            None => None,
-        };
-        let (cert, key) = match client {
-            Some((c, k)) => (
-                Some(read_file(root, &c).map_err(err)?),
-                Some(read_file(root, &k).map_err(err)?),
-            ),
-            None => (None, None),
-        };
-        Ok(Probe {
-            address,
-            path: path.into(),
-            ca_pem,
-            client_cert_pem: cert,
-            client_key_pem: key,
-            timeout: per_attempt,
+    let entries = catalog::entries(root, layouts);
+    // The first of `names` that the catalog has here, with its certificate and key paths.
+    let find = |names: &[&str]| {
+        names.iter().find_map(|n| {
+            entries
+                .iter()
+                .find(|e| e.name == *n && root.join(&e.path).exists())
         })
     };
-    match component {
+    let pair = |e: &catalog::Entry| Some((e.path.clone(), e.key_path.clone().unwrap_or_default()));
+    // What each component is probed with: (health path, CA, client certificate, served
+    // certificate), by catalog name; the stacked kubeadm names first, then etcdadm's.
+    let (path, ca, client, served) = match component {
         Component::Etcd => {
-            if let Some(l) = kubeadm.filter(|l| l.etcd == EtcdTopology::Stacked) {
-                let d = l.dir;
-                let p = probe(
-                    "/health",
-                    Some(format!("{d}/pki/etcd/ca.crt")),
-                    Some((
-                        format!("{d}/pki/etcd/healthcheck-client.crt"),
-                        format!("{d}/pki/etcd/healthcheck-client.key"),
-                    )),
-                )?;
-                Ok((p, Some(format!("{d}/pki/etcd/server.crt"))))
-            } else if let Some(l) = etcdadm {
-                let d = l.dir;
-                let p = probe(
-                    "/health",
-                    Some(format!("{d}/ca.crt")),
-                    Some((
-                        format!("{d}/etcdctl-etcd-client.crt"),
-                        format!("{d}/etcdctl-etcd-client.key"),
-                    )),
-                )?;
-                Ok((p, Some(format!("{d}/server.crt"))))
+            let ca = find(&["etcd-ca", "etcdadm-ca"])
+                .filter(|e| e.key_path.as_ref().is_some_and(|k| root.join(k).exists()));
+            let ca = ca.ok_or_else(|| err("no etcd certificates on this node".into()))?;
+            let (client, served) = if ca.name == "etcd-ca" {
+                (find(&["etcd-healthcheck-client"]), find(&["etcd-server"]))
             } else {
-                Err(err("no etcd certificates on this node".into()))
-            }
+                (
+                    find(&["etcdadm-etcdctl-etcd-client"]),
+                    find(&["etcdadm-server"]),
+                )
+            };
+            (
+                "/health",
+                Some(ca.path.clone()),
+                client.and_then(pair),
+                served.map(|e| e.path.clone()),
+            )
         }
         Component::KubeApiserver => {
-            let d = kubeadm
-                .map(|l| l.dir)
-                .ok_or_else(|| err("no kubeadm PKI on this node".into()))?;
-            let p = probe(
+            let ca = find(&["ca"]).ok_or_else(|| err("no kubeadm PKI on this node".into()))?;
+            let client = find(&["apiserver-kubelet-client"]).and_then(pair);
+            (
                 "/readyz",
-                Some(format!("{d}/pki/ca.crt")),
-                Some((
-                    format!("{d}/pki/apiserver-kubelet-client.crt"),
-                    format!("{d}/pki/apiserver-kubelet-client.key"),
-                )),
-            )?;
-            Ok((p, Some(format!("{d}/pki/apiserver.crt"))))
+                Some(ca.path.clone()),
+                client,
+                find(&["apiserver"]).map(|e| e.path.clone()),
+            )
         }
         Component::KubeControllerManager | Component::KubeScheduler => {
-            Ok((probe("/healthz", None, None)?, None))
+            ("/healthz", None, None, None)
         }
-    }
+    };
+    let ca_pem = match ca {
+        Some(ca) => Some(read_file(root, &ca).map_err(err)?),
+        None => None,
+    };
+    let (client_cert_pem, client_key_pem) = match client {
+        Some((c, k)) => (
+            Some(read_file(root, &c).map_err(err)?),
+            Some(read_file(root, &k).map_err(err)?),
+        ),
+        None => (None, None),
+    };
+    let probe = Probe {
+        address,
+        path: path.into(),
+        ca_pem,
+        client_cert_pem,
+        client_key_pem,
+        timeout: timeout.min(Duration::from_secs(5)),
+    };
+    Ok((probe, served))
 }
 
 /// The marker written before a pod is stopped.
