@@ -397,6 +397,7 @@ fn prepare_and_commit(
     };
     write_journal(root, &journal)?;
     failpoint("journaled");
+    finalize_backup(root, &backup_id)?;
 
     // 4. Swap, 5. clean up.
     commit(root, &journal)?;
@@ -453,7 +454,7 @@ fn write_backup(root: &Path, changes: &[Change], kind: &str, now: i64) -> Result
             break;
         }
     }
-    // Build in a temporary folder, renamed into place when complete.
+    // Build in a temporary folder, renamed into place once the journal names it.
     let tmp = backups.join(format!(".incomplete-{id}"));
     fsutil::create_dir_all_mode(&tmp.join("files"), 0o700)
         .map_err(prep("create the backup", &tmp))?;
@@ -507,10 +508,26 @@ fn write_backup(root: &Path, changes: &[Change], kind: &str, now: i64) -> Result
     fsutil::write_new(&manifest_path, &json, 0o600, None)
         .map_err(prep("write the backup manifest", &manifest_path))?;
     fsutil::sync_dir(&tmp).map_err(prep("sync the backup", &tmp))?;
-    let final_dir = backups.join(&id);
-    fs::rename(&tmp, &final_dir).map_err(prep("complete the backup", &final_dir))?;
     fsutil::sync_dir(&backups).map_err(prep("sync the backup folder", &backups))?;
+    // It keeps its `.incomplete-` name until the journal exists ([`finalize_backup`]): a crash
+    // before that leaves no backup of a transaction that never happened.
     Ok(id)
+}
+
+/// Gives a journaled transaction's backup its final name (idempotent).
+fn finalize_backup(root: &Path, id: &str) -> Result<(), TxnError> {
+    let backups = state_dir(root).join("backups");
+    let incomplete = backups.join(format!(".incomplete-{id}"));
+    if !incomplete.exists() {
+        return Ok(());
+    }
+    let done = backups.join(id);
+    let fail = |source| TxnError::Commit {
+        path: done.display().to_string(),
+        source,
+    };
+    fs::rename(&incomplete, &done).map_err(fail)?;
+    fsutil::sync_dir(&backups).map_err(fail)
 }
 
 fn write_journal(root: &Path, journal: &Journal) -> Result<(), TxnError> {
@@ -599,6 +616,7 @@ pub fn recover(root: &Path) -> Result<Recovery, TxnError> {
                  'certrotor check', then restore with 'certrotor rollback'"
             ),
         })?;
+        finalize_backup(root, &journal.backup_id)?;
         commit(root, &journal)?;
         // Verify that the live files are what the journal promised.
         for file in &journal.files {

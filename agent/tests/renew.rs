@@ -299,6 +299,21 @@ fn crash_at_every_failpoint_leaves_the_pki_wholly_old_or_wholly_new() {
             assert!(!journal, "{context}: journal still there");
         }
         pristine.assert_whole(&root, !BEFORE_JOURNAL.contains(&name.as_str()), &context);
+        // After recovery a backup exists exactly when the transaction happened (journaled),
+        // and nothing half-made is left in the backup folder.
+        let backups: Vec<String> = std::fs::read_dir(root.join(STATE).join("backups"))
+            .map(|list| {
+                list.flatten()
+                    .map(|e| e.file_name().to_string_lossy().to_string())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let want = usize::from(!BEFORE_JOURNAL.contains(&name.as_str()));
+        assert_eq!(
+            backups.len(),
+            want,
+            "{context}: backups after recovery: {backups:?}"
+        );
         seen.insert(name);
         std::fs::remove_dir_all(&root).unwrap();
         n += 1;
