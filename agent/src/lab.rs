@@ -104,28 +104,32 @@ pub fn init(dir: &Path, opts: &LabOptions) -> Result<LabSummary, LabError> {
         LabLayout::Kubeadm => "etc/etcd/pki",
         LabLayout::Bottlerocket => "var/lib/etcd/pki",
     };
-    let roots = match opts.topology {
-        Topology::Stacked => {
-            let root = dir.to_path_buf();
-            let (ca, ca_key) = write_ca(
-                &mut w,
-                &root,
-                &format!("{kdir}/pki/ca"),
-                "kubernetes",
-                opts,
-                &clock,
-            )?;
-            let (fp, fp_key) = write_ca(
-                &mut w,
-                &root,
-                &format!("{kdir}/pki/front-proxy-ca"),
-                "front-proxy-ca",
-                opts,
-                &clock,
-            )?;
+    // The control plane's own CAs are the same in both topologies.
+    let (cp, etcd_root) = match opts.topology {
+        Topology::Stacked => (dir.to_path_buf(), None),
+        Topology::ExternalEtcd => (dir.join("control-plane"), Some(dir.join("etcd"))),
+    };
+    let (ca, ca_key) = write_ca(
+        &mut w,
+        &cp,
+        &format!("{kdir}/pki/ca"),
+        "kubernetes",
+        opts,
+        &clock,
+    )?;
+    let (fp, fp_key) = write_ca(
+        &mut w,
+        &cp,
+        &format!("{kdir}/pki/front-proxy-ca"),
+        "front-proxy-ca",
+        opts,
+        &clock,
+    )?;
+    let roots = match etcd_root {
+        None => {
             let (etcd, etcd_key) = write_ca(
                 &mut w,
-                &root,
+                &cp,
                 &format!("{kdir}/pki/etcd/ca"),
                 "etcd-ca",
                 opts,
@@ -136,29 +140,12 @@ pub fn init(dir: &Path, opts: &LabOptions) -> Result<LabSummary, LabError> {
                 front_proxy: (&fp, &fp_key),
                 etcd: Some((&etcd, &etcd_key)),
             };
-            write_control_plane(&mut w, &root, kdir, opts, &clock, &cas, true)?;
-            vec![root]
+            write_control_plane(&mut w, &cp, kdir, opts, &clock, &cas, true)?;
+            vec![cp]
         }
-        Topology::ExternalEtcd => {
-            let cp = dir.join("control-plane");
-            let etcd_root = dir.join("etcd");
-            let (ca, ca_key) = write_ca(
-                &mut w,
-                &cp,
-                &format!("{kdir}/pki/ca"),
-                "kubernetes",
-                opts,
-                &clock,
-            )?;
-            let (fp, fp_key) = write_ca(
-                &mut w,
-                &cp,
-                &format!("{kdir}/pki/front-proxy-ca"),
-                "front-proxy-ca",
-                opts,
-                &clock,
-            )?;
-            // EKS Anywhere: the etcd CA comes from Cluster API, CN "kubernetes" like the others.
+        Some(etcd_root) => {
+            // EKS Anywhere: the etcd CA comes from Cluster API, CN "kubernetes" like the others;
+            // the control plane holds only its certificate, so it signs no etcd certificate.
             let (etcd, etcd_key) = write_ca(
                 &mut w,
                 &etcd_root,
@@ -176,7 +163,7 @@ pub fn init(dir: &Path, opts: &LabOptions) -> Result<LabSummary, LabError> {
             let cas = Cas {
                 ca: (&ca, &ca_key),
                 front_proxy: (&fp, &fp_key),
-                etcd: Some((&etcd, &etcd_key)),
+                etcd: None,
             };
             write_control_plane(&mut w, &cp, kdir, opts, &clock, &cas, false)?;
             write_etcd_node(
@@ -220,15 +207,9 @@ impl LabClock {
             not_after: self.birth + 10 * YEAR,
         }
     }
+    /// Leaves start with the CAs, as if issued when the cluster was made (kubeadm ≤ 1.30 and
+    /// etcdadm backdate to the CA's notBefore; a year-old leaf looks the same either way).
     fn leaf(&self) -> Issuance {
-        Issuance {
-            serial: 0,
-            not_before: self.birth - 300,
-            not_after: self.leaf_not_after,
-        }
-    }
-    /// etcdadm backdates leaves to the CA's notBefore.
-    fn etcdadm_leaf(&self) -> Issuance {
         Issuance {
             serial: 0,
             not_before: self.birth - 300,
@@ -349,14 +330,9 @@ fn issue_leaf(
         basic_constraints: if spec.etcdadm { None } else { Some(false) },
         subject_key_id: false,
     };
-    let window = if spec.etcdadm {
-        clock.etcdadm_leaf()
-    } else {
-        clock.leaf()
-    };
     let issuance = Issuance {
         serial: pki::random_serial()?,
-        ..window
+        ..clock.leaf()
     };
     let cert = pki::issue(
         &profile,
