@@ -366,7 +366,7 @@ impl Ctr {
         };
         let ran = result?;
         if ran.code != Some(0) {
-            let output = format!("{}\n{}", ran.stdout.trim(), ran.stderr.trim());
+            let output = redact_keys(&format!("{}\n{}", ran.stdout.trim(), ran.stderr.trim()));
             return Err(err(format!(
                 "'{}' failed with exit code {} (socket '{}', image '{}'): {}",
                 self.describe(&args),
@@ -379,13 +379,31 @@ impl Ctr {
         if let Some(problem) = leftover {
             return Err(err(problem));
         }
-        for line in ran.stdout.lines().chain(ran.stderr.lines()) {
+        for line in redact_keys(&format!("{}\n{}", ran.stdout, ran.stderr)).lines() {
             if !line.trim().is_empty() {
                 crate::log(&format!("{}: {}", tool.join(" "), line.trim()));
             }
         }
         Ok(ran.stdout)
     }
+}
+
+/// A tool's output with every PEM private-key block replaced by one line: whatever a tool
+/// prints, key material never reaches certrotor's log or errors.
+fn redact_keys(output: &str) -> String {
+    let mut out = Vec::new();
+    let mut in_key = false;
+    for line in output.lines() {
+        if line.contains("-----BEGIN") && line.contains("PRIVATE KEY") {
+            in_key = true;
+            out.push("[private key redacted]");
+        } else if in_key {
+            in_key = !(line.contains("-----END") && line.contains("PRIVATE KEY"));
+        } else {
+            out.push(line);
+        }
+    }
+    out.join("\n")
 }
 
 /// Whether `pid` is a live certrotor process (its container is then not a leftover).
@@ -779,6 +797,15 @@ fn collect(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn tool_output_never_carries_key_material() {
+        let out = "renewed apiserver\n-----BEGIN RSA PRIVATE KEY-----\nMIIEsecret\n-----END RSA PRIVATE KEY-----\ndone";
+        let r = redact_keys(out);
+        assert_eq!(r, "renewed apiserver\n[private key redacted]\ndone");
+        assert!(!r.contains("MIIEsecret"));
+    }
+
     use super::*;
 
     #[test]
