@@ -1,5 +1,5 @@
 //! Renewal: decide what is due ([`plan`]), issue the new certificates in memory ([`issue_all`]),
-//! prove they are right ([`validate`]), and turn them into a transaction's changes.
+//! prove they are right ([`validate_with`]), and turn them into a transaction's changes.
 //!
 //! Parity with `kubeadm certs renew` (`reference/pki-profiles.md` §7): the subject is kept byte
 //! for byte (RDN order, string types, every O), the SANs, KeyUsage and ExtKeyUsage are those of
@@ -316,11 +316,11 @@ pub struct Issued {
     pub ca: Cert,
     /// The bytes to write: (path, content, mode if new).
     pub files: Vec<(String, Vec<u8>, u32)>,
-    /// How [`validate`] compares its identity with the old certificate's.
+    /// How [`validate_with`] compares its identity with the old certificate's.
     pub identity: IdentityCheck,
 }
 
-/// How [`validate`] compares a new certificate's identity with the old one's.
+/// How [`validate_with`] compares a new certificate's identity with the old one's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IdentityCheck {
     /// Subject (byte for byte) and SANs equal the old certificate's: kubeadm's renewal and
@@ -504,12 +504,8 @@ pub fn profile_of(old: &Cert, flavor: Flavor) -> Profile {
 }
 
 /// Proves each new certificate right before anything live is touched: signed by its CA, the key
-/// matches, the identity equals the old certificate's, the validity is the planned one.
-pub fn validate(issued: &[Issued], plan: &Plan) -> Result<(), IssueError> {
-    validate_with(issued, plan, ValidityCheck::Planned)
-}
-
-/// [`validate`], with the validity window checked as `validity` says.
+/// matches, the identity equals the old certificate's, and the validity window is the planned
+/// one (native engine) or the one the tool chose (`validity`, kubeadm engine).
 pub fn validate_with(
     issued: &[Issued],
     plan: &Plan,
