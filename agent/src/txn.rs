@@ -395,7 +395,15 @@ fn prepare_and_commit(
         files: journal_files,
         staging_dirs: staging_dirs.into_iter().collect(),
     };
-    write_journal(root, &journal)?;
+    if let Err(e) = write_journal(root, &journal) {
+        // The transaction never happened: its backup (copies of the old keys) goes too.
+        let _ = fs::remove_dir_all(
+            state_dir(root)
+                .join("backups")
+                .join(format!(".incomplete-{backup_id}")),
+        );
+        return Err(e);
+    }
     failpoint("journaled");
     finalize_backup(root, &backup_id)?;
 
