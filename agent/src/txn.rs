@@ -311,8 +311,10 @@ pub fn apply(
     );
     let result = prepare_and_commit(root, changes, kind, now, retention, &txid);
     if let Err(TxnError::Prepare { .. } | TxnError::Locked { .. }) = &result {
-        // Nothing live was touched: remove what was staged.
+        // Nothing live was touched: remove what was staged, and the unjournaled backup (copies
+        // of the old keys), as recovery would.
         remove_staging(root, changes, &txid);
+        remove_incomplete_backups(root);
     }
     result
 }
@@ -395,15 +397,7 @@ fn prepare_and_commit(
         files: journal_files,
         staging_dirs: staging_dirs.into_iter().collect(),
     };
-    if let Err(e) = write_journal(root, &journal) {
-        // The transaction never happened: its backup (copies of the old keys) goes too.
-        let _ = fs::remove_dir_all(
-            state_dir(root)
-                .join("backups")
-                .join(format!(".incomplete-{backup_id}")),
-        );
-        return Err(e);
-    }
+    write_journal(root, &journal)?;
     failpoint("journaled");
     finalize_backup(root, &backup_id)?;
 
@@ -666,7 +660,17 @@ pub fn recover(root: &Path) -> Result<Recovery, TxnError> {
             }
         }
     }
-    if let Ok(list) = fs::read_dir(dir.join("backups")) {
+    remove_incomplete_backups(root);
+    Ok(if removed > 0 {
+        Recovery::DiscardedStaging(removed)
+    } else {
+        Recovery::Clean
+    })
+}
+
+/// Removes backups no journal names (only called when no journal exists, under the lock).
+fn remove_incomplete_backups(root: &Path) {
+    if let Ok(list) = fs::read_dir(state_dir(root).join("backups")) {
         for entry in list.flatten() {
             if entry
                 .file_name()
@@ -677,11 +681,6 @@ pub fn recover(root: &Path) -> Result<Recovery, TxnError> {
             }
         }
     }
-    Ok(if removed > 0 {
-        Recovery::DiscardedStaging(removed)
-    } else {
-        Recovery::Clean
-    })
 }
 
 /// Folders where staging folders may be left: every folder of every layout, plus the PKI
