@@ -1,21 +1,53 @@
 #!/usr/bin/env bash
-# Installs (idempotently) the Debian packages that images/build-vm.sh and the QEMU test
-# harness need: QEMU (TCG), the Debian generic kernel (for its vmlinuz + modules), and the
-# binaries copied into the VM root image. Debian bookworm; must run as root (or via sudo).
-# Usage: images/setup-host.sh
+# Installs (idempotently) the Debian packages that the whole test suite needs: the unit and
+# integration tests (openssl, etcd, containerd + runc), images/build-vm.sh and the QEMU harness
+# (QEMU under TCG, the Debian kernel, the VM's userland), the static build (musl-tools), and the
+# Go toolchain that builds Kubernetes from Debian's source package (images/k8s/build.sh).
+# Then checks that every tool the suite calls is on PATH, naming the package of any that is not.
+# Debian bookworm; must run as root (or via sudo). Usage: images/setup-host.sh [--check-only]
 set -euo pipefail
 
 PKGS=(
   qemu-system-x86 qemu-utils        # the VM (TCG) and qemu-img for qcow2 overlays
   linux-image-amd64                 # kernel (vmlinuz -> vmlinux) + modules (9p, ext4, overlay, ...)
   busybox-static                    # the VM's userland (shell, mount, switch_root, ...)
-  containerd runc                   # host-container runtime inside the VM (ctr, shim, runc)
-  etcd-server etcd-client           # etcd + etcdctl for the scenarios
-  openssl                           # test PKI inside the VM and on the host
+  containerd runc                   # container runtime on the host tests and inside the VM
+  etcd-server etcd-client           # etcd + etcdctl
+  openssl                           # the independent verifier, test PKI
   kmod cpio zstd e2fsprogs          # modprobe/depmod, initramfs packing, mkfs.ext4 -d
   python3                           # images/*.py helpers
   musl-tools                        # musl-gcc for C deps (aws-lc-sys) of the static musl build
+  time iproute2                     # /usr/bin/time for peak RSS; ip netns
+  golang-go make rsync gcc libc6-dev # building Kubernetes v1.20.2 from Debian's source package
+  dpkg-dev                          # apt-get source
 )
+
+# tool -> package that provides it; checked after installing.
+TOOLS=(
+  qemu-img:qemu-utils qemu-system-x86_64:qemu-system-x86 containerd:containerd ctr:containerd
+  runc:runc etcd:etcd-server etcdctl:etcd-client openssl:openssl mkfs.ext4:e2fsprogs
+  busybox:busybox-static cpio:cpio zstd:zstd depmod:kmod python3:python3 musl-gcc:musl-tools
+  go:golang-go make:make rsync:rsync gcc:gcc ip:iproute2 dpkg-source:dpkg-dev
+)
+
+check_tools() {
+  local bad=0 t tool pkg
+  for t in "${TOOLS[@]}"; do
+    tool=${t%%:*}; pkg=${t#*:}
+    if ! PATH="$PATH:/usr/sbin:/sbin" command -v "$tool" >/dev/null 2>&1; then
+      echo "setup-host: '$tool' is not on PATH: install the Debian package '$pkg' (apt-get install $pkg)" >&2
+      bad=1
+    fi
+  done
+  [ -x /usr/bin/time ] || { echo "setup-host: /usr/bin/time is missing: install the Debian package 'time'" >&2; bad=1; }
+  ls /boot/vmlinuz-* >/dev/null 2>&1 || { echo "setup-host: no /boot/vmlinuz-*: install the Debian package 'linux-image-amd64'" >&2; bad=1; }
+  return $bad
+}
+
+if [ "${1:-}" = --check-only ]; then
+  check_tools
+  exit
+fi
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -25,18 +57,44 @@ for p in "${PKGS[@]}"; do
   fi
 done
 
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "setup-host: all ${#PKGS[@]} packages already installed"
-  exit 0
-fi
-
 SUDO=""
 if [ "$(id -u)" != 0 ]; then
   command -v sudo >/dev/null || { echo "setup-host: need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
   SUDO=sudo
 fi
-echo "setup-host: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q
-$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+
+# QEMU's packages must come from one release. A machine may ship qemu-utils from
+# bookworm-backports (10.x); installing bookworm's qemu-system-x86 (7.2) beside it conflicts and
+# apt removes qemu-utils. So the whole family is installed at qemu-system-x86's candidate version,
+# together, downgrading a backports qemu-utils where there is one (qemu-system-data is
+# architecture-independent with its own version: apt picks the one that fits).
+qemu_family=(qemu-system-x86 qemu-system-common qemu-utils)
+qemu_args=()
+if [ ${#missing[@]} -gt 0 ] || ! check_tools >/dev/null 2>&1; then
+  $SUDO apt-get update -q
+  qv=$(apt-cache policy qemu-system-x86 | awk '/Candidate:/{print $2}')
+  if [ -z "$qv" ] || [ "$qv" = "(none)" ]; then
+    echo "setup-host: apt has no candidate for qemu-system-x86 (is bookworm main in the sources?)" >&2
+    exit 1
+  fi
+  for p in "${qemu_family[@]}"; do
+    if [ "$(dpkg-query -W -f='${Version}' "$p" 2>/dev/null || true)" != "$qv" ]; then
+      qemu_args+=("$p=$qv")
+    fi
+  done
+  rest=()
+  for p in "${missing[@]}"; do
+    case " ${qemu_family[*]} " in *" $p "*) ;; *) rest+=("$p") ;; esac
+  done
+  if [ ${#qemu_args[@]} -gt 0 ] || [ ${#rest[@]} -gt 0 ]; then
+    echo "setup-host: installing ${qemu_args[*]} ${rest[*]}"
+    $SUDO apt-get install -y -q --no-install-recommends --allow-downgrades "${qemu_args[@]}" "${rest[@]}"
+  fi
+else
+  echo "setup-host: all ${#PKGS[@]} packages already installed"
+fi
+# Debian starts etcd and containerd on install where systemd runs; the tests start their own.
+$SUDO systemctl stop etcd 2>/dev/null || true
+check_tools
 echo "setup-host: done"
