@@ -308,6 +308,22 @@ macro_rules! pass_command {
                 #[argh(option, default = "String::from(\"500ms\")")]
                 /// interval between two polls of a condition (default 500ms)
                 poll_interval: String,
+                #[argh(option, default = "String::from(\"auto\")")]
+                /// cluster mode: auto (default: coordinate restarts through etcd where the
+                /// manifests give etcd endpoints) or off (act alone)
+                cluster: String,
+                #[argh(option)]
+                /// etcd endpoint https://IP:PORT for cluster mode, overriding the manifests;
+                /// repeatable
+                etcd_endpoint: Vec<String>,
+                #[argh(option, default = "String::from(\"600s\")")]
+                /// bound on the wait for the cluster lock and health gates before restarts are
+                /// put off to the next pass (default 600s)
+                cluster_wait: String,
+                #[argh(option, default = "String::from(\"15s\")")]
+                /// lease of the cluster lock: how long a dead holder blocks the others
+                /// (default 15s)
+                cluster_lease_ttl: String,
                 #[argh(option, default = "String::from(\"table\")")]
                 /// output format of each pass: table (default) or json
                 output: String,
@@ -858,6 +874,11 @@ fn etcd_import(c: EtcdImportCmd) -> Result<u8, Failure> {
             &c.restart_timeout,
             &c.poll_interval,
         )?,
+        // The old pair may have expired, so etcd may not be reachable: an import acts alone.
+        cluster: crate::cluster::ClusterOptions {
+            mode: crate::cluster::Mode::Off,
+            ..Default::default()
+        },
     };
     let root = root_flag(c.root)?;
     let limit = crate::pki::MAX_PEM_FILE_BYTES;
@@ -935,6 +956,44 @@ fn restart_flags(
     })
 }
 
+/// The cluster flags of `run` and `daemon`.
+fn cluster_flags(
+    mode: &str,
+    endpoints: &[String],
+    wait: &str,
+    lease_ttl: &str,
+) -> Result<crate::cluster::ClusterOptions, Failure> {
+    let mode = match mode {
+        "auto" | "on" => crate::cluster::Mode::Auto,
+        "off" => crate::cluster::Mode::Off,
+        other => {
+            return Err(Failure::usage(format!(
+                "--cluster '{other}': use auto (default) or off"
+            )));
+        }
+    };
+    let mut parsed = Vec::new();
+    for e in endpoints.iter().flat_map(|e| e.split(',')) {
+        let e = e.trim().trim_end_matches('/');
+        if crate::manifests::parse_https_url(e).is_none() {
+            return Err(Failure::usage(format!(
+                "--etcd-endpoint '{e}': give https://IP:PORT"
+            )));
+        }
+        parsed.push(e.to_string());
+    }
+    let lease_ttl = positive_duration("cluster-lease-ttl", lease_ttl)?;
+    if lease_ttl < std::time::Duration::from_secs(2) {
+        return Err(Failure::usage("--cluster-lease-ttl must be at least 2s"));
+    }
+    Ok(crate::cluster::ClusterOptions {
+        mode,
+        endpoints: parsed,
+        wait: positive_duration("cluster-wait", wait)?,
+        lease_ttl,
+    })
+}
+
 macro_rules! run_options {
     ($c:expr) => {{
         let c = $c;
@@ -952,6 +1011,12 @@ macro_rules! run_options {
                 &c.endpoint,
                 &c.restart_timeout,
                 &c.poll_interval,
+            )?,
+            cluster: cluster_flags(
+                &c.cluster,
+                &c.etcd_endpoint,
+                &c.cluster_wait,
+                &c.cluster_lease_ttl,
             )?,
         };
         (root_flag(c.root.clone())?, opts, json)
@@ -1013,6 +1078,15 @@ fn run_table(r: &crate::ops::RunReport) -> String {
         ));
         return out;
     }
+    if let Some(c) = &r.cluster {
+        out.push_str(&cluster_table(c));
+        if c.deferred {
+            out.push_str(&format!(
+                "Restarts of {names} put off: they stay owed to the next pass.\n"
+            ));
+            return out;
+        }
+    }
     out.push_str(&format!(
         "Restarted one at a time on platform {}:\n",
         r.platform
@@ -1046,6 +1120,38 @@ fn run_table(r: &crate::ops::RunReport) -> String {
         }
     } else {
         out.push_str(&format!("All verified in {} ms.\n", r.duration_ms));
+    }
+    out
+}
+
+/// The cluster part of a pass, for the table.
+fn cluster_table(c: &crate::cluster::ClusterReport) -> String {
+    let mut out = format!(
+        "Cluster: node {}, lock {} after {} ms (etcd {})\n",
+        c.node,
+        c.lock,
+        c.waited_ms,
+        c.endpoints.join(",")
+    );
+    if let Some(e) = &c.error {
+        out.push_str(&format!("  error: {e}\n"));
+    }
+    for g in &c.gates {
+        out.push_str(&format!(
+            "  gate {:<24} {:<6} {}\n",
+            g.name,
+            if g.passed { "passed" } else { "FAILED" },
+            g.detail
+        ));
+    }
+    for w in &c.waited_for {
+        out.push_str(&format!("  waited for: {w}\n"));
+    }
+    if let Some(p) = &c.pair {
+        out.push_str(&format!("  apiserver-etcd-client: {p}\n"));
+    }
+    if c.lock_lost {
+        out.push_str("  LOCK LOST while restarting (the lease expired)\n");
     }
     out
 }

@@ -8,6 +8,7 @@
 pub mod catalog;
 pub mod cli;
 pub mod clock;
+pub mod cluster;
 pub mod demo;
 pub mod engine;
 pub mod etcd_client;

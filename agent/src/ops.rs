@@ -190,6 +190,8 @@ pub struct RunOptions {
     pub dry_run: bool,
     pub write: WriteOptions,
     pub restart: RestartOptions,
+    /// `--cluster`: coordinate restarts with the other nodes through etcd.
+    pub cluster: crate::cluster::ClusterOptions,
 }
 
 /// What one pass did.
@@ -202,6 +204,8 @@ pub struct RunReport {
     pub restarted: Vec<Restarted>,
     /// Set when verification failed and the backup was restored.
     pub rolled_back: Option<RolledBack>,
+    /// Cluster mode: the lock, the gates and what was waited for.
+    pub cluster: Option<crate::cluster::ClusterReport>,
     pub duration_ms: u128,
 }
 
@@ -219,6 +223,7 @@ impl RunReport {
     /// The exit code: 0 done, 3 rolled back after a failed verification, 2 rollback failed.
     pub fn exit_code(&self) -> u8 {
         match &self.rolled_back {
+            None if self.cluster.as_ref().is_some_and(|c| c.deferred) => EXIT_LOCKED,
             None => 0,
             Some(r) if r.error.is_none() => crate::cli::EXIT_ROLLED_BACK,
             Some(_) => EXIT_FAILED,
@@ -308,6 +313,7 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, Failure> {
         components: components.clone(),
         restarted: vec![],
         rolled_back: None,
+        cluster: None,
         duration_ms: 0,
     };
     if components.is_empty() || matches!(platform, Platform::None) {
@@ -324,6 +330,19 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, Failure> {
         report.duration_ms = started.elapsed().as_millis();
         return Ok(report);
     }
+    // Cluster mode: one node at a time restarts, and only when the gates pass; else the
+    // restarts stay owed to the next pass.
+    let session = crate::cluster::start_for_pass(root, &platform, &opts.cluster, &mut report.cluster);
+    let Ok(_cluster_lock) = crate::cluster::before_restart(
+        root,
+        session.as_ref(),
+        &components,
+        &opts.cluster,
+        &mut report.cluster,
+    ) else {
+        report.duration_ms = started.elapsed().as_millis();
+        return Ok(report);
+    };
     let (restarted, rolled_back) = restart_verified(root, &platform, &components, &backup_id, opts);
     // Done, or rolled back to a consistent state: nothing is owed any more. A failed rollback
     // keeps the record, so that the next pass tries again.
@@ -536,7 +555,9 @@ pub fn daemon(root: &Path, opts: &RunOptions, interval: Duration) -> Result<u8, 
                         .map(|r| format!(", ROLLED BACK: {}", r.failure))
                         .unwrap_or_default()
                 ));
-                if report.rolled_back.is_some() {
+                if report.rolled_back.is_some()
+                    || report.cluster.as_ref().is_some_and(|c| c.deferred)
+                {
                     failures += 1;
                     backoff(failures, interval)
                 } else {
