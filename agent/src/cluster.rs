@@ -313,10 +313,7 @@ impl Client {
 
     /// The endpoints tried, in order.
     pub fn endpoints(&self) -> Vec<String> {
-        self.endpoints
-            .lock()
-            .map(|e| e.clone())
-            .unwrap_or_default()
+        self.endpoints.lock().map(|e| e.clone()).unwrap_or_default()
     }
 
     /// POSTs `body` to `path` on one endpoint.
@@ -493,7 +490,13 @@ impl Client {
     /// One member's status: `Ok(())` when it has a leader and no error.
     pub fn member_status(&self, endpoint: &str) -> Result<(), ClusterError> {
         let v = self.post_to(endpoint, "/v3/maintenance/status", &json!({}))?;
-        if int(v.get("leader")).unwrap_or(0) == 0 {
+        // Member ids are uint64: parse as such (an i64 parse fails on half of them).
+        let leader = match v.get("leader") {
+            Some(Value::String(s)) => s.parse::<u64>().unwrap_or(0),
+            Some(Value::Number(n)) => n.as_u64().unwrap_or(0),
+            _ => 0,
+        };
+        if leader == 0 {
             return Err(err(format!("etcd at {endpoint} has no leader")));
         }
         if let Some(errors) = v.get("errors").and_then(Value::as_array)
@@ -687,12 +690,21 @@ pub fn etcd_gate(client: &Client) -> Gate {
     };
     let mut bad = Vec::new();
     for m in &members {
-        let ok = m.client_urls.iter().any(|u| client.member_status(u).is_ok());
+        let ok = m
+            .client_urls
+            .iter()
+            .any(|u| client.member_status(u).is_ok());
         if !ok {
             let why = m
                 .client_urls
                 .first()
-                .map(|u| client.member_status(u).err().map(|e| e.0).unwrap_or_default())
+                .map(|u| {
+                    client
+                        .member_status(u)
+                        .err()
+                        .map(|e| e.0)
+                        .unwrap_or_default()
+                })
                 .unwrap_or_else(|| "no client URL (not started yet?)".into());
             bad.push(format!("member '{}': {why}", m.name));
         }
@@ -729,7 +741,11 @@ pub fn apiserver_gate(client: &Client, root: &Path, node: &NodeInfo) -> Gate {
         }
         let Some(addr) = serde_json::from_slice::<Value>(&value)
             .ok()
-            .and_then(|v| v.get("endpoint").and_then(Value::as_str).map(str::to_string))
+            .and_then(|v| {
+                v.get("endpoint")
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+            })
             .and_then(|s| s.parse::<std::net::SocketAddr>().ok())
         else {
             continue;
@@ -762,7 +778,11 @@ fn apiserver_ready(root: &Path, addr: std::net::SocketAddr) -> Result<(), String
     let entries = catalog::entries(root, &layouts);
     let read = |n: &str, key: bool| {
         entries.iter().find(|e| e.name == n).and_then(|e| {
-            let rel = if key { e.key_path.clone()? } else { e.path.clone() };
+            let rel = if key {
+                e.key_path.clone()?
+            } else {
+                e.path.clone()
+            };
             fsutil::read_in_root(root, &rel, MAX_PEM_FILE_BYTES)
                 .ok()
                 .flatten()

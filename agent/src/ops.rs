@@ -332,7 +332,8 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, Failure> {
     }
     // Cluster mode: one node at a time restarts, and only when the gates pass; else the
     // restarts stay owed to the next pass.
-    let session = crate::cluster::start_for_pass(root, &platform, &opts.cluster, &mut report.cluster);
+    let session =
+        crate::cluster::start_for_pass(root, &platform, &opts.cluster, &mut report.cluster);
     let Ok(_cluster_lock) = crate::cluster::before_restart(
         root,
         session.as_ref(),

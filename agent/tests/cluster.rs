@@ -1,0 +1,761 @@
+//! Cluster mode against a real three-member etcd cluster on 127.0.0.1: the JSON gateway client,
+//! the lease lock (exclusion, release, expiry of a dead holder), the etcd health gate, and whole
+//! passes of three stacked control-plane nodes started at the same moment (kubelet-sim runs the
+//! real etcd members and the k8s-sim stand-ins), sampled every 100 ms.
+//! Needs Debian's `etcd-server` (required when CI=true, else skipped loudly).
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bottlerocket::kubelet_sim::PodState;
+use certrotor::cluster::{self, Access, Client, LOCK_KEY};
+use certrotor::verify::{self, Probe};
+
+use crate::renew_util::*;
+
+/// The etcd member names and the standard ports before a node's offset.
+const PORTS: [u16; 6] = [2379, 2380, 2381, 6443, 10257, 10259];
+
+fn etcd_installed(test: &str) -> bool {
+    let ok = std::process::Command::new("etcd")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        skip_or_fail(
+            test,
+            "etcd not installed (apt-get install -y etcd-server etcd-client)",
+        );
+    }
+    ok
+}
+
+/// Free ports for `n` nodes: each node gets an offset whose six ports are free.
+fn offsets(n: usize) -> Vec<u16> {
+    let mut out: Vec<u16> = Vec::new();
+    let mut candidate = 20_000 + (std::process::id() % 20_000) as u16;
+    while out.len() < n {
+        candidate = 1000 + (candidate.wrapping_mul(31).wrapping_add(7919) % 40_000);
+        let clash = out
+            .iter()
+            .any(|o| PORTS.iter().any(|p| PORTS.contains(&(p + candidate - o))));
+        if !clash
+            && PORTS
+                .iter()
+                .all(|p| std::net::TcpListener::bind(("127.0.0.1", p + candidate)).is_ok())
+        {
+            out.push(candidate);
+        }
+    }
+    out
+}
+
+// === a bare three-member cluster, for the client, the lock and the gate ===
+
+/// Three etcd processes sharing one lab node's etcd PKI (the certificates name 127.0.0.1).
+struct Etcd3 {
+    dir: PathBuf,
+    pki: PathBuf,
+    args: Vec<Vec<String>>,
+    procs: Vec<Option<Background>>,
+    clients: Vec<u16>,
+}
+
+impl Etcd3 {
+    fn start(t: &TempDir) -> Etcd3 {
+        let root = lab(
+            &t.join("pki-node"),
+            &[
+                "--advertise-address",
+                "127.0.0.1",
+                "--key-algorithm",
+                "ecdsa-p256",
+            ],
+        );
+        let pki = root.join("etc/kubernetes/pki");
+        let f = |n: &str| pki.join("etcd").join(n).display().to_string();
+        let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
+        let initial = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, p))| format!("m{i}=https://127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut args = Vec::new();
+        for (i, (c, p)) in ports.iter().enumerate() {
+            args.push(
+                [
+                    "--name",
+                    &format!("m{i}"),
+                    "--data-dir",
+                    s(&t.join(&format!("data-{i}"))),
+                    "--cert-file",
+                    &f("server.crt"),
+                    "--key-file",
+                    &f("server.key"),
+                    "--trusted-ca-file",
+                    &f("ca.crt"),
+                    "--client-cert-auth",
+                    "--peer-cert-file",
+                    &f("peer.crt"),
+                    "--peer-key-file",
+                    &f("peer.key"),
+                    "--peer-trusted-ca-file",
+                    &f("ca.crt"),
+                    "--peer-client-cert-auth",
+                    "--listen-client-urls",
+                    &format!("https://127.0.0.1:{c}"),
+                    "--advertise-client-urls",
+                    &format!("https://127.0.0.1:{c}"),
+                    "--listen-peer-urls",
+                    &format!("https://127.0.0.1:{p}"),
+                    "--initial-advertise-peer-urls",
+                    &format!("https://127.0.0.1:{p}"),
+                    "--initial-cluster",
+                    &initial,
+                ]
+                .map(String::from)
+                .to_vec(),
+            );
+        }
+        let mut e = Etcd3 {
+            dir: t.path.clone(),
+            pki,
+            args,
+            procs: vec![None, None, None],
+            clients: ports.iter().map(|(c, _)| *c).collect(),
+        };
+        for i in 0..3 {
+            e.start_member(i);
+        }
+        let c = e.client(&[0]);
+        wait_gate(&c, "3 healthy members");
+        e
+    }
+
+    fn start_member(&mut self, i: usize) {
+        self.procs[i] = Some(
+            Cmd::new("etcd")
+                .args(&self.args[i])
+                .spawn(&self.dir, &format!("etcd-m{i}-{}", now_ms())),
+        );
+    }
+
+    fn stop_member(&mut self, i: usize) {
+        if let Some(mut p) = self.procs[i].take() {
+            p.kill();
+        }
+    }
+
+    fn endpoint(&self, i: usize) -> String {
+        format!("https://127.0.0.1:{}", self.clients[i])
+    }
+
+    /// A client with the apiserver-etcd-client pair, knowing only `members`' endpoints.
+    fn client(&self, members: &[usize]) -> Client {
+        let read = |n: &str| fs::read(self.pki.join(n)).unwrap();
+        Client::new(&Access::new(
+            members.iter().map(|i| self.endpoint(*i)).collect(),
+            "apiserver-etcd-client.crt".into(),
+            read("etcd/ca.crt"),
+            read("apiserver-etcd-client.crt"),
+            read("apiserver-etcd-client.key"),
+        ))
+        .unwrap()
+    }
+}
+
+/// Polls the etcd gate until it passes (60 s), failing with its last detail.
+#[track_caller]
+fn wait_gate(c: &Client, what: &str) {
+    let end = Instant::now() + Duration::from_secs(60);
+    loop {
+        let g = cluster::etcd_gate(c);
+        if g.passed {
+            return;
+        }
+        assert!(Instant::now() < end, "timed out waiting for {what}: {g:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn now_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+}
+
+#[test]
+fn gateway_lock_and_gate_on_a_real_three_member_cluster() {
+    if !etcd_installed("cluster::gateway_lock_and_gate") {
+        return;
+    }
+    let t = TempDir::new("cluster-lock");
+    let mut etcd = Etcd3::start(&t);
+    let a = Arc::new(etcd.client(&[0]));
+    let b = Arc::new(etcd.client(&[1]));
+
+    // The gateway: members, put/get, prefix.
+    let members = a.members().unwrap();
+    assert_eq!(members.len(), 3, "{members:?}");
+    a.put("certrotor/v1/test/x", b"1", 0).unwrap();
+    assert_eq!(b.get("certrotor/v1/test/x").unwrap(), Some(b"1".to_vec()));
+    assert_eq!(b.get_prefix("certrotor/v1/test/").unwrap().len(), 1);
+
+    // Exclusion: A holds, B is told who.
+    let ttl = Duration::from_secs(3);
+    let held = cluster::try_lock(&a, "node-a", ttl).unwrap().unwrap();
+    let refused = cluster::try_lock(&b, "node-b", ttl).unwrap();
+    let who = refused.as_ref().err().cloned().unwrap_or_default();
+    assert!(who.contains("node-a"), "B took a held lock: {who:?}");
+    // The lease is refreshed: still held after twice the TTL.
+    std::thread::sleep(ttl * 2);
+    assert!(!held.lost());
+    assert!(cluster::try_lock(&b, "node-b", ttl).unwrap().is_err());
+    // Release: B gets it at once.
+    drop(held);
+    let b_held = cluster::try_lock(&b, "node-b", ttl)
+        .unwrap()
+        .expect("B gets the released lock");
+    drop(b_held);
+
+    // A dead holder: the key is attached to a lease nobody refreshes; it expires by itself.
+    let lease = a.grant(ttl).unwrap();
+    assert_eq!(
+        a.create(LOCK_KEY, b"{\"node\":\"dead\"}", lease).unwrap(),
+        None
+    );
+    let started = Instant::now();
+    assert!(cluster::try_lock(&b, "node-b", ttl).unwrap().is_err());
+    let got = wait_for("the dead holder's lease to expire", ttl * 4, || {
+        cluster::try_lock(&b, "node-b", ttl).unwrap().ok()
+    });
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(2) && waited <= ttl * 3,
+        "expiry after {waited:?} with a {ttl:?} TTL"
+    );
+    drop(got);
+
+    // The gate: a member down fails it and names the member; back up, it passes.
+    assert!(cluster::etcd_gate(&a).passed);
+    etcd.stop_member(2);
+    let gate = cluster::etcd_gate(&a);
+    assert!(!gate.passed, "{gate:?}");
+    assert!(gate.detail.contains("'m2'"), "{gate:?}");
+    assert!(gate.detail.contains(&etcd.endpoint(2)), "{gate:?}");
+    // The lock still works with quorum, through any member.
+    drop(cluster::try_lock(&a, "node-a", ttl).unwrap().unwrap());
+    etcd.start_member(2);
+    wait_gate(&a, "m2 back");
+
+    // An endpoint that is not etcd: the error names it and says what to do.
+    let dead = format!("https://127.0.0.1:{}", free_port());
+    let read = |n: &str| fs::read(etcd.pki.join(n)).unwrap();
+    let c = Client::new(&Access::new(
+        vec![dead.clone()],
+        "x".into(),
+        read("etcd/ca.crt"),
+        read("apiserver-etcd-client.crt"),
+        read("apiserver-etcd-client.key"),
+    ))
+    .unwrap();
+    let e = c.members().unwrap_err().0;
+    assert!(
+        e.contains(&dead) && e.contains("check that the member runs"),
+        "{e}"
+    );
+}
+
+// === three stacked control planes, one etcd cluster, whole passes ===
+
+/// A stacked control-plane node run by kubelet-sim.
+struct CpNode {
+    root: PathBuf,
+    offset: u16,
+    kubelet: Option<Background>,
+}
+
+impl CpNode {
+    fn states(&self) -> BTreeMap<String, PodState> {
+        let mut out = BTreeMap::new();
+        for pod in ["etcd", "kube-apiserver"] {
+            let p = self.root.join(format!("var/lib/kubelet-sim/{pod}.json"));
+            if let Ok(b) = fs::read(&p) {
+                out.insert(pod.to_string(), serde_json::from_slice(&b).unwrap());
+            }
+        }
+        out
+    }
+}
+
+/// Three copies of one lab node (same CAs, as in one cluster), each with its own ports; the
+/// etcd manifests form one three-member cluster.
+struct Stacked3 {
+    dir: PathBuf,
+    nodes: Vec<CpNode>,
+    ca: Vec<u8>,
+    etcd_client: (Vec<u8>, Vec<u8>),
+    api_ca: Vec<u8>,
+    api_client: (Vec<u8>, Vec<u8>),
+}
+
+fn sibling(name: &str) -> PathBuf {
+    let p = Path::new(bin()).parent().unwrap().join(name);
+    assert!(
+        p.is_file(),
+        "{} missing: run `cargo build -p bottlerocket` first",
+        p.display()
+    );
+    p
+}
+
+impl Stacked3 {
+    fn start(t: &TempDir) -> Stacked3 {
+        let offs = offsets(3);
+        let first = t.join("node-0");
+        lab(
+            &first,
+            &[
+                "--advertise-address",
+                "127.0.0.1",
+                "--expires-in",
+                "2d",
+                "--key-algorithm",
+                "ecdsa-p256",
+                "--port-offset",
+                &offs[0].to_string(),
+            ],
+        );
+        for i in 1..3 {
+            copy_tree(&first, &t.join(&format!("node-{i}")));
+        }
+        let peer = |i: usize| format!("https://127.0.0.1:{}", 2380 + offs[i]);
+        let initial = (0..3)
+            .map(|i| format!("cp-{i}={}", peer(i)))
+            .collect::<Vec<_>>()
+            .join(",");
+        let bin_dir = t.join("bin");
+        fs::create_dir_all(&bin_dir).unwrap();
+        let k8s_sim = sibling("k8s-sim");
+        for n in [
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+        ] {
+            std::os::unix::fs::symlink(&k8s_sim, bin_dir.join(n)).unwrap();
+        }
+        let mut nodes = Vec::new();
+        for (i, off) in offs.iter().enumerate() {
+            let root = t.join(&format!("node-{i}"));
+            // Ports of the copies, in manifests and kubeconfigs.
+            let mut files: Vec<PathBuf> = fs::read_dir(root.join("etc/kubernetes/manifests"))
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .collect();
+            files.extend(
+                fs::read_dir(root.join("etc/kubernetes"))
+                    .unwrap()
+                    .map(|e| e.unwrap().path())
+                    .filter(|p| p.extension().is_some_and(|x| x == "conf")),
+            );
+            for f in files {
+                let mut text = fs::read_to_string(&f).unwrap();
+                for p in PORTS {
+                    for sep in [":", "="] {
+                        text = text.replace(
+                            &format!("{sep}{}", p + offs[0]),
+                            &format!("{sep}{}", p + off),
+                        );
+                    }
+                }
+                if f.ends_with("etcd.yaml") {
+                    text = text
+                        .replace("--name=cp-1", &format!("--name=cp-{i}"))
+                        .lines()
+                        .map(|l| {
+                            if l.trim_start().starts_with("- --initial-cluster=") {
+                                format!("    - --initial-cluster={initial}")
+                            } else {
+                                l.to_string()
+                            }
+                        })
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                        + "\n";
+                }
+                fs::write(&f, text).unwrap();
+            }
+            nodes.push(CpNode {
+                root,
+                offset: *off,
+                kubelet: None,
+            });
+        }
+        let pki = first.join("etc/kubernetes/pki");
+        let read = |n: &str| fs::read(pki.join(n)).unwrap();
+        let mut st = Stacked3 {
+            dir: t.path.clone(),
+            ca: read("etcd/ca.crt"),
+            etcd_client: (
+                read("etcd/healthcheck-client.crt"),
+                read("etcd/healthcheck-client.key"),
+            ),
+            api_ca: read("ca.crt"),
+            api_client: (
+                read("apiserver-kubelet-client.crt"),
+                read("apiserver-kubelet-client.key"),
+            ),
+            nodes,
+        };
+        let path = format!(
+            "{}:{}",
+            bin_dir.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let kubelet_sim = sibling("kubelet-sim");
+        for (i, n) in st.nodes.iter_mut().enumerate() {
+            n.kubelet = Some(
+                Cmd::new(&kubelet_sim)
+                    .args(&[
+                        "--manifests",
+                        s(&n.root.join("etc/kubernetes/manifests")),
+                        "--state-dir",
+                        s(&n.root.join("var/lib/kubelet-sim")),
+                        "--root",
+                        s(&n.root),
+                        "--log-dir",
+                        s(&n.root.join("var/log/pods")),
+                        "--start-delay-ms",
+                        "300",
+                        "--poll-ms",
+                        "100",
+                        "--grace-seconds",
+                        "5",
+                    ])
+                    .env("PATH", &path)
+                    .spawn(&st.dir, &format!("kubelet-sim-{i}")),
+            );
+        }
+        wait_for(
+            "three etcd members and three apiservers healthy",
+            Duration::from_secs(90),
+            || {
+                let x = st.sample();
+                (x.etcd.iter().all(|b| *b) && x.api.iter().all(|b| *b)).then_some(())
+            },
+        );
+        st
+    }
+
+    fn probe(&self, port: u16, path: &str, ca: &[u8], pair: &(Vec<u8>, Vec<u8>)) -> bool {
+        let p = Probe {
+            address: SocketAddr::from(([127, 0, 0, 1], port)),
+            path: path.into(),
+            ca_pem: Some(ca.to_vec()),
+            client_cert_pem: Some(pair.0.clone()),
+            client_key_pem: Some(pair.1.clone()),
+            timeout: Duration::from_millis(800),
+        };
+        verify::probe(&p).is_ok_and(|o| o.healthy())
+    }
+
+    /// etcd `/health` and kube-apiserver `/readyz` of every node.
+    fn sample(&self) -> Sample {
+        let mut x = Sample {
+            at: Instant::now(),
+            etcd: [false; 3],
+            api: [false; 3],
+        };
+        for (i, n) in self.nodes.iter().enumerate() {
+            x.etcd[i] = self.probe(2379 + n.offset, "/health", &self.ca, &self.etcd_client);
+            x.api[i] = self.probe(6443 + n.offset, "/readyz", &self.api_ca, &self.api_client);
+        }
+        x
+    }
+
+    fn etcdctl(&self, args: &[&str]) -> Output {
+        let dir = self.dir.join("etcdctl");
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("ca.crt"), &self.ca).unwrap();
+        fs::write(dir.join("c.crt"), &self.etcd_client.0).unwrap();
+        fs::write(dir.join("c.key"), &self.etcd_client.1).unwrap();
+        let eps = self
+            .nodes
+            .iter()
+            .map(|n| format!("https://127.0.0.1:{}", 2379 + n.offset))
+            .collect::<Vec<_>>()
+            .join(",");
+        Cmd::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args(&[
+                "--endpoints",
+                &eps,
+                "--cacert",
+                s(&dir.join("ca.crt")),
+                "--cert",
+                s(&dir.join("c.crt")),
+                "--key",
+                s(&dir.join("c.key")),
+                "--command-timeout",
+                "5s",
+            ])
+            .args(args)
+            .run()
+    }
+
+    /// `run --once` on node `i` in the background, cluster mode on.
+    fn spawn_pass(&self, i: usize, tag: &str, extra: &[&str]) -> Background {
+        certrotor(&[
+            "run",
+            "--once",
+            "--root",
+            s(&self.nodes[i].root),
+            "--platform",
+            "kubeadm",
+            "--restart-timeout",
+            "60s",
+            "--poll-interval",
+            "100ms",
+            "--cluster-lease-ttl",
+            "4s",
+            "--output",
+            "json",
+        ])
+        .args(extra)
+        .spawn(&self.dir, &format!("pass-{tag}-node-{i}"))
+    }
+}
+
+impl Drop for Stacked3 {
+    fn drop(&mut self) {
+        for n in &mut self.nodes {
+            if let Some(mut k) = n.kubelet.take() {
+                // kubelet-sim stops its pods on SIGTERM.
+                let _ = std::process::Command::new("kill")
+                    .args(["-TERM", &k.pid().to_string()])
+                    .status();
+                let end = Instant::now() + Duration::from_secs(10);
+                while k.running() && Instant::now() < end {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                k.kill();
+            }
+        }
+        if std::thread::panicking() {
+            eprintln!("kept for inspection: {}", self.dir.display());
+        }
+    }
+}
+
+/// A finished background command: its exit code and output.
+struct Finished {
+    stdout: String,
+    text: String,
+}
+
+impl std::fmt::Display for Finished {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+fn finished(p: &mut Background) -> (Option<i32>, Finished) {
+    let text = p.describe();
+    let status = p.kill().and_then(|s| s.code());
+    (
+        status,
+        Finished {
+            stdout: fs::read_to_string(&p.stdout).unwrap_or_default(),
+            text,
+        },
+    )
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    at: Instant,
+    etcd: [bool; 3],
+    api: [bool; 3],
+}
+
+/// Samples every 100 ms until stopped.
+struct Sampler {
+    stop: Arc<AtomicBool>,
+    samples: Arc<Mutex<Vec<Sample>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Sampler {
+    fn start(c: &Arc<Stacked3>) -> Sampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let samples = Arc::new(Mutex::new(Vec::new()));
+        let thread = {
+            let (c, stop, samples) = (c.clone(), stop.clone(), samples.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    let next = Instant::now() + Duration::from_millis(100);
+                    let x = c.sample();
+                    samples.lock().unwrap().push(x);
+                    if let Some(d) = next.checked_duration_since(Instant::now()) {
+                        std::thread::sleep(d);
+                    }
+                }
+            })
+        };
+        Sampler {
+            stop,
+            samples,
+            thread: Some(thread),
+        }
+    }
+
+    fn finish(mut self) -> Vec<Sample> {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+        self.samples.lock().unwrap().clone()
+    }
+}
+
+/// The longest stretch of consecutive samples where `bad` holds.
+fn longest(samples: &[Sample], bad: impl Fn(&Sample) -> bool) -> Duration {
+    let (mut best, mut start) = (Duration::ZERO, None::<Instant>);
+    for (i, x) in samples.iter().enumerate() {
+        if bad(x) {
+            let s = *start.get_or_insert(x.at);
+            let end = samples.get(i + 1).map(|n| n.at).unwrap_or(x.at);
+            best = best.max(end - s);
+        } else {
+            start = None;
+        }
+    }
+    best
+}
+
+/// kubelet-sim's down windows of `pod` on a node: (stopped, next started), ms since epoch.
+fn down_windows(states: &BTreeMap<String, PodState>, pod: &str) -> Vec<(u64, u64)> {
+    let Some(st) = states.get(pod) else {
+        return vec![];
+    };
+    let h = &st.history;
+    (0..h.len().saturating_sub(1))
+        .filter_map(|i| Some((h[i].stopped_at_ms?, h[i + 1].started_at_ms)))
+        .collect()
+}
+
+fn overlap(a: (u64, u64), b: (u64, u64)) -> bool {
+    a.0 < b.1 && b.0 < a.1
+}
+
+#[test]
+fn three_stacked_nodes_due_together_restart_one_at_a_time() {
+    if !etcd_installed("cluster::three_stacked_nodes") {
+        return;
+    }
+    let t = TempDir::new("cluster-stacked");
+    let c = Arc::new(Stacked3::start(&t));
+    let put = c.etcdctl(&["put", "certrotor-test/kept", "before-rotation"]);
+    assert!(put.status.success(), "{put}");
+    let sampler = Sampler::start(&c);
+    let started = Instant::now();
+    // The three passes start within the same second.
+    let mut passes: Vec<Background> = (0..3).map(|i| c.spawn_pass(i, "1", &[])).collect();
+    let deadline = Instant::now() + Duration::from_secs(240);
+    while passes.iter_mut().any(|p| p.running()) {
+        assert!(Instant::now() < deadline, "passes hung");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let whole = started.elapsed();
+    std::thread::sleep(Duration::from_millis(500));
+    let samples = sampler.finish();
+    let mut reports = Vec::new();
+    for (i, p) in passes.iter_mut().enumerate() {
+        let out = finished(p);
+        assert_eq!(out.0, Some(0), "node {i}\n{}", out.1);
+        let out = out.1;
+        let r: serde_json::Value = serde_json::from_str(&out.stdout)
+            .unwrap_or_else(|e| panic!("node {i}: not JSON ({e}):\n{}", out.text));
+        assert!(
+            r["renew"]["backup_id"].is_string(),
+            "node {i} renewed nothing\n{out}"
+        );
+        let restarted: Vec<&str> = r["restarted"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["component"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            restarted,
+            [
+                "etcd",
+                "kube-apiserver",
+                "kube-controller-manager",
+                "kube-scheduler"
+            ],
+            "node {i}\n{out}"
+        );
+        assert_eq!(r["cluster"]["lock"], "acquired", "node {i}\n{out}");
+        assert!(r["rolled_back"].is_null(), "node {i}\n{out}");
+        reports.push(r);
+    }
+    // Independent oracle: kubelet-sim's process history. No two etcd members down at once,
+    // no two nodes' restart sequences overlapping.
+    let states: Vec<_> = c.nodes.iter().map(|n| n.states()).collect();
+    let etcd_windows: Vec<Vec<(u64, u64)>> =
+        states.iter().map(|s| down_windows(s, "etcd")).collect();
+    for i in 0..3 {
+        assert_eq!(etcd_windows[i].len(), 1, "node {i}: {:?}", etcd_windows[i]);
+        for j in i + 1..3 {
+            assert!(
+                !overlap(etcd_windows[i][0], etcd_windows[j][0]),
+                "etcd members of nodes {i} and {j} were down together: {etcd_windows:?}"
+            );
+        }
+    }
+    let api_windows: Vec<(u64, u64)> = states
+        .iter()
+        .map(|s| down_windows(s, "kube-apiserver")[0])
+        .collect();
+    assert!(
+        !(overlap(api_windows[0], api_windows[1])
+            && overlap(api_windows[1], api_windows[2])
+            && overlap(api_windows[0], api_windows[2])),
+        "all apiservers down together: {api_windows:?}"
+    );
+    // The samples: never two members down, at least one apiserver ready at every sample.
+    assert!(samples.len() > 20, "only {} samples", samples.len());
+    for x in &samples {
+        let down = x.etcd.iter().filter(|u| !**u).count();
+        assert!(down <= 1, "two etcd members down at once: {x:?}");
+        assert!(x.api.iter().any(|u| *u), "no apiserver ready: {x:?}");
+    }
+    let any_member_down = longest(&samples, |x| x.etcd.iter().any(|u| !*u));
+    let no_api = longest(&samples, |x| x.api.iter().all(|u| !*u));
+    // Data written before is read back after.
+    let get = c.etcdctl(&["get", "certrotor-test/kept", "--print-value-only"]);
+    assert!(
+        get.status.success() && get.stdout.trim() == "before-rotation",
+        "{get}"
+    );
+    let waited: Vec<u128> = reports
+        .iter()
+        .map(|r| r["cluster"]["waited_ms"].as_u64().unwrap_or(0) as u128)
+        .collect();
+    eprintln!(
+        "FIGURES stacked x3: whole cluster rotated in {} ms; longest window with a member down \
+         {} ms; longest window with no apiserver ready {} ms; lock waits {waited:?} ms; {} samples",
+        whole.as_millis(),
+        any_member_down.as_millis(),
+        no_api.as_millis(),
+        samples.len()
+    );
+}
