@@ -41,9 +41,11 @@ fn offsets(n: usize) -> Vec<u16> {
     let mut candidate = 20_000 + (std::process::id() % 20_000) as u16;
     while out.len() < n {
         candidate = 1000 + (candidate.wrapping_mul(31).wrapping_add(7919) % 40_000);
-        let clash = out
-            .iter()
-            .any(|o| PORTS.iter().any(|p| PORTS.contains(&(p + candidate - o))));
+        let clash = out.iter().any(|o| {
+            PORTS
+                .iter()
+                .any(|p| PORTS.iter().any(|q| p + candidate == q + o))
+        });
         if !clash
             && PORTS
                 .iter()
