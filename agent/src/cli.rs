@@ -1150,6 +1150,9 @@ fn cluster_table(c: &crate::cluster::ClusterReport) -> String {
     if let Some(p) = &c.pair {
         out.push_str(&format!("  apiserver-etcd-client: {p}\n"));
     }
+    if let Some(p) = &c.pair_error {
+        out.push_str(&format!("  REFUSED: {p}\n"));
+    }
     if c.lock_lost {
         out.push_str("  LOCK LOST while restarting (the lease expired)\n");
     }

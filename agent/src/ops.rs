@@ -206,6 +206,8 @@ pub struct RunReport {
     pub rolled_back: Option<RolledBack>,
     /// Cluster mode: the lock, the gates and what was waited for.
     pub cluster: Option<crate::cluster::ClusterReport>,
+    /// External etcd: the published apiserver-etcd-client pair this pass installed.
+    pub import: Option<ImportReport>,
     pub duration_ms: u128,
 }
 
@@ -222,8 +224,12 @@ pub struct RolledBack {
 impl RunReport {
     /// The exit code: 0 done, 3 rolled back after a failed verification, 2 rollback failed.
     pub fn exit_code(&self) -> u8 {
+        let import = self.import.as_ref().map_or(0, |i| i.exit_code());
+        let cluster = self.cluster.as_ref();
         match &self.rolled_back {
-            None if self.cluster.as_ref().is_some_and(|c| c.deferred) => EXIT_LOCKED,
+            None if import != 0 => import,
+            None if cluster.is_some_and(|c| c.pair_error.is_some()) => EXIT_FAILED,
+            None if cluster.is_some_and(|c| c.deferred) => EXIT_LOCKED,
             None => 0,
             Some(r) if r.error.is_none() => crate::cli::EXIT_ROLLED_BACK,
             Some(_) => EXIT_FAILED,
@@ -238,6 +244,15 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, Failure> {
     let _lock = lock_and_recover(root, opts.write.lock_timeout)?;
     let platform =
         restart::detect(root, &opts.restart).map_err(|e| Failure::failed(e.to_string()))?;
+    // Cluster mode (cluster.rs): connect; on an external-etcd control plane, install the pair
+    // the etcd nodes published, restarting kube-apiserver under the cluster lock.
+    let mut cluster_report = None;
+    let session =
+        crate::cluster::start_for_pass(root, &platform, &opts.cluster, &mut cluster_report);
+    let imported = match &session {
+        Some(s) if !opts.dry_run => import_published(root, &platform, s, opts, &mut cluster_report),
+        _ => None,
+    };
     // Restarts a crashed earlier pass still owes the node (its files are already renewed).
     let owed = if matches!(platform, Platform::None) {
         Pending::default()
@@ -282,6 +297,22 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, Failure> {
         )
     };
     let renewed = renew_locked(root, &opts.policy, opts.dry_run, &opts.write, before_write)?;
+    // External etcd, on an etcd node: publish the renewed apiserver-etcd-client pair.
+    if let Some(s) = session.as_ref().filter(|_| !opts.dry_run) {
+        match crate::cluster::publish_if_due(s, root, opts.policy.within) {
+            Ok(published) => {
+                if published.is_some() {
+                    cluster_report.get_or_insert_with(Default::default).pair = published;
+                }
+            }
+            Err(e) => {
+                crate::log(&format!(
+                    "cluster mode: publishing apiserver-etcd-client: {e}"
+                ));
+                cluster_report.get_or_insert_with(Default::default).error = Some(e.0);
+            }
+        }
+    }
     let names: Vec<String> = renewed.plan.items.iter().map(|i| i.name.clone()).collect();
     let mut components = if renewed.backup_id.is_some() {
         restart::components_for(&names)
@@ -313,7 +344,8 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, Failure> {
         components: components.clone(),
         restarted: vec![],
         rolled_back: None,
-        cluster: None,
+        cluster: cluster_report,
+        import: imported,
         duration_ms: 0,
     };
     if components.is_empty() || matches!(platform, Platform::None) {
@@ -345,6 +377,9 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, Failure> {
         return Ok(report);
     };
     let (restarted, rolled_back) = restart_verified(root, &platform, &components, &backup_id, opts);
+    if let (Some(g), Some(c)) = (&_cluster_lock, report.cluster.as_mut()) {
+        c.lock_lost = g.lost();
+    }
     // Done, or rolled back to a consistent state: nothing is owed any more. A failed rollback
     // keeps the record, so that the next pass tries again.
     if rolled_back.as_ref().is_none_or(|r| r.error.is_none()) {
@@ -489,6 +524,59 @@ pub fn import_etcd_client(
     let _lock = lock_and_recover(root, opts.write.lock_timeout)?;
     let platform =
         restart::detect(root, &opts.restart).map_err(|e| Failure::failed(e.to_string()))?;
+    import_locked(root, bundle, &platform, opts, None, &mut None)
+}
+
+/// Installs the pair published through etcd (cluster mode, external etcd); a refused pair is
+/// reported in `cluster` and nothing is installed.
+fn import_published(
+    root: &Path,
+    platform: &Platform,
+    session: &crate::cluster::Session,
+    opts: &RunOptions,
+    cluster: &mut Option<crate::cluster::ClusterReport>,
+) -> Option<ImportReport> {
+    let refused = |cluster: &mut Option<crate::cluster::ClusterReport>, m: String| {
+        let m = format!("the apiserver-etcd-client pair published through etcd was refused: {m}");
+        crate::log(&m);
+        cluster.get_or_insert_with(Default::default).pair_error = Some(m);
+    };
+    let mut bundle = match crate::cluster::published_bundle(session, root) {
+        Ok(Some(b)) => b,
+        Ok(None) => return None,
+        Err(e) => {
+            refused(cluster, e.0);
+            return None;
+        }
+    };
+    let result = import_locked(root, &bundle, platform, opts, Some(session), cluster);
+    bundle.fill(0);
+    match result {
+        Ok(r) => {
+            cluster.get_or_insert_with(Default::default).pair = Some(format!(
+                "installed the pair published through etcd (backup {})",
+                r.backup_id
+            ));
+            Some(r)
+        }
+        Err(f) => {
+            refused(cluster, f.message);
+            None
+        }
+    }
+}
+
+/// The import under the node lock the caller holds; kube-apiserver restarts under the cluster
+/// lock when `session` is given.
+fn import_locked(
+    root: &Path,
+    bundle: &[u8],
+    platform: &Platform,
+    opts: &RunOptions,
+    session: Option<&crate::cluster::Session>,
+    cluster: &mut Option<crate::cluster::ClusterReport>,
+) -> Result<ImportReport, Failure> {
+    let platform = platform.clone();
     let components = [Component::KubeApiserver];
     if !matches!(platform, Platform::None) {
         restart::targets(root, &platform, &components, &opts.restart)
@@ -510,6 +598,12 @@ pub fn import_etcd_client(
         rolled_back: None,
     };
     if !matches!(platform, Platform::None) {
+        let Ok(_cluster_lock) =
+            crate::cluster::before_restart(root, session, &components, &opts.cluster, cluster)
+        else {
+            // The restart stays owed to the next pass.
+            return Ok(report);
+        };
         let (restarted, rolled_back) =
             restart_verified(root, &platform, &components, &backup_id, opts);
         if rolled_back.as_ref().is_none_or(|r| r.error.is_none()) {
