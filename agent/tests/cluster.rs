@@ -472,8 +472,8 @@ impl Stacked3 {
     fn sample(&self) -> Sample {
         let mut x = Sample {
             at: Instant::now(),
-            etcd: [false; 3],
-            api: [false; 3],
+            etcd: vec![false; 3],
+            api: vec![false; 3],
         };
         for (i, n) in self.nodes.iter().enumerate() {
             x.etcd[i] = self.probe(2379 + n.offset, "/health", &self.ca, &self.etcd_client);
@@ -580,11 +580,11 @@ fn finished(p: &mut Background) -> (Option<i32>, Finished) {
     )
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Sample {
     at: Instant,
-    etcd: [bool; 3],
-    api: [bool; 3],
+    etcd: Vec<bool>,
+    api: Vec<bool>,
 }
 
 /// Samples every 100 ms until stopped.
@@ -595,15 +595,15 @@ struct Sampler {
 }
 
 impl Sampler {
-    fn start(c: &Arc<Stacked3>) -> Sampler {
+    fn start(sample: impl Fn() -> Sample + Send + 'static) -> Sampler {
         let stop = Arc::new(AtomicBool::new(false));
         let samples = Arc::new(Mutex::new(Vec::new()));
         let thread = {
-            let (c, stop, samples) = (c.clone(), stop.clone(), samples.clone());
+            let (stop, samples) = (stop.clone(), samples.clone());
             std::thread::spawn(move || {
                 while !stop.load(Ordering::SeqCst) {
                     let next = Instant::now() + Duration::from_millis(100);
-                    let x = c.sample();
+                    let x = sample();
                     samples.lock().unwrap().push(x);
                     if let Some(d) = next.checked_duration_since(Instant::now()) {
                         std::thread::sleep(d);
@@ -666,7 +666,10 @@ fn three_stacked_nodes_due_together_restart_one_at_a_time() {
     let c = Arc::new(Stacked3::start(&t));
     let put = c.etcdctl(&["put", "certrotor-test/kept", "before-rotation"]);
     assert!(put.status.success(), "{put}");
-    let sampler = Sampler::start(&c);
+    let sampler = {
+        let c = c.clone();
+        Sampler::start(move || c.sample())
+    };
     let started = Instant::now();
     // The three passes start within the same second.
     let mut passes: Vec<Background> = (0..3).map(|i| c.spawn_pass(i, "1", &[])).collect();
@@ -760,4 +763,527 @@ fn three_stacked_nodes_due_together_restart_one_at_a_time() {
         no_api.as_millis(),
         samples.len()
     );
+}
+
+// === external etcd: three etcdadm nodes, two control planes ===
+
+/// Rewrites a copied lab root's ports (manifests and kubeconfigs) from offset `from` to `to`.
+fn shift_ports(root: &Path, from: u16, to: u16) {
+    let mut files: Vec<PathBuf> = fs::read_dir(root.join("etc/kubernetes/manifests"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.extend(
+        fs::read_dir(root.join("etc/kubernetes"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "conf")),
+    );
+    for f in files {
+        let mut text = fs::read_to_string(&f).unwrap();
+        for p in PORTS {
+            for sep in [":", "="] {
+                text = text.replace(&format!("{sep}{}", p + from), &format!("{sep}{}", p + to));
+            }
+        }
+        fs::write(&f, text).unwrap();
+    }
+}
+
+/// Sets `--flag=value` in a manifest (the line must exist).
+fn set_flag(manifest: &Path, flag: &str, value: &str) {
+    let text = fs::read_to_string(manifest).unwrap();
+    let prefix = format!("- --{flag}=");
+    assert!(
+        text.contains(&prefix),
+        "{} has no --{flag}",
+        manifest.display()
+    );
+    let out: Vec<String> = text
+        .lines()
+        .map(|l| {
+            if l.trim_start().starts_with(&prefix) {
+                format!("    - --{flag}={value}")
+            } else {
+                l.to_string()
+            }
+        })
+        .collect();
+    fs::write(manifest, out.join("\n") + "\n").unwrap();
+}
+
+/// kubelet-sim for a node root.
+fn kubelet_for(root: &Path, dir: &Path, tag: &str, path: &str) -> Background {
+    Cmd::new(sibling("kubelet-sim"))
+        .args(&[
+            "--manifests",
+            s(&root.join("etc/kubernetes/manifests")),
+            "--state-dir",
+            s(&root.join("var/lib/kubelet-sim")),
+            "--root",
+            s(root),
+            "--log-dir",
+            s(&root.join("var/log/pods")),
+            "--start-delay-ms",
+            "300",
+            "--poll-ms",
+            "100",
+            "--grace-seconds",
+            "5",
+        ])
+        .env("PATH", path)
+        .spawn(dir, &format!("kubelet-sim-{tag}"))
+}
+
+fn stop_kubelet(k: &mut Option<Background>) {
+    if let Some(mut k) = k.take() {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &k.pid().to_string()])
+            .status();
+        let end = Instant::now() + Duration::from_secs(10);
+        while k.running() && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        k.kill();
+    }
+}
+
+fn tls_ok(port: u16, path: &str, ca: &[u8], pair: &(Vec<u8>, Vec<u8>)) -> bool {
+    let p = Probe {
+        address: SocketAddr::from(([127, 0, 0, 1], port)),
+        path: path.into(),
+        ca_pem: Some(ca.to_vec()),
+        client_cert_pem: Some(pair.0.clone()),
+        client_key_pem: Some(pair.1.clone()),
+        timeout: Duration::from_millis(800),
+    };
+    verify::probe(&p).is_ok_and(|o| o.healthy())
+}
+
+/// Three etcdadm-layout etcd nodes forming one cluster and two external-etcd control planes,
+/// all copies of one lab cluster (same CAs), each run by its own kubelet-sim.
+struct External {
+    dir: PathBuf,
+    etcd: Vec<CpNode>,
+    cps: Vec<CpNode>,
+    ca: Vec<u8>,
+    etcd_client: (Vec<u8>, Vec<u8>),
+    api_ca: Vec<u8>,
+    api_client: (Vec<u8>, Vec<u8>),
+}
+
+impl External {
+    fn start(t: &TempDir) -> External {
+        let offs = offsets(5);
+        let template = t.join("template");
+        lab(
+            &template,
+            &[
+                "--topology",
+                "external-etcd",
+                "--advertise-address",
+                "127.0.0.1",
+                "--expires-in",
+                "2d",
+                "--key-algorithm",
+                "ecdsa-p256",
+                "--port-offset",
+                &offs[0].to_string(),
+            ],
+        );
+        let client_url = |o: u16| format!("https://127.0.0.1:{}", 2379 + o);
+        let initial = (0..3)
+            .map(|i| format!("e-{i}=https://127.0.0.1:{}", 2380 + offs[i]))
+            .collect::<Vec<_>>()
+            .join(",");
+        let servers = (0..3)
+            .map(|i| client_url(offs[i]))
+            .collect::<Vec<_>>()
+            .join(",");
+        let bin_dir = t.join("bin");
+        fs::create_dir_all(&bin_dir).unwrap();
+        for n in [
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+        ] {
+            std::os::unix::fs::symlink(sibling("k8s-sim"), bin_dir.join(n)).unwrap();
+        }
+        let path = format!(
+            "{}:{}",
+            bin_dir.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let mut etcd = Vec::new();
+        for (i, off) in offs.iter().enumerate().take(3) {
+            let root = t.join(&format!("etcd-{i}"));
+            copy_tree(&template.join("etcd"), &root);
+            shift_ports(&root, offs[0], *off);
+            let m = root.join("etc/kubernetes/manifests/etcd.yaml");
+            set_flag(&m, "name", &format!("e-{i}"));
+            set_flag(&m, "initial-cluster", &initial);
+            etcd.push(CpNode {
+                kubelet: Some(kubelet_for(&root, &t.path, &format!("etcd-{i}"), &path)),
+                root,
+                offset: *off,
+            });
+        }
+        let mut cps = Vec::new();
+        for (j, off) in offs.iter().enumerate().skip(3) {
+            let root = t.join(&format!("cp-{}", j - 3));
+            copy_tree(&template.join("control-plane"), &root);
+            shift_ports(&root, offs[0], *off);
+            set_flag(
+                &root.join("etc/kubernetes/manifests/kube-apiserver.yaml"),
+                "etcd-servers",
+                &servers,
+            );
+            cps.push(CpNode {
+                kubelet: Some(kubelet_for(&root, &t.path, &format!("cp-{}", j - 3), &path)),
+                root,
+                offset: *off,
+            });
+        }
+        let e = template.join("etcd/etc/etcd/pki");
+        let k = template.join("control-plane/etc/kubernetes/pki");
+        let x = External {
+            dir: t.path.clone(),
+            etcd,
+            cps,
+            ca: fs::read(e.join("ca.crt")).unwrap(),
+            etcd_client: (
+                fs::read(e.join("etcdctl-etcd-client.crt")).unwrap(),
+                fs::read(e.join("etcdctl-etcd-client.key")).unwrap(),
+            ),
+            api_ca: fs::read(k.join("ca.crt")).unwrap(),
+            api_client: (
+                fs::read(k.join("apiserver-kubelet-client.crt")).unwrap(),
+                fs::read(k.join("apiserver-kubelet-client.key")).unwrap(),
+            ),
+        };
+        wait_for(
+            "three etcd members and two apiservers healthy",
+            Duration::from_secs(90),
+            || {
+                let s = x.sample();
+                (s.etcd.iter().all(|b| *b) && s.api.iter().all(|b| *b)).then_some(())
+            },
+        );
+        x
+    }
+
+    fn sample(&self) -> Sample {
+        Sample {
+            at: Instant::now(),
+            etcd: self
+                .etcd
+                .iter()
+                .map(|n| tls_ok(2379 + n.offset, "/health", &self.ca, &self.etcd_client))
+                .collect(),
+            api: self
+                .cps
+                .iter()
+                .map(|n| tls_ok(6443 + n.offset, "/readyz", &self.api_ca, &self.api_client))
+                .collect(),
+        }
+    }
+
+    fn pass(&self, root: &Path, tag: &str) -> Background {
+        certrotor(&[
+            "run",
+            "--once",
+            "--root",
+            s(root),
+            "--platform",
+            "kubeadm",
+            "--restart-timeout",
+            "60s",
+            "--poll-interval",
+            "100ms",
+            "--cluster-lease-ttl",
+            "4s",
+            "--output",
+            "json",
+        ])
+        .spawn(&self.dir, &format!("pass-{tag}"))
+    }
+
+    /// The etcd client pair a control plane holds (certificate, key).
+    fn cp_pair(&self, j: usize) -> (Vec<u8>, Vec<u8>) {
+        let pki = self.cps[j].root.join("etc/kubernetes/pki");
+        (
+            fs::read(pki.join("apiserver-etcd-client.crt")).unwrap(),
+            fs::read(pki.join("apiserver-etcd-client.key")).unwrap(),
+        )
+    }
+
+    /// `etcdctl get` of the published pair, as JSON.
+    fn published(&self) -> Option<serde_json::Value> {
+        let dir = self.dir.join("etcdctl");
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("ca.crt"), &self.ca).unwrap();
+        fs::write(dir.join("c.crt"), &self.etcd_client.0).unwrap();
+        fs::write(dir.join("c.key"), &self.etcd_client.1).unwrap();
+        let out = Cmd::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args(&[
+                "--endpoints",
+                &format!("https://127.0.0.1:{}", 2379 + self.etcd[0].offset),
+                "--cacert",
+                s(&dir.join("ca.crt")),
+                "--cert",
+                s(&dir.join("c.crt")),
+                "--key",
+                s(&dir.join("c.key")),
+                "get",
+                cluster::PAIR_KEY,
+                "--print-value-only",
+            ])
+            .run();
+        assert!(out.status.success(), "{out}");
+        let v = out.stdout.trim();
+        (!v.is_empty()).then(|| serde_json::from_str(v).unwrap())
+    }
+
+    /// Writes a value under the published pair's key (fault injection).
+    fn put_published(&self, value: &str) {
+        let dir = self.dir.join("etcdctl");
+        let out = Cmd::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args(&[
+                "--endpoints",
+                &format!("https://127.0.0.1:{}", 2379 + self.etcd[0].offset),
+                "--cacert",
+                s(&dir.join("ca.crt")),
+                "--cert",
+                s(&dir.join("c.crt")),
+                "--key",
+                s(&dir.join("c.key")),
+                "put",
+                cluster::PAIR_KEY,
+            ])
+            .stdin(value.as_bytes())
+            .run();
+        assert!(out.status.success(), "{out}");
+    }
+}
+
+impl Drop for External {
+    fn drop(&mut self) {
+        for n in self.cps.iter_mut().chain(self.etcd.iter_mut()) {
+            stop_kubelet(&mut n.kubelet);
+        }
+        if std::thread::panicking() {
+            eprintln!("kept for inspection: {}", self.dir.display());
+        }
+    }
+}
+
+/// Runs passes to the end (4 min deadline); returns (exit code, JSON report or Null, text).
+fn wait_passes(mut passes: Vec<Background>) -> Vec<(Option<i32>, serde_json::Value, String)> {
+    let deadline = Instant::now() + Duration::from_secs(240);
+    while passes.iter_mut().any(|p| p.running()) {
+        assert!(Instant::now() < deadline, "passes hung");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    passes
+        .iter_mut()
+        .map(|p| {
+            let (code, f) = finished(p);
+            let json = serde_json::from_str(&f.stdout).unwrap_or(serde_json::Value::Null);
+            (code, json, f.text)
+        })
+        .collect()
+}
+
+/// The serials of the etcd client certificate each start of kube-apiserver loaded (k8s-sim logs
+/// them), oldest first.
+fn apiserver_etcd_serials(root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut files: Vec<PathBuf> = fs::read_dir(root.join("var/log/pods"))
+        .map(|d| d.map(|e| e.unwrap().path()).collect())
+        .unwrap_or_default();
+    files.sort();
+    for f in files {
+        for line in fs::read_to_string(&f).unwrap_or_default().lines() {
+            if let Some(rest) = line.split("etcd client certificate").nth(1)
+                && let Some(serial) = rest.split(" serial ").nth(1)
+            {
+                out.push(serial.trim().to_string());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn external_etcd_pair_reaches_every_control_plane_without_a_person() {
+    if !etcd_installed("cluster::external_etcd_pair") {
+        return;
+    }
+    let t = TempDir::new("cluster-external");
+    let x = Arc::new(External::start(&t));
+    let old_pair = x.cp_pair(0);
+    let sampler = {
+        let x = x.clone();
+        Sampler::start(move || x.sample())
+    };
+    let started = Instant::now();
+    // Every node starts its pass in the same second.
+    let mut passes: Vec<Background> = Vec::new();
+    for (i, n) in x.etcd.iter().enumerate() {
+        passes.push(x.pass(&n.root, &format!("1-etcd-{i}")));
+    }
+    for (j, n) in x.cps.iter().enumerate() {
+        passes.push(x.pass(&n.root, &format!("1-cp-{j}")));
+    }
+    let first = wait_passes(passes);
+    for (code, r, text) in &first {
+        assert_eq!(*code, Some(0), "{text}");
+        assert!(
+            r["renew"]["backup_id"].is_string(),
+            "renewed nothing\n{text}"
+        );
+    }
+    let published_by: Vec<&String> = first[..3]
+        .iter()
+        .filter(|(_, r, _)| r["cluster"]["pair"].is_string())
+        .map(|(_, _, t)| t)
+        .collect();
+    assert_eq!(
+        published_by.len(),
+        1,
+        "not exactly one publisher: {first:#?}"
+    );
+    // A control plane whose pass ran before the publication picks it up on its next pass, as
+    // the daemon does.
+    let second = wait_passes(
+        x.cps
+            .iter()
+            .enumerate()
+            .map(|(j, n)| x.pass(&n.root, &format!("2-cp-{j}")))
+            .collect(),
+    );
+    for (code, _, text) in &second {
+        assert_eq!(*code, Some(0), "{text}");
+    }
+    let whole = started.elapsed();
+    std::thread::sleep(Duration::from_millis(500));
+    let samples = sampler.finish();
+    // One pair cluster-wide: both control planes hold the published pair, which is new.
+    let published = x.published().expect("a published pair");
+    let pub_cert = published["cert_pem"].as_str().unwrap().as_bytes().to_vec();
+    let (p0, p1) = (x.cp_pair(0), x.cp_pair(1));
+    assert_ne!(p0.0, old_pair.0, "control plane 0 still has the old pair");
+    assert_eq!(p0, p1, "the control planes hold different pairs");
+    assert_eq!(
+        fingerprint_of(&p0.0),
+        fingerprint_of(&pub_cert),
+        "control plane pair is not the published one"
+    );
+    let etcd_files: Vec<Vec<u8>> = x
+        .etcd
+        .iter()
+        .map(|n| fs::read(n.root.join("etc/etcd/pki/apiserver-etcd-client.crt")).unwrap())
+        .collect();
+    assert!(
+        etcd_files
+            .iter()
+            .any(|f| fingerprint_of(f) == fingerprint_of(&pub_cert)),
+        "the published pair is no etcd node's"
+    );
+    // Both apiservers restarted with it and reach etcd: k8s-sim logged the new serial at its
+    // last start, and /readyz (which checks etcd with that pair) answers.
+    let norm = |x: &str| {
+        x.trim()
+            .trim_start_matches("serial=")
+            .to_lowercase()
+            .trim_start_matches('0')
+            .to_string()
+    };
+    let new_serial = norm(&openssl_in(&pub_cert, &["x509", "-noout", "-serial"]));
+    assert!(!new_serial.is_empty());
+    for n in &x.cps {
+        let serials = apiserver_etcd_serials(&n.root);
+        assert!(serials.len() >= 2, "{serials:?}");
+        assert_eq!(
+            norm(serials.last().unwrap()),
+            new_serial,
+            "the apiserver's last start did not load the published pair: {serials:?}"
+        );
+        assert_ne!(norm(&serials[0]), new_serial, "{serials:?}");
+    }
+    let last = samples.last().unwrap();
+    assert!(last.api.iter().all(|u| *u), "{last:?}");
+    for s in &samples {
+        assert!(s.etcd.iter().filter(|u| !**u).count() <= 1, "{s:?}");
+        assert!(s.api.iter().any(|u| *u), "no apiserver ready: {s:?}");
+    }
+    eprintln!(
+        "FIGURES external 3 etcd + 2 cp: whole cluster rotated in {} ms (two control-plane \
+         passes); longest window with a member down {} ms; longest with no apiserver ready {} ms",
+        whole.as_millis(),
+        longest(&samples, |s| s.etcd.iter().any(|u| !*u)).as_millis(),
+        longest(&samples, |s| s.api.iter().all(|u| !*u)).as_millis()
+    );
+
+    // Faults: a published pair that is corrupt, then one signed by another CA with a later
+    // expiry: refused on every control plane with a clear error, nothing installed.
+    let before: Vec<_> = (0..2).map(|j| x.cp_pair(j)).collect();
+    x.put_published("{\"version\":1,\"cert_pem\":\"garbage\"");
+    for (code, r, text) in wait_passes(
+        x.cps
+            .iter()
+            .enumerate()
+            .map(|(j, n)| x.pass(&n.root, &format!("corrupt-cp-{j}")))
+            .collect(),
+    ) {
+        assert_eq!(code, Some(2), "{text}");
+        let e = r["cluster"]["pair_error"].as_str().unwrap_or_default();
+        assert!(
+            e.contains("not readable") && e.contains("nothing was installed"),
+            "{text}"
+        );
+    }
+    let other = t.join("other-ca");
+    lab(
+        &other,
+        &["--topology", "external-etcd", "--expires-in", "1000d"],
+    );
+    let o = other.join("etcd/etc/etcd/pki");
+    let foreign = serde_json::json!({
+        "version": 1,
+        "cert_pem": fs::read_to_string(o.join("apiserver-etcd-client.crt")).unwrap(),
+        "key_pem": fs::read_to_string(o.join("apiserver-etcd-client.key")).unwrap(),
+        "published_by": "intruder",
+        "published_at": "2026-01-01T00:00:00Z",
+    });
+    x.put_published(&foreign.to_string());
+    for (code, r, text) in wait_passes(
+        x.cps
+            .iter()
+            .enumerate()
+            .map(|(j, n)| x.pass(&n.root, &format!("foreign-cp-{j}")))
+            .collect(),
+    ) {
+        assert_eq!(code, Some(2), "{text}");
+        let e = r["cluster"]["pair_error"].as_str().unwrap_or_default();
+        assert!(
+            e.contains("refused") && e.contains("nothing was changed"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("PRIVATE KEY"),
+            "key material in the output\n{text}"
+        );
+    }
+    let after: Vec<_> = (0..2).map(|j| x.cp_pair(j)).collect();
+    assert_eq!(before, after, "a refused pair changed files");
+    // The old pair is still used: the apiservers are ready and were not restarted.
+    let s = x.sample();
+    assert!(s.api.iter().all(|u| *u), "{s:?}");
+}
+
+fn fingerprint_of(pem: &[u8]) -> String {
+    openssl_in(pem, &["x509", "-noout", "-fingerprint", "-sha256"])
 }
