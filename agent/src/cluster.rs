@@ -906,11 +906,11 @@ pub fn publish_if_due(
             let published = serde_json::from_slice::<PublishedPair>(bytes)
                 .ok()
                 .and_then(|p| Cert::from_pem(p.cert_pem.as_bytes()).ok());
-            if let Some(p) = published {
-                if p.sha256_hex() == cert.sha256_hex() || p.not_after() - now > within {
-                    // Ours, or another etcd node's fresh pair: one pair cluster-wide.
-                    return Ok(None);
-                }
+            if let Some(p) = published
+                && (p.sha256_hex() == cert.sha256_hex() || p.not_after() - now > within)
+            {
+                // Ours, or another etcd node's fresh pair: one pair cluster-wide.
+                return Ok(None);
             }
             *rev
         }
