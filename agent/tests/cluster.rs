@@ -1287,3 +1287,183 @@ fn external_etcd_pair_reaches_every_control_plane_without_a_person() {
 fn fingerprint_of(pem: &[u8]) -> String {
     openssl_in(pem, &["x509", "-noout", "-fingerprint", "-sha256"])
 }
+
+/// The JSON report of a finished pass, asserting its exit code.
+#[track_caller]
+fn report_of(p: &mut Background, code: i32) -> serde_json::Value {
+    let (got, f) = finished(p);
+    assert_eq!(got, Some(code), "{f}");
+    serde_json::from_str(&f.stdout).unwrap_or_else(|e| panic!("not JSON ({e}):\n{f}"))
+}
+
+#[test]
+fn a_member_down_before_the_pass_stops_every_restart_until_it_is_back() {
+    if !etcd_installed("cluster::a_member_down") {
+        return;
+    }
+    let t = TempDir::new("cluster-member-down");
+    let c = Stacked3::start(&t);
+    // Node 2's member goes down (its kubelet stops it when the manifest goes away).
+    let manifest = c.nodes[2].root.join("etc/kubernetes/manifests/etcd.yaml");
+    let aside = t.join("etcd.yaml.aside");
+    fs::rename(&manifest, &aside).unwrap();
+    wait_for("node 2's etcd down", Duration::from_secs(30), || {
+        (!c.sample().etcd[2]).then_some(())
+    });
+    let before: Vec<_> = c.nodes.iter().map(|n| n.states()).collect();
+    let mut passes: Vec<Background> = (0..2)
+        .map(|i| c.spawn_pass(i, "down", &["--cluster-wait", "3s"]))
+        .collect();
+    for (i, p) in passes.iter_mut().enumerate() {
+        while p.running() {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let r = report_of(p, 4);
+        // Files are renewed; restarts wait, and the report says for what.
+        assert!(r["renew"]["backup_id"].is_string(), "node {i}: {r:#}");
+        assert_eq!(
+            r["restarted"].as_array().unwrap().len(),
+            0,
+            "node {i}: {r:#}"
+        );
+        assert_eq!(r["cluster"]["deferred"], true, "node {i}: {r:#}");
+        assert_eq!(r["cluster"]["lock"], "not acquired", "node {i}: {r:#}");
+        let waited = r["cluster"]["waited_for"].to_string();
+        assert!(
+            waited.contains("member 'cp-2'") && waited.contains("etcd-members-healthy"),
+            "node {i}: {waited}"
+        );
+    }
+    // Nothing was restarted on nodes 0 and 1 (kubelet-sim's history).
+    for i in 0..2 {
+        let after = c.nodes[i].states();
+        for pod in ["etcd", "kube-apiserver"] {
+            assert_eq!(
+                before[i][pod].history.len(),
+                after[pod].history.len(),
+                "node {i}: {pod} was restarted while a member was down"
+            );
+        }
+    }
+    // The member is back: every node finishes (nodes 0 and 1 the restarts they owe).
+    fs::rename(&aside, &manifest).unwrap();
+    wait_for("node 2's etcd back", Duration::from_secs(60), || {
+        c.sample().etcd[2].then_some(())
+    });
+    let mut passes: Vec<Background> = (0..3).map(|i| c.spawn_pass(i, "back", &[])).collect();
+    let deadline = Instant::now() + Duration::from_secs(240);
+    while passes.iter_mut().any(|p| p.running()) {
+        assert!(Instant::now() < deadline, "passes hung");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut windows = Vec::new();
+    for (i, p) in passes.iter_mut().enumerate() {
+        let r = report_of(p, 0);
+        assert_eq!(
+            r["restarted"].as_array().unwrap().len(),
+            4,
+            "node {i}: {r:#}"
+        );
+        let w = down_windows(&c.nodes[i].states(), "etcd");
+        windows.push(*w.last().unwrap());
+    }
+    for i in 0..3 {
+        for j in i + 1..3 {
+            assert!(
+                !overlap(windows[i], windows[j]),
+                "members {i} and {j} down together: {windows:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn killing_the_lock_holder_mid_restart_lets_the_others_proceed_after_the_lease() {
+    if !etcd_installed("cluster::killing_the_lock_holder") {
+        return;
+    }
+    let t = TempDir::new("cluster-kill-holder");
+    let c = Stacked3::start(&t);
+    let mut passes: Vec<Background> = (0..3).map(|i| c.spawn_pass(i, "1", &[])).collect();
+    // The holder is in the middle of restarting kube-apiserver: its manifest is parked.
+    let parked = |i: usize| {
+        c.nodes[i]
+            .root
+            .join("etc/kubernetes/.certrotor-parked/kube-apiserver.yaml")
+            .exists()
+    };
+    let victim = wait_for(
+        "a node restarting kube-apiserver",
+        Duration::from_secs(120),
+        || (0..3).find(|i| parked(*i)),
+    );
+    passes[victim].kill();
+    let killed_at = Instant::now();
+    let deadline = Instant::now() + Duration::from_secs(240);
+    while passes
+        .iter_mut()
+        .enumerate()
+        .any(|(i, p)| i != victim && p.running())
+    {
+        assert!(Instant::now() < deadline, "passes hung");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let survivors_done = killed_at.elapsed();
+    let victim_name = format!("cp-{victim}");
+    for (i, p) in passes.iter_mut().enumerate() {
+        if i == victim {
+            continue;
+        }
+        let r = report_of(p, 0);
+        assert_eq!(r["cluster"]["lock"], "acquired", "node {i}: {r:#}");
+        assert_eq!(
+            r["restarted"].as_array().unwrap().len(),
+            4,
+            "node {i}: {r:#}"
+        );
+    }
+    // At least one survivor waited for the dead holder's lease.
+    let waited: Vec<String> = (0..3)
+        .filter(|i| *i != victim)
+        .map(|i| fs::read_to_string(&passes[i].stderr).unwrap_or_default())
+        .collect();
+    assert!(
+        waited
+            .iter()
+            .any(|w| w.contains(&format!("lock held by {victim_name}"))),
+        "nobody waited for {victim_name}: {waited:#?}"
+    );
+    // The killed node's apiserver stayed down; its next pass finishes what it owed.
+    assert!(!c.sample().api[victim]);
+    let mut next = c.spawn_pass(victim, "2", &[]);
+    while next.running() {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let r = report_of(&mut next, 0);
+    let restarted: Vec<&str> = r["restarted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["component"].as_str().unwrap())
+        .collect();
+    assert!(
+        restarted.contains(&"kube-controller-manager") && restarted.contains(&"kube-scheduler"),
+        "{r:#}"
+    );
+    let s = c.sample();
+    assert!(
+        s.api.iter().all(|u| *u) && s.etcd.iter().all(|u| *u),
+        "{s:?}"
+    );
+    assert!(
+        !c.nodes[victim]
+            .root
+            .join("etc/kubernetes/.certrotor-parked/kube-apiserver.yaml")
+            .exists()
+    );
+    eprintln!(
+        "FIGURES kill -9 of the holder: the two other nodes finished {} ms after the kill \
+         (lease TTL 4 s)",
+        survivors_done.as_millis()
+    );
+}
