@@ -1335,11 +1335,11 @@ fn a_member_down_before_the_pass_stops_every_restart_until_it_is_back() {
         );
     }
     // Nothing was restarted on nodes 0 and 1 (kubelet-sim's history).
-    for i in 0..2 {
+    for (i, before) in before.iter().enumerate().take(2) {
         let after = c.nodes[i].states();
         for pod in ["etcd", "kube-apiserver"] {
             assert_eq!(
-                before[i][pod].history.len(),
+                before[pod].history.len(),
                 after[pod].history.len(),
                 "node {i}: {pod} was restarted while a member was down"
             );
