@@ -341,7 +341,7 @@ pass_command! {
         error_code(0, "done (or nothing due)"),
         error_code(2, "failed; nothing was changed, or the automatic rollback failed too"),
         error_code(3, "verification failed; the previous certificates were restored and are served"),
-        error_code(4, "another certrotor holds the lock"),
+        error_code(4, "another certrotor holds the lock; in cluster mode: restarts put off to the next pass (cluster lock or health gate)"),
         error_code(64, "usage error")
     )]
     /// one pass: check, renew what is due, restart components one at a time, verify, roll back
@@ -1063,7 +1063,22 @@ fn run_cmd(c: RunCmd) -> Result<u8, Failure> {
 
 fn run_table(r: &crate::ops::RunReport) -> String {
     let mut out = String::new();
+    if let Some(i) = &r.import {
+        out.push_str(&format!(
+            "Installed the apiserver-etcd-client pair published through etcd ({} files, backup {}); kube-apiserver restarted: {}\n",
+            i.files.len(),
+            i.backup_id,
+            if i.rolled_back.is_some() { "ROLLED BACK" } else if i.restarted.is_empty() { "put off" } else { "verified" }
+        ));
+    }
     if r.components.is_empty() {
+        if let Some(c) = r
+            .cluster
+            .as_ref()
+            .filter(|c| c.pair.is_some() || c.pair_error.is_some() || c.error.is_some())
+        {
+            out.push_str(&cluster_table(c));
+        }
         return out;
     }
     let names = r
