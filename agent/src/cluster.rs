@@ -38,6 +38,9 @@ pub const PREFIX: &str = "certrotor/v1/";
 pub const LOCK_KEY: &str = "certrotor/v1/lock";
 /// `<prefix><node>` → `{"endpoint": "IP:PORT"}` of each control plane's kube-apiserver.
 pub const APISERVERS_PREFIX: &str = "certrotor/v1/apiservers/";
+/// Registrations older than this (seconds) are ignored by the apiserver gate: the control plane
+/// is taken as removed from the cluster.
+const REGISTRATION_MAX_AGE: i64 = 7 * 24 * 3600;
 /// The published apiserver-etcd-client pair (external etcd).
 pub const PAIR_KEY: &str = "certrotor/v1/apiserver-etcd-client";
 
@@ -774,13 +777,17 @@ pub fn apiserver_gate(client: &Client, root: &Path, node: &NodeInfo) -> Gate {
         if key == me {
             continue;
         }
-        let Some(addr) = serde_json::from_slice::<Value>(&value)
-            .ok()
-            .and_then(|v| {
-                v.get("endpoint")
-                    .and_then(Value::as_str)
-                    .map(str::to_string)
-            })
+        let Ok(v) = serde_json::from_slice::<Value>(&value) else {
+            continue;
+        };
+        // A control plane that has not run a pass for a week is taken as gone.
+        let updated = v.get("updated_unix").and_then(Value::as_i64).unwrap_or(0);
+        if crate::clock::now() - updated > REGISTRATION_MAX_AGE {
+            continue;
+        }
+        let Some(addr) = v
+            .get("endpoint")
+            .and_then(Value::as_str)
             .and_then(|s| s.parse::<std::net::SocketAddr>().ok())
         else {
             continue;
@@ -1036,7 +1043,12 @@ impl Session {
         // Best effort: learn every member's endpoint, register the apiserver.
         let _ = s.client.members();
         if let Some(addr) = s.node.apiserver {
-            let value = json!({ "endpoint": addr.to_string(), "updated": crate::clock::rfc3339(crate::clock::now()) });
+            let now = crate::clock::now();
+            let value = json!({
+                "endpoint": addr.to_string(),
+                "updated": crate::clock::rfc3339(now),
+                "updated_unix": now,
+            });
             if let Err(e) = s.client.put(
                 &format!("{APISERVERS_PREFIX}{}", s.node.name),
                 value.to_string().as_bytes(),

@@ -1467,3 +1467,63 @@ fn killing_the_lock_holder_mid_restart_lets_the_others_proceed_after_the_lease()
         survivors_done.as_millis()
     );
 }
+
+#[test]
+fn no_other_apiserver_ready_holds_the_restarts() {
+    if !etcd_installed("cluster::no_other_apiserver_ready") {
+        return;
+    }
+    let t = TempDir::new("cluster-api-gate");
+    let c = Stacked3::start(&t);
+    // Nodes 1 and 2 register their apiservers (any pass does; a dry run changes nothing).
+    for i in 1..3 {
+        let mut p = c.spawn_pass(i, "register", &["--dry-run"]);
+        while p.running() {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        report_of(&mut p, 0);
+    }
+    // Their apiservers go down.
+    let aside = |i: usize| t.join(&format!("kube-apiserver-{i}.yaml"));
+    let manifest = |i: usize| {
+        c.nodes[i]
+            .root
+            .join("etc/kubernetes/manifests/kube-apiserver.yaml")
+    };
+    for i in 1..3 {
+        fs::rename(manifest(i), aside(i)).unwrap();
+    }
+    wait_for("apiservers 1 and 2 down", Duration::from_secs(30), || {
+        let s = c.sample();
+        (!s.api[1] && !s.api[2]).then_some(())
+    });
+    let before = c.nodes[0].states();
+    let mut p = c.spawn_pass(0, "gated", &["--cluster-wait", "3s"]);
+    while p.running() {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let r = report_of(&mut p, 4);
+    let waited = r["cluster"]["waited_for"].to_string();
+    assert!(
+        waited.contains("another-apiserver-ready") && waited.contains("no other apiserver ready"),
+        "{r:#}"
+    );
+    let after = c.nodes[0].states();
+    assert_eq!(
+        before["kube-apiserver"].history.len(),
+        after["kube-apiserver"].history.len(),
+        "the only ready apiserver was restarted"
+    );
+    // One comes back: the node proceeds.
+    fs::rename(aside(1), manifest(1)).unwrap();
+    wait_for("apiserver 1 back", Duration::from_secs(60), || {
+        c.sample().api[1].then_some(())
+    });
+    let mut p = c.spawn_pass(0, "ungated", &[]);
+    while p.running() {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let r = report_of(&mut p, 0);
+    assert_eq!(r["restarted"].as_array().unwrap().len(), 4, "{r:#}");
+    fs::rename(aside(2), manifest(2)).unwrap();
+}
