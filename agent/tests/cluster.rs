@@ -35,22 +35,24 @@ fn etcd_installed(test: &str) -> bool {
     ok
 }
 
-/// Free ports for `n` nodes: each node gets an offset whose six ports are free.
+/// Free ports for `n` nodes: each node gets an offset whose six ports are free now and not
+/// handed to another node of this test process (the tests run in parallel).
 fn offsets(n: usize) -> Vec<u16> {
+    static TAKEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
     let mut out: Vec<u16> = Vec::new();
-    let mut candidate = 20_000 + (std::process::id() % 20_000) as u16;
+    let mut candidate = (std::process::id() % 30_000) as u16;
     while out.len() < n {
         candidate = 1000 + (candidate.wrapping_mul(31).wrapping_add(7919) % 40_000);
-        let clash = out.iter().any(|o| {
-            PORTS
-                .iter()
-                .any(|p| PORTS.iter().any(|q| p + candidate == q + o))
-        });
-        if !clash
-            && PORTS
-                .iter()
-                .all(|p| std::net::TcpListener::bind(("127.0.0.1", p + candidate)).is_ok())
+        let ports: Vec<u16> = PORTS.iter().map(|p| p + candidate).collect();
+        if ports.iter().any(|p| taken.contains(p)) {
+            continue;
+        }
+        if ports
+            .iter()
+            .all(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
         {
+            taken.extend(ports);
             out.push(candidate);
         }
     }
@@ -81,7 +83,7 @@ impl Etcd3 {
         );
         let pki = root.join("etc/kubernetes/pki");
         let f = |n: &str| pki.join("etcd").join(n).display().to_string();
-        let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
+        let ports: Vec<(u16, u16)> = offsets(3).iter().map(|o| (2379 + o, 2380 + o)).collect();
         let initial = ports
             .iter()
             .enumerate()
