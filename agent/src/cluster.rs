@@ -715,52 +715,77 @@ pub struct Gate {
 
 /// Every etcd member answers with a leader and no alarm.
 pub fn etcd_gate(client: &Client) -> Gate {
+    etcd_gate_for(client, None).0
+}
+
+/// The etcd gate for a node whose own member is `own` (its name): every other member must be
+/// healthy; this node's own member may be down (restarting it takes nothing away). Also says
+/// whether any member had a leader (the cluster has quorum).
+fn etcd_gate_for(client: &Client, own: Option<&str>) -> (Gate, bool) {
     let name = "etcd-members-healthy".to_string();
     let members = match client.members() {
         Ok(m) => m,
         Err(e) => {
-            return Gate {
-                name,
-                passed: false,
-                detail: e.0,
-            };
+            return (
+                Gate {
+                    name,
+                    passed: false,
+                    detail: e.0,
+                },
+                false,
+            );
         }
     };
-    let mut bad = Vec::new();
+    let (mut bad, mut own_down, mut quorum) = (Vec::new(), false, false);
     for m in &members {
-        let ok = m
-            .client_urls
-            .iter()
-            .any(|u| client.member_status(u).is_ok());
-        if !ok {
-            let why = m
-                .client_urls
-                .first()
-                .map(|u| {
-                    client
-                        .member_status(u)
-                        .err()
-                        .map(|e| e.0)
-                        .unwrap_or_default()
-                })
-                .unwrap_or_else(|| "no client URL (not started yet?)".into());
+        let mut why = "no client URL (not started yet?)".to_string();
+        let mut ok = false;
+        for u in &m.client_urls {
+            match client.member_status(u) {
+                Ok(()) => {
+                    ok = true;
+                    break;
+                }
+                Err(e) => why = e.0,
+            }
+        }
+        quorum |= ok;
+        if ok {
+            continue;
+        }
+        if own == Some(m.name.as_str()) {
+            own_down = true;
+        } else {
             bad.push(format!("member '{}': {why}", m.name));
         }
     }
-    Gate {
+    let gate = Gate {
         name,
         passed: bad.is_empty() && !members.is_empty(),
-        detail: if bad.is_empty() {
-            format!("{} members healthy", members.len())
-        } else {
-            bad.join("; ")
+        detail: match (bad.is_empty(), own_down) {
+            (true, false) => format!("{} members healthy", members.len()),
+            (true, true) => "every other member healthy; this node's own member is not (restarting it takes nothing away)".into(),
+            (false, _) => bad.join("; "),
         },
-    }
+    };
+    (gate, quorum)
 }
 
 /// Another control plane's kube-apiserver answers `/readyz` (passes where there is none).
 pub fn apiserver_gate(client: &Client, root: &Path, node: &NodeInfo) -> Gate {
     let name = "another-apiserver-ready".to_string();
+    // This node's apiserver not ready: restarting it cannot take away the last ready one.
+    if let Some(own) = node.apiserver
+        && let Err(e) = apiserver_ready(root, own)
+    {
+        return Gate {
+            name,
+            passed: true,
+            detail: format!(
+                "this node's apiserver {own} is not ready ({e}); restarting it takes nothing away"
+            ),
+        };
+    }
     let others = match client.get_prefix(APISERVERS_PREFIX) {
         Ok(list) => list,
         Err(e) => {
@@ -1060,24 +1085,33 @@ impl Session {
         Ok(Some(s))
     }
 
-    fn gates(&self, root: &Path, components: &[Component]) -> Vec<Gate> {
-        let mut gates = vec![etcd_gate(&self.client)];
-        if components.contains(&Component::KubeApiserver) && self.node.apiserver.is_some() {
+    /// The gates, and whether any etcd member had a leader.
+    fn gates(&self, root: &Path, components: &[Component]) -> (Vec<Gate>, bool) {
+        let own = self.node.etcd_member.then_some(self.node.name.as_str());
+        let (etcd, reached) = etcd_gate_for(&self.client, own);
+        let mut gates = vec![etcd];
+        if reached
+            && components.contains(&Component::KubeApiserver)
+            && self.node.apiserver.is_some()
+        {
             gates.push(apiserver_gate(&self.client, root, &self.node));
         }
-        gates
+        (gates, reached)
     }
 
     /// Waits (bounded by `opts.wait`, with jitter) until the gates pass and the lock is taken.
-    /// `None`: not acquired; `report` says why.
+    /// When no etcd member had a leader during the whole wait (every member down, quorum lost,
+    /// or every etcd certificate expired: the cluster is down already and restarting is the way
+    /// back), the node acts alone.
     pub fn acquire(
         &self,
         root: &Path,
         components: &[Component],
         opts: &ClusterOptions,
         report: &mut ClusterReport,
-    ) -> Option<LockGuard> {
+    ) -> Acquired {
         let started = Instant::now();
+        let mut ever_reached = false;
         let deadline = started + opts.wait;
         let waited = |report: &mut ClusterReport, why: String| {
             if report.waited_for.last() != Some(&why) {
@@ -1086,7 +1120,8 @@ impl Session {
             }
         };
         loop {
-            let gates = self.gates(root, components);
+            let (gates, reached) = self.gates(root, components);
+            ever_reached |= reached;
             report.gates = gates.clone();
             let failed: Vec<String> = gates
                 .iter()
@@ -1097,7 +1132,7 @@ impl Session {
                 match try_lock(&self.client, &self.node.name, opts.lease_ttl) {
                     Ok(Ok(guard)) => {
                         // Check again under the lock: another holder may have just finished.
-                        let gates = self.gates(root, components);
+                        let (gates, _) = self.gates(root, components);
                         report.gates = gates.clone();
                         let failed: Vec<String> = gates
                             .iter()
@@ -1111,7 +1146,7 @@ impl Session {
                                 "cluster lock acquired by {} (lease {})",
                                 self.node.name, guard.lease
                             ));
-                            return Some(guard);
+                            return Acquired::Lock(guard);
                         }
                         drop(guard);
                         waited(report, failed.join("; "));
@@ -1127,15 +1162,33 @@ impl Session {
             }
             let now = Instant::now();
             if now >= deadline {
+                report.waited_ms = started.elapsed().as_millis();
+                if !ever_reached {
+                    report.lock = "no etcd quorum: acted alone".into();
+                    crate::log(&format!(
+                        "cluster mode: no etcd member had a leader for {}s; the cluster is down already, so this node restarts alone",
+                        opts.wait.as_secs()
+                    ));
+                    return Acquired::Alone;
+                }
                 report.lock = "not acquired".into();
                 report.deferred = true;
-                report.waited_ms = started.elapsed().as_millis();
-                return None;
+                return Acquired::Deferred;
             }
             let pause = jitter_between(Duration::from_millis(500), Duration::from_millis(2000));
             std::thread::sleep(pause.min(deadline - now));
         }
     }
+}
+
+/// What [`Session::acquire`] got.
+#[derive(Debug)]
+pub enum Acquired {
+    Lock(LockGuard),
+    /// No etcd member had a leader during the whole wait: act alone.
+    Alone,
+    /// Gates or lock not passed in time: the restarts wait for the next pass.
+    Deferred,
 }
 
 /// A random duration in `[lo, hi]`.
@@ -1195,8 +1248,9 @@ pub fn before_restart(
     r.node = s.node.name.clone();
     r.endpoints = s.client.endpoints();
     match s.acquire(root, components, opts, r) {
-        Some(g) => Ok(Some(g)),
-        None => {
+        Acquired::Lock(g) => Ok(Some(g)),
+        Acquired::Alone => Ok(None),
+        Acquired::Deferred => {
             crate::log(&format!(
                 "cluster mode: restarts of {} put off to the next pass: {}",
                 components

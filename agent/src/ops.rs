@@ -363,7 +363,7 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, Failure> {
         return Ok(report);
     }
     // Cluster mode: one node at a time restarts, and only when the gates pass; else the
-    // restarts stay owed to the next pass.
+    // restarts stay owed to the next pass. A new session: the client pair may just be renewed.
     let session =
         crate::cluster::start_for_pass(root, &platform, &opts.cluster, &mut report.cluster);
     let Ok(_cluster_lock) = crate::cluster::before_restart(

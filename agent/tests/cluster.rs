@@ -322,6 +322,11 @@ fn sibling(name: &str) -> PathBuf {
 
 impl Stacked3 {
     fn start(t: &TempDir) -> Stacked3 {
+        Stacked3::start_expiring(t, "2d", true)
+    }
+
+    /// Leaves expiring in `expires_in`; `healthy`: wait until every member and apiserver is.
+    fn start_expiring(t: &TempDir, expires_in: &str, healthy: bool) -> Stacked3 {
         let offs = offsets(3);
         let first = t.join("node-0");
         lab(
@@ -330,7 +335,7 @@ impl Stacked3 {
                 "--advertise-address",
                 "127.0.0.1",
                 "--expires-in",
-                "2d",
+                expires_in,
                 "--key-algorithm",
                 "ecdsa-p256",
                 "--port-offset",
@@ -447,15 +452,42 @@ impl Stacked3 {
                     .spawn(&st.dir, &format!("kubelet-sim-{i}")),
             );
         }
-        wait_for(
-            "three etcd members and three apiservers healthy",
-            Duration::from_secs(90),
-            || {
-                let x = st.sample();
-                (x.etcd.iter().all(|b| *b) && x.api.iter().all(|b| *b)).then_some(())
-            },
-        );
+        if healthy {
+            wait_for(
+                "three etcd members and three apiservers healthy",
+                Duration::from_secs(90),
+                || {
+                    let x = st.sample();
+                    (x.etcd.iter().all(|b| *b) && x.api.iter().all(|b| *b)).then_some(())
+                },
+            );
+        } else {
+            wait_for(
+                "three etcd processes running",
+                Duration::from_secs(60),
+                || {
+                    st.nodes
+                        .iter()
+                        .all(|n| n.states().get("etcd").is_some_and(|p| p.running))
+                        .then_some(())
+                },
+            );
+        }
         st
+    }
+
+    /// Probes with node 0's client certificates as they are on disk now.
+    fn reload_credentials(&mut self) {
+        let pki = self.nodes[0].root.join("etc/kubernetes/pki");
+        let read = |n: &str| fs::read(pki.join(n)).unwrap();
+        self.etcd_client = (
+            read("etcd/healthcheck-client.crt"),
+            read("etcd/healthcheck-client.key"),
+        );
+        self.api_client = (
+            read("apiserver-kubelet-client.crt"),
+            read("apiserver-kubelet-client.key"),
+        );
     }
 
     fn probe(&self, port: u16, path: &str, ca: &[u8], pair: &(Vec<u8>, Vec<u8>)) -> bool {
@@ -1528,4 +1560,38 @@ fn no_other_apiserver_ready_holds_the_restarts() {
     let r = report_of(&mut p, 0);
     assert_eq!(r["restarted"].as_array().unwrap().len(), 4, "{r:#}");
     fs::rename(aside(2), manifest(2)).unwrap();
+}
+
+#[test]
+fn a_cluster_whose_certificates_all_expired_comes_back() {
+    if !etcd_installed("cluster::all_expired") {
+        return;
+    }
+    let t = TempDir::new("cluster-all-expired");
+    // Every leaf expired a day ago: the members reject each other, no apiserver is ready.
+    let mut c = Stacked3::start_expiring(&t, "-1d", false);
+    let mut passes: Vec<Background> = (0..3).map(|i| c.spawn_pass(i, "expired", &[])).collect();
+    let deadline = Instant::now() + Duration::from_secs(240);
+    while passes.iter_mut().any(|p| p.running()) {
+        assert!(Instant::now() < deadline, "passes hung");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    c.reload_credentials();
+    for (i, p) in passes.iter_mut().enumerate() {
+        let r = report_of(p, 0);
+        // The gates do not hold a node whose own components are down: nothing to protect.
+        assert_eq!(
+            r["restarted"].as_array().unwrap().len(),
+            4,
+            "node {i}: {r:#}"
+        );
+        assert!(r["rolled_back"].is_null(), "node {i}: {r:#}");
+    }
+    let s = c.sample();
+    assert!(
+        s.etcd.iter().all(|u| *u) && s.api.iter().all(|u| *u),
+        "{s:?}"
+    );
+    let put = c.etcdctl(&["put", "certrotor-test/after", "ok"]);
+    assert!(put.status.success(), "{put}");
 }
