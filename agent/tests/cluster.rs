@@ -12,9 +12,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bottlerocket::kubelet_sim::PodState;
 use certrotor::cluster::{self, Access, Client, LOCK_KEY};
 use certrotor::verify::{self, Probe};
+use testbed::kubelet_sim::PodState;
 
 use crate::renew_util::*;
 
@@ -314,7 +314,7 @@ fn sibling(name: &str) -> PathBuf {
     let p = Path::new(bin()).parent().unwrap().join(name);
     assert!(
         p.is_file(),
-        "{} missing: run `cargo build -p bottlerocket` first",
+        "{} missing: run `cargo build -p testbed` first",
         p.display()
     );
     p
