@@ -310,6 +310,33 @@ struct Stacked3 {
     api_client: (Vec<u8>, Vec<u8>),
 }
 
+/// kube-apiserver, kube-controller-manager and kube-scheduler for kubelet-sim: the k8s-sim
+/// stand-ins, or for kube-apiserver the real v1.20.2 binary (`CERTROTOR_K8S_BIN`, default
+/// /var/cache/certrotor/kubernetes-v1.20.2/bin, built by images/k8s/build.sh; missing, the test
+/// fails).
+fn link_control_plane_binaries(bin_dir: &Path, real_apiserver: bool) {
+    for n in [
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+    ] {
+        let target = if real_apiserver && n == "kube-apiserver" {
+            let dir = std::env::var("CERTROTOR_K8S_BIN")
+                .unwrap_or_else(|_| "/var/cache/certrotor/kubernetes-v1.20.2/bin".into());
+            let p = Path::new(&dir).join(n);
+            assert!(
+                p.is_file(),
+                "{} is missing: run images/k8s/build.sh (or set CERTROTOR_K8S_BIN)",
+                p.display()
+            );
+            p
+        } else {
+            sibling("k8s-sim")
+        };
+        std::os::unix::fs::symlink(target, bin_dir.join(n)).unwrap();
+    }
+}
+
 fn sibling(name: &str) -> PathBuf {
     let p = Path::new(bin()).parent().unwrap().join(name);
     assert!(
@@ -322,11 +349,17 @@ fn sibling(name: &str) -> PathBuf {
 
 impl Stacked3 {
     fn start(t: &TempDir) -> Stacked3 {
-        Stacked3::start_expiring(t, "2d", true)
+        Stacked3::start_expiring(t, "2d", true, false)
     }
 
-    /// Leaves expiring in `expires_in`; `healthy`: wait until every member and apiserver is.
-    fn start_expiring(t: &TempDir, expires_in: &str, healthy: bool) -> Stacked3 {
+    /// Leaves expiring in `expires_in`; `healthy`: wait until every member and apiserver is;
+    /// `real_apiserver`: run the real kube-apiserver v1.20.2 instead of its k8s-sim stand-in.
+    fn start_expiring(
+        t: &TempDir,
+        expires_in: &str,
+        healthy: bool,
+        real_apiserver: bool,
+    ) -> Stacked3 {
         let offs = offsets(3);
         let first = t.join("node-0");
         lab(
@@ -352,14 +385,7 @@ impl Stacked3 {
             .join(",");
         let bin_dir = t.join("bin");
         fs::create_dir_all(&bin_dir).unwrap();
-        let k8s_sim = sibling("k8s-sim");
-        for n in [
-            "kube-apiserver",
-            "kube-controller-manager",
-            "kube-scheduler",
-        ] {
-            std::os::unix::fs::symlink(&k8s_sim, bin_dir.join(n)).unwrap();
-        }
+        link_control_plane_binaries(&bin_dir, real_apiserver);
         let mut nodes = Vec::new();
         for (i, off) in offs.iter().enumerate() {
             let root = t.join(&format!("node-{i}"));
@@ -455,7 +481,7 @@ impl Stacked3 {
         if healthy {
             wait_for(
                 "three etcd members and three apiservers healthy",
-                Duration::from_secs(90),
+                Duration::from_secs(240),
                 || {
                     let x = st.sample();
                     (x.etcd.iter().all(|b| *b) && x.api.iter().all(|b| *b)).then_some(())
@@ -697,7 +723,8 @@ fn three_stacked_nodes_due_together_restart_one_at_a_time() {
         return;
     }
     let t = TempDir::new("cluster-stacked");
-    let c = Arc::new(Stacked3::start(&t));
+    // The real kube-apiserver v1.20.2 (controller-manager and scheduler: k8s-sim stand-ins).
+    let c = Arc::new(Stacked3::start_expiring(&t, "2d", true, true));
     let put = c.etcdctl(&["put", "certrotor-test/kept", "before-rotation"]);
     assert!(put.status.success(), "{put}");
     let sampler = {
@@ -948,13 +975,7 @@ impl External {
             .join(",");
         let bin_dir = t.join("bin");
         fs::create_dir_all(&bin_dir).unwrap();
-        for n in [
-            "kube-apiserver",
-            "kube-controller-manager",
-            "kube-scheduler",
-        ] {
-            std::os::unix::fs::symlink(sibling("k8s-sim"), bin_dir.join(n)).unwrap();
-        }
+        link_control_plane_binaries(&bin_dir, false);
         let path = format!(
             "{}:{}",
             bin_dir.display(),
@@ -1609,7 +1630,7 @@ fn a_cluster_whose_certificates_all_expired_comes_back() {
     }
     let t = TempDir::new("cluster-all-expired");
     // Every leaf expired a day ago: the members reject each other, no apiserver is ready.
-    let mut c = Stacked3::start_expiring(&t, "-1d", false);
+    let mut c = Stacked3::start_expiring(&t, "-1d", false, false);
     let mut passes: Vec<Background> = (0..3).map(|i| c.spawn_pass(i, "expired", &[])).collect();
     let deadline = Instant::now() + Duration::from_secs(240);
     while passes.iter_mut().any(|p| p.running()) {
