@@ -598,3 +598,44 @@ fn a_damaged_owed_restarts_record_stops_the_pass() {
     .unwrap();
     refused_and_unchanged(&t, &run, &["backup_id ../../../x"]);
 }
+
+/// A renewal with `--reuse-keys` backs up certificates without their keys: the backup's
+/// certificates are checked against the live keys, and restored.
+#[test]
+fn a_backup_without_keys_is_checked_against_the_live_keys() {
+    let t = TempDir::new("reuse-keys");
+    let root = lab(
+        &t.join("node"),
+        &["--expires-in", "2d", "--key-algorithm", "ecdsa-p256"],
+    );
+    let before = snapshot(&root.join("etc/kubernetes"), &[]);
+    certrotor(&["renew", "--root", s(&root), "--reuse-keys"])
+        .run()
+        .ok();
+    let id = backup_ids(&root).pop().unwrap();
+    let m = read_manifest(&root, &id);
+    let paths: Vec<&str> = m["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert!(paths.contains(&"etc/kubernetes/pki/apiserver.crt"), "{m}");
+    assert!(!paths.contains(&"etc/kubernetes/pki/apiserver.key"), "{m}");
+    certrotor(&rollback_args(&root, &id)).run().ok();
+    assert_same(
+        &before,
+        &snapshot(&root.join("etc/kubernetes"), &[]),
+        "after rollback",
+    );
+    // A live key that no longer matches the backed-up certificate makes the backup unusable.
+    std::fs::write(t.join("victim.txt"), "the victim\n").unwrap();
+    let live_key = root.join(PKI).join("apiserver.key");
+    let other = std::fs::read(root.join(PKI).join("front-proxy-client.key")).unwrap();
+    std::fs::write(&live_key, other).unwrap();
+    refused_and_unchanged(
+        &t,
+        &rollback_args(&root, &id),
+        &["pki/apiserver.crt", "does not match its key"],
+    );
+}
