@@ -621,9 +621,7 @@ impl Drop for LockGuard {
             let _ = t.join();
         }
         if let Err(e) = self.client.revoke(self.lease) {
-            crate::log(&format!(
-                "cluster lock: could not release it ({e}); it expires by itself"
-            ));
+            log::warn!("cluster lock: could not release it ({e}); it expires by itself");
         }
     }
 }
@@ -679,12 +677,12 @@ pub fn try_lock(
                 match client.keepalive(lease) {
                     Ok(t) if t > 0 => last_ok = Instant::now(),
                     Ok(_) => {
-                        crate::log("cluster lock: the lease expired; the lock is lost");
+                        log::warn!("cluster lock: the lease expired; the lock is lost");
                         lost.store(true, Ordering::SeqCst);
                         return;
                     }
                     Err(e) => {
-                        crate::log(&format!("cluster lock: refreshing the lease: {e}"));
+                        log::warn!("cluster lock: refreshing the lease: {e}");
                         if last_ok.elapsed() >= ttl {
                             lost.store(true, Ordering::SeqCst);
                         }
@@ -977,7 +975,7 @@ pub fn publish_if_due(
         cert.facts().serial,
         crate::clock::rfc3339(cert.not_after())
     );
-    crate::log(&format!("cluster mode: {what}"));
+    log::info!("cluster mode: {what}");
     Ok(Some(what))
 }
 
@@ -1079,7 +1077,7 @@ impl Session {
                 value.to_string().as_bytes(),
                 0,
             ) {
-                crate::log(&format!("cluster mode: registering this apiserver: {e}"));
+                log::warn!("cluster mode: registering this apiserver: {e}");
             }
         }
         Ok(Some(s))
@@ -1115,7 +1113,7 @@ impl Session {
         let deadline = started + opts.wait;
         let waited = |report: &mut ClusterReport, why: String| {
             if report.waited_for.last() != Some(&why) {
-                crate::log(&format!("cluster mode: waiting: {why}"));
+                log::info!("cluster mode: waiting: {why}");
                 report.waited_for.push(why);
             }
         };
@@ -1142,10 +1140,11 @@ impl Session {
                         if failed.is_empty() {
                             report.lock = "acquired".into();
                             report.waited_ms = started.elapsed().as_millis();
-                            crate::log(&format!(
+                            log::info!(
                                 "cluster lock acquired by {} (lease {})",
-                                self.node.name, guard.lease
-                            ));
+                                self.node.name,
+                                guard.lease
+                            );
                             return Acquired::Lock(guard);
                         }
                         drop(guard);
@@ -1165,10 +1164,10 @@ impl Session {
                 report.waited_ms = started.elapsed().as_millis();
                 if !ever_reached {
                     report.lock = "no etcd quorum: acted alone".into();
-                    crate::log(&format!(
+                    log::warn!(
                         "cluster mode: no etcd member had a leader for {}s; the cluster is down already, so this node restarts alone",
                         opts.wait.as_secs()
-                    ));
+                    );
                     return Acquired::Alone;
                 }
                 report.lock = "not acquired".into();
@@ -1217,7 +1216,7 @@ pub fn start_for_pass(
     match started {
         Ok(s) => s,
         Err(e) => {
-            crate::log(&e.0);
+            log::warn!("{}", e.0);
             report.get_or_insert_with(ClusterReport::default).error = Some(e.0);
             None
         }
@@ -1251,7 +1250,7 @@ pub fn before_restart(
         Acquired::Lock(g) => Ok(Some(g)),
         Acquired::Alone => Ok(None),
         Acquired::Deferred => {
-            crate::log(&format!(
+            log::warn!(
                 "cluster mode: restarts of {} put off to the next pass: {}",
                 components
                     .iter()
@@ -1259,7 +1258,7 @@ pub fn before_restart(
                     .collect::<Vec<_>>()
                     .join(", "),
                 r.waited_for.last().cloned().unwrap_or_default()
-            ));
+            );
             Err(())
         }
     }

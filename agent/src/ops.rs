@@ -51,7 +51,7 @@ pub fn txn_failure(e: TxnError) -> Failure {
 pub fn lock_and_recover(root: &Path, timeout: Duration) -> Result<Lock, Failure> {
     let lock = txn::lock(root, timeout).map_err(txn_failure)?;
     match crate::restart::recover(root) {
-        Ok(Some(message)) => crate::log(&message),
+        Ok(Some(message)) => log::warn!("{message}"),
         Ok(None) => {}
         Err(e) => {
             return Err(Failure::failed(format!(
@@ -61,16 +61,14 @@ pub fn lock_and_recover(root: &Path, timeout: Duration) -> Result<Lock, Failure>
     }
     match txn::recover(root).map_err(txn_failure)? {
         Recovery::Clean => {}
-        Recovery::DiscardedStaging(n) => crate::log(&format!(
+        Recovery::DiscardedStaging(n) => log::warn!(
             "removed {n} staging folder(s) of an interrupted run; the PKI was not touched"
-        )),
+        ),
         Recovery::RolledForward {
             kind,
             backup_id,
             files,
-        } => crate::log(&format!(
-            "completed an interrupted {kind} of {files} file(s) (backup {backup_id})"
-        )),
+        } => log::warn!("completed an interrupted {kind} of {files} file(s) (backup {backup_id})"),
     }
     Ok(lock)
 }
@@ -158,16 +156,12 @@ fn rollback_locked(
 ) -> Result<(String, txn::Outcome), Failure> {
     let id = match id {
         Some(id) => id.to_string(),
-        None => txn::list_backups(root)
-            .into_iter()
-            .find(|b| b.kind != "rollback")
-            .map(|b| b.id)
-            .ok_or_else(|| {
-                Failure::failed(format!(
-                    "no backups under '{}'",
-                    txn::state_dir(root).join("backups").display()
-                ))
-            })?,
+        None => txn::newest_restorable(root).ok_or_else(|| {
+            Failure::failed(format!(
+                "no backups under '{}'",
+                txn::state_dir(root).join("backups").display()
+            ))
+        })?,
     };
     let (_manifest, changes) = txn::restore_changes(root, &id).map_err(txn_failure)?;
     let outcome = txn::apply(
@@ -257,17 +251,17 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, Failure> {
     let owed = if matches!(platform, Platform::None) {
         Pending::default()
     } else {
-        read_pending(root)
+        read_pending(root)?
     };
     if !owed.components.is_empty() {
-        crate::log(&format!(
+        log::warn!(
             "an earlier pass renewed files but did not finish restarting: {}",
             owed.components
                 .iter()
                 .map(|c| c.name())
                 .collect::<Vec<_>>()
                 .join(", ")
-        ));
+        );
     }
     // Every component that will need a restart must be restartable before anything is written,
     // and the intent to restart it is recorded first, so that a crash after the files change
@@ -293,6 +287,7 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, Failure> {
             &Pending {
                 components,
                 backup_id: owed.backup_id.clone(),
+                ..Pending::default()
             },
         )
     };
@@ -306,9 +301,7 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, Failure> {
                 }
             }
             Err(e) => {
-                crate::log(&format!(
-                    "cluster mode: publishing apiserver-etcd-client: {e}"
-                ));
+                log::warn!("cluster mode: publishing apiserver-etcd-client: {e}");
                 cluster_report.get_or_insert_with(Default::default).error = Some(e.0);
             }
         }
@@ -335,6 +328,7 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, Failure> {
             &Pending {
                 components: components.clone(),
                 backup_id: Some(backup_id.clone()),
+                ..Pending::default()
             },
         )?;
     }
@@ -350,14 +344,14 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, Failure> {
     };
     if components.is_empty() || matches!(platform, Platform::None) {
         if !components.is_empty() {
-            crate::log(&format!(
+            log::warn!(
                 "platform none: restart {} so that they use the new certificates",
                 components
                     .iter()
                     .map(|c| c.name())
                     .collect::<Vec<_>>()
                     .join(", ")
-            ));
+            );
         }
         report.duration_ms = started.elapsed().as_millis();
         return Ok(report);
@@ -394,6 +388,8 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, Failure> {
 /// Restarts owed to the node (`var/lib/certrotor/pending-restarts.json`).
 #[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
 struct Pending {
+    #[serde(default)]
+    version: u32,
     components: Vec<Component>,
     /// The backup to restore if a pending restart fails verification.
     backup_id: Option<String>,
@@ -401,36 +397,47 @@ struct Pending {
 
 const PENDING: &str = "pending-restarts.json";
 
-fn read_pending(root: &Path) -> Pending {
-    std::fs::read(txn::state_dir(root).join(PENDING))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_default()
+/// The owed restarts; none when the file does not exist. A file that exists but cannot be read,
+/// is of an unknown version or names an impossible backup stops the pass: dropping it would
+/// leave a renewed component on its old certificate.
+fn read_pending(root: &Path) -> Result<Pending, Failure> {
+    use crate::state::{self, Kind, StateError};
+    let path = txn::state_dir(root).join(PENDING);
+    let advice = "; nothing was changed. Restart the components listed in it yourself (or \
+                  repair the file), then remove it";
+    let pending = match state::read::<Pending>(Kind::OwedRestarts, &path) {
+        Ok(None) => return Ok(Pending::default()),
+        Ok(Some((_, p))) => p,
+        Err(e) => return Err(Failure::failed(format!("{e}{advice}"))),
+    };
+    if let Some(id) = &pending.backup_id
+        && let Err(d) = state::check_name(id)
+    {
+        let e = StateError::entry(Kind::OwedRestarts, &path, format!("backup_id {id}"), d);
+        return Err(Failure::failed(format!("{e}{advice}")));
+    }
+    Ok(pending)
 }
 
 fn write_pending(root: &Path, pending: &Pending) -> Result<(), Failure> {
     let dir = txn::state_dir(root);
     let path = dir.join(PENDING);
-    let tmp = dir.join(format!("{PENDING}.tmp"));
     let fail = |e: std::io::Error| {
         Failure::failed(format!(
             "cannot record the restarts to do in '{}': {e}; nothing was changed",
             path.display()
         ))
     };
-    let json = serde_json::to_vec(pending).map_err(|e| Failure::failed(e.to_string()))?;
+    let pending = Pending {
+        version: crate::state::Kind::OwedRestarts.current(),
+        ..pending.clone()
+    };
     crate::fsutil::create_dir_all_mode(&dir, 0o700).map_err(fail)?;
-    let _ = std::fs::remove_file(&tmp);
-    crate::fsutil::write_new(&tmp, &json, 0o600, None).map_err(fail)?;
-    std::fs::rename(&tmp, &path).map_err(fail)?;
-    crate::fsutil::sync_dir(&dir).map_err(fail)
+    crate::state::write(&path, &pending).map_err(fail)
 }
 
 fn clear_pending(root: &Path) {
-    let dir = txn::state_dir(root);
-    if std::fs::remove_file(dir.join(PENDING)).is_ok() {
-        let _ = crate::fsutil::sync_dir(&dir);
-    }
+    let _ = crate::state::remove(&txn::state_dir(root).join(PENDING));
 }
 
 /// Restarts `components` one at a time and verifies each; when one fails, restores
@@ -451,9 +458,7 @@ pub fn restart_verified(
         Ok(done) => return (done, None),
         Err(x) => x,
     };
-    crate::log(&format!(
-        "verification failed: {error}; restoring the previous certificates"
-    ));
+    log::warn!("verification failed: {error}; restoring the previous certificates");
     let mut rolled = RolledBack {
         failure: error.to_string(),
         backup_id: backup_id.to_string(),
@@ -479,9 +484,9 @@ pub fn restart_verified(
         Err(e) => rolled.error = Some(format!("after restoring backup {backup_id}: {e}")),
         Ok(targets) => match restart::restart_all(root, platform, &targets, &opts.restart) {
             Ok(back) => {
-                crate::log(&format!(
+                log::warn!(
                     "rolled back to backup {backup_id}; the previous certificates are served again"
-                ));
+                );
                 rolled.restarted = back;
             }
             Err((back, e)) => {
@@ -538,7 +543,7 @@ fn import_published(
 ) -> Option<ImportReport> {
     let refused = |cluster: &mut Option<crate::cluster::ClusterReport>, m: String| {
         let m = format!("the apiserver-etcd-client pair published through etcd was refused: {m}");
-        crate::log(&m);
+        log::warn!("{}", m);
         cluster.get_or_insert_with(Default::default).pair_error = Some(m);
     };
     let mut bundle = match crate::cluster::published_bundle(session, root) {
@@ -583,7 +588,7 @@ fn import_locked(
             .map_err(|e| Failure::failed(format!("{e}; nothing was changed")))?;
     }
     if !matches!(platform, Platform::None) {
-        let mut owed = read_pending(root);
+        let mut owed = read_pending(root)?;
         owed.components.push(Component::KubeApiserver);
         owed.components.sort();
         owed.components.dedup();
@@ -608,7 +613,7 @@ fn import_locked(
             restart_verified(root, &platform, &components, &backup_id, opts);
         if rolled_back.as_ref().is_none_or(|r| r.error.is_none()) {
             // Only the apiserver restart is settled here; other owed restarts stay for `run`.
-            let mut owed = read_pending(root);
+            let mut owed = read_pending(root)?;
             owed.components.retain(|c| *c != Component::KubeApiserver);
             if owed.components.is_empty() {
                 clear_pending(root);
@@ -627,11 +632,11 @@ fn import_locked(
 pub fn daemon(root: &Path, opts: &RunOptions, interval: Duration) -> Result<u8, Failure> {
     install_stop_handler();
     let mut failures: u32 = 0;
-    crate::log(&format!(
+    log::info!(
         "daemon started: root '{}', interval {}s",
         root.display(),
         interval.as_secs()
-    ));
+    );
     while !stop_requested() {
         let wait = match run_once(root, opts) {
             Ok(report) => {
@@ -640,7 +645,7 @@ pub fn daemon(root: &Path, opts: &RunOptions, interval: Duration) -> Result<u8, 
                 } else {
                     0
                 };
-                crate::log(&format!(
+                log::info!(
                     "pass done: {renewed} renewed, {} restarted, platform {}{}",
                     report.restarted.len(),
                     report.platform,
@@ -649,7 +654,7 @@ pub fn daemon(root: &Path, opts: &RunOptions, interval: Duration) -> Result<u8, 
                         .as_ref()
                         .map(|r| format!(", ROLLED BACK: {}", r.failure))
                         .unwrap_or_default()
-                ));
+                );
                 if report.rolled_back.is_some()
                     || report.cluster.as_ref().is_some_and(|c| c.deferred)
                 {
@@ -662,11 +667,11 @@ pub fn daemon(root: &Path, opts: &RunOptions, interval: Duration) -> Result<u8, 
             }
             Err(f) => {
                 failures += 1;
-                crate::log(&format!("pass failed: {}", f.message));
+                log::error!("pass failed: {}", f.message);
                 backoff(failures, interval)
             }
         };
-        crate::log(&format!("next pass in {}s", wait.as_secs()));
+        log::info!("next pass in {}s", wait.as_secs());
         let until = std::time::Instant::now() + wait;
         while std::time::Instant::now() < until && !stop_requested() {
             std::thread::sleep(
@@ -675,7 +680,7 @@ pub fn daemon(root: &Path, opts: &RunOptions, interval: Duration) -> Result<u8, 
             );
         }
     }
-    crate::log("daemon stopping");
+    log::info!("daemon stopping");
     Ok(0)
 }
 
