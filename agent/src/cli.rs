@@ -1232,6 +1232,36 @@ mod tests {
     use super::*;
 
     #[test]
+    fn cluster_flags_parse_and_refuse_bad_values() {
+        let o = cluster_flags(
+            "auto",
+            &["https://127.0.0.1:2379,https://127.0.0.2:2379/".into()],
+            "30s",
+            "5s",
+        )
+        .unwrap();
+        assert_eq!(o.mode, crate::cluster::Mode::Auto);
+        assert_eq!(
+            o.endpoints,
+            ["https://127.0.0.1:2379", "https://127.0.0.2:2379"]
+        );
+        assert_eq!(o.wait, std::time::Duration::from_secs(30));
+        assert_eq!(
+            cluster_flags("off", &[], "1s", "2s").unwrap().mode,
+            crate::cluster::Mode::Off
+        );
+        for (mode, ep, ttl) in [
+            ("sometimes", "https://127.0.0.1:2379", "5s"),
+            ("auto", "http://127.0.0.1:2379", "5s"),
+            ("auto", "https://etcd.example:2379", "5s"),
+            ("auto", "https://127.0.0.1:2379", "1s"),
+        ] {
+            let e = cluster_flags(mode, &[ep.into()], "1s", ttl).unwrap_err();
+            assert_eq!(e.code, EXIT_USAGE, "{mode} {ep} {ttl}: {}", e.message);
+        }
+    }
+
+    #[test]
     fn container_user_data_gives_the_command_line() {
         let base = std::env::temp_dir().join(format!("certrotor-cli-ud-{}", std::process::id()));
         let (boot, host) = (base.join("boot"), base.join("host"));

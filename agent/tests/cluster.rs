@@ -1415,6 +1415,29 @@ fn a_member_down_before_the_pass_stops_every_restart_until_it_is_back() {
             );
         }
     }
+    // The table says the same, and what the node waited for.
+    let table = certrotor(&[
+        "run",
+        "--once",
+        "--root",
+        s(&c.nodes[0].root),
+        "--platform",
+        "kubeadm",
+        "--cluster-wait",
+        "2s",
+    ])
+    .run()
+    .expect_code(4)
+    .stdout;
+    for words in [
+        "Cluster: node cp-0, lock not acquired",
+        "gate etcd-members-healthy",
+        "FAILED",
+        "waited for: gate etcd-members-healthy: member 'cp-2'",
+        "put off: they stay owed to the next pass",
+    ] {
+        assert!(table.contains(words), "table lacks '{words}':\n{table}");
+    }
     // The member is back: every node finishes (nodes 0 and 1 the restarts they owe).
     fs::rename(&aside, &manifest).unwrap();
     wait_for("node 2's etcd back", Duration::from_secs(60), || {
