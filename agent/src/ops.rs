@@ -646,9 +646,19 @@ pub fn daemon(root: &Path, opts: &RunOptions, interval: Duration) -> Result<u8, 
                     0
                 };
                 log::info!(
-                    "pass done: {renewed} renewed, {} restarted, platform {}{}",
+                    "pass done: {renewed} renewed, {} restarted, platform {}{}{}",
                     report.restarted.len(),
                     report.platform,
+                    report
+                        .cluster
+                        .as_ref()
+                        .map(|c| format!(
+                            ", cluster lock {} after {} ms{}",
+                            c.lock,
+                            c.waited_ms,
+                            if c.deferred { ", restarts put off" } else { "" }
+                        ))
+                        .unwrap_or_default(),
                     report
                         .rolled_back
                         .as_ref()

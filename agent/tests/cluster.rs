@@ -1679,3 +1679,81 @@ fn a_cluster_whose_certificates_all_expired_comes_back() {
     let put = c.etcdctl(&["put", "certrotor-test/after", "ok"]);
     assert!(put.status.success(), "{put}");
 }
+
+#[test]
+fn three_daemons_started_in_the_same_second_take_turns() {
+    if !etcd_installed("cluster::three_daemons") {
+        return;
+    }
+    let t = TempDir::new("cluster-daemons");
+    let c = Arc::new(Stacked3::start(&t));
+    let sampler = {
+        let c = c.clone();
+        Sampler::start(move || c.sample())
+    };
+    let mut daemons: Vec<Background> = (0..3)
+        .map(|i| {
+            certrotor(&[
+                "daemon",
+                "--interval",
+                "1h",
+                "--root",
+                s(&c.nodes[i].root),
+                "--platform",
+                "kubeadm",
+                "--restart-timeout",
+                "60s",
+                "--poll-interval",
+                "100ms",
+                "--cluster-lease-ttl",
+                "4s",
+            ])
+            .spawn(&c.dir, &format!("daemon-{i}"))
+        })
+        .collect();
+    let log = |d: &Background| fs::read_to_string(&d.stderr).unwrap_or_default();
+    wait_for(
+        "every daemon's first pass",
+        Duration::from_secs(240),
+        || {
+            daemons
+                .iter()
+                .all(|d| log(d).contains("pass done"))
+                .then_some(())
+        },
+    );
+    let samples = sampler.finish();
+    for (i, d) in daemons.iter_mut().enumerate() {
+        let text = log(d);
+        assert!(
+            text.contains("4 restarted") && text.contains("cluster lock acquired after"),
+            "daemon {i}:\n{text}"
+        );
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &d.pid().to_string()])
+            .status();
+    }
+    let windows: Vec<(u64, u64)> = c
+        .nodes
+        .iter()
+        .map(|n| {
+            let w = down_windows(&n.states(), "etcd");
+            assert_eq!(w.len(), 1, "{w:?}");
+            w[0]
+        })
+        .collect();
+    for i in 0..3 {
+        for j in i + 1..3 {
+            assert!(!overlap(windows[i], windows[j]), "{windows:?}");
+        }
+    }
+    for x in &samples {
+        assert!(x.etcd_up.iter().filter(|u| !**u).count() <= 1, "{x:?}");
+        assert!(x.api.iter().any(|u| *u), "no apiserver ready: {x:?}");
+    }
+    for d in &mut daemons {
+        wait_for("daemon to stop on SIGTERM", Duration::from_secs(30), || {
+            (!d.running()).then_some(())
+        });
+    }
+}
