@@ -1077,7 +1077,7 @@ pub fn restore_changes(root: &Path, id: &str) -> Result<(BackupManifest, Vec<Cha
         e
     })?;
     if v.manifest.version < 2 {
-        crate::log(&format!("backup {id}: {V1_NOTE}"));
+        log::warn!("backup {id}: {V1_NOTE}");
     }
     Ok((v.manifest, v.changes))
 }
