@@ -114,7 +114,7 @@ impl fmt::Debug for Access {
 
 impl Drop for Access {
     fn drop(&mut self) {
-        self.key_pem.fill(0);
+        zeroize::Zeroize::zeroize(&mut self.key_pem);
     }
 }
 
@@ -863,7 +863,7 @@ fn apiserver_ready(root: &Path, addr: std::net::SocketAddr) -> Result<(), String
         timeout: Duration::from_secs(3),
     };
     if let Some(k) = key.as_mut() {
-        k.fill(0);
+        zeroize::Zeroize::zeroize(k);
     }
     let result = match crate::verify::probe(&probe) {
         Ok(o) if o.healthy() => Ok(()),
@@ -871,7 +871,7 @@ fn apiserver_ready(root: &Path, addr: std::net::SocketAddr) -> Result<(), String
         Err(e) => Err(e.0),
     };
     if let Some(mut k) = probe.client_key_pem {
-        k.fill(0);
+        zeroize::Zeroize::zeroize(&mut k);
     }
     result
 }
@@ -891,8 +891,7 @@ struct PublishedPair {
 impl Drop for PublishedPair {
     fn drop(&mut self) {
         // Overwrite the key text before its buffer is freed.
-        let mut bytes = std::mem::take(&mut self.key_pem).into_bytes();
-        bytes.fill(0);
+        zeroize::Zeroize::zeroize(&mut self.key_pem);
     }
 }
 
@@ -956,7 +955,7 @@ pub fn publish_if_due(
         published_by: s.node.name.clone(),
         published_at: crate::clock::rfc3339(now),
     };
-    key_pem.fill(0);
+    zeroize::Zeroize::zeroize(&mut key_pem);
     key?;
     if !matches {
         return Err(err(format!(
@@ -966,7 +965,7 @@ pub fn publish_if_due(
     }
     let mut value = serde_json::to_vec(&pair).map_err(|e| err(e.to_string()))?;
     let written = s.client.put_if(PAIR_KEY, &value, revision);
-    value.fill(0);
+    zeroize::Zeroize::zeroize(&mut value);
     if !written? {
         return Ok(None);
     }
@@ -994,6 +993,7 @@ pub fn published_bundle(s: &Session, root: &Path) -> Result<Option<Vec<u8>>, Clu
     let Some(bytes) = s.client.get(PAIR_KEY)? else {
         return Ok(None);
     };
+    let bytes = zeroize::Zeroizing::new(bytes);
     let pair: PublishedPair = serde_json::from_slice(&bytes).map_err(|e| {
         err(format!(
             "the pair published under {PAIR_KEY} is not readable ({e}); nothing was installed, the current pair stays in use; run 'certrotor run' on an etcd node to publish it again, or use 'etcd-client export/import'"

@@ -555,7 +555,7 @@ fn import_published(
         }
     };
     let result = import_locked(root, &bundle, platform, opts, Some(session), cluster);
-    bundle.fill(0);
+    zeroize::Zeroize::zeroize(&mut bundle);
     match result {
         Ok(r) => {
             cluster.get_or_insert_with(Default::default).pair = Some(format!(
