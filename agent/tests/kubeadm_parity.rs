@@ -395,3 +395,45 @@ fn lab_init_writes_what_kubeadm_init_writes() {
     std::fs::write(lab.join(CONFIG), config(false)).unwrap();
     assert_check_agrees(&lab, "certrotor lab init");
 }
+
+#[test]
+fn build_script_never_hands_out_a_missing_or_stale_cache() {
+    let t = TestDir::new("parity-cache");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../images/k8s/build.sh");
+    let print = |cache: &Path| {
+        Command::new(&script)
+            .arg("--print-bin-dir")
+            .env("CERTROTOR_K8S_CACHE", cache)
+            .output()
+            .unwrap()
+    };
+    let cache = t.join("cache");
+    // Absent, then binaries without the marker (a half-built cache), then a marker of another
+    // script version: each is refused with the command to run.
+    let bin = cache.join("bin");
+    for step in ["absent", "no marker", "stale marker"] {
+        match step {
+            "no marker" => {
+                std::fs::create_dir_all(&bin).unwrap();
+                std::fs::write(bin.join("kubeadm"), "").unwrap();
+            }
+            "stale marker" => std::fs::write(
+                bin.join(".complete"),
+                "kubernetes v1.20.2 deb 1.20.5+really1.20.2-1.1+deb12u1 script-sha256 0\n",
+            )
+            .unwrap(),
+            _ => {}
+        }
+        let out = print(&cache);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{step}: {err}");
+        assert!(out.stdout.is_empty(), "{step}: nothing on stdout");
+        assert!(
+            err.contains("no complete build") && err.contains("run images/k8s/build.sh"),
+            "{step}: {err}"
+        );
+    }
+    let out = Command::new(&script).arg("--bogus").output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown argument '--bogus'"));
+}
