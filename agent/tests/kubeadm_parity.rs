@@ -215,14 +215,13 @@ fn check_agrees_with_kubeadm_check_expiration() {
     assert_eq!(externals, ["front-proxy-client", "front-proxy-ca"]);
 }
 
-#[test]
-fn renew_all_issues_what_kubeadm_renew_all_issues() {
-    require_root("renew_all_issues_what_kubeadm_renew_all_issues");
-    let t = TestDir::new("parity-renew");
-    let (orig, by_kubeadm, by_certrotor) = (t.join("orig"), t.join("kubeadm"), t.join("certrotor"));
-    kubeadm_node(&orig, true);
-    copy(&orig, &by_kubeadm);
-    copy(&orig, &by_certrotor);
+/// Renews copies of `orig` with `kubeadm certs renew all` and `certrotor renew --all` and
+/// compares them with openssl, then lets kubeadm read certrotor's result.
+fn assert_renew_parity(t: &TestDir, orig: &Path, what: &str) {
+    let by_kubeadm = t.join(&format!("{what}-by-kubeadm"));
+    let by_certrotor = t.join(&format!("{what}-by-certrotor"));
+    copy(orig, &by_kubeadm);
+    copy(orig, &by_certrotor);
     let start = now();
     kubeadm(
         &by_kubeadm,
@@ -230,6 +229,7 @@ fn renew_all_issues_what_kubeadm_renew_all_issues() {
     );
     certrotor(&["renew", "--root", by_certrotor.to_str().unwrap(), "--all"]).expect(0);
     let end = now();
+    let (orig, by_kubeadm, by_certrotor) = (orig, &by_kubeadm, &by_certrotor);
     let scratch = t.join("pem");
     let mut summary = BTreeMap::new();
     for (name, rel, ca) in LEAVES {
@@ -297,19 +297,28 @@ fn renew_all_issues_what_kubeadm_renew_all_issues() {
         summary.insert(name, identity(&c));
     }
     eprintln!(
-        "parity renew: {} certificates agree: {summary:#?}",
+        "parity renew ({what}): {} certificates agree: {summary:#?}",
         summary.len()
     );
 
     // kubeadm reads certrotor's result, agrees with certrotor's check, and can renew on top.
-    let (leaves, _) = assert_check_agrees(&by_certrotor, "after certrotor renew --all");
+    let (leaves, _) = assert_check_agrees(by_certrotor, &format!("{what}: certrotor renew --all"));
     assert!(leaves.iter().all(|r| r.residual == "364d"), "{leaves:?}");
-    assert_check_agrees(&by_kubeadm, "after kubeadm certs renew all");
+    assert_check_agrees(by_kubeadm, &format!("{what}: kubeadm certs renew all"));
     kubeadm(
-        &by_certrotor,
+        by_certrotor,
         &["certs", "renew", "all", "--config", &format!("/{CONFIG}")],
     );
     certrotor(&["check", "--root", by_certrotor.to_str().unwrap()]).expect(0);
+}
+
+#[test]
+fn renew_all_issues_what_kubeadm_renew_all_issues() {
+    require_root("renew_all_issues_what_kubeadm_renew_all_issues");
+    let t = TestDir::new("parity-renew");
+    let orig = t.join("orig");
+    kubeadm_node(&orig, true);
+    assert_renew_parity(&t, &orig, "kubeadm init");
 }
 
 #[test]
@@ -394,6 +403,8 @@ fn lab_init_writes_what_kubeadm_init_writes() {
     // kubeadm reads the lab node, and agrees with certrotor about it.
     std::fs::write(lab.join(CONFIG), config(false)).unwrap();
     assert_check_agrees(&lab, "certrotor lab init");
+    // And both renew the lab node alike (kubeadm v1.20 ignores super-admin.conf).
+    assert_renew_parity(&t, &lab, "lab init");
 }
 
 #[test]
