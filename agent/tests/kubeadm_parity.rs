@@ -229,15 +229,15 @@ fn assert_renew_parity(t: &TestDir, orig: &Path, what: &str) {
     );
     certrotor(&["renew", "--root", by_certrotor.to_str().unwrap(), "--all"]).expect(0);
     let end = now();
-    let (orig, by_kubeadm, by_certrotor) = (orig, &by_kubeadm, &by_certrotor);
+    let (by_kubeadm, by_certrotor) = (by_kubeadm.as_path(), by_certrotor.as_path());
     let scratch = t.join("pem");
     let mut summary = BTreeMap::new();
     for (name, rel, ca) in LEAVES {
-        let ca_file = etc(&orig).join(format!("pki/{ca}.crt"));
+        let ca_file = etc(orig).join(format!("pki/{ca}.crt"));
         let ca_cert = Ossl::read(&ca_file);
-        let old = Ossl::read(&leaf_file(&orig, rel, &scratch));
-        let k_file = leaf_file(&by_kubeadm, rel, &scratch);
-        let c_file = leaf_file(&by_certrotor, rel, &scratch);
+        let old = Ossl::read(&leaf_file(orig, rel, &scratch));
+        let k_file = leaf_file(by_kubeadm, rel, &scratch);
+        let c_file = leaf_file(by_certrotor, rel, &scratch);
         let (k, c) = (Ossl::read(&k_file), Ossl::read(&c_file));
         openssl_verify(&ca_file, &k_file, true).unwrap();
         openssl_verify(&ca_file, &c_file, true).unwrap();
@@ -287,11 +287,11 @@ fn assert_renew_parity(t: &TestDir, orig: &Path, what: &str) {
         if !rel.ends_with(".conf") {
             let key = rel.replace(".crt", ".key");
             assert_eq!(
-                key_encoding(&etc(&by_certrotor).join(&key)),
-                key_encoding(&etc(&by_kubeadm).join(&key)),
+                key_encoding(&etc(by_certrotor).join(&key)),
+                key_encoding(&etc(by_kubeadm).join(&key)),
                 "{name}: key PEM encoding"
             );
-            let (cc, ck) = crate::util::public_keys(&c_file, &etc(&by_certrotor).join(&key));
+            let (cc, ck) = crate::util::public_keys(&c_file, &etc(by_certrotor).join(&key));
             assert_eq!(cc, ck, "{name}: certrotor's key matches its certificate");
         }
         summary.insert(name, identity(&c));
