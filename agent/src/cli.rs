@@ -825,7 +825,7 @@ fn backups(c: BackupsCmd) -> Result<u8, Failure> {
     let json = output_flag(&c.output)?;
     let root = root_flag(c.root)?;
     crate::recover_before_reading(&root)?;
-    let list = crate::txn::list_backups(&root);
+    let list = crate::txn::list_backups(&root).map_err(crate::ops::txn_failure)?;
     if json {
         println!(
             "{}",

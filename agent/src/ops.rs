@@ -156,12 +156,14 @@ fn rollback_locked(
 ) -> Result<(String, txn::Outcome), Failure> {
     let id = match id {
         Some(id) => id.to_string(),
-        None => txn::newest_restorable(root).ok_or_else(|| {
-            Failure::failed(format!(
-                "no backups under '{}'",
-                txn::state_dir(root).join("backups").display()
-            ))
-        })?,
+        None => txn::newest_restorable(root)
+            .map_err(txn_failure)?
+            .ok_or_else(|| {
+                Failure::failed(format!(
+                    "no backups under '{}'",
+                    txn::state_dir(root).join("backups").display()
+                ))
+            })?,
     };
     let (_manifest, changes) = txn::restore_changes(root, &id).map_err(txn_failure)?;
     let outcome = txn::apply(
