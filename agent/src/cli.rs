@@ -1,35 +1,21 @@
-//! The command line: argument definitions, and the glue from each command to the library.
-//!
-//! Exit codes (the same for every command, documented in README):
-//! - 0: done, everything fine;
-//! - 1: `check`: something expires within `--warn-within`;
-//! - 2: `check`: something expired, invalid, missing or unreadable; other commands: failed, and
-//!   the live PKI is unchanged (or was restored);
-//! - 3: renewal applied but live verification failed, and the backup was restored;
-//! - 4: another certrotor holds the lock past `--lock-timeout`;
-//! - 64: usage error (unknown flag, bad value).
+//! The command line (a module of the binary, not of the library): argument definitions, and
+//! the glue from each command to the library. The exit codes are chosen here, with
+//! [`certrotor::outcome`], from the library's typed errors and reports.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use argh::FromArgs;
 
-use crate::clock;
-use crate::inventory::{self, Status};
-use crate::lab::{self, LabLayout, LabOptions, Topology};
-use crate::pki::KeyAlgorithm;
-use crate::report;
-
-/// Exit code: something expires soon (check).
-pub const EXIT_EXPIRING: u8 = 1;
-/// Exit code: failure, or something expired/invalid (check).
-pub const EXIT_FAILED: u8 = 2;
-/// Exit code: verification failed; rolled back.
-pub const EXIT_ROLLED_BACK: u8 = 3;
-/// Exit code: the lock is held by another run.
-pub const EXIT_LOCKED: u8 = 4;
-/// Exit code: usage error (sysexits EX_USAGE).
-pub const EXIT_USAGE: u8 = 64;
+use certrotor::clock;
+use certrotor::etcd_client::EtcdClientError;
+use certrotor::fsutil::ReadError;
+use certrotor::inventory;
+use certrotor::lab::{self, LabLayout, LabOptions, Topology};
+use certrotor::ops::OpsError;
+use certrotor::outcome::{self, EXIT_USAGE};
+use certrotor::pki::KeyAlgorithm;
+use certrotor::report;
 
 #[derive(FromArgs, Debug)]
 /// certrotor keeps kubeadm and etcdadm certificates from expiring on immutable nodes
@@ -253,20 +239,20 @@ macro_rules! engine_flags {
         match c.engine.as_str() {
             "native" => {
                 if let Some((flag, _)) = kubeadm_flags.iter().find(|(_, given)| *given) {
-                    return Err(Failure::usage(format!(
+                    return Err(CliError::usage(format!(
                         "{flag} applies to --engine kubeadm only"
                     )));
                 }
-                crate::engine::Engine::Native
+                certrotor::engine::Engine::Native
             }
             "kubeadm" => {
                 if c.reuse_keys {
-                    return Err(Failure::usage(
+                    return Err(CliError::usage(
                         "--reuse-keys: kubeadm and etcdadm always make new keys; use --engine native",
                     ));
                 }
-                let d = crate::engine::KubeadmOptions::default();
-                crate::engine::Engine::Kubeadm(crate::engine::KubeadmOptions {
+                let d = certrotor::engine::KubeadmOptions::default();
+                certrotor::engine::Engine::Kubeadm(certrotor::engine::KubeadmOptions {
                     image: c.kubeadm_image.clone(),
                     kubeadm_path: c.kubeadm_path.clone().unwrap_or(d.kubeadm_path),
                     etcdadm_path: c.etcdadm_path.clone().unwrap_or(d.etcdadm_path),
@@ -277,7 +263,7 @@ macro_rules! engine_flags {
                 })
             }
             other => {
-                return Err(Failure::usage(format!(
+                return Err(CliError::usage(format!(
                     "--engine '{other}': use native or kubeadm"
                 )));
             }
@@ -419,27 +405,92 @@ struct DemoCmd {
 /// print the version
 struct VersionCmd {}
 
-/// A command's failure: the message and the exit code.
+/// Why a command failed: a usage error, or the library's typed error (its cause in `source()`).
 #[derive(Debug)]
-pub struct Failure {
-    pub code: u8,
-    pub message: String,
+enum CliError {
+    /// A bad flag or flag value (exit 64).
+    Usage(String),
+    /// The node root is not a folder.
+    NoRoot(PathBuf),
+    Ops(OpsError),
+    EtcdClient(EtcdClientError),
+    Lab(lab::LabError),
+    Demo(certrotor::demo::DemoError),
+    /// A report could not be serialised as JSON.
+    Json(serde_json::Error),
+    /// Reading or writing the etcd client bundle.
+    Bundle {
+        what: String,
+        source: std::io::Error,
+    },
+    /// Reading the etcd client bundle file.
+    ReadBundle(ReadError),
 }
 
-impl Failure {
-    /// A usage error (exit 64).
-    pub fn usage(message: impl Into<String>) -> Failure {
-        Failure {
-            code: EXIT_USAGE,
-            message: message.into(),
+impl CliError {
+    fn usage(message: impl Into<String>) -> CliError {
+        CliError::Usage(message.into())
+    }
+
+    /// The exit code: 64 for usage, else what [`outcome::for_error`] makes of the cause.
+    fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Usage(_) => EXIT_USAGE,
+            other => outcome::for_error(other),
         }
     }
-    /// A failed command (exit 2).
-    pub fn failed(message: impl Into<String>) -> Failure {
-        Failure {
-            code: EXIT_FAILED,
-            message: message.into(),
+}
+
+impl std::fmt::Display for CliError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CliError::Usage(m) => f.write_str(m),
+            CliError::NoRoot(root) => write!(
+                f,
+                "the node root '{}' is not a folder; give the node's root filesystem with --root",
+                root.display()
+            ),
+            CliError::Ops(e) => write!(f, "{e}"),
+            CliError::EtcdClient(e) => write!(f, "{e}"),
+            CliError::Lab(e) => write!(f, "{e}"),
+            CliError::Demo(e) => write!(f, "{e}"),
+            CliError::Json(e) => write!(f, "cannot serialise the report as JSON: {e}"),
+            CliError::Bundle { what, source } => write!(f, "{what}: {source}"),
+            CliError::ReadBundle(e) => write!(f, "{e}"),
         }
+    }
+}
+
+impl std::error::Error for CliError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CliError::Usage(_) | CliError::NoRoot(_) => None,
+            CliError::Ops(e) => Some(e),
+            CliError::EtcdClient(e) => Some(e),
+            CliError::Lab(e) => Some(e),
+            CliError::Demo(e) => Some(e),
+            CliError::Json(e) => Some(e),
+            CliError::Bundle { source, .. } => Some(source),
+            CliError::ReadBundle(e) => Some(e),
+        }
+    }
+}
+
+impl From<OpsError> for CliError {
+    fn from(e: OpsError) -> Self {
+        CliError::Ops(e)
+    }
+}
+
+impl From<EtcdClientError> for CliError {
+    fn from(e: EtcdClientError) -> Self {
+        CliError::EtcdClient(e)
+    }
+}
+
+impl From<serde_json::Error> for CliError {
+    fn from(e: serde_json::Error) -> Self {
+        CliError::Json(e)
     }
 }
 
@@ -451,7 +502,7 @@ const HOST_CONTAINER_DIR: &str = "/.bottlerocket/host-containers/current";
 /// The command line of a Bottlerocket container, which cannot be given arguments: the words of
 /// its user-data file (`#` starts a comment), or by default `run --once --platform none` for a bootstrap
 /// container and `daemon` for a host container. `None` outside such a container.
-pub fn container_args(bootstrap_dir: &Path, host_dir: &Path) -> Option<Vec<String>> {
+fn container_args(bootstrap_dir: &Path, host_dir: &Path) -> Option<Vec<String>> {
     for (dir, default) in [
         (bootstrap_dir, "run --once --platform none"),
         (host_dir, "daemon"),
@@ -520,14 +571,14 @@ pub fn main(mut args: Vec<String>) -> ExitCode {
     };
     match run(top) {
         Ok(code) => ExitCode::from(code),
-        Err(f) => {
-            eprintln!("certrotor: {}", f.message);
-            ExitCode::from(f.code)
+        Err(e) => {
+            eprintln!("certrotor: {e}");
+            ExitCode::from(e.exit_code())
         }
     }
 }
 
-fn run(top: Top) -> Result<u8, Failure> {
+fn run(top: Top) -> Result<u8, CliError> {
     match top.command {
         Command::Check(c) => check(c),
         Command::Lab(LabCmd {
@@ -544,7 +595,10 @@ fn run(top: Top) -> Result<u8, Failure> {
         }) => etcd_import(c),
         Command::Run(c) => run_cmd(c),
         Command::Daemon(c) => daemon_cmd(c),
-        Command::Demo(c) => crate::demo::run(c.keep),
+        Command::Demo(c) => {
+            certrotor::demo::run(c.keep).map_err(CliError::Demo)?;
+            Ok(0)
+        }
         Command::Version(_) => {
             println!("certrotor {}", env!("CARGO_PKG_VERSION"));
             Ok(0)
@@ -553,59 +607,44 @@ fn run(top: Top) -> Result<u8, Failure> {
 }
 
 /// Parses a duration flag, as a usage error when malformed.
-pub fn duration_flag(flag: &str, value: &str) -> Result<i64, Failure> {
-    clock::parse_duration(value).map_err(|e| Failure::usage(format!("--{flag}: {e}")))
+fn duration_flag(flag: &str, value: &str) -> Result<i64, CliError> {
+    clock::parse_duration(value).map_err(|e| CliError::usage(format!("--{flag}: {e}")))
 }
 
 /// The root: the flag, or the default.
-pub fn root_flag(root: Option<PathBuf>) -> Result<PathBuf, Failure> {
+fn root_flag(root: Option<PathBuf>) -> Result<PathBuf, CliError> {
     let root = root.unwrap_or_else(inventory::default_root);
     if !root.is_dir() {
-        return Err(Failure::failed(format!(
-            "the node root '{}' is not a folder; give the node's root filesystem with --root",
-            root.display()
-        )));
+        return Err(CliError::NoRoot(root));
     }
     Ok(root)
 }
 
-fn check(c: CheckCmd) -> Result<u8, Failure> {
+fn check(c: CheckCmd) -> Result<u8, CliError> {
     let warn = duration_flag("warn-within", &c.warn_within)?;
     if !matches!(c.output.as_str(), "table" | "json") {
-        return Err(Failure::usage(format!(
+        return Err(CliError::usage(format!(
             "--output '{}': use table or json",
             c.output
         )));
     }
     let root = root_flag(c.root)?;
-    crate::recover_before_reading(&root)?;
+    certrotor::recover_before_reading(&root)?;
     let inv = inventory::take(&root, clock::now(), warn);
     if c.output == "json" {
-        println!("{}", report::json(&inv));
+        println!("{}", report::json(&inv)?);
     } else {
         print!("{}", report::table(&inv));
     }
-    Ok(check_exit_code(&inv))
+    Ok(outcome::for_inventory(&inv))
 }
 
-/// 0 fine, 1 expiring, 2 expired/invalid/missing; 2 as well when nothing was found.
-pub fn check_exit_code(inv: &inventory::Inventory) -> u8 {
-    if inv.layouts.is_empty() {
-        return EXIT_FAILED;
-    }
-    match inv.worst() {
-        Some(Status::Expiring) => EXIT_EXPIRING,
-        Some(Status::Expired | Status::Invalid | Status::Missing) => EXIT_FAILED,
-        _ => 0,
-    }
-}
-
-fn lab_init(c: LabInitCmd) -> Result<u8, Failure> {
+fn lab_init(c: LabInitCmd) -> Result<u8, CliError> {
     let layout = match c.layout.as_str() {
         "kubeadm" => LabLayout::Kubeadm,
         "bottlerocket" => LabLayout::Bottlerocket,
         other => {
-            return Err(Failure::usage(format!(
+            return Err(CliError::usage(format!(
                 "--layout '{other}': use kubeadm or bottlerocket"
             )));
         }
@@ -614,25 +653,25 @@ fn lab_init(c: LabInitCmd) -> Result<u8, Failure> {
         "stacked" => Topology::Stacked,
         "external-etcd" => Topology::ExternalEtcd,
         other => {
-            return Err(Failure::usage(format!(
+            return Err(CliError::usage(format!(
                 "--topology '{other}': use stacked or external-etcd"
             )));
         }
     };
     let key_algorithm = KeyAlgorithm::parse(&c.key_algorithm).ok_or_else(|| {
-        Failure::usage(format!(
+        CliError::usage(format!(
             "--key-algorithm '{}': use rsa-2048, rsa-3072, rsa-4096, ecdsa-p256 or ecdsa-p384",
             c.key_algorithm
         ))
     })?;
     let advertise_address = c.advertise_address.parse().map_err(|_| {
-        Failure::usage(format!(
+        CliError::usage(format!(
             "--advertise-address '{}' is not an IP address",
             c.advertise_address
         ))
     })?;
     if c.node_name.is_empty() || c.node_name.contains('/') {
-        return Err(Failure::usage(format!(
+        return Err(CliError::usage(format!(
             "--node-name '{}' is not a valid node name",
             c.node_name
         )));
@@ -648,7 +687,7 @@ fn lab_init(c: LabInitCmd) -> Result<u8, Failure> {
         port_offset: c.port_offset,
         now: clock::now(),
     };
-    let summary = lab::init(&c.dir, &opts).map_err(|e| Failure::failed(e.to_string()))?;
+    let summary = lab::init(&c.dir, &opts).map_err(CliError::Lab)?;
     for root in &summary.roots {
         println!("lab node written: {}", root.display());
     }
@@ -660,11 +699,11 @@ fn lab_init(c: LabInitCmd) -> Result<u8, Failure> {
     Ok(0)
 }
 
-fn output_flag(value: &str) -> Result<bool, Failure> {
+fn output_flag(value: &str) -> Result<bool, CliError> {
     match value {
         "table" => Ok(false),
         "json" => Ok(true),
-        other => Err(Failure::usage(format!(
+        other => Err(CliError::usage(format!(
             "--output '{other}': use table or json"
         ))),
     }
@@ -673,15 +712,15 @@ fn output_flag(value: &str) -> Result<bool, Failure> {
 fn write_options(
     lock_timeout: &str,
     retention: usize,
-) -> Result<crate::ops::WriteOptions, Failure> {
+) -> Result<certrotor::ops::WriteOptions, CliError> {
     let secs = duration_flag("lock-timeout", lock_timeout)?;
     if secs < 0 {
-        return Err(Failure::usage("--lock-timeout must not be negative"));
+        return Err(CliError::usage("--lock-timeout must not be negative"));
     }
-    Ok(crate::ops::WriteOptions {
+    Ok(certrotor::ops::WriteOptions {
         lock_timeout: std::time::Duration::from_secs(secs as u64),
         retention,
-        engine: crate::engine::Engine::Native,
+        engine: certrotor::engine::Engine::Native,
     })
 }
 
@@ -690,13 +729,13 @@ macro_rules! policy_flags {
     ($c:expr) => {{
         let c = $c;
         if c.all && !c.cert.is_empty() {
-            return Err(Failure::usage("--all and --cert exclude each other"));
+            return Err(CliError::usage("--all and --cert exclude each other"));
         }
         let validity = duration_flag("validity", &c.validity)?;
         if validity <= 0 {
-            return Err(Failure::usage("--validity must be positive"));
+            return Err(CliError::usage("--validity must be positive"));
         }
-        crate::renew::Policy {
+        certrotor::renew::Policy {
             within: duration_flag("within", &c.within)?,
             all: c.all,
             names: c.cert.clone(),
@@ -707,141 +746,74 @@ macro_rules! policy_flags {
     }};
 }
 
-fn renew(c: RenewCmd) -> Result<u8, Failure> {
+fn renew(c: RenewCmd) -> Result<u8, CliError> {
     let json = output_flag(&c.output)?;
-    let engine = engine_flags!(&c, PathBuf::from(crate::catalog::paths::API_SOCKET));
+    let engine = engine_flags!(&c, PathBuf::from(certrotor::catalog::paths::API_SOCKET));
     let policy = policy_flags!(&c);
     let mut opts = write_options(&c.lock_timeout, c.retention)?;
     opts.engine = engine;
     let root = root_flag(c.root)?;
-    let report = crate::ops::renew(&root, &policy, c.dry_run, &opts)?;
+    let report = certrotor::ops::renew(&root, &policy, c.dry_run, &opts)?;
     if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).unwrap_or_default()
-        );
+        println!("{}", report::json(&report)?);
     } else {
-        print!("{}", renew_table(&report, true));
+        print!("{}", report::renew_table(&report, true));
     }
     Ok(0)
 }
 
-fn renew_table(r: &crate::ops::RenewReport, restart_hint: bool) -> String {
-    let mut out = String::new();
-    let plan = &r.plan;
-    if plan.items.is_empty() {
-        out.push_str("Nothing to renew.\n");
-    } else {
-        let verb = if r.dry_run { "Would renew" } else { "Renewed" };
-        out.push_str(&format!(
-            "{verb} {} certificate(s), valid {} .. {}{}:\n",
-            plan.items.len(),
-            plan.not_before,
-            plan.not_after,
-            if plan.reuse_keys {
-                ", keeping their keys"
-            } else {
-                " with new keys"
-            }
-        ));
-        for i in &plan.items {
-            let residual = i
-                .residual_seconds
-                .map(clock::human_duration)
-                .unwrap_or_else(|| "?".into());
-            out.push_str(&format!(
-                "  {:<32} {:<8} residual {:<10} signer {:<16} {}\n",
-                i.name,
-                i.reason.to_string(),
-                residual,
-                i.signer,
-                i.path
-            ));
-        }
-    }
-    for s in &plan.skipped {
-        out.push_str(&format!("  skipped {}: {}\n", s.name, s.why));
-    }
-    if let Some(id) = &r.backup_id {
-        out.push_str(&format!(
-            "Backup: {id} (undo with 'certrotor rollback --backup {id}')\n"
-        ));
-        if restart_hint {
-            out.push_str(
-                "Components read certificates at start: restart them so that they use the new files \
-                 ('certrotor run --once' does it one at a time and verifies).\n",
-            );
-        }
-    }
-    out
-}
-
-fn rollback(c: RollbackCmd) -> Result<u8, Failure> {
-    let opts = write_options(&c.lock_timeout, crate::txn::DEFAULT_RETENTION)?;
+fn rollback(c: RollbackCmd) -> Result<u8, CliError> {
+    let opts = write_options(&c.lock_timeout, certrotor::txn::DEFAULT_RETENTION)?;
     let root = root_flag(c.root)?;
-    let (id, outcome) = crate::ops::rollback(&root, c.backup.as_deref(), &opts)?;
-    println!(
-        "Restored backup {id}: {} file(s). The state before the rollback is backup {}.",
-        outcome.files.len(),
-        outcome.backup_id
-    );
-    for f in &outcome.files {
-        println!("  {f}");
-    }
+    let (id, outcome) = certrotor::ops::rollback(&root, c.backup.as_deref(), &opts)?;
+    print!("{}", report::rollback_text(&id, &outcome));
     Ok(0)
 }
 
-fn backups(c: BackupsCmd) -> Result<u8, Failure> {
+fn backups(c: BackupsCmd) -> Result<u8, CliError> {
     let json = output_flag(&c.output)?;
     let root = root_flag(c.root)?;
-    crate::recover_before_reading(&root)?;
-    let list = crate::txn::list_backups(&root);
+    certrotor::recover_before_reading(&root)?;
+    let list = certrotor::txn::list_backups(&root);
     if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&list).unwrap_or_default()
-        );
-    } else if list.is_empty() {
-        println!(
-            "No backups under '{}'.",
-            crate::txn::state_dir(&root).join("backups").display()
-        );
+        println!("{}", report::json(&list)?);
     } else {
-        println!("{:<22} {:<22} {:<10} FILES", "ID", "CREATED", "KIND");
-        for b in &list {
-            println!(
-                "{:<22} {:<22} {:<10} {}",
-                b.id,
-                b.created_at,
-                b.kind,
-                b.files.len()
-            );
-        }
+        let dir = certrotor::txn::state_dir(&root).join("backups");
+        print!(
+            "{}",
+            report::backups_table(&list, &dir.display().to_string())
+        );
     }
     Ok(0)
 }
 
-fn etcd_export(c: EtcdExportCmd) -> Result<u8, Failure> {
+fn etcd_export(c: EtcdExportCmd) -> Result<u8, CliError> {
     let root = root_flag(c.root)?;
-    let bundle = crate::etcd_client::export(&root)?;
+    let bundle = certrotor::etcd_client::export(&root)?;
     if c.out == "-" {
         use std::io::Write;
         std::io::stdout()
             .write_all(&bundle)
-            .map_err(|e| Failure::failed(format!("cannot write the bundle: {e}")))?;
+            .map_err(|source| CliError::Bundle {
+                what: "cannot write the bundle".into(),
+                source,
+            })?;
     } else {
         let path = PathBuf::from(&c.out);
         let _ = std::fs::remove_file(&path);
-        crate::fsutil::write_new(&path, &bundle, 0o600, None).map_err(|e| {
-            Failure::failed(format!("cannot write the bundle '{}': {e}", path.display()))
+        certrotor::fsutil::write_new(&path, &bundle, 0o600, None).map_err(|source| {
+            CliError::Bundle {
+                what: format!("cannot write the bundle '{}'", path.display()),
+                source,
+            }
         })?;
     }
     Ok(0)
 }
 
-fn etcd_import(c: EtcdImportCmd) -> Result<u8, Failure> {
-    let opts = crate::ops::RunOptions {
-        policy: crate::renew::Policy {
+fn etcd_import(c: EtcdImportCmd) -> Result<u8, CliError> {
+    let opts = certrotor::ops::RunOptions {
+        policy: certrotor::renew::Policy {
             within: 0,
             all: false,
             names: vec![],
@@ -850,7 +822,7 @@ fn etcd_import(c: EtcdImportCmd) -> Result<u8, Failure> {
             allow_beyond_ca: false,
         },
         dry_run: false,
-        write: write_options(&c.lock_timeout, crate::txn::DEFAULT_RETENTION)?,
+        write: write_options(&c.lock_timeout, certrotor::txn::DEFAULT_RETENTION)?,
         restart: restart_flags(
             &c.platform,
             &c.api_socket,
@@ -860,51 +832,25 @@ fn etcd_import(c: EtcdImportCmd) -> Result<u8, Failure> {
         )?,
     };
     let root = root_flag(c.root)?;
-    let limit = crate::pki::MAX_PEM_FILE_BYTES;
+    let limit = certrotor::pki::MAX_PEM_FILE_BYTES;
     let bundle = if c.from == "-" {
         use std::io::Read;
         let mut buf = Vec::new();
         std::io::stdin()
             .take(limit + 1)
             .read_to_end(&mut buf)
-            .map_err(|e| Failure::failed(format!("cannot read the bundle: {e}")))?;
+            .map_err(|source| CliError::Bundle {
+                what: "cannot read the bundle".into(),
+                source,
+            })?;
         buf
     } else {
-        crate::fsutil::read_limited(std::path::Path::new(&c.from), &c.from, limit)
-            .map_err(|e| Failure::failed(e.to_string()))?
+        certrotor::fsutil::read_limited(std::path::Path::new(&c.from), &c.from, limit)
+            .map_err(CliError::ReadBundle)?
     };
-    let report = crate::ops::import_etcd_client(&root, &bundle, &opts)?;
-    println!(
-        "Installed the apiserver-etcd-client pair (backup {}):",
-        report.backup_id
-    );
-    for f in &report.files {
-        println!("  {f}");
-    }
-    if report.platform == "none" {
-        println!(
-            "Platform none: restart kube-apiserver so that it uses the new etcd client certificate."
-        );
-    }
-    for r in &report.restarted {
-        println!(
-            "Restarted {} (unavailable {} ms), verified.",
-            r.component.name(),
-            r.unavailable_ms
-        );
-    }
-    if let Some(rb) = &report.rolled_back {
-        println!("VERIFICATION FAILED: {}", rb.failure);
-        println!(
-            "Restored backup {}{}",
-            rb.backup_id,
-            rb.error
-                .as_deref()
-                .map(|e| format!("; ROLLBACK INCOMPLETE: {e}"))
-                .unwrap_or_default()
-        );
-    }
-    Ok(report.exit_code())
+    let report = certrotor::ops::import_etcd_client(&root, &bundle, &opts)?;
+    print!("{}", report::import_text(&report));
+    Ok(outcome::for_rollback(report.rolled_back.as_ref()))
 }
 
 /// Turns `run`/`daemon` flags into options.
@@ -915,18 +861,18 @@ fn restart_flags(
     endpoints: &[String],
     restart_timeout: &str,
     poll_interval: &str,
-) -> Result<crate::restart::RestartOptions, Failure> {
-    let platform = crate::restart::PlatformChoice::parse(platform).ok_or_else(|| {
-        Failure::usage(format!(
+) -> Result<certrotor::restart::RestartOptions, CliError> {
+    let platform = certrotor::restart::PlatformChoice::parse(platform).ok_or_else(|| {
+        CliError::usage(format!(
             "--platform '{platform}': use auto, bottlerocket, kubeadm or none"
         ))
     })?;
     let mut parsed = std::collections::BTreeMap::new();
     for e in endpoints {
-        let (component, addr) = crate::restart::parse_endpoint(e).map_err(Failure::usage)?;
+        let (component, addr) = certrotor::restart::parse_endpoint(e).map_err(CliError::usage)?;
         parsed.insert(component, addr);
     }
-    Ok(crate::restart::RestartOptions {
+    Ok(certrotor::restart::RestartOptions {
         platform,
         api_socket: PathBuf::from(api_socket),
         timeout: positive_duration("restart-timeout", restart_timeout)?,
@@ -939,10 +885,10 @@ macro_rules! run_options {
     ($c:expr) => {{
         let c = $c;
         let json = output_flag(&c.output)?;
-        let opts = crate::ops::RunOptions {
+        let opts = certrotor::ops::RunOptions {
             policy: policy_flags!(c),
             dry_run: c.dry_run,
-            write: crate::ops::WriteOptions {
+            write: certrotor::ops::WriteOptions {
                 engine: engine_flags!(c, PathBuf::from(&c.api_socket)),
                 ..write_options(&c.lock_timeout, c.retention)?
             },
@@ -959,101 +905,45 @@ macro_rules! run_options {
 }
 
 /// Parses a duration flag that may be given in milliseconds (`500ms`) and must be positive.
-fn positive_duration(flag: &str, value: &str) -> Result<std::time::Duration, Failure> {
+fn positive_duration(flag: &str, value: &str) -> Result<std::time::Duration, CliError> {
     if let Some(ms) = value.strip_suffix("ms") {
         return match ms.parse::<u64>() {
             Ok(n) if n > 0 => Ok(std::time::Duration::from_millis(n)),
-            _ => Err(Failure::usage(format!(
+            _ => Err(CliError::usage(format!(
                 "--{flag} '{value}' must be a positive duration"
             ))),
         };
     }
     match duration_flag(flag, value)? {
         s if s > 0 => Ok(std::time::Duration::from_secs(s as u64)),
-        _ => Err(Failure::usage(format!(
+        _ => Err(CliError::usage(format!(
             "--{flag} '{value}' must be a positive duration"
         ))),
     }
 }
 
-fn run_cmd(c: RunCmd) -> Result<u8, Failure> {
+fn run_cmd(c: RunCmd) -> Result<u8, CliError> {
     if !c.once {
-        return Err(Failure::usage(
+        return Err(CliError::usage(
             "'run' needs --once; use 'certrotor daemon' to run repeatedly",
         ));
     }
     let (root, opts, json) = run_options!(&c);
-    let report = crate::ops::run_once(&root, &opts)?;
+    let report = certrotor::ops::run_once(&root, &opts)?;
     if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).unwrap_or_default()
-        );
+        println!("{}", report::json(&report)?);
     } else {
-        print!("{}", renew_table(&report.renew, false));
-        print!("{}", run_table(&report));
+        print!("{}", report::renew_table(&report.renew, false));
+        print!("{}", report::run_table(&report));
     }
-    Ok(report.exit_code())
+    Ok(outcome::for_rollback(report.rolled_back.as_ref()))
 }
 
-fn run_table(r: &crate::ops::RunReport) -> String {
-    let mut out = String::new();
-    if r.components.is_empty() {
-        return out;
-    }
-    let names = r
-        .components
-        .iter()
-        .map(|c| c.name())
-        .collect::<Vec<_>>()
-        .join(", ");
-    if r.platform == "none" {
-        out.push_str(&format!(
-            "Platform none: restart {names} so that they use the new certificates.\n"
-        ));
-        return out;
-    }
-    out.push_str(&format!(
-        "Restarted one at a time on platform {}:\n",
-        r.platform
-    ));
-    for x in &r.restarted {
-        out.push_str(&format!(
-            "  {:<24} unavailable {:>6} ms  {}\n",
-            x.component.name(),
-            x.unavailable_ms,
-            x.served_sha256
-                .as_deref()
-                .map(|s| format!("serves sha256 {s}"))
-                .unwrap_or_else(|| "healthy".into())
-        ));
-    }
-    if let Some(rb) = &r.rolled_back {
-        out.push_str(&format!("VERIFICATION FAILED: {}\n", rb.failure));
-        out.push_str(&format!(
-            "Restored backup {} and restarted:\n",
-            rb.backup_id
-        ));
-        for x in &rb.restarted {
-            out.push_str(&format!(
-                "  {:<24} unavailable {:>6} ms  previous certificate served\n",
-                x.component.name(),
-                x.unavailable_ms
-            ));
-        }
-        if let Some(e) = &rb.error {
-            out.push_str(&format!("ROLLBACK INCOMPLETE: {e}\n"));
-        }
-    } else {
-        out.push_str(&format!("All verified in {} ms.\n", r.duration_ms));
-    }
-    out
-}
-
-fn daemon_cmd(c: DaemonCmd) -> Result<u8, Failure> {
+fn daemon_cmd(c: DaemonCmd) -> Result<u8, CliError> {
     let interval = positive_duration("interval", &c.interval)?;
     let (root, opts, _json) = run_options!(&c);
-    crate::ops::daemon(&root, &opts, interval)
+    certrotor::ops::daemon(&root, &opts, interval);
+    Ok(0)
 }
 
 #[cfg(test)]
