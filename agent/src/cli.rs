@@ -1,21 +1,135 @@
-//! The command line (a module of the binary, not of the library): argument definitions, and
-//! the glue from each command to the library. The exit codes are chosen here, with
-//! [`certrotor::outcome`], from the library's typed errors and reports.
+//! The command line (a module of the binary, not of the library): argument definitions with
+//! typed flags (each value is parsed by argh through a `from_str_fn`, so a bad value is a usage
+//! error before any command runs), and the glue from each command to the library. The exit codes
+//! are chosen here, with [`certrotor::outcome`], from the library's typed errors and reports.
 
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use argh::FromArgs;
 
 use certrotor::clock;
+use certrotor::engine::{Engine, KubeadmOptions};
 use certrotor::etcd_client::EtcdClientError;
 use certrotor::fsutil::ReadError;
 use certrotor::inventory;
 use certrotor::lab::{self, LabLayout, LabOptions, Topology};
-use certrotor::ops::OpsError;
+use certrotor::manifests::Component;
+use certrotor::ops::{OpsError, RunOptions, WriteOptions};
 use certrotor::outcome::{self, EXIT_USAGE};
 use certrotor::pki::KeyAlgorithm;
+use certrotor::renew::Policy;
 use certrotor::report;
+use certrotor::restart::{PlatformChoice, RestartOptions};
+
+// === flag value types and their parsers (argh `from_str_fn`) ===
+
+/// `--output`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Table,
+    Json,
+}
+
+fn format(value: &str) -> Result<Format, String> {
+    match value {
+        "table" => Ok(Format::Table),
+        "json" => Ok(Format::Json),
+        _ => Err("use table or json".into()),
+    }
+}
+
+/// `--engine`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EngineChoice {
+    Native,
+    Kubeadm,
+}
+
+fn engine_choice(value: &str) -> Result<EngineChoice, String> {
+    match value {
+        "native" => Ok(EngineChoice::Native),
+        "kubeadm" => Ok(EngineChoice::Kubeadm),
+        _ => Err("use native or kubeadm".into()),
+    }
+}
+
+/// A duration in seconds, possibly negative (`30d`, `-2d`).
+fn seconds(value: &str) -> Result<i64, String> {
+    clock::parse_duration(value)
+}
+
+/// A duration in seconds that must be positive.
+fn positive_seconds(value: &str) -> Result<i64, String> {
+    match clock::parse_duration(value)? {
+        s if s > 0 => Ok(s),
+        _ => Err("must be a positive duration".into()),
+    }
+}
+
+/// A duration that must not be negative (`0s` allowed).
+fn wait(value: &str) -> Result<Duration, String> {
+    match clock::parse_duration(value)? {
+        s if s >= 0 => Ok(Duration::from_secs(s.unsigned_abs())),
+        _ => Err("must not be negative".into()),
+    }
+}
+
+/// A positive duration, also in milliseconds (`500ms`).
+fn interval(value: &str) -> Result<Duration, String> {
+    if let Some(ms) = value.strip_suffix("ms") {
+        return match ms.parse::<u64>() {
+            Ok(n) if n > 0 => Ok(Duration::from_millis(n)),
+            _ => Err("must be a positive duration".into()),
+        };
+    }
+    positive_seconds(value).map(|s| Duration::from_secs(s.unsigned_abs()))
+}
+
+fn platform(value: &str) -> Result<PlatformChoice, String> {
+    PlatformChoice::parse(value).ok_or_else(|| "use auto, bottlerocket, kubeadm or none".into())
+}
+
+fn endpoint(value: &str) -> Result<(Component, SocketAddr), String> {
+    certrotor::restart::parse_endpoint(value)
+}
+
+fn layout(value: &str) -> Result<LabLayout, String> {
+    match value {
+        "kubeadm" => Ok(LabLayout::Kubeadm),
+        "bottlerocket" => Ok(LabLayout::Bottlerocket),
+        _ => Err("use kubeadm or bottlerocket".into()),
+    }
+}
+
+fn topology(value: &str) -> Result<Topology, String> {
+    match value {
+        "stacked" => Ok(Topology::Stacked),
+        "external-etcd" => Ok(Topology::ExternalEtcd),
+        _ => Err("use stacked or external-etcd".into()),
+    }
+}
+
+fn key_algorithm(value: &str) -> Result<KeyAlgorithm, String> {
+    KeyAlgorithm::parse(value)
+        .ok_or_else(|| "use rsa-2048, rsa-3072, rsa-4096, ecdsa-p256 or ecdsa-p384".into())
+}
+
+fn ip(value: &str) -> Result<IpAddr, String> {
+    value.parse().map_err(|_| "not an IP address".into())
+}
+
+fn node_name(value: &str) -> Result<String, String> {
+    if value.is_empty() || value.contains('/') {
+        return Err("not a valid node name".into());
+    }
+    Ok(value.to_string())
+}
+
+// === commands ===
 
 #[derive(FromArgs, Debug)]
 /// certrotor keeps kubeadm and etcdadm certificates from expiring on immutable nodes
@@ -40,7 +154,31 @@ enum Command {
     Version(VersionCmd),
 }
 
-/// The flags of `renew`, shared by `run` and `daemon`.
+/// The flags `renew`, `run` and `daemon` share, once parsed.
+#[derive(Debug, Clone)]
+struct RenewFlags {
+    root: Option<PathBuf>,
+    within: i64,
+    all: bool,
+    cert: Vec<String>,
+    dry_run: bool,
+    reuse_keys: bool,
+    validity: i64,
+    allow_beyond_ca: bool,
+    retention: usize,
+    engine: EngineChoice,
+    kubeadm_image: Option<String>,
+    kubeadm_path: Option<String>,
+    etcdadm_path: Option<String>,
+    ctr_path: Option<PathBuf>,
+    containerd_socket: Option<PathBuf>,
+    containerd_namespace: Option<String>,
+    lock_timeout: Duration,
+}
+
+/// Declares a command struct with the flags of `renew` (argh has no flattening), and
+/// `renew_flags()` to read them as one [`RenewFlags`]. It only declares; it never returns from
+/// its caller.
 macro_rules! renew_command {
     ($(#[$attr:meta])* struct $name:ident { $($extra:tt)* }) => {
         $(#[$attr])*
@@ -50,9 +188,9 @@ macro_rules! renew_command {
             /// the node's root filesystem (default: /.bottlerocket/rootfs inside a Bottlerocket host
             /// container, else /)
             root: Option<PathBuf>,
-            #[argh(option, default = "String::from(\"90d\")")]
+            #[argh(option, default = "90 * clock::DAY", from_str_fn(seconds))]
             /// renew what expires within this duration (default 90d)
-            within: String,
+            within: i64,
             #[argh(switch)]
             /// renew everything renewable, due or not
             all: bool,
@@ -65,19 +203,19 @@ macro_rules! renew_command {
             #[argh(switch)]
             /// keep the existing private keys (default: a new key of the same algorithm, as kubeadm)
             reuse_keys: bool,
-            #[argh(option, default = "String::from(\"365d\")")]
+            #[argh(option, default = "clock::YEAR", from_str_fn(positive_seconds))]
             /// validity of the renewed certificates (default 365d)
-            validity: String,
+            validity: i64,
             #[argh(switch)]
             /// allow certificates to outlive their CA
             allow_beyond_ca: bool,
             #[argh(option, default = "5")]
             /// backups to keep (default 5)
             retention: usize,
-            #[argh(option, default = "String::from(\"native\")")]
+            #[argh(option, default = "EngineChoice::Native", from_str_fn(engine_choice))]
             /// who issues the certificates: native (default, certrotor itself) or kubeadm (kubeadm
             /// certs renew / etcdadm in the bootstrap image, through containerd)
-            engine: String,
+            engine: EngineChoice,
             #[argh(option)]
             /// kubeadm engine: the image with kubeadm and etcdadm (default: the Bottlerocket setting
             /// host-containers.kubeadm-bootstrap.source); it must already be in containerd
@@ -98,9 +236,33 @@ macro_rules! renew_command {
             #[argh(option)]
             /// kubeadm engine: containerd namespace of the image (default k8s.io)
             containerd_namespace: Option<String>,
-            #[argh(option, default = "String::from(\"60s\")")]
+            #[argh(option, default = "Duration::from_secs(60)", from_str_fn(wait))]
             /// how long to wait for another certrotor run to finish (default 60s)
-            lock_timeout: String,
+            lock_timeout: Duration,
+        }
+
+        impl $name {
+            fn renew_flags(&self) -> RenewFlags {
+                RenewFlags {
+                    root: self.root.clone(),
+                    within: self.within,
+                    all: self.all,
+                    cert: self.cert.clone(),
+                    dry_run: self.dry_run,
+                    reuse_keys: self.reuse_keys,
+                    validity: self.validity,
+                    allow_beyond_ca: self.allow_beyond_ca,
+                    retention: self.retention,
+                    engine: self.engine,
+                    kubeadm_image: self.kubeadm_image.clone(),
+                    kubeadm_path: self.kubeadm_path.clone(),
+                    etcdadm_path: self.etcdadm_path.clone(),
+                    ctr_path: self.ctr_path.clone(),
+                    containerd_socket: self.containerd_socket.clone(),
+                    containerd_namespace: self.containerd_namespace.clone(),
+                    lock_timeout: self.lock_timeout,
+                }
+            }
         }
     };
 }
@@ -118,9 +280,9 @@ renew_command! {
     )]
     /// renew the certificates and kubeconfigs that are due, as kubeadm/etcdadm would
     struct RenewCmd {
-        #[argh(option, default = "String::from(\"table\")")]
+        #[argh(option, default = "Format::Table", from_str_fn(format))]
         /// output format: table (default) or json
-        output: String,
+        output: Format,
     }
 }
 
@@ -134,9 +296,9 @@ struct RollbackCmd {
     #[argh(option)]
     /// the backup id to restore (see 'certrotor backups')
     backup: Option<String>,
-    #[argh(option, default = "String::from(\"60s\")")]
+    #[argh(option, default = "Duration::from_secs(60)", from_str_fn(wait))]
     /// how long to wait for another certrotor run to finish (default 60s)
-    lock_timeout: String,
+    lock_timeout: Duration,
 }
 
 #[derive(FromArgs, Debug)]
@@ -146,9 +308,9 @@ struct BackupsCmd {
     #[argh(option)]
     /// the node's root filesystem
     root: Option<PathBuf>,
-    #[argh(option, default = "String::from(\"table\")")]
+    #[argh(option, default = "Format::Table", from_str_fn(format))]
     /// output format: table (default) or json
-    output: String,
+    output: Format,
 }
 
 #[derive(FromArgs, Debug)]
@@ -168,11 +330,11 @@ struct CheckCmd {
     #[argh(option)]
     root: Option<PathBuf>,
     /// output format: table (default) or json
-    #[argh(option, default = "String::from(\"table\")")]
-    output: String,
+    #[argh(option, default = "Format::Table", from_str_fn(format))]
+    output: Format,
     /// report certificates expiring within this duration as expiring (default 30d)
-    #[argh(option, default = "String::from(\"30d\")")]
-    warn_within: String,
+    #[argh(option, default = "30 * clock::DAY", from_str_fn(seconds))]
+    warn_within: i64,
 }
 
 #[derive(FromArgs, Debug)]
@@ -201,102 +363,79 @@ struct LabInitCmd {
     #[argh(positional)]
     dir: PathBuf,
     /// kubeadm (etc/kubernetes) or bottlerocket (var/lib/kubeadm); default kubeadm
-    #[argh(option, default = "String::from(\"kubeadm\")")]
-    layout: String,
+    #[argh(option, default = "LabLayout::Kubeadm", from_str_fn(layout))]
+    layout: LabLayout,
     /// stacked (etcd on the control plane) or external-etcd; default stacked
-    #[argh(option, default = "String::from(\"stacked\")")]
-    topology: String,
+    #[argh(option, default = "Topology::Stacked", from_str_fn(topology))]
+    topology: Topology,
     /// leaves expire after this duration, negative for already expired (default 365d)
-    #[argh(option, default = "String::from(\"365d\")")]
-    expires_in: String,
+    #[argh(option, default = "clock::YEAR", from_str_fn(seconds))]
+    expires_in: i64,
     /// rsa-2048 (default) or ecdsa-p256 (also rsa-3072, rsa-4096, ecdsa-p384)
-    #[argh(option, default = "String::from(\"rsa-2048\")")]
-    key_algorithm: String,
+    #[argh(
+        option,
+        default = "KeyAlgorithm::Rsa(2048)",
+        from_str_fn(key_algorithm)
+    )]
+    key_algorithm: KeyAlgorithm,
     /// the node name in certificates (default cp-1)
-    #[argh(option, default = "String::from(\"cp-1\")")]
+    #[argh(option, default = "String::from(\"cp-1\")", from_str_fn(node_name))]
     node_name: String,
     /// the node IP in certificates (default 10.0.0.10)
-    #[argh(option, default = "String::from(\"10.0.0.10\")")]
-    advertise_address: String,
+    #[argh(option, default = "IpAddr::from([10, 0, 0, 10])", from_str_fn(ip))]
+    advertise_address: IpAddr,
     /// add this to every standard port in manifests and kubeconfigs, to run lab nodes side by
     /// side (default 0)
     #[argh(option, default = "0")]
     port_offset: u16,
 }
 
-/// Turns `--engine` and the kubeadm engine's flags (on `renew`, `run`, `daemon`) into an engine.
-macro_rules! engine_flags {
-    ($c:expr, $api_socket:expr) => {{
-        let c = $c;
-        let kubeadm_flags = [
-            ("--kubeadm-image", c.kubeadm_image.is_some()),
-            ("--kubeadm-path", c.kubeadm_path.is_some()),
-            ("--etcdadm-path", c.etcdadm_path.is_some()),
-            ("--ctr-path", c.ctr_path.is_some()),
-            ("--containerd-socket", c.containerd_socket.is_some()),
-            ("--containerd-namespace", c.containerd_namespace.is_some()),
-        ];
-        match c.engine.as_str() {
-            "native" => {
-                if let Some((flag, _)) = kubeadm_flags.iter().find(|(_, given)| *given) {
-                    return Err(CliError::usage(format!(
-                        "{flag} applies to --engine kubeadm only"
-                    )));
-                }
-                certrotor::engine::Engine::Native
-            }
-            "kubeadm" => {
-                if c.reuse_keys {
-                    return Err(CliError::usage(
-                        "--reuse-keys: kubeadm and etcdadm always make new keys; use --engine native",
-                    ));
-                }
-                let d = certrotor::engine::KubeadmOptions::default();
-                certrotor::engine::Engine::Kubeadm(certrotor::engine::KubeadmOptions {
-                    image: c.kubeadm_image.clone(),
-                    kubeadm_path: c.kubeadm_path.clone().unwrap_or(d.kubeadm_path),
-                    etcdadm_path: c.etcdadm_path.clone().unwrap_or(d.etcdadm_path),
-                    ctr_path: c.ctr_path.clone(),
-                    socket: c.containerd_socket.clone().unwrap_or(d.socket),
-                    namespace: c.containerd_namespace.clone().unwrap_or(d.namespace),
-                    api_socket: $api_socket,
-                })
-            }
-            other => {
-                return Err(CliError::usage(format!(
-                    "--engine '{other}': use native or kubeadm"
-                )));
-            }
-        }
-    }};
+/// The platform flags `run`, `daemon` and `etcd-client import` share, once parsed.
+#[derive(Debug, Clone)]
+struct PassFlags {
+    platform: PlatformChoice,
+    api_socket: PathBuf,
+    endpoint: Vec<(Component, SocketAddr)>,
+    restart_timeout: Duration,
+    poll_interval: Duration,
 }
 
-/// `run` and `daemon`: renew's flags plus the platform flags.
+/// Declares `run` and `daemon`: renew's flags plus the platform flags, and `pass_flags()` to
+/// read the latter as one [`PassFlags`]. It only declares; it never returns from its caller.
 macro_rules! pass_command {
     ($(#[$attr:meta])* struct $name:ident { $($extra:tt)* }) => {
         renew_command! {
             $(#[$attr])*
             struct $name {
                 $($extra)*
-                #[argh(option, default = "String::from(\"auto\")")]
+                #[argh(option, default = "PlatformChoice::Auto", from_str_fn(platform))]
                 /// how to restart components: auto (default), bottlerocket, kubeadm or none
-                platform: String,
-                #[argh(option, default = "String::from(\"/run/api.sock\")")]
+                platform: PlatformChoice,
+                #[argh(option, default = "PathBuf::from(certrotor::catalog::paths::API_SOCKET)")]
                 /// the Bottlerocket API socket (default /run/api.sock)
-                api_socket: String,
-                #[argh(option)]
+                api_socket: PathBuf,
+                #[argh(option, from_str_fn(endpoint))]
                 /// a component's health endpoint, COMPONENT=IP:PORT, overriding its manifest;
                 /// repeatable
-                endpoint: Vec<String>,
-                #[argh(option, default = "String::from(\"300s\")")]
+                endpoint: Vec<(Component, SocketAddr)>,
+                #[argh(option, default = "Duration::from_secs(300)", from_str_fn(interval))]
                 /// bound on each wait for a pod to stop or to serve healthy (default 300s)
-                restart_timeout: String,
-                #[argh(option, default = "String::from(\"500ms\")")]
+                restart_timeout: Duration,
+                #[argh(option, default = "Duration::from_millis(500)", from_str_fn(interval))]
                 /// interval between two polls of a condition (default 500ms)
-                poll_interval: String,
-                #[argh(option, default = "String::from(\"table\")")]
-                /// output format of each pass: table (default) or json
-                output: String,
+                poll_interval: Duration,
+            }
+        }
+
+        impl $name {
+            fn pass_flags(&self) -> PassFlags {
+                PassFlags {
+                    platform: self.platform,
+                    api_socket: self.api_socket.clone(),
+                    endpoint: self.endpoint.clone(),
+                    restart_timeout: self.restart_timeout,
+                    poll_interval: self.poll_interval,
+                }
             }
         }
     };
@@ -317,6 +456,9 @@ pass_command! {
     /// one pass: check, renew what is due, restart components one at a time, verify, roll back
     /// on failure
     struct RunCmd {
+        #[argh(option, default = "Format::Table", from_str_fn(format))]
+        /// output format: table (default) or json
+        output: Format,
         #[argh(switch)]
         /// run one pass and exit (required: use 'certrotor daemon' to repeat)
         once: bool,
@@ -328,9 +470,9 @@ pass_command! {
     #[argh(subcommand, name = "daemon", note = "For a Bottlerocket host container. Stops on SIGTERM between passes.")]
     /// repeat 'run --once' every --interval (with jitter), logging each decision
     struct DaemonCmd {
-        #[argh(option, default = "String::from(\"1h\")")]
+        #[argh(option, default = "Duration::from_secs(3600)", from_str_fn(interval))]
         /// time between passes (default 1h, ±10% jitter); after a failure, retries sooner
-        interval: String,
+        interval: Duration,
     }
 }
 
@@ -350,15 +492,23 @@ enum EtcdClientSub {
 }
 
 #[derive(FromArgs, Debug)]
-#[argh(subcommand, name = "export")]
+#[argh(
+    subcommand,
+    name = "export",
+    note = "The bundle holds a private key: it is not written to a terminal unless --to-terminal is given."
+)]
 /// on the etcd node: write the apiserver-etcd-client certificate and key as one PEM bundle
 struct EtcdExportCmd {
     #[argh(option)]
     /// the etcd node's root filesystem
     root: Option<PathBuf>,
     #[argh(option, default = "String::from(\"-\")")]
-    /// where to write the bundle (mode 0600), or - for standard output (default)
+    /// where to write the bundle (mode 0600), or - for standard output (default; a pipe or a
+    /// file, not a terminal)
     out: String,
+    #[argh(switch)]
+    /// write the bundle (and its private key) to standard output even when it is a terminal
+    to_terminal: bool,
 }
 
 #[derive(FromArgs, Debug)]
@@ -371,24 +521,27 @@ struct EtcdImportCmd {
     #[argh(option, default = "String::from(\"-\")")]
     /// the bundle file, or - for standard input (default)
     from: String,
-    #[argh(option, default = "String::from(\"60s\")")]
+    #[argh(option, default = "Duration::from_secs(60)", from_str_fn(wait))]
     /// how long to wait for another certrotor run to finish (default 60s)
-    lock_timeout: String,
-    #[argh(option, default = "String::from(\"auto\")")]
+    lock_timeout: Duration,
+    #[argh(option, default = "PlatformChoice::Auto", from_str_fn(platform))]
     /// how to restart kube-apiserver afterwards: auto (default), bottlerocket, kubeadm or none
-    platform: String,
-    #[argh(option, default = "String::from(\"/run/api.sock\")")]
+    platform: PlatformChoice,
+    #[argh(
+        option,
+        default = "PathBuf::from(certrotor::catalog::paths::API_SOCKET)"
+    )]
     /// the Bottlerocket API socket (default /run/api.sock)
-    api_socket: String,
-    #[argh(option)]
+    api_socket: PathBuf,
+    #[argh(option, from_str_fn(endpoint))]
     /// kube-apiserver's health endpoint, kube-apiserver=IP:PORT, overriding its manifest
-    endpoint: Vec<String>,
-    #[argh(option, default = "String::from(\"300s\")")]
+    endpoint: Vec<(Component, SocketAddr)>,
+    #[argh(option, default = "Duration::from_secs(300)", from_str_fn(interval))]
     /// bound on each wait for the pod to stop or to serve healthy (default 300s)
-    restart_timeout: String,
-    #[argh(option, default = "String::from(\"500ms\")")]
+    restart_timeout: Duration,
+    #[argh(option, default = "Duration::from_millis(500)", from_str_fn(interval))]
     /// interval between two polls of a condition (default 500ms)
-    poll_interval: String,
+    poll_interval: Duration,
 }
 
 #[derive(FromArgs, Debug)]
@@ -597,21 +750,16 @@ fn run(top: Top) -> Result<u8, CliError> {
         Command::Daemon(c) => daemon_cmd(c),
         Command::Demo(c) => {
             certrotor::demo::run(c.keep).map_err(CliError::Demo)?;
-            Ok(0)
+            Ok(outcome::EXIT_OK)
         }
         Command::Version(_) => {
             println!("certrotor {}", env!("CARGO_PKG_VERSION"));
-            Ok(0)
+            Ok(outcome::EXIT_OK)
         }
     }
 }
 
-/// Parses a duration flag, as a usage error when malformed.
-fn duration_flag(flag: &str, value: &str) -> Result<i64, CliError> {
-    clock::parse_duration(value).map_err(|e| CliError::usage(format!("--{flag}: {e}")))
-}
-
-/// The root: the flag, or the default.
+/// The root: the flag, or the default; it must be a folder.
 fn root_flag(root: Option<PathBuf>) -> Result<PathBuf, CliError> {
     let root = root.unwrap_or_else(inventory::default_root);
     if !root.is_dir() {
@@ -620,69 +768,34 @@ fn root_flag(root: Option<PathBuf>) -> Result<PathBuf, CliError> {
     Ok(root)
 }
 
+/// Renders a report as JSON or as its table.
+fn render<T: serde::Serialize>(
+    output: Format,
+    value: &T,
+    table: impl FnOnce(&T) -> String,
+) -> Result<String, CliError> {
+    Ok(match output {
+        Format::Json => format!("{}\n", report::json(value)?),
+        Format::Table => table(value),
+    })
+}
+
 fn check(c: CheckCmd) -> Result<u8, CliError> {
-    let warn = duration_flag("warn-within", &c.warn_within)?;
-    if !matches!(c.output.as_str(), "table" | "json") {
-        return Err(CliError::usage(format!(
-            "--output '{}': use table or json",
-            c.output
-        )));
-    }
     let root = root_flag(c.root)?;
     certrotor::recover_before_reading(&root)?;
-    let inv = inventory::take(&root, clock::now(), warn);
-    if c.output == "json" {
-        println!("{}", report::json(&inv)?);
-    } else {
-        print!("{}", report::table(&inv));
-    }
+    let inv = inventory::take(&root, clock::now(), c.warn_within);
+    print!("{}", render(c.output, &inv, report::table)?);
     Ok(outcome::for_inventory(&inv))
 }
 
 fn lab_init(c: LabInitCmd) -> Result<u8, CliError> {
-    let layout = match c.layout.as_str() {
-        "kubeadm" => LabLayout::Kubeadm,
-        "bottlerocket" => LabLayout::Bottlerocket,
-        other => {
-            return Err(CliError::usage(format!(
-                "--layout '{other}': use kubeadm or bottlerocket"
-            )));
-        }
-    };
-    let topology = match c.topology.as_str() {
-        "stacked" => Topology::Stacked,
-        "external-etcd" => Topology::ExternalEtcd,
-        other => {
-            return Err(CliError::usage(format!(
-                "--topology '{other}': use stacked or external-etcd"
-            )));
-        }
-    };
-    let key_algorithm = KeyAlgorithm::parse(&c.key_algorithm).ok_or_else(|| {
-        CliError::usage(format!(
-            "--key-algorithm '{}': use rsa-2048, rsa-3072, rsa-4096, ecdsa-p256 or ecdsa-p384",
-            c.key_algorithm
-        ))
-    })?;
-    let advertise_address = c.advertise_address.parse().map_err(|_| {
-        CliError::usage(format!(
-            "--advertise-address '{}' is not an IP address",
-            c.advertise_address
-        ))
-    })?;
-    if c.node_name.is_empty() || c.node_name.contains('/') {
-        return Err(CliError::usage(format!(
-            "--node-name '{}' is not a valid node name",
-            c.node_name
-        )));
-    }
     let opts = LabOptions {
-        layout,
-        topology,
-        expires_in: duration_flag("expires-in", &c.expires_in)?,
-        key_algorithm,
+        layout: c.layout,
+        topology: c.topology,
+        expires_in: c.expires_in,
+        key_algorithm: c.key_algorithm,
         node_name: c.node_name,
-        advertise_address,
+        advertise_address: c.advertise_address,
         cluster_name: "kubernetes".into(),
         port_offset: c.port_offset,
         now: clock::now(),
@@ -691,103 +804,140 @@ fn lab_init(c: LabInitCmd) -> Result<u8, CliError> {
     for root in &summary.roots {
         println!("lab node written: {}", root.display());
     }
-    println!(
-        "{} files; inspect with: certrotor check --root {}",
-        summary.files,
-        summary.roots[0].display()
-    );
-    Ok(0)
+    if let Some(first) = summary.roots.first() {
+        println!(
+            "{} files; inspect with: certrotor check --root {}",
+            summary.files,
+            first.display()
+        );
+    }
+    Ok(outcome::EXIT_OK)
 }
 
-fn output_flag(value: &str) -> Result<bool, CliError> {
-    match value {
-        "table" => Ok(false),
-        "json" => Ok(true),
-        other => Err(CliError::usage(format!(
-            "--output '{other}': use table or json"
-        ))),
+/// Renew's selection flags as a policy.
+fn policy(f: &RenewFlags) -> Result<Policy, CliError> {
+    if f.all && !f.cert.is_empty() {
+        return Err(CliError::usage("--all and --cert exclude each other"));
     }
-}
-
-fn write_options(
-    lock_timeout: &str,
-    retention: usize,
-) -> Result<certrotor::ops::WriteOptions, CliError> {
-    let secs = duration_flag("lock-timeout", lock_timeout)?;
-    if secs < 0 {
-        return Err(CliError::usage("--lock-timeout must not be negative"));
-    }
-    Ok(certrotor::ops::WriteOptions {
-        lock_timeout: std::time::Duration::from_secs(secs as u64),
-        retention,
-        engine: certrotor::engine::Engine::Native,
+    Ok(Policy {
+        within: f.within,
+        all: f.all,
+        names: f.cert.clone(),
+        reuse_keys: f.reuse_keys,
+        validity: f.validity,
+        allow_beyond_ca: f.allow_beyond_ca,
     })
 }
 
-/// Turns renew's selection flags into a policy.
-macro_rules! policy_flags {
-    ($c:expr) => {{
-        let c = $c;
-        if c.all && !c.cert.is_empty() {
-            return Err(CliError::usage("--all and --cert exclude each other"));
+/// `--engine` and the kubeadm engine's flags as an engine.
+fn engine(f: &RenewFlags, api_socket: PathBuf) -> Result<Engine, CliError> {
+    let kubeadm_flags = [
+        ("--kubeadm-image", f.kubeadm_image.is_some()),
+        ("--kubeadm-path", f.kubeadm_path.is_some()),
+        ("--etcdadm-path", f.etcdadm_path.is_some()),
+        ("--ctr-path", f.ctr_path.is_some()),
+        ("--containerd-socket", f.containerd_socket.is_some()),
+        ("--containerd-namespace", f.containerd_namespace.is_some()),
+    ];
+    match f.engine {
+        EngineChoice::Native => match kubeadm_flags.iter().find(|(_, given)| *given) {
+            Some((flag, _)) => Err(CliError::usage(format!(
+                "{flag} applies to --engine kubeadm only"
+            ))),
+            None => Ok(Engine::Native),
+        },
+        EngineChoice::Kubeadm if f.reuse_keys => Err(CliError::usage(
+            "--reuse-keys: kubeadm and etcdadm always make new keys; use --engine native",
+        )),
+        EngineChoice::Kubeadm => {
+            let d = KubeadmOptions::default();
+            Ok(Engine::Kubeadm(KubeadmOptions {
+                image: f.kubeadm_image.clone(),
+                kubeadm_path: f.kubeadm_path.clone().unwrap_or(d.kubeadm_path),
+                etcdadm_path: f.etcdadm_path.clone().unwrap_or(d.etcdadm_path),
+                ctr_path: f.ctr_path.clone(),
+                socket: f.containerd_socket.clone().unwrap_or(d.socket),
+                namespace: f.containerd_namespace.clone().unwrap_or(d.namespace),
+                api_socket,
+            }))
         }
-        let validity = duration_flag("validity", &c.validity)?;
-        if validity <= 0 {
-            return Err(CliError::usage("--validity must be positive"));
-        }
-        certrotor::renew::Policy {
-            within: duration_flag("within", &c.within)?,
-            all: c.all,
-            names: c.cert.clone(),
-            reuse_keys: c.reuse_keys,
-            validity,
-            allow_beyond_ca: c.allow_beyond_ca,
-        }
-    }};
+    }
+}
+
+fn write_options(f: &RenewFlags, api_socket: PathBuf) -> Result<WriteOptions, CliError> {
+    Ok(WriteOptions {
+        lock_timeout: f.lock_timeout,
+        retention: f.retention,
+        engine: engine(f, api_socket)?,
+    })
+}
+
+fn restart_options(p: PassFlags) -> RestartOptions {
+    RestartOptions {
+        platform: p.platform,
+        api_socket: p.api_socket,
+        timeout: p.restart_timeout,
+        poll: p.poll_interval,
+        endpoints: p.endpoint.into_iter().collect::<BTreeMap<_, _>>(),
+    }
+}
+
+fn run_options(f: &RenewFlags, p: PassFlags) -> Result<RunOptions, CliError> {
+    Ok(RunOptions {
+        policy: policy(f)?,
+        dry_run: f.dry_run,
+        write: write_options(f, p.api_socket.clone())?,
+        restart: restart_options(p),
+    })
 }
 
 fn renew(c: RenewCmd) -> Result<u8, CliError> {
-    let json = output_flag(&c.output)?;
-    let engine = engine_flags!(&c, PathBuf::from(certrotor::catalog::paths::API_SOCKET));
-    let policy = policy_flags!(&c);
-    let mut opts = write_options(&c.lock_timeout, c.retention)?;
-    opts.engine = engine;
-    let root = root_flag(c.root)?;
-    let report = certrotor::ops::renew(&root, &policy, c.dry_run, &opts)?;
-    if json {
-        println!("{}", report::json(&report)?);
-    } else {
-        print!("{}", report::renew_table(&report, true));
-    }
-    Ok(0)
+    let f = c.renew_flags();
+    let policy = policy(&f)?;
+    let opts = write_options(&f, PathBuf::from(certrotor::catalog::paths::API_SOCKET))?;
+    let root = root_flag(f.root)?;
+    let done = certrotor::ops::renew(&root, &policy, f.dry_run, &opts)?;
+    print!(
+        "{}",
+        render(c.output, &done, |r| report::renew_table(r, true))?
+    );
+    Ok(outcome::EXIT_OK)
 }
 
 fn rollback(c: RollbackCmd) -> Result<u8, CliError> {
-    let opts = write_options(&c.lock_timeout, certrotor::txn::DEFAULT_RETENTION)?;
+    let opts = WriteOptions {
+        lock_timeout: c.lock_timeout,
+        ..WriteOptions::default()
+    };
     let root = root_flag(c.root)?;
-    let (id, outcome) = certrotor::ops::rollback(&root, c.backup.as_deref(), &opts)?;
-    print!("{}", report::rollback_text(&id, &outcome));
-    Ok(0)
+    let (id, done) = certrotor::ops::rollback(&root, c.backup.as_deref(), &opts)?;
+    print!("{}", report::rollback_text(&id, &done));
+    Ok(outcome::EXIT_OK)
 }
 
 fn backups(c: BackupsCmd) -> Result<u8, CliError> {
-    let json = output_flag(&c.output)?;
     let root = root_flag(c.root)?;
     certrotor::recover_before_reading(&root)?;
     let list = certrotor::txn::list_backups(&root);
-    if json {
-        println!("{}", report::json(&list)?);
-    } else {
-        let dir = certrotor::txn::state_dir(&root).join("backups");
-        print!(
-            "{}",
-            report::backups_table(&list, &dir.display().to_string())
-        );
-    }
-    Ok(0)
+    let dir = certrotor::txn::state_dir(&root).join("backups");
+    print!(
+        "{}",
+        render(c.output, &list, |l| report::backups_table(
+            l,
+            &dir.display().to_string()
+        ))?
+    );
+    Ok(outcome::EXIT_OK)
 }
 
 fn etcd_export(c: EtcdExportCmd) -> Result<u8, CliError> {
+    use std::io::IsTerminal;
+    if c.out == "-" && !c.to_terminal && std::io::stdout().is_terminal() {
+        return Err(CliError::usage(
+            "the bundle holds a private key and standard output is a terminal: give --out FILE, \
+             redirect or pipe the output, or add --to-terminal",
+        ));
+    }
     let root = root_flag(c.root)?;
     let bundle = certrotor::etcd_client::export(&root)?;
     if c.out == "-" {
@@ -808,12 +958,12 @@ fn etcd_export(c: EtcdExportCmd) -> Result<u8, CliError> {
             }
         })?;
     }
-    Ok(0)
+    Ok(outcome::EXIT_OK)
 }
 
 fn etcd_import(c: EtcdImportCmd) -> Result<u8, CliError> {
-    let opts = certrotor::ops::RunOptions {
-        policy: certrotor::renew::Policy {
+    let opts = RunOptions {
+        policy: Policy {
             within: 0,
             all: false,
             names: vec![],
@@ -822,14 +972,17 @@ fn etcd_import(c: EtcdImportCmd) -> Result<u8, CliError> {
             allow_beyond_ca: false,
         },
         dry_run: false,
-        write: write_options(&c.lock_timeout, certrotor::txn::DEFAULT_RETENTION)?,
-        restart: restart_flags(
-            &c.platform,
-            &c.api_socket,
-            &c.endpoint,
-            &c.restart_timeout,
-            &c.poll_interval,
-        )?,
+        write: WriteOptions {
+            lock_timeout: c.lock_timeout,
+            ..WriteOptions::default()
+        },
+        restart: restart_options(PassFlags {
+            platform: c.platform,
+            api_socket: c.api_socket,
+            endpoint: c.endpoint,
+            restart_timeout: c.restart_timeout,
+            poll_interval: c.poll_interval,
+        }),
     };
     let root = root_flag(c.root)?;
     let limit = certrotor::pki::MAX_PEM_FILE_BYTES;
@@ -845,81 +998,12 @@ fn etcd_import(c: EtcdImportCmd) -> Result<u8, CliError> {
             })?;
         buf
     } else {
-        certrotor::fsutil::read_limited(std::path::Path::new(&c.from), &c.from, limit)
+        certrotor::fsutil::read_limited(Path::new(&c.from), &c.from, limit)
             .map_err(CliError::ReadBundle)?
     };
-    let report = certrotor::ops::import_etcd_client(&root, &bundle, &opts)?;
-    print!("{}", report::import_text(&report));
-    Ok(outcome::for_rollback(report.rolled_back.as_ref()))
-}
-
-/// Turns `run`/`daemon` flags into options.
-/// The restart flags of `run`, `daemon` and `etcd-client import`.
-fn restart_flags(
-    platform: &str,
-    api_socket: &str,
-    endpoints: &[String],
-    restart_timeout: &str,
-    poll_interval: &str,
-) -> Result<certrotor::restart::RestartOptions, CliError> {
-    let platform = certrotor::restart::PlatformChoice::parse(platform).ok_or_else(|| {
-        CliError::usage(format!(
-            "--platform '{platform}': use auto, bottlerocket, kubeadm or none"
-        ))
-    })?;
-    let mut parsed = std::collections::BTreeMap::new();
-    for e in endpoints {
-        let (component, addr) = certrotor::restart::parse_endpoint(e).map_err(CliError::usage)?;
-        parsed.insert(component, addr);
-    }
-    Ok(certrotor::restart::RestartOptions {
-        platform,
-        api_socket: PathBuf::from(api_socket),
-        timeout: positive_duration("restart-timeout", restart_timeout)?,
-        poll: positive_duration("poll-interval", poll_interval)?,
-        endpoints: parsed,
-    })
-}
-
-macro_rules! run_options {
-    ($c:expr) => {{
-        let c = $c;
-        let json = output_flag(&c.output)?;
-        let opts = certrotor::ops::RunOptions {
-            policy: policy_flags!(c),
-            dry_run: c.dry_run,
-            write: certrotor::ops::WriteOptions {
-                engine: engine_flags!(c, PathBuf::from(&c.api_socket)),
-                ..write_options(&c.lock_timeout, c.retention)?
-            },
-            restart: restart_flags(
-                &c.platform,
-                &c.api_socket,
-                &c.endpoint,
-                &c.restart_timeout,
-                &c.poll_interval,
-            )?,
-        };
-        (root_flag(c.root.clone())?, opts, json)
-    }};
-}
-
-/// Parses a duration flag that may be given in milliseconds (`500ms`) and must be positive.
-fn positive_duration(flag: &str, value: &str) -> Result<std::time::Duration, CliError> {
-    if let Some(ms) = value.strip_suffix("ms") {
-        return match ms.parse::<u64>() {
-            Ok(n) if n > 0 => Ok(std::time::Duration::from_millis(n)),
-            _ => Err(CliError::usage(format!(
-                "--{flag} '{value}' must be a positive duration"
-            ))),
-        };
-    }
-    match duration_flag(flag, value)? {
-        s if s > 0 => Ok(std::time::Duration::from_secs(s as u64)),
-        _ => Err(CliError::usage(format!(
-            "--{flag} '{value}' must be a positive duration"
-        ))),
-    }
+    let done = certrotor::ops::import_etcd_client(&root, &bundle, &opts)?;
+    print!("{}", report::import_text(&done));
+    Ok(outcome::for_rollback(done.rolled_back.as_ref()))
 }
 
 fn run_cmd(c: RunCmd) -> Result<u8, CliError> {
@@ -928,22 +1012,27 @@ fn run_cmd(c: RunCmd) -> Result<u8, CliError> {
             "'run' needs --once; use 'certrotor daemon' to run repeatedly",
         ));
     }
-    let (root, opts, json) = run_options!(&c);
-    let report = certrotor::ops::run_once(&root, &opts)?;
-    if json {
-        println!("{}", report::json(&report)?);
-    } else {
-        print!("{}", report::renew_table(&report.renew, false));
-        print!("{}", report::run_table(&report));
-    }
-    Ok(outcome::for_rollback(report.rolled_back.as_ref()))
+    let f = c.renew_flags();
+    let opts = run_options(&f, c.pass_flags())?;
+    let root = root_flag(f.root)?;
+    let done = certrotor::ops::run_once(&root, &opts)?;
+    print!(
+        "{}",
+        render(c.output, &done, |r| format!(
+            "{}{}",
+            report::renew_table(&r.renew, false),
+            report::run_table(r)
+        ))?
+    );
+    Ok(outcome::for_rollback(done.rolled_back.as_ref()))
 }
 
 fn daemon_cmd(c: DaemonCmd) -> Result<u8, CliError> {
-    let interval = positive_duration("interval", &c.interval)?;
-    let (root, opts, _json) = run_options!(&c);
-    certrotor::ops::daemon(&root, &opts, interval);
-    Ok(0)
+    let f = c.renew_flags();
+    let opts = run_options(&f, c.pass_flags())?;
+    let root = root_flag(f.root)?;
+    certrotor::ops::daemon(&root, &opts, c.interval);
+    Ok(outcome::EXIT_OK)
 }
 
 #[cfg(test)]
