@@ -4,6 +4,7 @@
 //! are chosen here, with [`certrotor::outcome`], from the library's typed errors and reports.
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -135,6 +136,17 @@ fn node_name(value: &str) -> Result<String, String> {
 /// certrotor keeps kubeadm and etcdadm certificates from expiring on immutable nodes
 /// (Bottlerocket host or bootstrap container, or any kubeadm node).
 struct Top {
+    #[argh(
+        option,
+        default = "log::LevelFilter::Info",
+        from_str_fn(certrotor::logging::parse_level)
+    )]
+    /// diagnostics on stderr: off, error, warn, info (default), debug or trace; give it before
+    /// the command (certrotor --log-level debug daemon)
+    log_level: log::LevelFilter,
+    #[argh(option, default = "certrotor::logging::Format::Text")]
+    /// diagnostics format: text (default, UTC timestamps) or json (one object per line)
+    log_format: certrotor::logging::Format,
     #[argh(subcommand)]
     command: Command,
 }
@@ -687,16 +699,14 @@ pub fn main(mut args: Vec<String>) -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
+    let mut from_user_data = None;
     if args.len() <= 1
         && let Some(words) = container_args(
             Path::new(BOOTSTRAP_CONTAINER_DIR),
             Path::new(HOST_CONTAINER_DIR),
         )
     {
-        eprintln!(
-            "certrotor: arguments from the container's user-data: {}",
-            words.join(" ")
-        );
+        from_user_data = Some(words.join(" "));
         args.truncate(1);
         args.extend(words);
     }
@@ -715,17 +725,24 @@ pub fn main(mut args: Vec<String>) -> ExitCode {
                     ExitCode::SUCCESS
                 }
                 Err(()) => {
-                    eprint!("{}", early.output);
-                    eprintln!("Run '{program} help' or '{program} <command> --help' for usage.");
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "{}Run '{program} help' or '{program} <command> --help' for usage.",
+                        early.output
+                    );
                     ExitCode::from(EXIT_USAGE)
                 }
             };
         }
     };
+    certrotor::logging::init(top.log_level, top.log_format);
+    if let Some(words) = from_user_data {
+        log::info!("arguments from the container's user-data: {words}");
+    }
     match run(top) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("certrotor: {e}");
+            log::error!("{e}");
             ExitCode::from(e.exit_code())
         }
     }
@@ -1031,6 +1048,12 @@ fn daemon_cmd(c: DaemonCmd) -> Result<u8, CliError> {
     let f = c.renew_flags();
     let opts = run_options(&f, c.pass_flags())?;
     let root = root_flag(f.root)?;
+    // A closed stderr (the reader of a pipe gone) must not end the daemon: without SIGPIPE a
+    // failed write returns EPIPE, which the logger drops. The daemon prints nothing on stdout.
+    // SAFETY: setting a signal disposition to SIG_IGN has no memory-safety preconditions.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
     certrotor::ops::daemon(&root, &opts, c.interval);
     Ok(outcome::EXIT_OK)
 }

@@ -157,12 +157,12 @@ pub fn export(root: &Path) -> Result<Vec<u8>, EtcdClientError> {
             .0
             .as_bytes(),
     );
-    crate::log(&format!(
+    log::info!(
         "exported '{}' (serial {}, expires {})",
         entry.path,
         cert.facts().serial,
         crate::clock::rfc3339(cert.not_after())
-    ));
+    );
     Ok(bundle)
 }
 

@@ -14,6 +14,7 @@ pub mod fsutil;
 pub mod inventory;
 pub mod kubeconfig;
 pub mod lab;
+pub mod logging;
 pub mod manifests;
 pub mod ops;
 pub mod outcome;
@@ -21,6 +22,7 @@ pub mod pki;
 pub mod renew;
 pub mod report;
 pub mod restart;
+pub mod state;
 pub mod txn;
 pub mod verify;
 
@@ -40,7 +42,7 @@ pub fn recover_before_reading(root: &std::path::Path) -> Result<(), ops::OpsErro
         .open(state.join("lock"));
     if let Err(e) = writable {
         let journal = state.join("journal.json").exists();
-        log(&format!(
+        log::warn!(
             "cannot take the lock in '{}' ({e}); reading without it{}",
             state.display(),
             if journal {
@@ -48,14 +50,9 @@ pub fn recover_before_reading(root: &std::path::Path) -> Result<(), ops::OpsErro
             } else {
                 ""
             }
-        ));
+        );
         return Ok(());
     }
     ops::lock_and_recover(root, std::time::Duration::from_secs(60))?;
     Ok(())
-}
-
-/// Logs one line to stderr with a UTC timestamp. Never give it key material.
-pub fn log(message: &str) {
-    eprintln!("{} certrotor: {message}", clock::rfc3339(clock::now()));
 }

@@ -61,8 +61,8 @@ pub enum OpsError {
         path: String,
         source: std::io::Error,
     },
-    /// The record of restarts to do could not be serialised.
-    PendingJson(serde_json::Error),
+    /// The record of restarts still owed (`pending-restarts.json`) exists but cannot be used.
+    OwedRestarts(crate::state::StateError),
     /// `etcd-client import` refused or failed to install the bundle.
     Import(Box<crate::etcd_client::EtcdClientError>),
 }
@@ -82,9 +82,10 @@ impl fmt::Display for OpsError {
                 f,
                 "cannot record the restarts to do in '{path}': {source}; nothing was changed"
             ),
-            OpsError::PendingJson(e) => write!(
+            OpsError::OwedRestarts(e) => write!(
                 f,
-                "cannot serialise the restarts to do: {e}; nothing was changed"
+                "{e}; nothing was changed. Restart the components listed in it yourself (or \
+                 repair the file), then remove it"
             ),
             OpsError::Import(e) => write!(f, "{e}"),
         }
@@ -102,7 +103,7 @@ impl std::error::Error for OpsError {
             OpsError::Issue(e) | OpsError::Invalid(e) => Some(e),
             OpsError::NoBackups { .. } => None,
             OpsError::Pending { source, .. } => Some(source),
-            OpsError::PendingJson(e) => Some(e),
+            OpsError::OwedRestarts(e) => Some(e),
             OpsError::Import(e) => Some(e.as_ref()),
         }
     }
@@ -119,22 +120,20 @@ impl From<TxnError> for OpsError {
 pub fn lock_and_recover(root: &Path, timeout: Duration) -> Result<Lock, OpsError> {
     let lock = txn::lock(root, timeout)?;
     match crate::restart::recover(root) {
-        Ok(Some(message)) => crate::log(&message),
+        Ok(Some(message)) => log::warn!("{message}"),
         Ok(None) => {}
         Err(e) => return Err(OpsError::RecoverRestart(e)),
     }
     match txn::recover(root)? {
         Recovery::Clean => {}
-        Recovery::DiscardedStaging(n) => crate::log(&format!(
+        Recovery::DiscardedStaging(n) => log::warn!(
             "removed {n} staging folder(s) of an interrupted run; the PKI was not touched"
-        )),
+        ),
         Recovery::RolledForward {
             kind,
             backup_id,
             files,
-        } => crate::log(&format!(
-            "completed an interrupted {kind} of {files} file(s) (backup {backup_id})"
-        )),
+        } => log::warn!("completed an interrupted {kind} of {files} file(s) (backup {backup_id})"),
     }
     Ok(lock)
 }
@@ -220,13 +219,9 @@ fn rollback_locked(
 ) -> Result<(String, txn::Outcome), OpsError> {
     let id = match id {
         Some(id) => id.to_string(),
-        None => txn::list_backups(root)
-            .into_iter()
-            .find(|b| b.kind != "rollback")
-            .map(|b| b.id)
-            .ok_or_else(|| OpsError::NoBackups {
-                dir: txn::state_dir(root).join("backups").display().to_string(),
-            })?,
+        None => txn::newest_restorable(root).ok_or_else(|| OpsError::NoBackups {
+            dir: txn::state_dir(root).join("backups").display().to_string(),
+        })?,
     };
     let (_manifest, changes) = txn::restore_changes(root, &id)?;
     let outcome = txn::apply(
@@ -283,17 +278,17 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, OpsError> {
     let owed = if matches!(platform, Platform::None) {
         Pending::default()
     } else {
-        read_pending(root)
+        read_pending(root)?
     };
     if !owed.components.is_empty() {
-        crate::log(&format!(
+        log::warn!(
             "an earlier pass renewed files but did not finish restarting: {}",
             owed.components
                 .iter()
                 .map(|c| c.name())
                 .collect::<Vec<_>>()
                 .join(", ")
-        ));
+        );
     }
     // Every component that will need a restart must be restartable before anything is written,
     // and the intent to restart it is recorded first, so that a crash after the files change
@@ -319,6 +314,7 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, OpsError> {
             &Pending {
                 components,
                 backup_id: owed.backup_id.clone(),
+                ..Pending::default()
             },
         )
     };
@@ -345,6 +341,7 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, OpsError> {
             &Pending {
                 components: components.clone(),
                 backup_id: Some(backup_id.clone()),
+                ..Pending::default()
             },
         )?;
     }
@@ -358,14 +355,14 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, OpsError> {
     };
     if components.is_empty() || matches!(platform, Platform::None) {
         if !components.is_empty() {
-            crate::log(&format!(
+            log::warn!(
                 "platform none: restart {} so that they use the new certificates",
                 components
                     .iter()
                     .map(|c| c.name())
                     .collect::<Vec<_>>()
                     .join(", ")
-            ));
+            );
         }
         report.duration_ms = started.elapsed().as_millis();
         return Ok(report);
@@ -385,6 +382,8 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, OpsError> {
 /// Restarts owed to the node (`var/lib/certrotor/pending-restarts.json`).
 #[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
 struct Pending {
+    #[serde(default)]
+    version: u32,
     components: Vec<Component>,
     /// The backup to restore if a pending restart fails verification.
     backup_id: Option<String>,
@@ -392,34 +391,43 @@ struct Pending {
 
 const PENDING: &str = "pending-restarts.json";
 
-fn read_pending(root: &Path) -> Pending {
-    std::fs::read(txn::state_dir(root).join(PENDING))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_default()
+/// The owed restarts; none when the file does not exist. A file that exists but cannot be read,
+/// is of an unknown version or names an impossible backup stops the pass: dropping it would
+/// leave a renewed component on its old certificate.
+fn read_pending(root: &Path) -> Result<Pending, OpsError> {
+    use crate::state::{self, Kind, StateError};
+    let path = txn::state_dir(root).join(PENDING);
+    let pending = match state::read::<Pending>(Kind::OwedRestarts, &path) {
+        Ok(None) => return Ok(Pending::default()),
+        Ok(Some((_, p))) => p,
+        Err(e) => return Err(OpsError::OwedRestarts(e)),
+    };
+    if let Some(id) = &pending.backup_id
+        && let Err(d) = state::check_name(id)
+    {
+        let e = StateError::entry(Kind::OwedRestarts, &path, format!("backup_id {id}"), d);
+        return Err(OpsError::OwedRestarts(e));
+    }
+    Ok(pending)
 }
 
 fn write_pending(root: &Path, pending: &Pending) -> Result<(), OpsError> {
     let dir = txn::state_dir(root);
     let path = dir.join(PENDING);
-    let tmp = dir.join(format!("{PENDING}.tmp"));
     let fail = |source: std::io::Error| OpsError::Pending {
         path: path.display().to_string(),
         source,
     };
-    let json = serde_json::to_vec(pending).map_err(OpsError::PendingJson)?;
+    let pending = Pending {
+        version: crate::state::Kind::OwedRestarts.current(),
+        ..pending.clone()
+    };
     crate::fsutil::create_dir_all_mode(&dir, 0o700).map_err(fail)?;
-    let _ = std::fs::remove_file(&tmp);
-    crate::fsutil::write_new(&tmp, &json, 0o600, None).map_err(fail)?;
-    std::fs::rename(&tmp, &path).map_err(fail)?;
-    crate::fsutil::sync_dir(&dir).map_err(fail)
+    crate::state::write(&path, &pending).map_err(fail)
 }
 
 fn clear_pending(root: &Path) {
-    let dir = txn::state_dir(root);
-    if std::fs::remove_file(dir.join(PENDING)).is_ok() {
-        let _ = crate::fsutil::sync_dir(&dir);
-    }
+    let _ = crate::state::remove(&txn::state_dir(root).join(PENDING));
 }
 
 /// Restarts `components` one at a time and verifies each; when one fails, restores
@@ -440,9 +448,7 @@ pub fn restart_verified(
         Ok(done) => return (done, None),
         Err(x) => x,
     };
-    crate::log(&format!(
-        "verification failed: {error}; restoring the previous certificates"
-    ));
+    log::warn!("verification failed: {error}; restoring the previous certificates");
     let mut rolled = RolledBack {
         failure: error.to_string(),
         backup_id: backup_id.to_string(),
@@ -465,9 +471,9 @@ pub fn restart_verified(
         Err(e) => rolled.error = Some(format!("after restoring backup {backup_id}: {e}")),
         Ok(targets) => match restart::restart_all(root, platform, &targets, &opts.restart) {
             Ok(back) => {
-                crate::log(&format!(
+                log::warn!(
                     "rolled back to backup {backup_id}; the previous certificates are served again"
-                ));
+                );
                 rolled.restarted = back;
             }
             Err((back, e)) => {
@@ -504,7 +510,7 @@ pub fn import_etcd_client(
             .map_err(OpsError::NotRestartable)?;
     }
     if !matches!(platform, Platform::None) {
-        let mut owed = read_pending(root);
+        let mut owed = read_pending(root)?;
         owed.components.push(Component::KubeApiserver);
         owed.components.sort();
         owed.components.dedup();
@@ -524,7 +530,7 @@ pub fn import_etcd_client(
             restart_verified(root, &platform, &components, &backup_id, opts);
         if rolled_back.as_ref().is_none_or(|r| r.error.is_none()) {
             // Only the apiserver restart is settled here; other owed restarts stay for `run`.
-            let mut owed = read_pending(root);
+            let mut owed = read_pending(root)?;
             owed.components.retain(|c| *c != Component::KubeApiserver);
             if owed.components.is_empty() {
                 clear_pending(root);
@@ -543,11 +549,11 @@ pub fn import_etcd_client(
 pub fn daemon(root: &Path, opts: &RunOptions, interval: Duration) {
     install_stop_handler();
     let mut failures: u32 = 0;
-    crate::log(&format!(
+    log::info!(
         "daemon started: root '{}', interval {}s",
         root.display(),
         interval.as_secs()
-    ));
+    );
     while !stop_requested() {
         let wait = match run_once(root, opts) {
             Ok(report) => {
@@ -556,7 +562,7 @@ pub fn daemon(root: &Path, opts: &RunOptions, interval: Duration) {
                 } else {
                     0
                 };
-                crate::log(&format!(
+                log::info!(
                     "pass done: {renewed} renewed, {} restarted, platform {}{}",
                     report.restarted.len(),
                     report.platform,
@@ -565,7 +571,7 @@ pub fn daemon(root: &Path, opts: &RunOptions, interval: Duration) {
                         .as_ref()
                         .map(|r| format!(", ROLLED BACK: {}", r.failure))
                         .unwrap_or_default()
-                ));
+                );
                 if report.rolled_back.is_some() {
                     failures += 1;
                     backoff(failures, interval)
@@ -576,11 +582,11 @@ pub fn daemon(root: &Path, opts: &RunOptions, interval: Duration) {
             }
             Err(f) => {
                 failures += 1;
-                crate::log(&format!("pass failed: {f}"));
+                log::error!("pass failed: {f}");
                 backoff(failures, interval)
             }
         };
-        crate::log(&format!("next pass in {}s", wait.as_secs()));
+        log::info!("next pass in {}s", wait.as_secs());
         let until = std::time::Instant::now() + wait;
         while std::time::Instant::now() < until && !stop_requested() {
             std::thread::sleep(
@@ -589,7 +595,7 @@ pub fn daemon(root: &Path, opts: &RunOptions, interval: Duration) {
             );
         }
     }
-    crate::log("daemon stopping");
+    log::info!("daemon stopping");
 }
 
 /// After `failures` failed passes: 1 min, 2 min, 4 min … capped at the interval.

@@ -6,7 +6,7 @@ use crate::catalog::Kind;
 use crate::clock::{human_duration, kubeadm_date};
 use crate::inventory::{Inventory, Record, Status};
 use crate::ops::{ImportReport, RenewReport, RunReport};
-use crate::txn::{BackupManifest, Outcome};
+use crate::txn::{BackupInfo, Outcome};
 
 /// The kubeadm-style table: certificates, then CAs, then what is wrong and what to do.
 pub fn table(inv: &Inventory) -> String {
@@ -264,19 +264,30 @@ pub fn rollback_text(id: &str, outcome: &Outcome) -> String {
 }
 
 /// The backups, newest first; `dir` is where they are kept (named when there are none).
-pub fn backups_table(list: &[BackupManifest], dir: &str) -> String {
+pub fn backups_table(list: &[BackupInfo], dir: &str) -> String {
     if list.is_empty() {
         return format!("No backups under '{dir}'.\n");
     }
-    let mut out = format!("{:<22} {:<22} {:<10} FILES\n", "ID", "CREATED", "KIND");
+    let mut out = format!(
+        "{:<22} {:<22} {:<10} {:<6} STATUS\n",
+        "ID", "CREATED", "KIND", "FILES"
+    );
     for b in list {
         out.push_str(&format!(
-            "{:<22} {:<22} {:<10} {}\n",
+            "{:<22} {:<22} {:<10} {:<6} {}\n",
             b.id,
-            b.created_at,
-            b.kind,
-            b.files.len()
+            b.created_at.as_deref().unwrap_or("?"),
+            b.kind.as_deref().unwrap_or("?"),
+            b.files.len(),
+            b.status
         ));
+    }
+    for b in list {
+        if let Some(problem) = &b.problem {
+            out.push_str(&format!("\nDAMAGED {}: {problem}\n", b.id));
+        } else if let Some(note) = &b.note {
+            out.push_str(&format!("\nnote {}: {note}\n", b.id));
+        }
     }
     out
 }

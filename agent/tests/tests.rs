@@ -10,8 +10,14 @@ mod check;
 mod daemon;
 mod engine;
 mod etcd;
+// Parity with the real kubeadm v1.20.2 (images/k8s/build.sh).
+mod kubeadm_parity;
+mod kubeadm_parity_util;
 mod lab;
 mod platform;
 mod renew;
 mod renew_util;
+// State files as untrusted input: damaged, hostile or future-version journal, marker, owed
+// restarts, backup manifests (issues 13.1, 14).
+mod state;
 mod verify;
