@@ -6,7 +6,6 @@
 //! knows the node layouts. See ARCHITECTURE.md for the map.
 
 pub mod catalog;
-pub mod cli;
 pub mod clock;
 pub mod cluster;
 pub mod demo;
@@ -19,6 +18,7 @@ pub mod lab;
 pub mod logging;
 pub mod manifests;
 pub mod ops;
+pub mod outcome;
 pub mod pki;
 pub mod renew;
 pub mod report;
@@ -28,7 +28,7 @@ pub mod txn;
 pub mod verify;
 
 /// Completes or undoes an interrupted transaction before any command reads the PKI.
-pub fn recover_before_reading(root: &std::path::Path) -> Result<(), cli::Failure> {
+pub fn recover_before_reading(root: &std::path::Path) -> Result<(), ops::OpsError> {
     // Only where certrotor has state: a read-only inspection of a foreign root writes nothing.
     let state = txn::state_dir(root);
     if !state.is_dir() {

@@ -6,13 +6,14 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::cli::{EXIT_FAILED, EXIT_LOCKED, Failure};
 use crate::clock;
 use crate::inventory;
 use crate::manifests::Component;
 use crate::renew::{self, Plan, Policy};
 use crate::restart::{self, Platform, RestartOptions, Restarted};
 use crate::txn::{self, Lock, Recovery, TxnError};
+
+use std::fmt;
 
 /// Options shared by commands that write.
 #[derive(Debug, Clone)]
@@ -33,33 +34,97 @@ impl Default for WriteOptions {
     }
 }
 
-/// Maps a transaction error to the command's failure.
-pub fn txn_failure(e: TxnError) -> Failure {
-    let code = if matches!(e, TxnError::Locked { .. }) {
-        EXIT_LOCKED
-    } else {
-        EXIT_FAILED
-    };
-    Failure {
-        code,
-        message: e.to_string(),
+/// Why an operation failed, with its typed cause. Every variant that can happen before the
+/// transaction commits says so ("nothing was changed"). `Display` is the whole sentence for a
+/// person (it includes the cause's text); `source()` gives the cause to programs (the exit code
+/// is chosen from it, in [`crate::outcome`]).
+#[derive(Debug)]
+pub enum OpsError {
+    /// Locking, recovering, applying or reading a backup.
+    Txn(TxnError),
+    /// An interrupted restart could not be completed.
+    RecoverRestart(crate::restart::RestartError),
+    /// The restart platform could not be determined.
+    Platform(crate::restart::RestartError),
+    /// A component that would need a restart cannot be restarted; nothing was written.
+    NotRestartable(crate::restart::RestartError),
+    /// The renewal plan is refused (bad names, beyond the CA, …).
+    Plan(renew::PlanError),
+    /// Issuing the new certificates failed; nothing was written.
+    Issue(renew::IssueError),
+    /// A new certificate failed validation before anything was written.
+    Invalid(renew::IssueError),
+    /// `rollback` without `--backup`, and there is no backup to restore.
+    NoBackups { dir: String },
+    /// The record of restarts to do could not be written; nothing was changed.
+    Pending {
+        path: String,
+        source: std::io::Error,
+    },
+    /// The record of restarts still owed (`pending-restarts.json`) exists but cannot be used.
+    OwedRestarts(crate::state::StateError),
+    /// `etcd-client import` refused or failed to install the bundle.
+    Import(Box<crate::etcd_client::EtcdClientError>),
+}
+
+impl fmt::Display for OpsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OpsError::Txn(e) => write!(f, "{e}"),
+            OpsError::RecoverRestart(e) => write!(f, "recovering an interrupted restart: {e}"),
+            OpsError::Platform(e) => write!(f, "{e}"),
+            OpsError::NotRestartable(e) => write!(f, "{e}; nothing was changed"),
+            OpsError::Plan(e) => write!(f, "{e}"),
+            OpsError::Issue(e) => write!(f, "{e}; nothing was changed"),
+            OpsError::Invalid(e) => write!(f, "{e}"),
+            OpsError::NoBackups { dir } => write!(f, "no backups under '{dir}'"),
+            OpsError::Pending { path, source } => write!(
+                f,
+                "cannot record the restarts to do in '{path}': {source}; nothing was changed"
+            ),
+            OpsError::OwedRestarts(e) => write!(
+                f,
+                "{e}; nothing was changed. Restart the components listed in it yourself (or \
+                 repair the file), then remove it"
+            ),
+            OpsError::Import(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for OpsError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            OpsError::Txn(e) => Some(e),
+            OpsError::RecoverRestart(e) | OpsError::Platform(e) | OpsError::NotRestartable(e) => {
+                Some(e)
+            }
+            OpsError::Plan(e) => Some(e),
+            OpsError::Issue(e) | OpsError::Invalid(e) => Some(e),
+            OpsError::NoBackups { .. } => None,
+            OpsError::Pending { source, .. } => Some(source),
+            OpsError::OwedRestarts(e) => Some(e),
+            OpsError::Import(e) => Some(e.as_ref()),
+        }
+    }
+}
+
+impl From<TxnError> for OpsError {
+    fn from(e: TxnError) -> Self {
+        OpsError::Txn(e)
     }
 }
 
 /// Takes the lock and completes or discards an interrupted transaction, logging what it did;
 /// starts again a static pod that an interrupted restart left stopped.
-pub fn lock_and_recover(root: &Path, timeout: Duration) -> Result<Lock, Failure> {
-    let lock = txn::lock(root, timeout).map_err(txn_failure)?;
+pub fn lock_and_recover(root: &Path, timeout: Duration) -> Result<Lock, OpsError> {
+    let lock = txn::lock(root, timeout)?;
     match crate::restart::recover(root) {
         Ok(Some(message)) => log::warn!("{message}"),
         Ok(None) => {}
-        Err(e) => {
-            return Err(Failure::failed(format!(
-                "recovering an interrupted restart: {e}"
-            )));
-        }
+        Err(e) => return Err(OpsError::RecoverRestart(e)),
     }
-    match txn::recover(root).map_err(txn_failure)? {
+    match txn::recover(root)? {
         Recovery::Clean => {}
         Recovery::DiscardedStaging(n) => log::warn!(
             "removed {n} staging folder(s) of an interrupted run; the PKI was not touched"
@@ -90,7 +155,7 @@ pub fn renew(
     policy: &Policy,
     dry_run: bool,
     opts: &WriteOptions,
-) -> Result<RenewReport, Failure> {
+) -> Result<RenewReport, OpsError> {
     if dry_run {
         // A plan writes nothing, so it also works on a read-only node.
         crate::recover_before_reading(root)?;
@@ -107,12 +172,12 @@ fn renew_locked(
     policy: &Policy,
     dry_run: bool,
     opts: &WriteOptions,
-    before_write: impl FnOnce(&Plan) -> Result<(), Failure>,
-) -> Result<RenewReport, Failure> {
+    before_write: impl FnOnce(&Plan) -> Result<(), OpsError>,
+) -> Result<RenewReport, OpsError> {
     let started = std::time::Instant::now();
     let now = clock::now();
     let inv = inventory::take(root, now, policy.within);
-    let plan = renew::plan(&inv, policy, now).map_err(|e| Failure::failed(e.to_string()))?;
+    let plan = renew::plan(&inv, policy, now).map_err(OpsError::Plan)?;
     let mut report = RenewReport {
         root: root.display().to_string(),
         dry_run,
@@ -127,12 +192,10 @@ fn renew_locked(
     }
     before_write(&report.plan)?;
     let crate::engine::Output { issued, validity } =
-        crate::engine::issue(root, &report.plan, &opts.engine)
-            .map_err(|e| Failure::failed(format!("{e}; nothing was changed")))?;
-    renew::validate_with(&issued, &report.plan, validity)
-        .map_err(|e| Failure::failed(e.to_string()))?;
+        crate::engine::issue(root, &report.plan, &opts.engine).map_err(OpsError::Issue)?;
+    renew::validate_with(&issued, &report.plan, validity).map_err(OpsError::Invalid)?;
     let changes = renew::changes(&issued);
-    let outcome = txn::apply(root, &changes, "renew", now, opts.retention).map_err(txn_failure)?;
+    let outcome = txn::apply(root, &changes, "renew", now, opts.retention)?;
     report.backup_id = Some(outcome.backup_id);
     report.files_written = outcome.files;
     report.duration_ms = started.elapsed().as_millis();
@@ -144,7 +207,7 @@ pub fn rollback(
     root: &Path,
     id: Option<&str>,
     opts: &WriteOptions,
-) -> Result<(String, txn::Outcome), Failure> {
+) -> Result<(String, txn::Outcome), OpsError> {
     let _lock = lock_and_recover(root, opts.lock_timeout)?;
     rollback_locked(root, id, opts)
 }
@@ -153,25 +216,21 @@ fn rollback_locked(
     root: &Path,
     id: Option<&str>,
     opts: &WriteOptions,
-) -> Result<(String, txn::Outcome), Failure> {
+) -> Result<(String, txn::Outcome), OpsError> {
     let id = match id {
         Some(id) => id.to_string(),
-        None => txn::newest_restorable(root).ok_or_else(|| {
-            Failure::failed(format!(
-                "no backups under '{}'",
-                txn::state_dir(root).join("backups").display()
-            ))
+        None => txn::newest_restorable(root)?.ok_or_else(|| OpsError::NoBackups {
+            dir: txn::state_dir(root).join("backups").display().to_string(),
         })?,
     };
-    let (_manifest, changes) = txn::restore_changes(root, &id).map_err(txn_failure)?;
+    let (_manifest, changes) = txn::restore_changes(root, &id)?;
     let outcome = txn::apply(
         root,
         &changes,
         "rollback",
         clock::now(),
         opts.retention.max(2),
-    )
-    .map_err(txn_failure)?;
+    )?;
     Ok((id, outcome))
 }
 
@@ -215,29 +274,12 @@ pub struct RolledBack {
     pub error: Option<String>,
 }
 
-impl RunReport {
-    /// The exit code: 0 done, 3 rolled back after a failed verification, 2 rollback failed.
-    pub fn exit_code(&self) -> u8 {
-        let import = self.import.as_ref().map_or(0, |i| i.exit_code());
-        let cluster = self.cluster.as_ref();
-        match &self.rolled_back {
-            None if import != 0 => import,
-            None if cluster.is_some_and(|c| c.pair_error.is_some()) => EXIT_FAILED,
-            None if cluster.is_some_and(|c| c.deferred) => EXIT_LOCKED,
-            None => 0,
-            Some(r) if r.error.is_none() => crate::cli::EXIT_ROLLED_BACK,
-            Some(_) => EXIT_FAILED,
-        }
-    }
-}
-
 /// check → renew what is due → restart one at a time → verify; roll back by itself when
 /// verification fails.
-pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, Failure> {
+pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, OpsError> {
     let started = std::time::Instant::now();
     let _lock = lock_and_recover(root, opts.write.lock_timeout)?;
-    let platform =
-        restart::detect(root, &opts.restart).map_err(|e| Failure::failed(e.to_string()))?;
+    let platform = restart::detect(root, &opts.restart).map_err(OpsError::Platform)?;
     // Cluster mode (cluster.rs): connect; on an external-etcd control plane, install the pair
     // the etcd nodes published, restarting kube-apiserver under the cluster lock.
     let mut cluster_report = None;
@@ -266,7 +308,7 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, Failure> {
     // Every component that will need a restart must be restartable before anything is written,
     // and the intent to restart it is recorded first, so that a crash after the files change
     // still gets the components restarted by the next pass.
-    let before_write = |plan: &Plan| -> Result<(), Failure> {
+    let before_write = |plan: &Plan| -> Result<(), OpsError> {
         if matches!(platform, Platform::None) {
             return Ok(());
         }
@@ -278,7 +320,7 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, Failure> {
                 .collect::<Vec<_>>(),
         );
         restart::targets(root, &platform, &components, &opts.restart)
-            .map_err(|e| Failure::failed(format!("{e}; nothing was changed")))?;
+            .map_err(OpsError::NotRestartable)?;
         components.extend(owed.components.iter().copied());
         components.sort();
         components.dedup();
@@ -400,33 +442,29 @@ const PENDING: &str = "pending-restarts.json";
 /// The owed restarts; none when the file does not exist. A file that exists but cannot be read,
 /// is of an unknown version or names an impossible backup stops the pass: dropping it would
 /// leave a renewed component on its old certificate.
-fn read_pending(root: &Path) -> Result<Pending, Failure> {
+fn read_pending(root: &Path) -> Result<Pending, OpsError> {
     use crate::state::{self, Kind, StateError};
     let path = txn::state_dir(root).join(PENDING);
-    let advice = "; nothing was changed. Restart the components listed in it yourself (or \
-                  repair the file), then remove it";
     let pending = match state::read::<Pending>(Kind::OwedRestarts, &path) {
         Ok(None) => return Ok(Pending::default()),
         Ok(Some((_, p))) => p,
-        Err(e) => return Err(Failure::failed(format!("{e}{advice}"))),
+        Err(e) => return Err(OpsError::OwedRestarts(e)),
     };
     if let Some(id) = &pending.backup_id
         && let Err(d) = state::check_name(id)
     {
         let e = StateError::entry(Kind::OwedRestarts, &path, format!("backup_id {id}"), d);
-        return Err(Failure::failed(format!("{e}{advice}")));
+        return Err(OpsError::OwedRestarts(e));
     }
     Ok(pending)
 }
 
-fn write_pending(root: &Path, pending: &Pending) -> Result<(), Failure> {
+fn write_pending(root: &Path, pending: &Pending) -> Result<(), OpsError> {
     let dir = txn::state_dir(root);
     let path = dir.join(PENDING);
-    let fail = |e: std::io::Error| {
-        Failure::failed(format!(
-            "cannot record the restarts to do in '{}': {e}; nothing was changed",
-            path.display()
-        ))
+    let fail = |source: std::io::Error| OpsError::Pending {
+        path: path.display().to_string(),
+        source,
     };
     let pending = Pending {
         version: crate::state::Kind::OwedRestarts.current(),
@@ -466,10 +504,7 @@ pub fn restart_verified(
         error: None,
     };
     if let Err(e) = rollback_locked(root, Some(backup_id), &opts.write) {
-        rolled.error = Some(format!(
-            "restoring backup {backup_id} failed: {}",
-            e.message
-        ));
+        rolled.error = Some(format!("restoring backup {backup_id} failed: {e}"));
         return (done, Some(rolled));
     }
     // Restart what was restarted, and the component that failed, with the old files.
@@ -508,27 +543,15 @@ pub struct ImportReport {
     pub rolled_back: Option<RolledBack>,
 }
 
-impl ImportReport {
-    /// 0 done, 3 rolled back, 2 rollback failed.
-    pub fn exit_code(&self) -> u8 {
-        match &self.rolled_back {
-            None => 0,
-            Some(r) if r.error.is_none() => crate::cli::EXIT_ROLLED_BACK,
-            Some(_) => EXIT_FAILED,
-        }
-    }
-}
-
 /// Installs an exported apiserver-etcd-client bundle on a control plane, then restarts
 /// kube-apiserver and verifies it (rolling back the import when it does not come back).
 pub fn import_etcd_client(
     root: &Path,
     bundle: &[u8],
     opts: &RunOptions,
-) -> Result<ImportReport, Failure> {
+) -> Result<ImportReport, OpsError> {
     let _lock = lock_and_recover(root, opts.write.lock_timeout)?;
-    let platform =
-        restart::detect(root, &opts.restart).map_err(|e| Failure::failed(e.to_string()))?;
+    let platform = restart::detect(root, &opts.restart).map_err(OpsError::Platform)?;
     import_locked(root, bundle, &platform, opts, None, &mut None)
 }
 
@@ -564,8 +587,8 @@ fn import_published(
             ));
             Some(r)
         }
-        Err(f) => {
-            refused(cluster, f.message);
+        Err(e) => {
+            refused(cluster, e.to_string());
             None
         }
     }
@@ -580,12 +603,12 @@ fn import_locked(
     opts: &RunOptions,
     session: Option<&crate::cluster::Session>,
     cluster: &mut Option<crate::cluster::ClusterReport>,
-) -> Result<ImportReport, Failure> {
+) -> Result<ImportReport, OpsError> {
     let platform = platform.clone();
     let components = [Component::KubeApiserver];
     if !matches!(platform, Platform::None) {
         restart::targets(root, &platform, &components, &opts.restart)
-            .map_err(|e| Failure::failed(format!("{e}; nothing was changed")))?;
+            .map_err(OpsError::NotRestartable)?;
     }
     if !matches!(platform, Platform::None) {
         let mut owed = read_pending(root)?;
@@ -594,7 +617,8 @@ fn import_locked(
         owed.components.dedup();
         write_pending(root, &owed)?;
     }
-    let (files, backup_id) = crate::etcd_client::install(root, bundle, &opts.write)?;
+    let (files, backup_id) = crate::etcd_client::install(root, bundle, &opts.write)
+        .map_err(|e| OpsError::Import(Box::new(e)))?;
     let mut report = ImportReport {
         files,
         backup_id: backup_id.clone(),
@@ -629,7 +653,7 @@ fn import_locked(
 
 /// The daemon: `run_once` every `interval` (± 10% jitter); after a failure, again sooner with
 /// capped back-off. Stops on SIGTERM or SIGINT between passes.
-pub fn daemon(root: &Path, opts: &RunOptions, interval: Duration) -> Result<u8, Failure> {
+pub fn daemon(root: &Path, opts: &RunOptions, interval: Duration) {
     install_stop_handler();
     let mut failures: u32 = 0;
     log::info!(
@@ -677,7 +701,7 @@ pub fn daemon(root: &Path, opts: &RunOptions, interval: Duration) -> Result<u8, 
             }
             Err(f) => {
                 failures += 1;
-                log::error!("pass failed: {}", f.message);
+                log::error!("pass failed: {f}");
                 backoff(failures, interval)
             }
         };
@@ -691,7 +715,6 @@ pub fn daemon(root: &Path, opts: &RunOptions, interval: Duration) -> Result<u8, 
         }
     }
     log::info!("daemon stopping");
-    Ok(0)
 }
 
 /// After `failures` failed passes: 1 min, 2 min, 4 min … capped at the interval.
