@@ -24,10 +24,41 @@ pub mod paths {
     pub const BOTTLEROCKET_ETCD_PKI: &str = "var/lib/etcd/pki";
     /// Where a superpowered Bottlerocket host container sees the host's root.
     pub const BOTTLEROCKET_HOST_ROOT: &str = "/.bottlerocket/rootfs";
-    /// The Bottlerocket API socket.
-    pub const API_SOCKET: &str = "/run/api.sock";
+    /// The Bottlerocket API socket (defined once, by the API client).
+    pub const API_SOCKET: &str = bottlerocket::DEFAULT_SOCKET;
     /// certrotor's own state (journal, lock, backups), relative to the node root.
     pub const STATE_DIR: &str = "var/lib/certrotor";
+}
+
+/// Every layout's folder, relative to the node root: all certificates and kubeconfigs the
+/// catalog knows live below one of these (so do certrotor's staging folders, next to them).
+pub const LAYOUT_DIRS: [&str; 4] = [
+    paths::KUBEADM_DIR,
+    paths::BOTTLEROCKET_KUBEADM_DIR,
+    paths::ETCDADM_PKI,
+    paths::BOTTLEROCKET_ETCD_PKI,
+];
+
+/// Catalog names that other modules look entries up by: one spelling, checked by the compiler.
+pub mod names {
+    /// kubeadm's cluster CA.
+    pub const CA: &str = "ca";
+    /// kubeadm's etcd CA (stacked or external etcd).
+    pub const ETCD_CA: &str = "etcd-ca";
+    /// kube-apiserver's serving certificate.
+    pub const APISERVER: &str = "apiserver";
+    /// kube-apiserver's client certificate towards kubelets.
+    pub const APISERVER_KUBELET_CLIENT: &str = "apiserver-kubelet-client";
+    /// Stacked etcd's serving certificate.
+    pub const ETCD_SERVER: &str = "etcd-server";
+    /// Stacked etcd's health-check client certificate.
+    pub const ETCD_HEALTHCHECK_CLIENT: &str = "etcd-healthcheck-client";
+    /// etcdadm's CA.
+    pub const ETCDADM_CA: &str = "etcdadm-ca";
+    /// etcdadm's serving certificate.
+    pub const ETCDADM_SERVER: &str = "etcdadm-server";
+    /// etcdadm's etcdctl client certificate.
+    pub const ETCDADM_ETCDCTL_CLIENT: &str = "etcdadm-etcdctl-etcd-client";
 }
 
 /// What a catalog entry is.
@@ -175,22 +206,22 @@ struct Spec {
 }
 
 const KUBEADM_CAS: [(&str, &str); 3] = [
-    ("ca", "pki/ca"),
+    (names::CA, "pki/ca"),
     ("front-proxy-ca", "pki/front-proxy-ca"),
-    ("etcd-ca", "pki/etcd/ca"),
+    (names::ETCD_CA, "pki/etcd/ca"),
 ];
 
 const KUBEADM_LEAVES: [Spec; 7] = [
     Spec {
-        name: "apiserver",
+        name: names::APISERVER,
         file: "pki/apiserver",
-        ca: "ca",
+        ca: names::CA,
         description: "certificate for serving the Kubernetes API",
     },
     Spec {
-        name: "apiserver-kubelet-client",
+        name: names::APISERVER_KUBELET_CLIENT,
         file: "pki/apiserver-kubelet-client",
-        ca: "ca",
+        ca: names::CA,
         description: "certificate for the API server to connect to kubelet",
     },
     Spec {
@@ -200,7 +231,7 @@ const KUBEADM_LEAVES: [Spec; 7] = [
         description: "certificate for the front proxy client",
     },
     Spec {
-        name: "etcd-server",
+        name: names::ETCD_SERVER,
         file: "pki/etcd/server",
         ca: "etcd-ca",
         description: "certificate for serving etcd",
@@ -212,7 +243,7 @@ const KUBEADM_LEAVES: [Spec; 7] = [
         description: "certificate for etcd nodes to communicate with each other",
     },
     Spec {
-        name: "etcd-healthcheck-client",
+        name: names::ETCD_HEALTHCHECK_CLIENT,
         file: "pki/etcd/healthcheck-client",
         ca: "etcd-ca",
         description: "certificate for liveness probes to healthcheck etcd",
@@ -331,14 +362,18 @@ fn kubeadm_entries(root: &Path, layout: &Layout) -> Vec<Entry> {
 }
 
 const ETCDADM_LEAVES: [(&str, &str, &str); 4] = [
-    ("etcdadm-server", "server", "certificate for serving etcd"),
+    (
+        names::ETCDADM_SERVER,
+        "server",
+        "certificate for serving etcd",
+    ),
     (
         "etcdadm-peer",
         "peer",
         "certificate for etcd nodes to communicate with each other",
     ),
     (
-        "etcdadm-etcdctl-etcd-client",
+        names::ETCDADM_ETCDCTL_CLIENT,
         "etcdctl-etcd-client",
         "certificate etcdctl uses to access etcd",
     ),
@@ -352,7 +387,7 @@ const ETCDADM_LEAVES: [(&str, &str, &str); 4] = [
 fn etcdadm_entries(layout: &Layout) -> Vec<Entry> {
     let dir = layout.dir;
     let mut out = vec![Entry {
-        name: "etcdadm-ca".into(),
+        name: names::ETCDADM_CA.into(),
         kind: Kind::Ca,
         path: format!("{dir}/ca.crt"),
         key_path: Some(format!("{dir}/ca.key")),
@@ -369,7 +404,7 @@ fn etcdadm_entries(layout: &Layout) -> Vec<Entry> {
             kind: Kind::Leaf,
             path: format!("{dir}/{file}.crt"),
             key_path: Some(format!("{dir}/{file}.key")),
-            ca: Some("etcdadm-ca".into()),
+            ca: Some(names::ETCDADM_CA.into()),
             required: true,
             renewable: true,
             flavor: Flavor::Etcdadm,

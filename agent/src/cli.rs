@@ -295,7 +295,7 @@ macro_rules! pass_command {
                 #[argh(option, default = "String::from(\"auto\")")]
                 /// how to restart components: auto (default), bottlerocket, kubeadm or none
                 platform: String,
-                #[argh(option, default = "String::from(\"/run/api.sock\")")]
+                #[argh(option, default = "String::from(bottlerocket::DEFAULT_SOCKET)")]
                 /// the Bottlerocket API socket (default /run/api.sock)
                 api_socket: String,
                 #[argh(option)]
@@ -391,7 +391,7 @@ struct EtcdImportCmd {
     #[argh(option, default = "String::from(\"auto\")")]
     /// how to restart kube-apiserver afterwards: auto (default), bottlerocket, kubeadm or none
     platform: String,
-    #[argh(option, default = "String::from(\"/run/api.sock\")")]
+    #[argh(option, default = "String::from(bottlerocket::DEFAULT_SOCKET)")]
     /// the Bottlerocket API socket (default /run/api.sock)
     api_socket: String,
     #[argh(option)]

@@ -687,12 +687,7 @@ fn remove_incomplete_backups(root: &Path) {
 /// sub-folders.
 fn staging_search_dirs(root: &Path) -> Vec<PathBuf> {
     let mut dirs = Vec::new();
-    for base in [
-        "etc/kubernetes",
-        "var/lib/kubeadm",
-        "etc/etcd",
-        "var/lib/etcd",
-    ] {
+    for base in crate::catalog::LAYOUT_DIRS {
         let b = root.join(base);
         if !b.is_dir() {
             continue;
