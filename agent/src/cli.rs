@@ -479,10 +479,15 @@ pub fn container_args(bootstrap_dir: &Path, host_dir: &Path) -> Option<Vec<Strin
 pub fn main(mut args: Vec<String>) -> ExitCode {
     // Die quietly on a closed pipe (`certrotor check | head`), as command-line tools do, instead
     // of panicking in println!.
-    // SAFETY: setting a signal disposition to SIG_DFL has no memory-safety preconditions.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
+    // SAFETY: setting a signal disposition to SIG_DFL has no memory-safety preconditions; nix
+    // has no safe form of signal(2).
+    #[allow(unsafe_code)]
+    let _ = unsafe {
+        nix::sys::signal::signal(
+            nix::sys::signal::Signal::SIGPIPE,
+            nix::sys::signal::SigHandler::SigDfl,
+        )
+    };
     if args.len() <= 1
         && let Some(words) = container_args(
             Path::new(BOOTSTRAP_CONTAINER_DIR),

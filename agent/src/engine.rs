@@ -417,11 +417,13 @@ fn certrotor_alive(pid: u32) -> bool {
 /// client waiting forever.
 fn die_with_parent(command: &mut Command) {
     use std::os::unix::process::CommandExt;
-    // SAFETY: the closure runs between fork and exec and only calls prctl, which is
-    // async-signal-safe; it touches no memory of the parent.
+    // SAFETY (`pre_exec` has no safe form): the closure runs between fork and exec and only
+    // calls prctl, which is async-signal-safe; it allocates nothing and touches no memory of
+    // the parent.
+    #[allow(unsafe_code)]
     unsafe {
         command.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
             Ok(())
         });
     }
@@ -431,15 +433,14 @@ fn die_with_parent(command: &mut Command) {
 /// `/` with its submounts). A superpowered host container has CAP_SYS_CHROOT.
 fn chroot_into_host_root(command: &mut Command) {
     use std::os::unix::process::CommandExt;
-    // SAFETY: the closure runs between fork and exec and only calls chroot(2) and chdir(2),
-    // which are async-signal-safe, on a constant NUL-terminated path.
+    // SAFETY (`pre_exec` has no safe form): the closure runs between fork and exec and only
+    // calls chroot(2) and chdir(2), which are async-signal-safe, on constant C strings (nix
+    // passes a `CStr` through without allocating).
+    #[allow(unsafe_code)]
     unsafe {
         command.pre_exec(|| {
-            if libc::chroot(c"/.bottlerocket/rootfs".as_ptr()) != 0
-                || libc::chdir(c"/".as_ptr()) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
+            nix::unistd::chroot(c"/.bottlerocket/rootfs")?;
+            nix::unistd::chdir(c"/")?;
             Ok(())
         });
     }

@@ -282,10 +282,7 @@ pub fn failpoint(name: &str) {
             std::thread::sleep(Duration::from_secs(3600));
         }
     }
-    // SAFETY: kill(2) on our own pid with a constant signal has no memory-safety preconditions.
-    unsafe {
-        libc::kill(libc::getpid(), libc::SIGKILL);
-    }
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGKILL);
     std::process::abort();
 }
 

@@ -1,7 +1,7 @@
 //! Integration tests of the k8s-sim binary against a real PKI (openssl) and a real etcd.
 //!
 //! Each test starts the binary as a process on free loopback ports and talks to it over mTLS.
-
+#![forbid(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
