@@ -34,8 +34,15 @@ pub struct Probe {
     pub ca_pem: Option<Vec<u8>>,
     /// PEM of the client certificate and key (mTLS), if the endpoint requires one.
     pub client_cert_pem: Option<Vec<u8>>,
+    /// Zeroed when the probe is dropped.
     pub client_key_pem: Option<Vec<u8>>,
     pub timeout: Duration,
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.client_key_pem);
+    }
 }
 
 impl fmt::Debug for Probe {
