@@ -68,9 +68,8 @@ impl fmt::Debug for Change {
 
 impl Drop for Change {
     fn drop(&mut self) {
-        if let Some(c) = &mut self.content {
-            c.iter_mut().for_each(|b| *b = 0);
-        }
+        // Volatile writes (zeroize), which the optimiser cannot remove before the free.
+        zeroize::Zeroize::zeroize(&mut self.content);
     }
 }
 
