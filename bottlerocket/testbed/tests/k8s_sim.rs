@@ -35,7 +35,7 @@ fn apiserver(
     )
 }
 
-fn admin_client(pki: &Path) -> std::sync::Arc<rustls::ClientConfig> {
+fn admin_client(pki: &Path) -> ureq::tls::TlsConfig {
     client(
         &pki.join("ca.crt"),
         Some((&pki.join("client.crt"), &pki.join("client.key"))),
