@@ -756,6 +756,8 @@ fn collect(
 ) -> Result<Issued, IssueError> {
     let ctx = |e: &dyn fmt::Display| err(format!("{}: {e}", item.name));
     let (cert_pem, key_pem) = staged_pair(stage, dir, item)?;
+    // Scrubbed on every path out of here, unless moved into `Issued` (which scrubs its files).
+    let mut key_pem = zeroize::Zeroizing::new(key_pem);
     let new = Cert::from_pem(&cert_pem).map_err(|e| ctx(&e))?;
     let key = PrivateKey::from_pem(&key_pem).map_err(|e| ctx(&e))?;
     let ca = Cert::from_pem(&read_rel(root, &item.signer_cert_path)?).map_err(|e| ctx(&e))?;
@@ -777,7 +779,7 @@ fn collect(
         (
             old,
             vec![
-                (key_path, key_pem, 0o600),
+                (key_path, std::mem::take(&mut *key_pem), 0o600),
                 (item.path.clone(), cert_pem, 0o644),
             ],
         )
