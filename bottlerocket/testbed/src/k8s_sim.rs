@@ -385,32 +385,11 @@ pub fn client_config(
     build_client_config(roots, pair)
 }
 
-/// Parses an RFC 3339 timestamp (`2026-01-02T03:04:05Z`, fractions and `±hh:mm` offsets allowed).
+/// Parses an RFC 3339 timestamp (`2026-01-02T03:04:05Z`, fractions and `±hh:mm` offsets
+/// allowed). The calendar part is der's `DateTime`; fraction and offset are applied here.
 pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
-    let bytes = text.as_bytes();
-    let number = |range: std::ops::Range<usize>| -> Option<i64> {
-        let digits = text.get(range)?;
-        if !digits.bytes().all(|byte| byte.is_ascii_digit()) {
-            return None;
-        }
-        digits.parse().ok()
-    };
-    let separators_ok = bytes.get(4) == Some(&b'-')
-        && bytes.get(7) == Some(&b'-')
-        && matches!(bytes.get(10), Some(b'T' | b't' | b' '))
-        && bytes.get(13) == Some(&b':')
-        && bytes.get(16) == Some(&b':');
-    if !separators_ok {
-        return None;
-    }
-    let (year, month, day) = (number(0..4)?, number(5..7)?, number(8..10)?);
-    let (hour, minute, second) = (number(11..13)?, number(14..16)?, number(17..19)?);
-    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 {
-        return None;
-    }
-    if second > 60 {
-        return None;
-    }
+    let calendar = text.get(..19)?;
+    let date_time: x509_cert::der::DateTime = format!("{calendar}Z").parse().ok()?;
     let mut rest = text.get(19..)?;
     let mut nanos = 0u32;
     if let Some(fraction) = rest.strip_prefix('.') {
@@ -423,7 +402,7 @@ pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
         nanos = padded.parse::<u32>().ok()? * scale;
         rest = fraction.get(digits..)?;
     }
-    let offset_seconds = match rest {
+    let offset_seconds: i64 = match rest {
         "Z" | "z" => 0,
         _ => {
             let sign = match rest.as_bytes().first() {
@@ -439,32 +418,28 @@ pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
             sign * (hours * 3600 + minutes * 60)
         }
     };
-    let days = days_from_civil(year, month, day);
-    let seconds = days * 86_400 + hour * 3600 + minute * 60 + second - offset_seconds;
-    let whole = Duration::from_secs(seconds.unsigned_abs());
-    let instant = if seconds >= 0 {
-        UNIX_EPOCH.checked_add(whole)?
+    let local = date_time.to_system_time();
+    let offset = Duration::from_secs(offset_seconds.unsigned_abs());
+    let utc = if offset_seconds >= 0 {
+        local.checked_sub(offset)?
     } else {
-        UNIX_EPOCH.checked_sub(whole)?
+        local.checked_add(offset)?
     };
-    instant.checked_add(Duration::from_nanos(u64::from(nanos)))
+    utc.checked_add(Duration::from_nanos(u64::from(nanos)))
 }
 
-/// Formats an instant as RFC 3339 in UTC, whole seconds.
+/// Formats an instant as RFC 3339 in UTC, whole seconds (der's `DateTime` format; instants
+/// outside 1970..=9999 show the nearest end of that range).
 pub fn format_rfc3339(instant: SystemTime) -> String {
-    let seconds = match instant.duration_since(UNIX_EPOCH) {
-        Ok(since) => i64::try_from(since.as_secs()).unwrap_or(i64::MAX),
-        Err(before) => -i64::try_from(before.duration().as_secs()).unwrap_or(i64::MAX),
-    };
-    let days = seconds.div_euclid(86_400);
-    let in_day = seconds.rem_euclid(86_400);
-    let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        in_day / 3600,
-        in_day % 3600 / 60,
-        in_day % 60
-    )
+    use x509_cert::der::DateTime;
+    let since = instant
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .min(DateTime::INFINITY.unix_duration());
+    let whole = Duration::from_secs(since.as_secs());
+    DateTime::from_unix_duration(whole)
+        .unwrap_or(DateTime::INFINITY)
+        .to_string()
 }
 
 // === kube-apiserver ===
@@ -831,12 +806,7 @@ fn cert_info(der: &CertificateDer<'_>, source_name: &str) -> Result<CertInfo, Er
         })?;
     let tbs = cert.tbs_certificate;
     Ok(CertInfo {
-        serial: tbs
-            .serial_number
-            .as_bytes()
-            .iter()
-            .map(|byte| format!("{byte:02x}"))
-            .collect(),
+        serial: base16ct::lower::encode_string(tbs.serial_number.as_bytes()),
         not_before: tbs.validity.not_before.to_system_time(),
         not_after: tbs.validity.not_after.to_system_time(),
     })
@@ -1139,36 +1109,6 @@ impl CachedCheck {
 fn decode_base64(text: &str) -> Option<Vec<u8>> {
     let compact: String = text.chars().filter(|c| !c.is_ascii_whitespace()).collect();
     crate::base64::decode(&compact).ok()
-}
-
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    // Howard Hinnant's days_from_civil.
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let year_of_era = year - era * 400;
-    let month_index = (month + 9) % 12;
-    let day_of_year = (153 * month_index + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
-}
-
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    // Howard Hinnant's civil_from_days.
-    let shifted = days + 719_468;
-    let era = shifted.div_euclid(146_097);
-    let day_of_era = shifted - era * 146_097;
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_index = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
-    let month = if month_index < 10 {
-        month_index + 3
-    } else {
-        month_index - 9
-    };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    (year, month, day)
 }
 
 #[cfg(test)]
