@@ -28,6 +28,14 @@ pub mod paths {
     pub const API_SOCKET: &str = bottlerocket::DEFAULT_SOCKET;
     /// certrotor's own state (journal, lock, backups), relative to the node root.
     pub const STATE_DIR: &str = "var/lib/certrotor";
+    /// The kubelet's static pod folder on a kubeadm host.
+    pub const KUBEADM_MANIFESTS: &str = "etc/kubernetes/manifests";
+    /// Where the kubeadm platform parks a manifest while its pod is stopped (same filesystem).
+    pub const PARKED_MANIFESTS: &str = "etc/kubernetes/.certrotor-parked";
+    /// Where Bottlerocket's static-pods helper writes manifests for the kubelet.
+    pub const BOTTLEROCKET_STATIC_PODS: &str = "etc/kubernetes/static-pods";
+    /// EKS Anywhere's copies of the control plane's static pod manifests on Bottlerocket.
+    pub const BOTTLEROCKET_KUBEADM_MANIFESTS: &str = "var/lib/kubeadm/manifests";
 }
 
 /// Every layout's folder, relative to the node root: all certificates and kubeconfigs the

@@ -433,13 +433,19 @@ fn die_with_parent(command: &mut Command) {
 /// `/` with its submounts). A superpowered host container has CAP_SYS_CHROOT.
 fn chroot_into_host_root(command: &mut Command) {
     use std::os::unix::process::CommandExt;
+    // Made before the fork: the child must not allocate. (The constant has no NUL; were it to,
+    // the child fails with InvalidInput rather than running unchrooted.)
+    let host_root = std::ffi::CString::new(crate::catalog::paths::BOTTLEROCKET_HOST_ROOT);
     // SAFETY (`pre_exec` has no safe form): the closure runs between fork and exec and only
-    // calls chroot(2) and chdir(2), which are async-signal-safe, on constant C strings (nix
-    // passes a `CStr` through without allocating).
+    // calls chroot(2) and chdir(2), which are async-signal-safe, on C strings made before the
+    // fork (nix passes a `CStr` through without allocating).
     #[allow(unsafe_code)]
     unsafe {
-        command.pre_exec(|| {
-            nix::unistd::chroot(c"/.bottlerocket/rootfs")?;
+        command.pre_exec(move || {
+            let root = host_root
+                .as_deref()
+                .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+            nix::unistd::chroot(root)?;
             nix::unistd::chdir(c"/")?;
             Ok(())
         });

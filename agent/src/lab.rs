@@ -705,8 +705,8 @@ fn write_etcd_node(
 /// `/var/lib/kubeadm/manifests`, which tests load into the API emulator.
 pub fn manifest_dir(layout: LabLayout) -> &'static str {
     match layout {
-        LabLayout::Kubeadm => "etc/kubernetes/manifests",
-        LabLayout::Bottlerocket => "var/lib/kubeadm/manifests",
+        LabLayout::Kubeadm => crate::catalog::paths::KUBEADM_MANIFESTS,
+        LabLayout::Bottlerocket => crate::catalog::paths::BOTTLEROCKET_KUBEADM_MANIFESTS,
     }
 }
 

@@ -113,11 +113,11 @@ fn fail(component: Option<Component>, message: impl Into<String>) -> RestartErro
 }
 
 /// The kubelet's manifest folder on a kubeadm node.
-pub const KUBEADM_MANIFESTS: &str = "etc/kubernetes/manifests";
+pub const KUBEADM_MANIFESTS: &str = catalog::paths::KUBEADM_MANIFESTS;
 /// Where kubeadm-platform manifests are parked while their pod is stopped (same filesystem).
-const PARKED: &str = "etc/kubernetes/.certrotor-parked";
+const PARKED: &str = catalog::paths::PARKED_MANIFESTS;
 /// Where Bottlerocket's static-pods helper writes manifests for the kubelet.
-const BOTTLEROCKET_STATIC_PODS: &str = "etc/kubernetes/static-pods";
+const BOTTLEROCKET_STATIC_PODS: &str = catalog::paths::BOTTLEROCKET_STATIC_PODS;
 /// The restart marker, relative to the state folder.
 const MARKER: &str = "restart.json";
 /// The private Bottlerocket API transaction certrotor uses, so it never commits another
