@@ -67,6 +67,10 @@ pub mod names {
     pub const ETCDADM_SERVER: &str = "etcdadm-server";
     /// etcdadm's etcdctl client certificate.
     pub const ETCDADM_ETCDCTL_CLIENT: &str = "etcdadm-etcdctl-etcd-client";
+    /// kube-apiserver's etcd client certificate on a kubeadm node.
+    pub const APISERVER_ETCD_CLIENT: &str = "apiserver-etcd-client";
+    /// The same pair as etcdadm writes it on the etcd node (exported to the control plane).
+    pub const ETCDADM_APISERVER_ETCD_CLIENT: &str = "etcdadm-apiserver-etcd-client";
 }
 
 /// What a catalog entry is.
@@ -178,9 +182,14 @@ pub fn detect(root: &Path) -> Vec<Layout> {
 }
 
 /// The layout names and their folders, for `--help` and errors.
-pub fn layout_summary() -> &'static str {
-    "etc/kubernetes (kubeadm), var/lib/kubeadm (bottlerocket), etc/etcd/pki (etcdadm), \
-     var/lib/etcd/pki (etcdadm-bottlerocket)"
+pub fn layout_summary() -> String {
+    format!(
+        "{} (kubeadm), {} (bottlerocket), {} (etcdadm), {} (etcdadm-bottlerocket)",
+        paths::KUBEADM_DIR,
+        paths::BOTTLEROCKET_KUBEADM_DIR,
+        paths::ETCDADM_PKI,
+        paths::BOTTLEROCKET_ETCD_PKI
+    )
 }
 
 /// Every entry of the detected layouts. When two layouts of the same kind are present, the
@@ -241,25 +250,25 @@ const KUBEADM_LEAVES: [Spec; 7] = [
     Spec {
         name: names::ETCD_SERVER,
         file: "pki/etcd/server",
-        ca: "etcd-ca",
+        ca: names::ETCD_CA,
         description: "certificate for serving etcd",
     },
     Spec {
         name: "etcd-peer",
         file: "pki/etcd/peer",
-        ca: "etcd-ca",
+        ca: names::ETCD_CA,
         description: "certificate for etcd nodes to communicate with each other",
     },
     Spec {
         name: names::ETCD_HEALTHCHECK_CLIENT,
         file: "pki/etcd/healthcheck-client",
-        ca: "etcd-ca",
+        ca: names::ETCD_CA,
         description: "certificate for liveness probes to healthcheck etcd",
     },
     Spec {
-        name: "apiserver-etcd-client",
+        name: names::APISERVER_ETCD_CLIENT,
         file: "pki/apiserver-etcd-client",
-        ca: "etcd-ca",
+        ca: names::ETCD_CA,
         description: "certificate the apiserver uses to access etcd",
     },
 ];
@@ -302,7 +311,7 @@ fn kubeadm_entries(root: &Path, layout: &Layout) -> Vec<Entry> {
     let dir = layout.dir;
     let mut out = Vec::new();
     for (name, file) in KUBEADM_CAS {
-        if name == "etcd-ca" && layout.etcd == EtcdTopology::None {
+        if name == names::ETCD_CA && layout.etcd == EtcdTopology::None {
             continue;
         }
         out.push(Entry {
@@ -326,12 +335,12 @@ fn kubeadm_entries(root: &Path, layout: &Layout) -> Vec<Entry> {
         if etcd_member && layout.etcd != EtcdTopology::Stacked {
             continue;
         }
-        if spec.name == "apiserver-etcd-client" && layout.etcd == EtcdTopology::None {
+        if spec.name == names::APISERVER_ETCD_CLIENT && layout.etcd == EtcdTopology::None {
             continue;
         }
         let mut path = format!("{dir}/{}.crt", spec.file);
         // Bottlerocket/EKS-A external etcd: the certificate is `server-etcd-client.crt`.
-        if spec.name == "apiserver-etcd-client" {
+        if spec.name == names::APISERVER_ETCD_CLIENT {
             let alt = format!("{dir}/pki/server-etcd-client.crt");
             if root.join(&alt).exists()
                 || (layout.name == "bottlerocket" && !root.join(&path).exists())
@@ -386,7 +395,7 @@ const ETCDADM_LEAVES: [(&str, &str, &str); 4] = [
         "certificate etcdctl uses to access etcd",
     ),
     (
-        "etcdadm-apiserver-etcd-client",
+        names::ETCDADM_APISERVER_ETCD_CLIENT,
         "apiserver-etcd-client",
         "certificate the apiserver uses to access etcd",
     ),
