@@ -9,6 +9,7 @@
 //! - 4: another certrotor holds the lock past `--lock-timeout`;
 //! - 64: usage error (unknown flag, bad value).
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -35,6 +36,13 @@ pub const EXIT_USAGE: u8 = 64;
 /// certrotor keeps kubeadm and etcdadm certificates from expiring on immutable nodes
 /// (Bottlerocket host or bootstrap container, or any kubeadm node).
 struct Top {
+    #[argh(option, default = "String::from(\"info\")")]
+    /// diagnostics on stderr: off, error, warn, info (default), debug or trace; give it before
+    /// the command (certrotor --log-level debug daemon)
+    log_level: String,
+    #[argh(option, default = "String::from(\"text\")")]
+    /// diagnostics format: text (default, UTC timestamps) or json (one object per line)
+    log_format: String,
     #[argh(subcommand)]
     command: Command,
 }
@@ -488,16 +496,14 @@ pub fn main(mut args: Vec<String>) -> ExitCode {
             nix::sys::signal::SigHandler::SigDfl,
         )
     };
+    let mut from_user_data = None;
     if args.len() <= 1
         && let Some(words) = container_args(
             Path::new(BOOTSTRAP_CONTAINER_DIR),
             Path::new(HOST_CONTAINER_DIR),
         )
     {
-        eprintln!(
-            "certrotor: arguments from the container's user-data: {}",
-            words.join(" ")
-        );
+        from_user_data = Some(words.join(" "));
         args.truncate(1);
         args.extend(words);
     }
@@ -516,20 +522,44 @@ pub fn main(mut args: Vec<String>) -> ExitCode {
                     ExitCode::SUCCESS
                 }
                 Err(()) => {
-                    eprint!("{}", early.output);
-                    eprintln!("Run '{program} help' or '{program} <command> --help' for usage.");
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "{}Run '{program} help' or '{program} <command> --help' for usage.",
+                        early.output
+                    );
                     ExitCode::from(EXIT_USAGE)
                 }
             };
         }
     };
+    let level = match crate::logging::parse_level(&top.log_level) {
+        Ok(l) => l,
+        Err(e) => return usage_error(program, &e),
+    };
+    let format = match top.log_format.parse::<crate::logging::Format>() {
+        Ok(f) => f,
+        Err(e) => return usage_error(program, &e),
+    };
+    crate::logging::init(level, format);
+    if let Some(words) = from_user_data {
+        log::info!("arguments from the container's user-data: {words}");
+    }
     match run(top) {
         Ok(code) => ExitCode::from(code),
         Err(f) => {
-            eprintln!("certrotor: {}", f.message);
+            log::error!("{}", f.message);
             ExitCode::from(f.code)
         }
     }
+}
+
+/// A bad global flag: says what to do, exit 64.
+fn usage_error(program: &str, message: &str) -> ExitCode {
+    let _ = writeln!(
+        std::io::stderr(),
+        "certrotor: {message}\nRun '{program} help' for usage."
+    );
+    ExitCode::from(EXIT_USAGE)
 }
 
 fn run(top: Top) -> Result<u8, Failure> {
@@ -1058,6 +1088,17 @@ fn run_table(r: &crate::ops::RunReport) -> String {
 fn daemon_cmd(c: DaemonCmd) -> Result<u8, Failure> {
     let interval = positive_duration("interval", &c.interval)?;
     let (root, opts, _json) = run_options!(&c);
+    // A closed stderr (the reader of a pipe gone) must not end the daemon: without SIGPIPE a
+    // failed write returns EPIPE, which the logger drops. The daemon prints nothing on stdout.
+    // SAFETY: setting a signal disposition to SIG_IGN has no memory-safety preconditions; nix
+    // has no safe form of signal(2).
+    #[allow(unsafe_code)]
+    let _ = unsafe {
+        nix::sys::signal::signal(
+            nix::sys::signal::Signal::SIGPIPE,
+            nix::sys::signal::SigHandler::SigIgn,
+        )
+    };
     crate::ops::daemon(&root, &opts, interval)
 }
 

@@ -128,11 +128,11 @@ pub fn issue(root: &Path, plan: &Plan, engine: &Engine) -> Result<Output, IssueE
             let started = clock::now();
             let clock_started = Instant::now();
             let issued = kubeadm_issue(root, plan, opts)?;
-            crate::log(&format!(
+            log::info!(
                 "kubeadm engine: {} certificate(s) in {} ms",
                 issued.len(),
                 clock_started.elapsed().as_millis()
-            ));
+            );
             Ok(Output {
                 issued,
                 validity: ValidityCheck::ToolChosen {
@@ -324,9 +324,7 @@ impl Ctr {
             if pid.is_some_and(|p| p != std::process::id() && certrotor_alive(p)) {
                 continue;
             }
-            crate::log(&format!(
-                "kubeadm engine: removing container '{name}' left by an interrupted run"
-            ));
+            log::warn!("kubeadm engine: removing container '{name}' left by an interrupted run");
             if let Some(problem) = self.remove(&name) {
                 return Err(err(problem));
             }
@@ -381,7 +379,7 @@ impl Ctr {
         }
         for line in redact_keys(&format!("{}\n{}", ran.stdout, ran.stderr)).lines() {
             if !line.trim().is_empty() {
-                crate::log(&format!("{}: {}", tool.join(" "), line.trim()));
+                log::info!("{}: {}", tool.join(" "), line.trim());
             }
         }
         Ok(ran.stdout)
@@ -551,10 +549,10 @@ impl Staging {
         let parent = root.join(STATE_DIR).join("engine");
         if let Ok(list) = std::fs::read_dir(&parent) {
             for e in list.flatten() {
-                crate::log(&format!(
+                log::warn!(
                     "kubeadm engine: removing the staging copy '{}' of an interrupted run",
                     e.path().display()
-                ));
+                );
                 std::fs::remove_dir_all(e.path())
                     .map_err(|x| err(format!("cannot remove '{}': {x}", e.path().display())))?;
             }

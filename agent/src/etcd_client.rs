@@ -61,12 +61,12 @@ pub fn export(root: &Path) -> Result<Vec<u8>, Failure> {
             .0
             .as_bytes(),
     );
-    crate::log(&format!(
+    log::info!(
         "exported '{}' (serial {}, expires {})",
         entry.path,
         cert.facts().serial,
         crate::clock::rfc3339(cert.not_after())
-    ));
+    );
     Ok(bundle)
 }
 

@@ -19,6 +19,7 @@ pub mod fsutil;
 pub mod inventory;
 pub mod kubeconfig;
 pub mod lab;
+pub mod logging;
 pub mod manifests;
 pub mod ops;
 pub mod pki;
@@ -44,7 +45,7 @@ pub fn recover_before_reading(root: &std::path::Path) -> Result<(), cli::Failure
         .open(state.join("lock"));
     if let Err(e) = writable {
         let journal = state.join("journal.json").exists();
-        log(&format!(
+        log::warn!(
             "cannot take the lock in '{}' ({e}); reading without it{}",
             state.display(),
             if journal {
@@ -52,14 +53,9 @@ pub fn recover_before_reading(root: &std::path::Path) -> Result<(), cli::Failure
             } else {
                 ""
             }
-        ));
+        );
         return Ok(());
     }
     ops::lock_and_recover(root, std::time::Duration::from_secs(60))?;
     Ok(())
-}
-
-/// Logs one line to stderr with a UTC timestamp. Never give it key material.
-pub fn log(message: &str) {
-    eprintln!("{} certrotor: {message}", clock::rfc3339(clock::now()));
 }

@@ -51,7 +51,7 @@ pub fn txn_failure(e: TxnError) -> Failure {
 pub fn lock_and_recover(root: &Path, timeout: Duration) -> Result<Lock, Failure> {
     let lock = txn::lock(root, timeout).map_err(txn_failure)?;
     match crate::restart::recover(root) {
-        Ok(Some(message)) => crate::log(&message),
+        Ok(Some(message)) => log::warn!("{message}"),
         Ok(None) => {}
         Err(e) => {
             return Err(Failure::failed(format!(
@@ -61,16 +61,14 @@ pub fn lock_and_recover(root: &Path, timeout: Duration) -> Result<Lock, Failure>
     }
     match txn::recover(root).map_err(txn_failure)? {
         Recovery::Clean => {}
-        Recovery::DiscardedStaging(n) => crate::log(&format!(
+        Recovery::DiscardedStaging(n) => log::warn!(
             "removed {n} staging folder(s) of an interrupted run; the PKI was not touched"
-        )),
+        ),
         Recovery::RolledForward {
             kind,
             backup_id,
             files,
-        } => crate::log(&format!(
-            "completed an interrupted {kind} of {files} file(s) (backup {backup_id})"
-        )),
+        } => log::warn!("completed an interrupted {kind} of {files} file(s) (backup {backup_id})"),
     }
     Ok(lock)
 }
@@ -240,14 +238,14 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, Failure> {
         read_pending(root)
     };
     if !owed.components.is_empty() {
-        crate::log(&format!(
+        log::warn!(
             "an earlier pass renewed files but did not finish restarting: {}",
             owed.components
                 .iter()
                 .map(|c| c.name())
                 .collect::<Vec<_>>()
                 .join(", ")
-        ));
+        );
     }
     // Every component that will need a restart must be restartable before anything is written,
     // and the intent to restart it is recorded first, so that a crash after the files change
@@ -312,14 +310,14 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, Failure> {
     };
     if components.is_empty() || matches!(platform, Platform::None) {
         if !components.is_empty() {
-            crate::log(&format!(
+            log::warn!(
                 "platform none: restart {} so that they use the new certificates",
                 components
                     .iter()
                     .map(|c| c.name())
                     .collect::<Vec<_>>()
                     .join(", ")
-            ));
+            );
         }
         report.duration_ms = started.elapsed().as_millis();
         return Ok(report);
@@ -396,9 +394,7 @@ pub fn restart_verified(
         Ok(done) => return (done, None),
         Err(x) => x,
     };
-    crate::log(&format!(
-        "verification failed: {error}; restoring the previous certificates"
-    ));
+    log::warn!("verification failed: {error}; restoring the previous certificates");
     let mut rolled = RolledBack {
         failure: error.to_string(),
         backup_id: backup_id.to_string(),
@@ -424,9 +420,9 @@ pub fn restart_verified(
         Err(e) => rolled.error = Some(format!("after restoring backup {backup_id}: {e}")),
         Ok(targets) => match restart::restart_all(root, platform, &targets, &opts.restart) {
             Ok(back) => {
-                crate::log(&format!(
+                log::warn!(
                     "rolled back to backup {backup_id}; the previous certificates are served again"
-                ));
+                );
                 rolled.restarted = back;
             }
             Err((back, e)) => {
@@ -513,11 +509,11 @@ pub fn import_etcd_client(
 pub fn daemon(root: &Path, opts: &RunOptions, interval: Duration) -> Result<u8, Failure> {
     install_stop_handler();
     let mut failures: u32 = 0;
-    crate::log(&format!(
+    log::info!(
         "daemon started: root '{}', interval {}s",
         root.display(),
         interval.as_secs()
-    ));
+    );
     while !stop_requested() {
         let wait = match run_once(root, opts) {
             Ok(report) => {
@@ -526,7 +522,7 @@ pub fn daemon(root: &Path, opts: &RunOptions, interval: Duration) -> Result<u8, 
                 } else {
                     0
                 };
-                crate::log(&format!(
+                log::info!(
                     "pass done: {renewed} renewed, {} restarted, platform {}{}",
                     report.restarted.len(),
                     report.platform,
@@ -535,7 +531,7 @@ pub fn daemon(root: &Path, opts: &RunOptions, interval: Duration) -> Result<u8, 
                         .as_ref()
                         .map(|r| format!(", ROLLED BACK: {}", r.failure))
                         .unwrap_or_default()
-                ));
+                );
                 if report.rolled_back.is_some() {
                     failures += 1;
                     backoff(failures, interval)
@@ -546,11 +542,11 @@ pub fn daemon(root: &Path, opts: &RunOptions, interval: Duration) -> Result<u8, 
             }
             Err(f) => {
                 failures += 1;
-                crate::log(&format!("pass failed: {}", f.message));
+                log::error!("pass failed: {}", f.message);
                 backoff(failures, interval)
             }
         };
-        crate::log(&format!("next pass in {}s", wait.as_secs()));
+        log::info!("next pass in {}s", wait.as_secs());
         let until = std::time::Instant::now() + wait;
         while std::time::Instant::now() < until && !stop_requested() {
             std::thread::sleep(
@@ -559,7 +555,7 @@ pub fn daemon(root: &Path, opts: &RunOptions, interval: Duration) -> Result<u8, 
             );
         }
     }
-    crate::log("daemon stopping");
+    log::info!("daemon stopping");
     Ok(0)
 }
 

@@ -550,14 +550,14 @@ pub fn validate_with(
         if i.identity == IdentityCheck::EtcdadmAsNodeConfigured
             && (old_t.subject != new_t.subject || i.old.sans() != i.new.sans())
         {
-            crate::log(&format!(
+            log::info!(
                 "{name}: etcdadm issued it as the node is configured: subject '{}' SANs {:?} \
                  (was '{}' {:?})",
                 new_t.subject,
                 i.new.sans(),
                 old_t.subject,
                 i.old.sans()
-            ));
+            );
         }
         if same_identity && old_t.subject != new_t.subject {
             fail(format!(

@@ -646,12 +646,12 @@ fn restart_one(
     opts: &RestartOptions,
 ) -> Result<Restarted, RestartError> {
     let c = Some(target.component);
-    crate::log(&format!(
+    log::info!(
         "restarting {} (static pod '{}', platform {})",
         target.component.name(),
         target.pod,
         platform.name()
-    ));
+    );
     let t0 = Instant::now();
     stop(root, platform, &target.pod, c)?;
     let stopped = wait_stopped(root, platform, target, opts);
@@ -662,14 +662,14 @@ fn restart_one(
     clear_marker(root);
     let served = wait_verified(root, target, opts)?;
     let unavailable_ms = t0.elapsed().as_millis();
-    crate::log(&format!(
+    log::info!(
         "{} verified{} after {unavailable_ms} ms",
         target.component.name(),
         served
             .as_deref()
             .map(|s| format!(" serving sha256 {s}"))
             .unwrap_or_default()
-    ));
+    );
     Ok(Restarted {
         component: target.component,
         pod: target.pod.clone(),
