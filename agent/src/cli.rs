@@ -842,15 +842,26 @@ fn backups(c: BackupsCmd) -> Result<u8, Failure> {
             crate::txn::state_dir(&root).join("backups").display()
         );
     } else {
-        println!("{:<22} {:<22} {:<10} FILES", "ID", "CREATED", "KIND");
+        println!(
+            "{:<22} {:<22} {:<10} {:<6} STATUS",
+            "ID", "CREATED", "KIND", "FILES"
+        );
         for b in &list {
             println!(
-                "{:<22} {:<22} {:<10} {}",
+                "{:<22} {:<22} {:<10} {:<6} {}",
                 b.id,
-                b.created_at,
-                b.kind,
-                b.files.len()
+                b.created_at.as_deref().unwrap_or("?"),
+                b.kind.as_deref().unwrap_or("?"),
+                b.files.len(),
+                b.status
             );
+        }
+        for b in &list {
+            if let Some(problem) = &b.problem {
+                println!("\nDAMAGED {}: {problem}", b.id);
+            } else if let Some(note) = &b.note {
+                println!("\nnote {}: {note}", b.id);
+            }
         }
     }
     Ok(0)

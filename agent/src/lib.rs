@@ -26,6 +26,7 @@ pub mod pki;
 pub mod renew;
 pub mod report;
 pub mod restart;
+pub mod state;
 pub mod txn;
 pub mod verify;
 

@@ -156,16 +156,12 @@ fn rollback_locked(
 ) -> Result<(String, txn::Outcome), Failure> {
     let id = match id {
         Some(id) => id.to_string(),
-        None => txn::list_backups(root)
-            .into_iter()
-            .find(|b| b.kind != "rollback")
-            .map(|b| b.id)
-            .ok_or_else(|| {
-                Failure::failed(format!(
-                    "no backups under '{}'",
-                    txn::state_dir(root).join("backups").display()
-                ))
-            })?,
+        None => txn::newest_restorable(root).ok_or_else(|| {
+            Failure::failed(format!(
+                "no backups under '{}'",
+                txn::state_dir(root).join("backups").display()
+            ))
+        })?,
     };
     let (_manifest, changes) = txn::restore_changes(root, &id).map_err(txn_failure)?;
     let outcome = txn::apply(
@@ -235,7 +231,7 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, Failure> {
     let owed = if matches!(platform, Platform::None) {
         Pending::default()
     } else {
-        read_pending(root)
+        read_pending(root)?
     };
     if !owed.components.is_empty() {
         log::warn!(
@@ -271,6 +267,7 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, Failure> {
             &Pending {
                 components,
                 backup_id: owed.backup_id.clone(),
+                ..Pending::default()
             },
         )
     };
@@ -297,6 +294,7 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, Failure> {
             &Pending {
                 components: components.clone(),
                 backup_id: Some(backup_id.clone()),
+                ..Pending::default()
             },
         )?;
     }
@@ -337,6 +335,8 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, Failure> {
 /// Restarts owed to the node (`var/lib/certrotor/pending-restarts.json`).
 #[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
 struct Pending {
+    #[serde(default)]
+    version: u32,
     components: Vec<Component>,
     /// The backup to restore if a pending restart fails verification.
     backup_id: Option<String>,
@@ -344,36 +344,47 @@ struct Pending {
 
 const PENDING: &str = "pending-restarts.json";
 
-fn read_pending(root: &Path) -> Pending {
-    std::fs::read(txn::state_dir(root).join(PENDING))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_default()
+/// The owed restarts; none when the file does not exist. A file that exists but cannot be read,
+/// is of an unknown version or names an impossible backup stops the pass: dropping it would
+/// leave a renewed component on its old certificate.
+fn read_pending(root: &Path) -> Result<Pending, Failure> {
+    use crate::state::{self, Kind, StateError};
+    let path = txn::state_dir(root).join(PENDING);
+    let advice = "; nothing was changed. Restart the components listed in it yourself (or \
+                  repair the file), then remove it";
+    let pending = match state::read::<Pending>(Kind::OwedRestarts, &path) {
+        Ok(None) => return Ok(Pending::default()),
+        Ok(Some((_, p))) => p,
+        Err(e) => return Err(Failure::failed(format!("{e}{advice}"))),
+    };
+    if let Some(id) = &pending.backup_id
+        && let Err(d) = state::check_name(id)
+    {
+        let e = StateError::entry(Kind::OwedRestarts, &path, format!("backup_id {id}"), d);
+        return Err(Failure::failed(format!("{e}{advice}")));
+    }
+    Ok(pending)
 }
 
 fn write_pending(root: &Path, pending: &Pending) -> Result<(), Failure> {
     let dir = txn::state_dir(root);
     let path = dir.join(PENDING);
-    let tmp = dir.join(format!("{PENDING}.tmp"));
     let fail = |e: std::io::Error| {
         Failure::failed(format!(
             "cannot record the restarts to do in '{}': {e}; nothing was changed",
             path.display()
         ))
     };
-    let json = serde_json::to_vec(pending).map_err(|e| Failure::failed(e.to_string()))?;
+    let pending = Pending {
+        version: crate::state::Kind::OwedRestarts.current(),
+        ..pending.clone()
+    };
     crate::fsutil::create_dir_all_mode(&dir, 0o700).map_err(fail)?;
-    let _ = std::fs::remove_file(&tmp);
-    crate::fsutil::write_new(&tmp, &json, 0o600, None).map_err(fail)?;
-    std::fs::rename(&tmp, &path).map_err(fail)?;
-    crate::fsutil::sync_dir(&dir).map_err(fail)
+    crate::state::write(&path, &pending).map_err(fail)
 }
 
 fn clear_pending(root: &Path) {
-    let dir = txn::state_dir(root);
-    if std::fs::remove_file(dir.join(PENDING)).is_ok() {
-        let _ = crate::fsutil::sync_dir(&dir);
-    }
+    let _ = crate::state::remove(&txn::state_dir(root).join(PENDING));
 }
 
 /// Restarts `components` one at a time and verifies each; when one fails, restores
@@ -471,7 +482,7 @@ pub fn import_etcd_client(
             .map_err(|e| Failure::failed(format!("{e}; nothing was changed")))?;
     }
     if !matches!(platform, Platform::None) {
-        let mut owed = read_pending(root);
+        let mut owed = read_pending(root)?;
         owed.components.push(Component::KubeApiserver);
         owed.components.sort();
         owed.components.dedup();
@@ -490,7 +501,7 @@ pub fn import_etcd_client(
             restart_verified(root, &platform, &components, &backup_id, opts);
         if rolled_back.as_ref().is_none_or(|r| r.error.is_none()) {
             // Only the apiserver restart is settled here; other owed restarts stay for `run`.
-            let mut owed = read_pending(root);
+            let mut owed = read_pending(root)?;
             owed.components.retain(|c| *c != Component::KubeApiserver);
             if owed.components.is_empty() {
                 clear_pending(root);

@@ -390,19 +390,23 @@ fn probe_for(
     Ok((probe, served))
 }
 
-/// The marker written before a pod is stopped.
+/// The marker written before a pod is stopped (state file, see [`crate::state`]).
 #[derive(Debug, Serialize, Deserialize)]
 struct Marker {
+    #[serde(default)]
+    version: u32,
     platform: String,
     pod: String,
     api_socket: Option<String>,
 }
 
+fn marker_path(root: &Path) -> PathBuf {
+    crate::txn::state_dir(root).join(MARKER)
+}
+
 fn write_marker(root: &Path, marker: &Marker) -> Result<(), RestartError> {
     let dir = crate::txn::state_dir(root);
-    let path = dir.join(MARKER);
-    let tmp = dir.join(format!("{MARKER}.tmp"));
-    let json = serde_json::to_vec(marker).map_err(|e| fail(None, e.to_string()))?;
+    let path = marker_path(root);
     let io = |e: std::io::Error| {
         fail(
             None,
@@ -410,31 +414,64 @@ fn write_marker(root: &Path, marker: &Marker) -> Result<(), RestartError> {
         )
     };
     fsutil::create_dir_all_mode(&dir, 0o700).map_err(io)?;
-    let _ = fs::remove_file(&tmp);
-    fsutil::write_new(&tmp, &json, 0o600, None).map_err(io)?;
-    fs::rename(&tmp, &path).map_err(io)?;
-    fsutil::sync_dir(&dir).map_err(io)
+    crate::state::write(&path, marker).map_err(io)
 }
 
 fn clear_marker(root: &Path) {
-    let dir = crate::txn::state_dir(root);
-    if fs::remove_file(dir.join(MARKER)).is_ok() {
-        let _ = fsutil::sync_dir(&dir);
-    }
+    let _ = crate::state::remove(&marker_path(root));
 }
 
-/// Starts again a pod that a crashed run left stopped. Called under the lock.
-pub fn recover(root: &Path) -> Result<Option<String>, RestartError> {
-    let path = crate::txn::state_dir(root).join(MARKER);
-    let Ok(bytes) = fs::read(&path) else {
+/// Reads the restart marker and checks every name in it: a known platform, a plain pod name,
+/// an absolute API socket path. `Ok(None)` only when there is none.
+fn read_marker(root: &Path) -> Result<Option<Marker>, crate::state::StateError> {
+    use crate::state::{self, Kind, StateError};
+    let path = marker_path(root);
+    let Some((_, marker)) = state::read::<Marker>(Kind::RestartMarker, &path)? else {
         return Ok(None);
     };
-    let marker: Marker = serde_json::from_slice(&bytes).map_err(|e| {
+    let bad =
+        |entry: &str, detail: String| StateError::entry(Kind::RestartMarker, &path, entry, detail);
+    match marker.platform.as_str() {
+        "bottlerocket" => {
+            let socket = marker
+                .api_socket
+                .as_deref()
+                .unwrap_or(catalog::paths::API_SOCKET);
+            let shape = socket
+                .strip_prefix('/')
+                .ok_or_else(|| "the API socket path is not absolute".to_string())
+                .and_then(state::check_relative);
+            shape.map_err(|d| bad(&format!("api_socket {socket}"), d))?;
+        }
+        "kubeadm" => {
+            let parked = root.join(PARKED).join(&marker.pod);
+            state::check_inside_root(root, &root.join(KUBEADM_MANIFESTS))
+                .and_then(|_| state::check_inside_root(root, &parked))
+                .map_err(|d| bad(&format!("pod {}", marker.pod), d))?;
+        }
+        other => return Err(bad(&format!("platform {other}"), "unknown platform".into())),
+    }
+    state::check_name(&marker.pod).map_err(|d| bad(&format!("pod {}", marker.pod), d))?;
+    Ok(Some(marker))
+}
+
+/// Starts again a pod that a crashed run left stopped. Called under the lock. A marker that
+/// exists but cannot be read, or names what it must not, is an error: dropping it would leave
+/// the pod stopped.
+pub fn recover(root: &Path) -> Result<Option<String>, RestartError> {
+    let marker = read_marker(root).map_err(|e| {
         fail(
             None,
-            format!("the restart marker '{}' is unreadable: {e}", path.display()),
+            format!(
+                "{e}; nothing was changed. A static pod may be stopped: start it again \
+                     (kubeadm: move its manifest from {PARKED} back to {KUBEADM_MANIFESTS}; \
+                     Bottlerocket: enable it with apiclient), then remove the marker"
+            ),
         )
     })?;
+    let Some(marker) = marker else {
+        return Ok(None);
+    };
     let platform = match marker.platform.as_str() {
         "bottlerocket" => Platform::Bottlerocket {
             client: bottlerocket::ApiClient::new(
@@ -469,6 +506,7 @@ fn stop(
             write_marker(
                 root,
                 &Marker {
+                    version: crate::state::Kind::RestartMarker.current(),
                     platform: "bottlerocket".into(),
                     pod: pod.into(),
                     api_socket: Some(socket),
@@ -487,6 +525,7 @@ fn stop(
             write_marker(
                 root,
                 &Marker {
+                    version: crate::state::Kind::RestartMarker.current(),
                     platform: "kubeadm".into(),
                     pod: pod.into(),
                     api_socket: None,

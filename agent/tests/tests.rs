@@ -18,4 +18,7 @@ mod lab;
 mod platform;
 mod renew;
 mod renew_util;
+// State files as untrusted input: damaged, hostile or future-version journal, marker, owed
+// restarts, backup manifests (issues 13.1, 14).
+mod state;
 mod verify;
