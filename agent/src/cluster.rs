@@ -870,9 +870,7 @@ fn apiserver_ready(root: &Path, addr: std::net::SocketAddr) -> Result<(), String
         Ok(o) => Err(format!("HTTP {}", o.status)),
         Err(e) => Err(e.0),
     };
-    if let Some(mut k) = probe.client_key_pem {
-        zeroize::Zeroize::zeroize(&mut k);
-    }
+    // `Probe` zeroes its key copy on drop.
     result
 }
 

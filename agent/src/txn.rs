@@ -73,9 +73,8 @@ impl fmt::Debug for Change {
 
 impl Drop for Change {
     fn drop(&mut self) {
-        if let Some(c) = &mut self.content {
-            c.iter_mut().for_each(|b| *b = 0);
-        }
+        // Volatile writes (zeroize), which the optimiser cannot remove before the free.
+        zeroize::Zeroize::zeroize(&mut self.content);
     }
 }
 
@@ -304,10 +303,7 @@ pub fn failpoint(name: &str) {
             std::thread::sleep(Duration::from_secs(3600));
         }
     }
-    // SAFETY: kill(2) on our own pid with a constant signal has no memory-safety preconditions.
-    unsafe {
-        libc::kill(libc::getpid(), libc::SIGKILL);
-    }
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGKILL);
     std::process::abort();
 }
 
@@ -772,12 +768,7 @@ fn remove_incomplete_backups(root: &Path) {
 /// sub-folders.
 fn staging_search_dirs(root: &Path) -> Vec<PathBuf> {
     let mut dirs = Vec::new();
-    for base in [
-        "etc/kubernetes",
-        "var/lib/kubeadm",
-        "etc/etcd",
-        "var/lib/etcd",
-    ] {
+    for base in crate::catalog::LAYOUT_DIRS {
         let b = root.join(base);
         if !b.is_dir() {
             continue;

@@ -29,8 +29,7 @@ fn in_ci() -> bool {
 
 /// Why these tests cannot run here, if they cannot.
 fn missing_prerequisite() -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !nix::unistd::geteuid().is_root() {
         return Some("containerd tests need root".into());
     }
     for tool in [
