@@ -100,6 +100,28 @@ pub fn skip_or_fail(test: &str, why: &str) {
     eprintln!("SKIPPED {test}: {why}");
 }
 
+/// Fails the test (never passes it silently) when `program` was built without the `failpoints`
+/// feature: such a binary ignores `CERTROTOR_FAILPOINT`, so a crash test would prove nothing.
+/// The failpoint code names its variable, so the binary holds the string exactly when it has
+/// the code.
+pub fn require_failpoints(program: &Path) {
+    static CHECKED: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+    let mut checked = CHECKED.lock().unwrap_or_else(|e| e.into_inner());
+    if checked.iter().any(|p| p == program) {
+        return;
+    }
+    let bytes = std::fs::read(program)
+        .unwrap_or_else(|e| panic!("cannot read '{}': {e}", program.display()));
+    let needle = b"CERTROTOR_FAILPOINT";
+    assert!(
+        bytes.windows(needle.len()).any(|w| w == needle),
+        "'{}' was built without failpoints, so this crash test cannot run: run the tests with \
+         `cargo test -p certrotor --features failpoints` (qemu-tests/test-all.sh does)",
+        program.display()
+    );
+    checked.push(program.to_path_buf());
+}
+
 /// A command to run.
 #[derive(Clone)]
 pub struct Cmd {
@@ -123,6 +145,9 @@ impl Cmd {
         self
     }
     pub fn env(mut self, k: &str, v: &str) -> Cmd {
+        if k == "CERTROTOR_FAILPOINT" {
+            require_failpoints(Path::new(&self.program));
+        }
         self.envs.push((k.into(), v.into()));
         self
     }
