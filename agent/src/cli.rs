@@ -695,10 +695,15 @@ fn container_args(bootstrap_dir: &Path, host_dir: &Path) -> Option<Vec<String>> 
 pub fn main(mut args: Vec<String>) -> ExitCode {
     // Die quietly on a closed pipe (`certrotor check | head`), as command-line tools do, instead
     // of panicking in println!.
-    // SAFETY: setting a signal disposition to SIG_DFL has no memory-safety preconditions.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
+    // SAFETY: setting a signal disposition to SIG_DFL has no memory-safety preconditions; nix
+    // has no safe form of signal(2).
+    #[allow(unsafe_code)]
+    let _ = unsafe {
+        nix::sys::signal::signal(
+            nix::sys::signal::Signal::SIGPIPE,
+            nix::sys::signal::SigHandler::SigDfl,
+        )
+    };
     let mut from_user_data = None;
     if args.len() <= 1
         && let Some(words) = container_args(
@@ -935,7 +940,7 @@ fn rollback(c: RollbackCmd) -> Result<u8, CliError> {
 fn backups(c: BackupsCmd) -> Result<u8, CliError> {
     let root = root_flag(c.root)?;
     certrotor::recover_before_reading(&root)?;
-    let list = certrotor::txn::list_backups(&root);
+    let list = certrotor::txn::list_backups(&root).map_err(certrotor::ops::OpsError::from)?;
     let dir = certrotor::txn::state_dir(&root).join("backups");
     print!(
         "{}",
@@ -1050,10 +1055,15 @@ fn daemon_cmd(c: DaemonCmd) -> Result<u8, CliError> {
     let root = root_flag(f.root)?;
     // A closed stderr (the reader of a pipe gone) must not end the daemon: without SIGPIPE a
     // failed write returns EPIPE, which the logger drops. The daemon prints nothing on stdout.
-    // SAFETY: setting a signal disposition to SIG_IGN has no memory-safety preconditions.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
-    }
+    // SAFETY: setting a signal disposition to SIG_IGN has no memory-safety preconditions; nix
+    // has no safe form of signal(2).
+    #[allow(unsafe_code)]
+    let _ = unsafe {
+        nix::sys::signal::signal(
+            nix::sys::signal::Signal::SIGPIPE,
+            nix::sys::signal::SigHandler::SigIgn,
+        )
+    };
     certrotor::ops::daemon(&root, &opts, c.interval);
     Ok(outcome::EXIT_OK)
 }

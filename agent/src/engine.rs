@@ -415,11 +415,13 @@ fn certrotor_alive(pid: u32) -> bool {
 /// client waiting forever.
 fn die_with_parent(command: &mut Command) {
     use std::os::unix::process::CommandExt;
-    // SAFETY: the closure runs between fork and exec and only calls prctl, which is
-    // async-signal-safe; it touches no memory of the parent.
+    // SAFETY (`pre_exec` has no safe form): the closure runs between fork and exec and only
+    // calls prctl, which is async-signal-safe; it allocates nothing and touches no memory of
+    // the parent.
+    #[allow(unsafe_code)]
     unsafe {
         command.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
             Ok(())
         });
     }
@@ -429,15 +431,20 @@ fn die_with_parent(command: &mut Command) {
 /// `/` with its submounts). A superpowered host container has CAP_SYS_CHROOT.
 fn chroot_into_host_root(command: &mut Command) {
     use std::os::unix::process::CommandExt;
-    // SAFETY: the closure runs between fork and exec and only calls chroot(2) and chdir(2),
-    // which are async-signal-safe, on a constant NUL-terminated path.
+    // Made before the fork: the child must not allocate. (The constant has no NUL; were it to,
+    // the child fails with InvalidInput rather than running unchrooted.)
+    let host_root = std::ffi::CString::new(crate::catalog::paths::BOTTLEROCKET_HOST_ROOT);
+    // SAFETY (`pre_exec` has no safe form): the closure runs between fork and exec and only
+    // calls chroot(2) and chdir(2), which are async-signal-safe, on C strings made before the
+    // fork (nix passes a `CStr` through without allocating).
+    #[allow(unsafe_code)]
     unsafe {
-        command.pre_exec(|| {
-            if libc::chroot(c"/.bottlerocket/rootfs".as_ptr()) != 0
-                || libc::chdir(c"/".as_ptr()) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
+        command.pre_exec(move || {
+            let root = host_root
+                .as_deref()
+                .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+            nix::unistd::chroot(root)?;
+            nix::unistd::chdir(c"/")?;
             Ok(())
         });
     }
@@ -753,6 +760,8 @@ fn collect(
 ) -> Result<Issued, IssueError> {
     let ctx = |e: &dyn fmt::Display| err(format!("{}: {e}", item.name));
     let (cert_pem, key_pem) = staged_pair(stage, dir, item)?;
+    // Scrubbed on every path out of here, unless moved into `Issued` (which scrubs its files).
+    let mut key_pem = zeroize::Zeroizing::new(key_pem);
     let new = Cert::from_pem(&cert_pem).map_err(|e| ctx(&e))?;
     let key = PrivateKey::from_pem(&key_pem).map_err(|e| ctx(&e))?;
     let ca = Cert::from_pem(&read_rel(root, &item.signer_cert_path)?).map_err(|e| ctx(&e))?;
@@ -774,7 +783,7 @@ fn collect(
         (
             old,
             vec![
-                (key_path, key_pem, 0o600),
+                (key_path, std::mem::take(&mut *key_pem), 0o600),
                 (item.path.clone(), cert_pem, 0o644),
             ],
         )

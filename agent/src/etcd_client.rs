@@ -119,11 +119,11 @@ pub fn export(root: &Path) -> Result<Vec<u8>, EtcdClientError> {
     let entries = catalog::entries(root, &layouts);
     let entry = entries
         .iter()
-        .find(|e| e.name == "etcdadm-apiserver-etcd-client")
+        .find(|e| e.name == catalog::names::ETCDADM_APISERVER_ETCD_CLIENT)
         .or_else(|| {
             entries
                 .iter()
-                .find(|e| e.name == "apiserver-etcd-client" && e.kind == Kind::Leaf)
+                .find(|e| e.name == catalog::names::APISERVER_ETCD_CLIENT && e.kind == Kind::Leaf)
         })
         .ok_or_else(|| EtcdClientError::NothingToExport {
             root: root.display().to_string(),
@@ -216,7 +216,7 @@ pub fn install(
     let entries = catalog::entries(root, std::slice::from_ref(&layout));
     let entry = entries
         .iter()
-        .find(|e| e.name == "apiserver-etcd-client")
+        .find(|e| e.name == catalog::names::APISERVER_ETCD_CLIENT)
         .ok_or_else(|| refuse("the layout has no apiserver-etcd-client entry"))?;
     // Every name the certificate lives under: the catalog's, plus the other name if present.
     let mut cert_paths = vec![entry.path.clone()];

@@ -5,6 +5,10 @@
 //! [`pki`] is the only module that touches certificate bytes, [`catalog`] the only one that
 //! knows the node layouts. See ARCHITECTURE.md for the map.
 
+// `unsafe` only where no safe API exists (`pre_exec`, installing signal handlers), each allowed
+// at its use with a SAFETY comment.
+#![deny(unsafe_code)]
+
 pub mod catalog;
 pub mod clock;
 pub mod demo;

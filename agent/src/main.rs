@@ -1,5 +1,6 @@
 //! `certrotor` binary: parse arguments, call the library, turn the outcome into an exit code.
 //! The command line lives here, outside the library, so that the library never depends on it.
+#![deny(unsafe_code)]
 
 mod cli;
 

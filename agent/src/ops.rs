@@ -219,7 +219,7 @@ fn rollback_locked(
 ) -> Result<(String, txn::Outcome), OpsError> {
     let id = match id {
         Some(id) => id.to_string(),
-        None => txn::newest_restorable(root).ok_or_else(|| OpsError::NoBackups {
+        None => txn::newest_restorable(root)?.ok_or_else(|| OpsError::NoBackups {
             dir: txn::state_dir(root).join("backups").display().to_string(),
         })?,
     };
@@ -615,15 +615,23 @@ pub(crate) fn jitter(d: Duration) -> Duration {
 
 static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-extern "C" fn on_signal(_: libc::c_int) {
+extern "C" fn on_signal(_: nix::libc::c_int) {
     STOP.store(true, std::sync::atomic::Ordering::SeqCst);
 }
 
 fn install_stop_handler() {
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-    unsafe {
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+    use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
+    // A handler rather than a blocked set and sigwait: a blocked mask would be inherited by
+    // every command certrotor runs (ctr). nix has no safe way to install a handler.
+    let action = SigAction::new(
+        SigHandler::Handler(on_signal),
+        SaFlags::SA_RESTART,
+        SigSet::empty(),
+    );
+    for signal in [Signal::SIGTERM, Signal::SIGINT] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        #[allow(unsafe_code)]
+        let _ = unsafe { sigaction(signal, &action) };
     }
 }
 

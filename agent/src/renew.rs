@@ -320,6 +320,15 @@ pub struct Issued {
     pub identity: IdentityCheck,
 }
 
+impl Drop for Issued {
+    fn drop(&mut self) {
+        // The contents hold key PEM (and kubeconfigs embedding keys): scrubbed, not just freed.
+        for (_, content, _) in &mut self.files {
+            zeroize::Zeroize::zeroize(content);
+        }
+    }
+}
+
 /// How [`validate_with`] compares a new certificate's identity with the old one's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IdentityCheck {

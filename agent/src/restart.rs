@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::catalog::{self, Layout};
+use crate::catalog::{self, Layout, names};
 use crate::fsutil;
 use crate::manifests::{Component, PodInfo};
 use crate::pki::{Cert, MAX_PEM_FILE_BYTES};
@@ -113,11 +113,11 @@ fn fail(component: Option<Component>, message: impl Into<String>) -> RestartErro
 }
 
 /// The kubelet's manifest folder on a kubeadm node.
-pub const KUBEADM_MANIFESTS: &str = "etc/kubernetes/manifests";
+pub const KUBEADM_MANIFESTS: &str = catalog::paths::KUBEADM_MANIFESTS;
 /// Where kubeadm-platform manifests are parked while their pod is stopped (same filesystem).
-const PARKED: &str = "etc/kubernetes/.certrotor-parked";
+const PARKED: &str = catalog::paths::PARKED_MANIFESTS;
 /// Where Bottlerocket's static-pods helper writes manifests for the kubelet.
-const BOTTLEROCKET_STATIC_PODS: &str = "etc/kubernetes/static-pods";
+const BOTTLEROCKET_STATIC_PODS: &str = catalog::paths::BOTTLEROCKET_STATIC_PODS;
 /// The restart marker, relative to the state folder.
 const MARKER: &str = "restart.json";
 /// The private Bottlerocket API transaction certrotor uses, so it never commits another
@@ -333,15 +333,18 @@ fn probe_for(
     // certificate), by catalog name; the stacked kubeadm names first, then etcdadm's.
     let (path, ca, client, served) = match component {
         Component::Etcd => {
-            let ca = find(&["etcd-ca", "etcdadm-ca"])
+            let ca = find(&[names::ETCD_CA, names::ETCDADM_CA])
                 .filter(|e| e.key_path.as_ref().is_some_and(|k| root.join(k).exists()));
             let ca = ca.ok_or_else(|| err("no etcd certificates on this node".into()))?;
-            let (client, served) = if ca.name == "etcd-ca" {
-                (find(&["etcd-healthcheck-client"]), find(&["etcd-server"]))
+            let (client, served) = if ca.name == names::ETCD_CA {
+                (
+                    find(&[names::ETCD_HEALTHCHECK_CLIENT]),
+                    find(&[names::ETCD_SERVER]),
+                )
             } else {
                 (
-                    find(&["etcdadm-etcdctl-etcd-client"]),
-                    find(&["etcdadm-server"]),
+                    find(&[names::ETCDADM_ETCDCTL_CLIENT]),
+                    find(&[names::ETCDADM_SERVER]),
                 )
             };
             (
@@ -352,13 +355,13 @@ fn probe_for(
             )
         }
         Component::KubeApiserver => {
-            let ca = find(&["ca"]).ok_or_else(|| err("no kubeadm PKI on this node".into()))?;
-            let client = find(&["apiserver-kubelet-client"]).and_then(pair);
+            let ca = find(&[names::CA]).ok_or_else(|| err("no kubeadm PKI on this node".into()))?;
+            let client = find(&[names::APISERVER_KUBELET_CLIENT]).and_then(pair);
             (
                 "/readyz",
                 Some(ca.path.clone()),
                 client,
-                find(&["apiserver"]).map(|e| e.path.clone()),
+                find(&[names::APISERVER]).map(|e| e.path.clone()),
             )
         }
         Component::KubeControllerManager | Component::KubeScheduler => {

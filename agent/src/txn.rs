@@ -73,9 +73,8 @@ impl fmt::Debug for Change {
 
 impl Drop for Change {
     fn drop(&mut self) {
-        if let Some(c) = &mut self.content {
-            c.iter_mut().for_each(|b| *b = 0);
-        }
+        // Volatile writes (zeroize), which the optimiser cannot remove before the free.
+        zeroize::Zeroize::zeroize(&mut self.content);
     }
 }
 
@@ -308,10 +307,7 @@ pub fn failpoint(name: &str) {
             std::thread::sleep(Duration::from_secs(3600));
         }
     }
-    // SAFETY: kill(2) on our own pid with a constant signal has no memory-safety preconditions.
-    unsafe {
-        libc::kill(libc::getpid(), libc::SIGKILL);
-    }
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGKILL);
     std::process::abort();
 }
 
@@ -778,12 +774,7 @@ fn remove_incomplete_backups(root: &Path) {
 /// sub-folders.
 fn staging_search_dirs(root: &Path) -> Vec<PathBuf> {
     let mut dirs = Vec::new();
-    for base in [
-        "etc/kubernetes",
-        "var/lib/kubeadm",
-        "etc/etcd",
-        "var/lib/etcd",
-    ] {
+    for base in crate::catalog::LAYOUT_DIRS {
         let b = root.join(base);
         if !b.is_dir() {
             continue;
@@ -834,25 +825,36 @@ fn backups_dir(root: &Path) -> PathBuf {
     state_dir(root).join("backups")
 }
 
-/// The names of the backup folders (complete ones), newest first.
-fn backup_dirs(root: &Path) -> Vec<String> {
-    let mut ids: Vec<String> = fs::read_dir(backups_dir(root))
-        .map(|list| {
-            list.flatten()
-                .map(|e| e.file_name().to_string_lossy().to_string())
-                .filter(|n| !n.starts_with('.'))
-                .collect()
-        })
-        .unwrap_or_default();
+/// The names of the backup folders (complete ones), newest first. No folder means no backups;
+/// a folder that cannot be listed is an error, never "no backups".
+fn backup_dirs(root: &Path) -> Result<Vec<String>, TxnError> {
+    let dir = backups_dir(root);
+    let unreadable = |e: io::Error| TxnError::State {
+        path: dir.display().to_string(),
+        detail: format!("the backup folder cannot be listed: {e}"),
+    };
+    let list = match fs::read_dir(&dir) {
+        Ok(list) => list,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(vec![]),
+        Err(e) => return Err(unreadable(e)),
+    };
+    let mut ids = Vec::new();
+    for entry in list {
+        let name = entry.map_err(unreadable)?.file_name();
+        let name = name.to_string_lossy().to_string();
+        if !name.starts_with('.') {
+            ids.push(name);
+        }
+    }
     ids.sort_by(|a, b| b.cmp(a));
-    ids
+    Ok(ids)
 }
 
 /// Lists backups, newest first, each verified ([`verify_backup`]): a damaged one is listed as
 /// such, with the reason.
-pub fn list_backups(root: &Path) -> Vec<BackupInfo> {
+pub fn list_backups(root: &Path) -> Result<Vec<BackupInfo>, TxnError> {
     let mut out = Vec::new();
-    for id in backup_dirs(root) {
+    for id in backup_dirs(root)? {
         let info = match verify_backup(root, &id) {
             Ok(v) => BackupInfo {
                 id,
@@ -886,19 +888,19 @@ pub fn list_backups(root: &Path) -> Vec<BackupInfo> {
         };
         out.push(info);
     }
-    out
+    Ok(out)
 }
 
 /// The newest backup that is not a rollback's (damaged ones included: restoring one is
 /// refused with its reason, rather than an older one silently chosen).
-pub fn newest_restorable(root: &Path) -> Option<String> {
-    backup_dirs(root).into_iter().find(|id| {
+pub fn newest_restorable(root: &Path) -> Result<Option<String>, TxnError> {
+    Ok(backup_dirs(root)?.into_iter().find(|id| {
         let m = state::read::<BackupManifest>(
             Kind::BackupManifest,
             &backups_dir(root).join(id).join(MANIFEST),
         );
         !matches!(m, Ok(Some((_, m))) if m.kind == "rollback")
-    })
+    }))
 }
 
 /// A verified backup, as the changes that restore it.
@@ -1091,7 +1093,13 @@ pub fn restore_changes(root: &Path, id: &str) -> Result<(BackupManifest, Vec<Cha
 /// Removes the oldest backups beyond `retention` (by folder name, never a name read from a
 /// manifest).
 fn prune_backups(root: &Path, retention: usize) {
-    for old in backup_dirs(root).iter().skip(retention.max(1)) {
+    // Pruning is housekeeping: a folder that cannot be listed is reported by the next
+    // `backups` or `rollback`, not here.
+    for old in backup_dirs(root)
+        .unwrap_or_default()
+        .iter()
+        .skip(retention.max(1))
+    {
         let _ = fs::remove_dir_all(backups_dir(root).join(old));
     }
 }

@@ -639,3 +639,18 @@ fn a_backup_without_keys_is_checked_against_the_live_keys() {
         &["pki/apiserver.crt", "does not match its key"],
     );
 }
+
+/// A backup folder that exists but cannot be listed is an error, never "no backups".
+#[test]
+fn an_unlistable_backup_folder_is_an_error() {
+    let (t, root, _id) = node_with_backup("unlistable");
+    let backups = root.join(STATE).join("backups");
+    std::fs::rename(&backups, t.join("backups.saved")).unwrap();
+    std::fs::write(&backups, "not a folder").unwrap();
+    for args in [
+        vec!["backups", "--root", s(&root)],
+        vec!["rollback", "--root", s(&root)],
+    ] {
+        refused_and_unchanged(&t, &args, &["backups", "cannot be listed"]);
+    }
+}

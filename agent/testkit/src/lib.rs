@@ -48,8 +48,7 @@ pub mod prereq {
 
     /// Whether the tests run as root.
     pub fn is_root() -> bool {
-        // SAFETY: geteuid has no preconditions.
-        unsafe { libc::geteuid() == 0 }
+        nix::unistd::geteuid().is_root()
     }
 
     /// Fails `test` unless it runs as root; `why` says what needs root.
