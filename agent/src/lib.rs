@@ -31,6 +31,9 @@ pub mod state;
 pub mod txn;
 pub mod verify;
 
+#[cfg(test)]
+mod core_tests;
+
 /// Completes or undoes an interrupted transaction before any command reads the PKI.
 pub fn recover_before_reading(root: &std::path::Path) -> Result<(), ops::OpsError> {
     // Only where certrotor has state: a read-only inspection of a foreign root writes nothing.

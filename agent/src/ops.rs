@@ -718,13 +718,13 @@ pub fn daemon(root: &Path, opts: &RunOptions, interval: Duration) {
 }
 
 /// After `failures` failed passes: 1 min, 2 min, 4 min … capped at the interval.
-fn backoff(failures: u32, interval: Duration) -> Duration {
+pub(crate) fn backoff(failures: u32, interval: Duration) -> Duration {
     let secs = 60u64.saturating_mul(1u64 << failures.saturating_sub(1).min(10));
     jitter(Duration::from_secs(secs).min(interval))
 }
 
 /// `d` ± 10%, so that nodes renewed together do not restart together.
-fn jitter(d: Duration) -> Duration {
+pub(crate) fn jitter(d: Duration) -> Duration {
     use aws_lc_rs::rand::SecureRandom;
     let mut b = [0u8; 2];
     let _ = aws_lc_rs::rand::SystemRandom::new().fill(&mut b);
