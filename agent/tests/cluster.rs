@@ -22,17 +22,8 @@ use crate::renew_util::*;
 const PORTS: [u16; 6] = [2379, 2380, 2381, 6443, 10257, 10259];
 
 fn etcd_installed(test: &str) -> bool {
-    let ok = std::process::Command::new("etcd")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        skip_or_fail(
-            test,
-            "etcd not installed (apt-get install -y etcd-server etcd-client)",
-        );
-    }
-    ok
+    testkit::prereq::require_tools(test, &[("etcd", "etcd-server"), ("etcdctl", "etcd-client")]);
+    true
 }
 
 /// Free ports for `n` nodes: each node gets an offset whose six ports are free now and not
