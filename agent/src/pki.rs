@@ -84,6 +84,8 @@ pub enum PkiError {
     Crypto { step: &'static str },
     /// Encoding a structure failed.
     Encode { detail: String },
+    /// The private key is protected by a passphrase.
+    EncryptedKey,
 }
 
 impl fmt::Display for PkiError {
@@ -100,6 +102,12 @@ impl fmt::Display for PkiError {
             }
             PkiError::Crypto { step } => write!(f, "crypto library failed to {step}"),
             PkiError::Encode { detail } => write!(f, "failed to encode DER: {detail}"),
+            PkiError::EncryptedKey => f.write_str(
+                "the private key is encrypted with a passphrase, which kubeadm never does and \
+                 the components cannot read: decrypt it in place ('openssl pkey -in KEY -out \
+                 KEY.new', then 'chmod 600 KEY.new && mv KEY.new KEY') or restore the \
+                 unencrypted key from a backup ('certrotor backups')",
+            ),
         }
     }
 }
@@ -413,20 +421,27 @@ fn verification_algorithm(
 }
 
 fn pem_error_text(e: &rustls_pki_types::pem::Error) -> String {
+    // Never quote the input: a key whose line breaks were lost is one long "line", and the
+    // parser's markers and lines would echo it whole.
     use rustls_pki_types::pem::Error as E;
     match e {
-        E::MissingSectionEnd { end_marker } => format!(
-            "the PEM block is truncated: no '-----END {}-----' line",
-            String::from_utf8_lossy(end_marker)
-                .trim_matches('-')
-                .trim_start_matches("END ")
-        ),
-        E::IllegalSectionStart { line } => {
-            format!("malformed BEGIN line '{}'", String::from_utf8_lossy(line))
-        }
-        E::Base64Decode(d) => format!("the PEM body is not valid base64 ({d})"),
-        other => other.to_string(),
+        E::MissingSectionEnd { .. } => "the PEM block is truncated or has lost its line breaks \
+             (no END line found after the BEGIN line); restore the file with its original line \
+             breaks"
+            .into(),
+        E::IllegalSectionStart { .. } => "malformed BEGIN line (was the PEM text pasted on one \
+             line?); restore the file with its original line breaks"
+            .into(),
+        E::Base64Decode(_) => "the PEM body is not valid base64".into(),
+        _ => "the PEM data cannot be read".into(),
     }
+}
+
+/// Whether PEM text holds a passphrase-protected private key: PKCS#8 `ENCRYPTED PRIVATE KEY`,
+/// or OpenSSL's legacy `Proc-Type: 4,ENCRYPTED` header.
+fn is_encrypted_key(bytes: &[u8]) -> bool {
+    let has = |needle: &[u8]| bytes.windows(needle.len()).any(|w| w == needle);
+    has(b"-----BEGIN ENCRYPTED PRIVATE KEY-----") || has(b"Proc-Type: 4,ENCRYPTED")
 }
 
 /// Converts an X.509 time to Unix seconds.
@@ -639,6 +654,9 @@ impl Drop for SecretPem {
 impl PrivateKey {
     /// Parses the first private key block of a PEM file (PKCS#1, SEC1 or PKCS#8).
     pub fn from_pem(bytes: &[u8]) -> Result<PrivateKey, PkiError> {
+        if is_encrypted_key(bytes) {
+            return Err(PkiError::EncryptedKey);
+        }
         let key = PrivateKeyDer::from_pem_slice(bytes).map_err(|e| match e {
             rustls_pki_types::pem::Error::NoItemsFound => PkiError::NoPemBlock {
                 wanted: "PRIVATE KEY",

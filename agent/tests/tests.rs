@@ -10,6 +10,8 @@ mod check;
 mod daemon;
 mod engine;
 mod etcd;
+// Hostile input: damaged, malicious or unusual nodes (issue 15, 13.8).
+mod hostile;
 mod lab;
 mod platform;
 mod renew;

@@ -1,0 +1,216 @@
+//! Hostile input (issue 15, issue 13.8): what a damaged, malicious or unusual node must not do to
+//! certrotor. Each test reproduces one finding of the hostile-input campaign.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::util::{TestDir, certrotor, check_json, record, s};
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// Every 24-character run of the base64 body of a PEM file (the bytes that must never be shown).
+fn secret_fragments(pem: &str) -> Vec<String> {
+    let body: String = pem
+        .lines()
+        .filter(|l| !l.starts_with("-----") && !l.contains(':'))
+        .collect::<Vec<_>>()
+        .concat();
+    body.as_bytes()
+        .chunks(24)
+        .filter(|c| c.len() == 24)
+        .map(|c| String::from_utf8_lossy(c).to_string())
+        .collect()
+}
+
+#[track_caller]
+fn assert_no_secret(output: &str, fragments: &[String], context: &str) {
+    for f in fragments {
+        assert!(
+            !output.contains(f.as_str()),
+            "{context}: key bytes '{f}' appear in the output:\n{output}"
+        );
+    }
+}
+
+/// Runs certrotor and returns stdout + stderr.
+fn all_output(args: &[&str]) -> (Option<i32>, String) {
+    let r = certrotor(args);
+    assert!(!r.stderr.contains("panicked"), "{r}");
+    (r.code, format!("{}\n{}", r.stdout, r.stderr))
+}
+
+fn base64(data: &[u8]) -> String {
+    use std::process::{Command, Stdio};
+    let mut c = Command::new("base64")
+        .arg("-w0")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    c.stdin.take().unwrap().write_all(data).unwrap();
+    String::from_utf8(c.wait_with_output().unwrap().stdout).unwrap()
+}
+
+/// 15.1: a private key whose PEM lost its line breaks (or is otherwise damaged) is never echoed,
+/// by `check` (table and JSON) or by `renew`.
+#[test]
+fn damaged_private_keys_are_never_printed() {
+    let t = TestDir::new("keyprint");
+    let original = std::fs::read_to_string(t.lab("orig", &["--expires-in", "3d"]).join(
+        "etc/kubernetes/pki/apiserver.key",
+    ))
+    .unwrap();
+    let fragments = secret_fragments(&original);
+    assert!(fragments.len() > 10);
+    let one_line = original.replace('\n', "");
+    let crlf_spaces = original.replace('\n', " ");
+    let truncated = original[..original.len() * 2 / 3].to_string();
+    let bad_char = original.replacen('A', "!", 3);
+    let no_end = original.replace("-----END RSA PRIVATE KEY-----", "");
+    let variants: Vec<(&str, String)> = vec![
+        ("one line", one_line.clone()),
+        ("spaces for line breaks", crlf_spaces),
+        ("truncated", truncated),
+        ("bad base64", bad_char),
+        ("no END line", no_end),
+    ];
+    for (i, (what, text)) in variants.iter().enumerate() {
+        let root = t.lab(&format!("n{i}"), &["--expires-in", "3d"]);
+        std::fs::write(root.join("etc/kubernetes/pki/apiserver.key"), text).unwrap();
+        // The same key, embedded in a kubeconfig.
+        let admin = root.join("etc/kubernetes/admin.conf");
+        let conf = std::fs::read_to_string(&admin).unwrap();
+        let start = conf.find("client-key-data: ").unwrap() + "client-key-data: ".len();
+        let end = start + conf[start..].find('\n').unwrap();
+        let conf = format!("{}{}{}", &conf[..start], base64(text.as_bytes()), &conf[end..]);
+        std::fs::write(&admin, conf).unwrap();
+        let r = p(&root);
+        for args in [
+            vec!["check", "--root", r],
+            vec!["check", "--root", r, "--output", "json"],
+            vec!["renew", "--root", r, "--all"],
+            vec!["renew", "--root", r, "--cert", "apiserver"],
+            vec!["renew", "--root", r, "--cert", "admin.conf"],
+            vec!["renew", "--root", r, "--all", "--output", "json"],
+            vec!["renew", "--root", r, "--all", "--dry-run"],
+        ] {
+            let (code, out) = all_output(&args);
+            assert_ne!(code, Some(0), "{what}: {args:?} must fail:\n{out}");
+            assert_no_secret(&out, &fragments, &format!("{what}: {args:?}"));
+            // Base64 of the key (the embedded form) must not leak either.
+            let b64 = base64(text.as_bytes());
+            assert!(
+                !out.contains(&b64[100..140]),
+                "{what}: {args:?} echoes the kubeconfig's key data:\n{out}"
+            );
+        }
+    }
+}
+
+/// 15.12: encrypted private keys (PKCS#8 and OpenSSL's legacy format) are named as encrypted,
+/// with what to do.
+#[test]
+fn encrypted_private_keys_are_reported_as_encrypted() {
+    let t = TestDir::new("encrypted");
+    for (i, args) in [
+        vec!["pkey", "-aes256", "-passout", "pass:secret"],
+        vec!["rsa", "-aes256", "-traditional", "-passout", "pass:secret"],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let root = t.lab(&format!("n{i}"), &["--expires-in", "3d"]);
+        let key = root.join("etc/kubernetes/pki/apiserver.key");
+        let mut full = args.clone();
+        let enc = root.join("enc.key");
+        full.extend_from_slice(&["-in", p(&key), "-out", p(&enc)]);
+        let out = std::process::Command::new("openssl")
+            .args(&full)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        std::fs::rename(&enc, &key).unwrap();
+        let inv = check_json(&root, &[], 2);
+        let err = s(record(&inv, "apiserver"), "error");
+        assert!(
+            err.contains("encrypted") && err.contains("openssl pkey"),
+            "{args:?}: {err}"
+        );
+        let (code, out) = all_output(&["renew", "--root", p(&root), "--cert", "apiserver"]);
+        assert_eq!(code, Some(2), "{out}");
+        assert!(out.contains("encrypted"), "{out}");
+    }
+}
+
+/// Writes a kubeconfig-sized hostile YAML document of about `size` bytes.
+fn hostile_yaml(shape: &str, size: usize) -> String {
+    match shape {
+        "flow-seq" => format!("a: {}{}\n", "[".repeat(size / 2), "]".repeat(size / 2)),
+        "flow-map" => format!("a: {}1{}\n", "{a: ".repeat(size / 5), "}".repeat(size / 5)),
+        "block-seq" => format!("a:\n{}x\n", "- ".repeat(size / 2)),
+        "indent" => {
+            let mut t = String::new();
+            let mut depth = 0;
+            while t.len() < size {
+                t.push_str(&format!("{}k:\n", " ".repeat(depth)));
+                depth += 1;
+            }
+            t
+        }
+        "aliases" => {
+            let mut t = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+            let mut i = 1;
+            while t.len() < size {
+                let p = i - 1;
+                t.push_str(&format!(
+                    "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
+                ));
+                i += 1;
+            }
+            t
+        }
+        _ => unreachable!(),
+    }
+}
+
+/// 13.8: deeply nested YAML under the 1 MiB read limit is answered at once (`invalid`, with a
+/// clear error), never after minutes of parsing.
+#[test]
+fn deeply_nested_yaml_is_refused_at_once() {
+    let t = TestDir::new("deepyaml");
+    let root = t.lab("n", &["--expires-in", "3d"]);
+    for shape in ["flow-seq", "flow-map", "block-seq", "indent", "aliases"] {
+        for size in [20_000usize, 1_000_000] {
+            std::fs::write(
+                root.join("etc/kubernetes/admin.conf"),
+                hostile_yaml(shape, size),
+            )
+            .unwrap();
+            std::fs::write(
+                root.join("etc/kubernetes/manifests/kube-apiserver.yaml"),
+                hostile_yaml(shape, size),
+            )
+            .unwrap();
+            let started = Instant::now();
+            let inv = check_json(&root, &[], 2);
+            let took = started.elapsed();
+            let r = record(&inv, "admin.conf");
+            assert_eq!(s(r, "status"), "invalid", "{shape} {size}: {r:#}");
+            let err = s(r, "error");
+            assert!(
+                err.contains("hostile or damaged") || err.contains("recursion limit"),
+                "{shape} {size}: {err}"
+            );
+            // Generous for a debug build on a busy machine; the unbounded parser took 2.7 s
+            // for 20 KB and over an hour for 800 KB.
+            assert!(
+                took < Duration::from_millis(1500),
+                "{shape} {size}: check took {took:?}"
+            );
+        }
+    }
+}
+
