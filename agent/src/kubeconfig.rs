@@ -80,7 +80,10 @@ pub fn check_yaml_shape(text: &str) -> Result<(), String> {
     for (n, line) in text.lines().enumerate() {
         let lineno = n + 1;
         let bytes = line.as_bytes();
-        let indent = bytes.iter().take_while(|&&b| b == b' ' || b == b'\t').count();
+        let indent = bytes
+            .iter()
+            .take_while(|&&b| b == b' ' || b == b'\t')
+            .count();
         if indent > MAX_YAML_INDENT {
             return Err(format!(
                 "line {lineno} is indented {indent} columns, more than the {MAX_YAML_INDENT} a \

@@ -1123,6 +1123,10 @@ pub fn ca_key_usage() -> KeyUsage {
 mod tests {
     use super::*;
 
+    pub(super) fn ca_for_fuzz() -> (Cert, PrivateKey) {
+        ca(KeyAlgorithm::EcdsaP256)
+    }
+
     fn ca(alg: KeyAlgorithm) -> (Cert, PrivateKey) {
         let key = PrivateKey::generate(alg).unwrap();
         let profile = Profile {
@@ -1285,5 +1289,194 @@ mod tests {
         assert!(der.windows(2).any(|w| w == [0x0c, 15]));
         assert!(der.windows(2).any(|w| w == [0x13, 12]));
         assert_eq!(name.to_string(), "CN=system:node:a_b,O=system:nodes");
+    }
+}
+
+/// A seeded mutation fuzzer for the readers of untrusted bytes (PEM, DER, kubeconfig YAML,
+/// static-pod manifests), run with a fixed budget in the normal test run (cargo-fuzz needs
+/// nightly). Each input must be answered (never a panic) quickly, and no error text may quote
+/// key material.
+#[cfg(test)]
+mod fuzz {
+    use super::*;
+    use crate::kubeconfig::Kubeconfig;
+    use crate::manifests::{ManifestParams, PodInfo};
+    use std::time::{Duration, Instant};
+
+    /// xorshift64*: deterministic, so a failure names its seed and iteration.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        }
+        fn below(&mut self, n: usize) -> usize {
+            if n == 0 {
+                0
+            } else {
+                (self.next() % n as u64) as usize
+            }
+        }
+    }
+
+    const TOKENS: [&[u8]; 14] = [
+        b"[",
+        b"{",
+        b"- ",
+        b"&a ",
+        b"*a ",
+        b"\n",
+        b"-----BEGIN PRIVATE KEY-----\n",
+        b"-----END CERTIFICATE-----",
+        b"\x30\x82\xff\xff",
+        b"\x00",
+        b"'",
+        b"\"",
+        b": ",
+        b"  ",
+    ];
+
+    fn mutate(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
+        let mut v = seed.to_vec();
+        for _ in 0..1 + rng.below(8) {
+            let at = rng.below(v.len() + 1);
+            match rng.below(8) {
+                0 if !v.is_empty() => {
+                    let i = rng.below(v.len());
+                    v[i] ^= 1 << rng.below(8);
+                }
+                1 => {
+                    let end = (at + rng.below(64)).min(v.len());
+                    v.drain(at..end);
+                }
+                2 => {
+                    let t = TOKENS[rng.below(TOKENS.len())];
+                    let cap = if rng.below(4) == 0 { 20_000 } else { 4 };
+                    let times = 1 + rng.below(cap);
+                    let run: Vec<u8> = t.iter().copied().cycle().take(t.len() * times).collect();
+                    v.splice(at..at, run);
+                }
+                3 => v.truncate(at),
+                4 if !v.is_empty() => {
+                    let from = rng.below(v.len());
+                    let end = (from + rng.below(256)).min(v.len());
+                    let chunk = v[from..end].to_vec();
+                    v.splice(at..at, chunk);
+                }
+                5 => v.retain(|b| *b != b'\n'),
+                6 => {
+                    // A value that opens many collections at once: the parser's worst case.
+                    let t = TOKENS[rng.below(5)];
+                    let times = 1 + rng.below(50_000);
+                    let mut doc = b"apiVersion: v1\nclusters: ".to_vec();
+                    doc.extend(t.iter().copied().cycle().take(t.len() * times));
+                    v = doc;
+                }
+                _ => {
+                    let i = rng.below(v.len().max(1));
+                    if i < v.len() {
+                        v[i] = rng.next() as u8;
+                    }
+                }
+            }
+        }
+        v.truncate(MAX_PEM_FILE_BYTES as usize);
+        v
+    }
+
+    fn body_fragments(pem: &str) -> Vec<String> {
+        let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+        body.as_bytes()
+            .chunks(20)
+            .filter(|c| c.len() == 20)
+            .map(|c| String::from_utf8_lossy(c).into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn readers_of_untrusted_bytes_never_panic_stall_or_echo_keys() {
+        let key = PrivateKey::generate(KeyAlgorithm::EcdsaP256).unwrap();
+        let key_pem = key.to_pem(KeyEncoding::Sec1).unwrap();
+        let rsa = PrivateKey::generate(KeyAlgorithm::Rsa(2048)).unwrap();
+        let rsa_pem = rsa.to_pem(KeyEncoding::Pkcs8).unwrap();
+        let (ca_cert, _) = tests_ca();
+        let cert_pem = ca_cert.to_pem().unwrap();
+        let kubeconfig = Kubeconfig::new_embedded(
+            "kubernetes",
+            "https://10.0.0.10:6443",
+            "kubernetes-admin",
+            cert_pem.as_bytes(),
+            cert_pem.as_bytes(),
+            key_pem.0.as_bytes(),
+        )
+        .to_yaml()
+        .unwrap();
+        let manifest = crate::manifests::control_plane(&ManifestParams {
+            kubeadm_dir: "/var/lib/kubeadm",
+            node_name: "cp-1",
+            advertise_address: [10, 0, 0, 10].into(),
+            port_offset: 0,
+            external_etcd: None,
+            etcd_client_cert: "apiserver-etcd-client.crt",
+        })
+        .remove(0)
+        .1;
+        let secrets: Vec<String> = body_fragments(&key_pem.0)
+            .into_iter()
+            .chain(body_fragments(&rsa_pem.0))
+            .collect();
+        let seeds: [&[u8]; 6] = [
+            key_pem.0.as_bytes(),
+            rsa_pem.0.as_bytes(),
+            cert_pem.as_bytes(),
+            &ca_cert.der,
+            kubeconfig.as_bytes(),
+            manifest.as_bytes(),
+        ];
+        let budget = Duration::from_secs(20);
+        let started = Instant::now();
+        let mut rng = Rng(0x5eed_cafe_f00d_d00d);
+        let mut runs = 0;
+        while runs < 3000 && started.elapsed() < budget {
+            let which = rng.below(seeds.len());
+            let input = mutate(&mut rng, seeds[which]);
+            let t = Instant::now();
+            let mut texts = Vec::new();
+            if let Err(e) = PrivateKey::from_pem(&input) {
+                texts.push(e.to_string());
+            }
+            if let Err(e) = Cert::from_pem(&input) {
+                texts.push(e.to_string());
+            }
+            if let Err(e) = Cert::from_der(&input) {
+                texts.push(e.to_string());
+            }
+            if let Err(e) = Kubeconfig::parse(&input).and_then(|k| k.credentials()) {
+                texts.push(e.to_string());
+            }
+            let _ = PodInfo::parse(&input);
+            let took = t.elapsed();
+            assert!(
+                took < Duration::from_millis(500),
+                "run {runs} (seed {which}, {} bytes) took {took:?}",
+                input.len()
+            );
+            for text in &texts {
+                for f in &secrets {
+                    assert!(
+                        !text.contains(f.as_str()),
+                        "run {runs}: error quotes key: {text}"
+                    );
+                }
+            }
+            runs += 1;
+        }
+        assert!(runs >= 300, "only {runs} inputs in the budget");
+    }
+
+    fn tests_ca() -> (Cert, PrivateKey) {
+        super::tests::ca_for_fuzz()
     }
 }

@@ -59,9 +59,10 @@ fn base64(data: &[u8]) -> String {
 #[test]
 fn damaged_private_keys_are_never_printed() {
     let t = TestDir::new("keyprint");
-    let original = std::fs::read_to_string(t.lab("orig", &["--expires-in", "3d"]).join(
-        "etc/kubernetes/pki/apiserver.key",
-    ))
+    let original = std::fs::read_to_string(
+        t.lab("orig", &["--expires-in", "3d"])
+            .join("etc/kubernetes/pki/apiserver.key"),
+    )
     .unwrap();
     let fragments = secret_fragments(&original);
     assert!(fragments.len() > 10);
@@ -85,7 +86,12 @@ fn damaged_private_keys_are_never_printed() {
         let conf = std::fs::read_to_string(&admin).unwrap();
         let start = conf.find("client-key-data: ").unwrap() + "client-key-data: ".len();
         let end = start + conf[start..].find('\n').unwrap();
-        let conf = format!("{}{}{}", &conf[..start], base64(text.as_bytes()), &conf[end..]);
+        let conf = format!(
+            "{}{}{}",
+            &conf[..start],
+            base64(text.as_bytes()),
+            &conf[end..]
+        );
         std::fs::write(&admin, conf).unwrap();
         let r = p(&root);
         for args in [
@@ -213,4 +219,3 @@ fn deeply_nested_yaml_is_refused_at_once() {
         }
     }
 }
-
