@@ -25,8 +25,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use bottlerocket::kubelet_sim::PodState;
 use certrotor::verify::{self, Probe};
+use testbed::kubelet_sim::PodState;
 
 /// The binary under test.
 pub const CERTROTOR: &str = env!("CARGO_BIN_EXE_certrotor");
@@ -166,7 +166,7 @@ fn sibling(name: &str) -> PathBuf {
         .join(name);
     assert!(
         path.is_file(),
-        "{} is missing: run `cargo build -p bottlerocket` first",
+        "{} is missing: run `cargo build -p testbed` first",
         path.display()
     );
     path
@@ -419,9 +419,9 @@ impl Node {
                 "5",
             ])
             .env("PATH", path)
-            .env_remove(bottlerocket::k8s_sim::REJECT_ENV);
+            .env_remove(testbed::k8s_sim::REJECT_ENV);
         if let Some(t) = reject_after {
-            kubelet.env(bottlerocket::k8s_sim::REJECT_ENV, t);
+            kubelet.env(testbed::k8s_sim::REJECT_ENV, t);
         }
         node.kubelet = Some(Proc::spawn(
             "kubelet-sim",
@@ -440,7 +440,7 @@ impl Node {
             pods.insert(
                 pod.into(),
                 serde_json::json!({
-                    "manifest": bottlerocket::base64::encode(&bytes),
+                    "manifest": testbed::base64::encode(&bytes),
                     "enabled": true,
                 }),
             );

@@ -12,6 +12,9 @@ mod engine;
 mod etcd;
 // Hostile input: damaged, malicious or unusual nodes (issue 15, 13.8).
 mod hostile;
+// Parity with the real kubeadm v1.20.2 (images/k8s/build.sh).
+mod kubeadm_parity;
+mod kubeadm_parity_util;
 mod lab;
 mod platform;
 mod renew;
