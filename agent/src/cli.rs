@@ -831,8 +831,7 @@ fn etcd_export(c: EtcdExportCmd) -> Result<u8, Failure> {
             .map_err(|e| Failure::failed(format!("cannot write the bundle: {e}")))?;
     } else {
         let path = PathBuf::from(&c.out);
-        let _ = std::fs::remove_file(&path);
-        crate::fsutil::write_new(&path, &bundle, 0o600, None).map_err(|e| {
+        crate::fsutil::write_atomic(&path, &bundle, 0o600).map_err(|e| {
             Failure::failed(format!("cannot write the bundle '{}': {e}", path.display()))
         })?;
     }

@@ -243,6 +243,32 @@ pub fn write_new(path: &Path, data: &[u8], mode: u32, owner: Option<(u32, u32)>)
     file.sync_all()
 }
 
+/// Replaces (or creates) `path` atomically: the data goes to a temporary file in the same folder
+/// (mode `mode`, fsynced), which is renamed over `path`, then the folder is synced. A crash at
+/// any moment leaves either the old file whole or the new one whole, never a truncated file.
+pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> io::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a file name"))?;
+    let tmp = dir.join(format!(
+        ".{}.certrotor-tmp-{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let _ = fs::remove_file(&tmp);
+    let result = write_new(&tmp, data, mode, None)
+        .and_then(|()| fs::rename(&tmp, path))
+        .and_then(|()| sync_dir(&dir));
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
 /// fsyncs a folder, so that renames and creations in it survive a power loss.
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()

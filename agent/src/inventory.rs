@@ -4,6 +4,7 @@
 //! Bad input never stops the inventory: a damaged file becomes a record with status `invalid`
 //! and an error a person can act on, and every other file is still reported.
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -54,6 +55,9 @@ pub struct Record {
     pub renewable: bool,
     pub status: Status,
     pub error: Option<String>,
+    /// Problems that do not stop renewal (a private key readable by others).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     /// Unix notAfter, for sorting and policy (not serialized).
     #[serde(skip)]
     pub not_after_unix: Option<i64>,
@@ -129,7 +133,25 @@ struct Loaded {
     key: Option<PrivateKey>,
     cert_path: Option<String>,
     error: Option<String>,
+    warnings: Vec<String>,
     present: bool,
+}
+
+/// A warning when the file holding a private key is readable or writable by group or others.
+fn key_mode_warning(root: &Path, rel: &str) -> Option<String> {
+    let real = fsutil::resolve_in_root(root, rel).ok()??;
+    let mode = std::fs::metadata(real).ok()?.permissions().mode() & 0o777;
+    (mode & 0o077 != 0).then(|| {
+        format!(
+            "'{rel}' holds a private key and has mode {mode:04o}: others on the node can read \
+             it; run 'chmod 600 {}' (renewal writes keys 0600)",
+            rel_abs(rel)
+        )
+    })
+}
+
+fn rel_abs(rel: &str) -> String {
+    format!("/{}", rel.trim_start_matches('/'))
 }
 
 /// Takes the inventory of `root` at time `now`, flagging certificates that expire within
@@ -171,6 +193,7 @@ fn load(root: &Path, entry: &Entry) -> Loaded {
         key: None,
         cert_path: None,
         error: None,
+        warnings: Vec::new(),
         present: false,
     };
     let bytes = match read(root, &entry.path) {
@@ -197,7 +220,10 @@ fn load(root: &Path, entry: &Entry) -> Loaded {
     if let Some(key_path) = &entry.key_path {
         match read(root, key_path) {
             Ok(Some(kb)) => match PrivateKey::from_pem(&kb) {
-                Ok(k) => out.key = Some(k),
+                Ok(k) => {
+                    out.key = Some(k);
+                    out.warnings.extend(key_mode_warning(root, key_path));
+                }
                 Err(e) => out.error = Some(format!("key '{key_path}': {e}")),
             },
             Ok(None) if entry.kind == Kind::Leaf => {
@@ -251,8 +277,15 @@ fn load_kubeconfig(root: &Path, entry: &Entry, bytes: &[u8], out: &mut Loaded) {
             return;
         }
     }
+    let key_file = match &creds.client_key {
+        Source::Embedded(_) => entry.path.clone(),
+        Source::File(p) => p.trim_start_matches('/').to_string(),
+    };
     match fetch(&creds.client_key, "client key").map(|(b, _)| PrivateKey::from_pem(&b)) {
-        Ok(Ok(k)) => out.key = Some(k),
+        Ok(Ok(k)) => {
+            out.key = Some(k);
+            out.warnings.extend(key_mode_warning(root, &key_file));
+        }
         Ok(Err(e)) => out.error = Some(format!("client key in '{}': {e}", entry.path)),
         Err(e) => out.error = Some(e),
     }
@@ -291,6 +324,7 @@ fn record(
         renewable: entry.renewable,
         status: Status::Ok,
         error: item.error.clone(),
+        warnings: item.warnings.clone(),
         not_after_unix: None,
     };
     if !item.present {

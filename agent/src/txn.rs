@@ -363,7 +363,8 @@ fn prepare_and_commit(
             .unwrap_or_default();
         let staged = staging.join(&file_name);
         let (mode, owner) = match FileMeta::of(&live) {
-            Ok(m) => (m.mode, Some((m.uid, m.gid))),
+            // Never wider than a new file's mode: a key stays 0600 even if the old one was not.
+            Ok(m) => (m.mode & change.mode_if_new, Some((m.uid, m.gid))),
             Err(_) => (change.mode_if_new, None),
         };
         fsutil::write_new(&staged, content, mode, owner)

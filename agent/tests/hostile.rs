@@ -219,3 +219,104 @@ fn deeply_nested_yaml_is_refused_at_once() {
         }
     }
 }
+
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o7777
+}
+
+/// 15.4: a new private key never inherits a wide mode from the old one, and `check` warns about
+/// a key others can read.
+#[test]
+fn keys_are_written_0600_and_readable_keys_are_warned_about() {
+    let t = TestDir::new("keymode");
+    let root = t.lab("n", &["--expires-in", "3d"]);
+    let key = root.join("etc/kubernetes/pki/apiserver.key");
+    let admin = root.join("etc/kubernetes/admin.conf");
+    let set = |p: &Path, m: u32| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
+    };
+    set(&key, 0o644);
+    set(&admin, 0o644);
+    let inv = check_json(&root, &[], 1);
+    for name in ["apiserver", "admin.conf"] {
+        let w = format!("{}", record(&inv, name)["warnings"]);
+        assert!(w.contains("0644") && w.contains("chmod 600"), "{name}: {w}");
+    }
+    let table = certrotor(&["check", "--root", p(&root)]);
+    table.expect(1);
+    assert!(table.stdout.contains("WARNINGS"), "{table}");
+    certrotor(&[
+        "renew",
+        "--root",
+        p(&root),
+        "--cert",
+        "apiserver",
+        "--cert",
+        "admin.conf",
+    ])
+    .expect(0);
+    assert_eq!(mode(&key), 0o600, "renewed key");
+    assert_eq!(mode(&admin), 0o600, "renewed kubeconfig with its key");
+    let inv = check_json(&root, &[], 1);
+    assert!(
+        record(&inv, "apiserver").get("warnings").is_none(),
+        "{inv:#}"
+    );
+}
+
+/// 15.10: `etcd-client export --out` replaces the bundle atomically: a run killed while writing
+/// (here by a file-size limit, SIGXFSZ) leaves the old bundle whole.
+#[test]
+fn etcd_client_export_replaces_the_bundle_atomically() {
+    let t = TestDir::new("export");
+    let root = t.lab("n", &["--topology", "external-etcd"]).join("etcd");
+    let bundle = t.join("bundle.pem");
+    certrotor(&[
+        "etcd-client",
+        "export",
+        "--root",
+        p(&root),
+        "--out",
+        p(&bundle),
+    ])
+    .expect(0);
+    let old = std::fs::read(&bundle).unwrap();
+    assert_eq!(mode(&bundle), 0o600);
+    certrotor(&["renew", "--root", p(&root), "--all"]).expect(0);
+    // A crash while writing: the file-size limit kills the process at the first large write.
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -f 1; exec '{}' etcd-client export --root '{}' --out '{}'",
+            crate::util::BIN,
+            p(&root),
+            p(&bundle)
+        ))
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "the limited run must fail: {out:?}");
+    assert_eq!(
+        std::fs::read(&bundle).unwrap(),
+        old,
+        "the old bundle must survive a failed export"
+    );
+    certrotor(&[
+        "etcd-client",
+        "export",
+        "--root",
+        p(&root),
+        "--out",
+        p(&bundle),
+    ])
+    .expect(0);
+    let new = std::fs::read(&bundle).unwrap();
+    assert_ne!(new, old);
+    let stdout = std::process::Command::new(crate::util::BIN)
+        .args(["etcd-client", "export", "--root", p(&root), "--out", "-"])
+        .output()
+        .unwrap();
+    assert_eq!(stdout.stdout, new);
+    assert_eq!(mode(&bundle), 0o600);
+}
