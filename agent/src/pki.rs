@@ -217,6 +217,19 @@ impl Cert {
         }
     }
 
+    /// Subject alternative names other than DNS and IP (URI, email, otherName, ...), in
+    /// certificate order: kept verbatim on renewal.
+    pub fn other_sans(&self) -> Vec<GeneralName> {
+        match self.x509.tbs_certificate.get::<SubjectAltName>() {
+            Ok(Some((_, san))) => san
+                .0
+                .into_iter()
+                .filter(|n| !matches!(n, GeneralName::DnsName(_) | GeneralName::IpAddress(_)))
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
     /// DNS and IP subject alternative names, in certificate order.
     pub fn sans(&self) -> (Vec<String>, Vec<IpAddr>) {
         let mut dns = Vec::new();
@@ -909,6 +922,9 @@ pub struct Profile {
     pub subject: Name,
     pub dns_names: Vec<String>,
     pub ip_addresses: Vec<IpAddr>,
+    /// Every other SAN (URI, email, ...), written as given: email after the DNS names, the rest
+    /// after the IP addresses, as Go's x509 orders them.
+    pub other_sans: Vec<GeneralName>,
     pub san_order: SanOrder,
     /// KeyUsage bits (always written critical).
     pub key_usage: KeyUsage,
@@ -1097,6 +1113,13 @@ fn san_names(profile: &Profile) -> Result<Vec<GeneralName>, PkiError> {
             Ia5String::new(&d).map_err(encode_err)?,
         ));
     }
+    names.extend(
+        profile
+            .other_sans
+            .iter()
+            .filter(|n| matches!(n, GeneralName::Rfc822Name(_)))
+            .cloned(),
+    );
     for ip in ips {
         let bytes = match ip {
             IpAddr::V4(v4) => v4.octets().to_vec(),
@@ -1106,6 +1129,13 @@ fn san_names(profile: &Profile) -> Result<Vec<GeneralName>, PkiError> {
             OctetString::new(bytes).map_err(encode_err)?,
         ));
     }
+    names.extend(
+        profile
+            .other_sans
+            .iter()
+            .filter(|n| !matches!(n, GeneralName::Rfc822Name(_)))
+            .cloned(),
+    );
     Ok(names)
 }
 
@@ -1133,6 +1163,7 @@ mod tests {
             subject: kubeadm_subject("kubernetes", &[]).unwrap(),
             dns_names: vec!["kubernetes".into()],
             ip_addresses: vec![],
+            other_sans: vec![],
             san_order: SanOrder::Kubeadm,
             key_usage: ca_key_usage(),
             ext_key_usage: vec![],

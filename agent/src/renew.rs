@@ -489,6 +489,7 @@ pub fn profile_of(old: &Cert, flavor: Flavor) -> Profile {
         subject: old.x509.tbs_certificate.subject.clone(),
         dns_names,
         ip_addresses,
+        other_sans: old.other_sans(),
         san_order: match flavor {
             Flavor::Kubeadm => SanOrder::Kubeadm,
             Flavor::Etcdadm => SanOrder::AsGiven,
@@ -567,6 +568,9 @@ pub fn validate_with(
         };
         if same_identity && set(i.old.sans()) != set(i.new.sans()) {
             fail("subject alternative names changed".into());
+        }
+        if same_identity && i.old.other_sans() != i.new.other_sans() {
+            fail("URI, email or other subject alternative names changed".into());
         }
         if i.old.ext_key_usage_oids() != i.new.ext_key_usage_oids() {
             fail("extended key usage changed".into());

@@ -320,3 +320,87 @@ fn etcd_client_export_replaces_the_bundle_atomically() {
     assert_eq!(stdout.stdout, new);
     assert_eq!(mode(&bundle), 0o600);
 }
+
+fn openssl(args: &[&str]) -> String {
+    let out = std::process::Command::new("openssl")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "openssl {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Replaces the certificate of `name` (key kept) by one openssl issues from `ca` with `ext`
+/// (an openssl extension file body), valid for `days`.
+fn reissue_with_openssl(pki: &Path, name: &str, ca: &str, subj: &str, ext: &str, days: &str) {
+    let dir = pki.join(".openssl-work");
+    std::fs::create_dir_all(&dir).unwrap();
+    let csr = dir.join("csr");
+    let extfile = dir.join("ext");
+    std::fs::write(&extfile, ext).unwrap();
+    let key = pki.join(format!("{name}.key"));
+    let crt = pki.join(format!("{name}.crt"));
+    openssl(&[
+        "req",
+        "-new",
+        "-key",
+        p(&key),
+        "-subj",
+        subj,
+        "-out",
+        p(&csr),
+    ]);
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        p(&csr),
+        "-CA",
+        p(&pki.join(format!("{ca}.crt"))),
+        "-CAkey",
+        p(&pki.join(format!("{ca}.key"))),
+        "-set_serial",
+        "4242",
+        "-days",
+        days,
+        "-extfile",
+        p(&extfile),
+        "-out",
+        p(&crt),
+    ]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// 15.8: renewal keeps every SAN type (URI and email too), not only DNS and IP.
+#[test]
+fn renewal_keeps_uri_and_email_sans() {
+    let t = TestDir::new("urisan");
+    let root = t.lab("n", &["--expires-in", "3d"]);
+    let pki = root.join("etc/kubernetes/pki");
+    reissue_with_openssl(
+        &pki,
+        "apiserver-kubelet-client",
+        "ca",
+        "/O=kubeadm:cluster-admins/CN=kube-apiserver-kubelet-client",
+        "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n\
+         extendedKeyUsage=clientAuth\nsubjectAltName=DNS:node.example,email:ops@example.com,\
+         IP:10.0.0.5,URI:spiffe://cluster.local/ns/kube-system/sa/apiserver\n",
+        "3",
+    );
+    let crt = pki.join("apiserver-kubelet-client.crt");
+    let sans = |f: &Path| openssl(&["x509", "-in", p(f), "-noout", "-ext", "subjectAltName"]);
+    let before = sans(&crt);
+    assert!(before.contains("URI:spiffe://"), "{before}");
+    certrotor(&[
+        "renew",
+        "--root",
+        p(&root),
+        "--cert",
+        "apiserver-kubelet-client",
+    ])
+    .expect(0);
+    let after = sans(&crt);
+    assert_eq!(after, before, "SANs after renewal");
+    let serial = openssl(&["x509", "-in", p(&crt), "-noout", "-serial"]);
+    assert!(!serial.contains("=1092"), "not renewed (serial 4242 kept): {serial}");
+}
