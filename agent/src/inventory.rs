@@ -398,6 +398,10 @@ fn record(
     } else if let Some(i) = ca_index {
         match &loaded[i].cert {
             Some(ca_cert) => match cert.verify_signed_by(ca_cert, &entries[i].name) {
+                Ok(()) if ca_cert.not_after() <= now || ca_cert.not_before() > now => {
+                    r.chain_ok = Some(false);
+                    problems.push(ca_out_of_validity(&entries[i].name, ca_cert, now));
+                }
                 Ok(()) => r.chain_ok = Some(true),
                 Err(e) => {
                     r.chain_ok = Some(false);
@@ -447,6 +451,25 @@ fn record(
         ));
     }
     r
+}
+
+/// Why a chain through an expired or not yet valid CA is invalid, and what can fix it.
+pub fn ca_out_of_validity(ca_name: &str, ca: &Cert, now: i64) -> String {
+    if ca.not_before() > now {
+        format!(
+            "its CA '{ca_name}' is not valid before {}, so no verifier accepts the chain; the \
+             system clock may be behind: fix the clock",
+            crate::clock::rfc3339(ca.not_before())
+        )
+    } else {
+        format!(
+            "its CA '{ca_name}' expired on {}, so no verifier accepts the chain and renewing \
+             under it cannot help; the CA must be rotated (kubeadm: \
+             https://kubernetes.io/docs/tasks/tls/manual-rotation-of-ca-certificates/), which \
+             certrotor does not do",
+            crate::clock::rfc3339(ca.not_after())
+        )
+    }
 }
 
 /// `*.crt` files in the PKI folders that the catalog does not name.

@@ -252,6 +252,17 @@ pub fn plan(inv: &Inventory, policy: &Policy, now: i64) -> Result<Plan, PlanErro
                 ));
                 continue;
             }
+            if now >= ca_na {
+                problems.push(format!(
+                    "{}: its CA '{ca_name}' expired on {}: certificates issued under it are \
+                     rejected by every verifier, so certrotor refuses to issue them (even with \
+                     --allow-beyond-ca); the CA must be rotated first (kubeadm: \
+                     https://kubernetes.io/docs/tasks/tls/manual-rotation-of-ca-certificates/)",
+                    entry.name,
+                    clock::rfc3339(ca_na)
+                ));
+                continue;
+            }
             if not_after > ca_na && !policy.allow_beyond_ca {
                 problems.push(format!(
                     "{}: the new notAfter {} would pass CA '{ca_name}' notAfter {}; shorten --validity, \

@@ -402,5 +402,95 @@ fn renewal_keeps_uri_and_email_sans() {
     let after = sans(&crt);
     assert_eq!(after, before, "SANs after renewal");
     let serial = openssl(&["x509", "-in", p(&crt), "-noout", "-serial"]);
-    assert!(!serial.contains("=1092"), "not renewed (serial 4242 kept): {serial}");
+    assert!(
+        !serial.contains("=1092"),
+        "not renewed (serial 4242 kept): {serial}"
+    );
+}
+
+/// Replaces `pki/ca.crt` by a self-signed CA with the same key and subject, valid from `start`
+/// to `end` (openssl `YYYYMMDDHHMMSSZ`), made with `openssl ca` (3.0 has no -not_after).
+fn redate_ca(pki: &Path, start: &str, end: &str) {
+    let dir = pki.join(".openssl-ca");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("index.txt"), "").unwrap();
+    std::fs::write(dir.join("serial"), "1000\n").unwrap();
+    let cfg = format!(
+        "[ca]\ndefault_ca=d\n[d]\ndatabase={0}/index.txt\nnew_certs_dir={0}\nserial={0}/serial\n\
+         policy=p\ndefault_md=sha256\nunique_subject=no\nx509_extensions=v3\n[p]\n\
+         commonName=supplied\n[v3]\nbasicConstraints=critical,CA:TRUE\n\
+         keyUsage=critical,digitalSignature,keyEncipherment,keyCertSign\n\
+         subjectKeyIdentifier=hash\n",
+        p(&dir)
+    );
+    std::fs::write(dir.join("cfg"), cfg).unwrap();
+    let key = pki.join("ca.key");
+    let csr = dir.join("csr");
+    openssl(&[
+        "req",
+        "-new",
+        "-key",
+        p(&key),
+        "-subj",
+        "/CN=kubernetes",
+        "-out",
+        p(&csr),
+    ]);
+    openssl(&[
+        "ca",
+        "-batch",
+        "-selfsign",
+        "-config",
+        p(&dir.join("cfg")),
+        "-keyfile",
+        p(&key),
+        "-in",
+        p(&csr),
+        "-startdate",
+        start,
+        "-enddate",
+        end,
+        "-out",
+        p(&pki.join("ca.crt")),
+        "-notext",
+    ]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// 15.5: an expired CA makes its chains invalid in `check`, and renewal under it is refused
+/// (even with --allow-beyond-ca) with advice that can work: rotate the CA.
+#[test]
+fn an_expired_ca_invalidates_its_chains_and_renewal_under_it_is_refused() {
+    let t = TestDir::new("expiredca");
+    let root = t.lab("n", &["--expires-in", "3d"]);
+    let pki = root.join("etc/kubernetes/pki");
+    redate_ca(&pki, "20240101000000Z", "20250101000000Z");
+    let before = std::fs::read(pki.join("apiserver.crt")).unwrap();
+    let inv = check_json(&root, &[], 2);
+    let ca = record(&inv, "ca");
+    assert_eq!(s(ca, "status"), "expired", "{ca:#}");
+    for name in ["apiserver", "apiserver-kubelet-client", "admin.conf"] {
+        let r = record(&inv, name);
+        assert_eq!(r["chain_ok"], false, "{name}: {r:#}");
+        assert_eq!(s(r, "status"), "invalid", "{name}: {r:#}");
+        assert!(s(r, "error").contains("must be rotated"), "{name}: {r:#}");
+    }
+    // etcd's chain is unaffected.
+    assert_eq!(record(&inv, "etcd-peer")["chain_ok"], true);
+    for args in [
+        vec!["renew", "--root", p(&root), "--all", "--allow-beyond-ca"],
+        vec![
+            "renew",
+            "--root",
+            p(&root),
+            "--cert",
+            "apiserver",
+            "--allow-beyond-ca",
+        ],
+    ] {
+        let r = certrotor(&args);
+        r.expect(2);
+        assert!(r.stderr.contains("must be rotated"), "{r}");
+    }
+    assert_eq!(std::fs::read(pki.join("apiserver.crt")).unwrap(), before);
 }
