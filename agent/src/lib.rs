@@ -51,8 +51,20 @@ pub fn recover_before_reading(root: &std::path::Path) -> Result<(), cli::Failure
         ));
         return Ok(());
     }
-    ops::lock_and_recover(root, std::time::Duration::from_secs(60))?;
-    Ok(())
+    // Reading never waits for another run: a renewal holds the lock for seconds, a daemon's
+    // restart pass for minutes. Say that one is in progress and read the files as they are.
+    match ops::lock_and_recover(root, std::time::Duration::ZERO) {
+        Ok(_lock) => Ok(()),
+        Err(f) if f.code == cli::EXIT_LOCKED => {
+            log(&format!(
+                "another certrotor run is in progress (it holds '{}'); reading the PKI as it is \
+                 now, without waiting: files being renewed may change in a moment",
+                state.join("lock").display()
+            ));
+            Ok(())
+        }
+        Err(f) => Err(f),
+    }
 }
 
 /// Logs one line to stderr with a UTC timestamp. Never give it key material.

@@ -494,3 +494,45 @@ fn an_expired_ca_invalidates_its_chains_and_renewal_under_it_is_refused() {
     }
     assert_eq!(std::fs::read(pki.join("apiserver.crt")).unwrap(), before);
 }
+
+/// 15.9: `check` is read-only and never waits on another run's lock: it answers at once with
+/// one of its documented codes, saying a run is in progress, and advises no flag it rejects.
+#[test]
+fn check_does_not_wait_for_another_runs_lock() {
+    let t = TestDir::new("checklock");
+    let root = t.lab("n", &["--expires-in", "3d"]);
+    let state = root.join("var/lib/certrotor");
+    std::fs::create_dir_all(&state).unwrap();
+    let lock = state.join("lock");
+    std::fs::write(&lock, "pid 1\n").unwrap();
+    let mut holder = std::process::Command::new("flock")
+        .args([p(&lock), "sleep", "120"])
+        .spawn()
+        .expect("flock (util-linux) is needed");
+    // Wait until the lock is really held.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::process::Command::new("flock")
+        .args(["-n", p(&lock), "true"])
+        .status()
+        .unwrap()
+        .success()
+    {
+        assert!(Instant::now() < deadline, "flock never took the lock");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for args in [
+        vec!["check", "--root", p(&root)],
+        vec!["check", "--root", p(&root), "--output", "json"],
+    ] {
+        let started = Instant::now();
+        let r = certrotor(&args);
+        let took = started.elapsed();
+        r.expect(1);
+        assert!(took < Duration::from_secs(5), "check waited {took:?}\n{r}");
+        assert!(r.stderr.contains("in progress"), "{r}");
+        assert!(!r.stderr.contains("--lock-timeout"), "{r}");
+        assert!(r.stdout.contains("apiserver"), "{r}");
+    }
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+}
