@@ -1,7 +1,7 @@
 //! Hostile input (issue 15, issue 13.8): what a damaged, malicious or unusual node must not do to
 //! certrotor. Each test reproduces one finding of the hostile-input campaign.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::util::{TestDir, certrotor, check_json, record, s};
@@ -535,4 +535,102 @@ fn check_does_not_wait_for_another_runs_lock() {
     }
     holder.kill().unwrap();
     holder.wait().unwrap();
+}
+
+/// Every file under `dir` with its content (symlinks not followed).
+fn tree(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    crate::util::walk(dir)
+        .into_iter()
+        .filter(|f| !f.to_string_lossy().contains("var/lib/certrotor"))
+        .map(|f| {
+            let content = if f.is_symlink() {
+                std::fs::read_link(&f)
+                    .unwrap()
+                    .to_string_lossy()
+                    .as_bytes()
+                    .to_vec()
+            } else {
+                std::fs::read(&f).unwrap_or_default()
+            };
+            (f.display().to_string(), content)
+        })
+        .collect()
+}
+
+/// 15.2: with `etc/kubernetes/pki` an absolute symlink, renewal writes where reads read (inside
+/// the root), never to the host path the link names; `check` and `renew` agree.
+#[test]
+fn writes_through_a_symlinked_pki_folder_stay_inside_the_root() {
+    let t = TestDir::new("symlinkpki");
+    let root = t.lab("n", &["--expires-in", "3d"]);
+    let host = PathBuf::from(format!("/srv/certrotor-hostile-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&host);
+    std::fs::create_dir_all(host.join("pki/etcd")).unwrap();
+    let inside = root.join(host.strip_prefix("/").unwrap());
+    std::fs::create_dir_all(&inside).unwrap();
+    std::fs::rename(root.join("etc/kubernetes/pki"), inside.join("pki")).unwrap();
+    std::os::unix::fs::symlink(host.join("pki"), root.join("etc/kubernetes/pki")).unwrap();
+    let before = check_json(&root, &[], 1);
+    assert_eq!(s(record(&before, "apiserver"), "status"), "expiring");
+    let r = certrotor(&["renew", "--root", p(&root), "--all"]);
+    let host_files = crate::util::walk(&host);
+    let _ = std::fs::remove_dir_all(&host);
+    r.expect(0);
+    assert!(
+        host_files.is_empty(),
+        "renew wrote outside the root: {host_files:?}"
+    );
+    let after = check_json(&root, &[], 1);
+    for name in ["apiserver", "etcd-peer", "admin.conf"] {
+        assert_ne!(
+            s(record(&after, name), "serial"),
+            s(record(&before, name), "serial"),
+            "{name} was not renewed in the root"
+        );
+    }
+    assert!(
+        root.join("etc/kubernetes/pki").is_symlink(),
+        "the link is kept"
+    );
+}
+
+/// 15.3: a live file that cannot be replaced (immutable attribute, a bind-mounted file) is found
+/// before anything changes: exit 2 says so without advising root to run as root, the PKI is
+/// whole, and `check` and `rollback` still run.
+#[test]
+fn an_unreplaceable_live_file_is_refused_before_anything_changes() {
+    let t = crate::renew_util::TempDir::new("unreplaceable");
+    let root = crate::renew_util::lab(&t.join("n"), &["--expires-in", "3d"]);
+    let peer = root.join("etc/kubernetes/pki/etcd/peer.crt");
+    // A first renewal, so that a backup exists for rollback.
+    certrotor(&["renew", "--root", p(&root), "--cert", "apiserver"]).expect(0);
+    let run_case = |what: &str, words: &[&str]| {
+        let before = tree(&root);
+        let r = certrotor(&["renew", "--root", p(&root), "--all"]);
+        r.expect(2);
+        for w in words {
+            assert!(r.stderr.contains(w), "{what}: '{w}' missing\n{r}");
+        }
+        assert!(!r.stderr.contains("run as root"), "{what}\n{r}");
+        assert!(r.stderr.contains("nothing was changed"), "{what}\n{r}");
+        assert!(tree(&root) == before, "{what}: the PKI changed");
+        certrotor(&["check", "--root", p(&root)]).expect(1);
+    };
+    let chattr = std::process::Command::new("chattr")
+        .args(["+i", p(&peer)])
+        .status()
+        .expect("chattr (e2fsprogs) is needed");
+    assert!(chattr.success(), "chattr +i failed (not root, or no ext4?)");
+    run_case("immutable", &["peer.crt", "immutable", "chattr -i"]);
+    std::process::Command::new("chattr")
+        .args(["-i", p(&peer)])
+        .status()
+        .unwrap();
+    let mut t = t;
+    let copy = root.join("peer-copy.crt");
+    std::fs::copy(&peer, &copy).unwrap();
+    t.mount(&["--bind", p(&copy), p(&peer)])
+        .expect("cannot bind-mount a file (root needed)");
+    run_case("bind mount", &["peer.crt", "mount point"]);
+    certrotor(&["rollback", "--root", p(&root)]).expect(0);
 }
