@@ -135,6 +135,9 @@ struct Loaded {
     error: Option<String>,
     warnings: Vec<String>,
     present: bool,
+    /// Whether a key file exists (readable or not): a CA whose key is present but unusable is
+    /// not "externally managed".
+    key_present: bool,
 }
 
 /// A warning when the file holding a private key is readable or writable by group or others.
@@ -148,6 +151,16 @@ fn key_mode_warning(root: &Path, rel: &str) -> Option<String> {
             rel_abs(rel)
         )
     })
+}
+
+/// What to do when a file cannot be read for lack of permission.
+fn permission_hint(e: &ReadError) -> &'static str {
+    match e {
+        ReadError::Io { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied => {
+            " (permission: run certrotor as root, or as the owner of the PKI)"
+        }
+        _ => "",
+    }
 }
 
 fn rel_abs(rel: &str) -> String {
@@ -195,6 +208,7 @@ fn load(root: &Path, entry: &Entry) -> Loaded {
         error: None,
         warnings: Vec::new(),
         present: false,
+        key_present: false,
     };
     let bytes = match read(root, &entry.path) {
         Ok(Some(b)) => b,
@@ -219,7 +233,10 @@ fn load(root: &Path, entry: &Entry) -> Loaded {
     }
     if let Some(key_path) = &entry.key_path {
         match read(root, key_path) {
-            Ok(Some(kb)) => match PrivateKey::from_pem(&kb) {
+            Ok(Some(kb)) => match {
+                out.key_present = true;
+                PrivateKey::from_pem(&kb)
+            } {
                 Ok(k) => {
                     out.key = Some(k);
                     out.warnings.extend(key_mode_warning(root, key_path));
@@ -234,7 +251,10 @@ fn load(root: &Path, entry: &Entry) -> Loaded {
                 ));
             }
             Ok(None) => {}
-            Err(e) => out.error = Some(format!("key: {e}")),
+            Err(e) => {
+                out.key_present = true;
+                out.error = Some(format!("key: {e}{}", permission_hint(&e)));
+            }
         }
     }
     out
@@ -349,9 +369,21 @@ fn record(
     };
     if let Some(i) = ca_index {
         r.ca = Some(entries[i].name.clone());
-        r.externally_managed = loaded[i].key.is_none();
+        r.externally_managed = loaded[i].key.is_none() && !loaded[i].key_present;
     } else if entry.kind == Kind::Ca {
-        r.externally_managed = item.key.is_none();
+        r.externally_managed = item.key.is_none() && !item.key_present;
+    }
+    if entry.kind == Kind::Kubeconfig && entry.renewable && item.cert_path.is_some() {
+        // certrotor replaces embedded credentials only; a kubeconfig naming files is renewed by
+        // renewing those files with whatever made them.
+        r.renewable = false;
+        r.warnings.push(format!(
+            "'{}' names its client certificate as a file ('{}'), not embedded data, so \
+             certrotor does not renew it; renew that file with the tool that issued it, or \
+             embed the credentials ('kubectl config set-credentials --embed-certs')",
+            entry.path,
+            item.cert_path.as_deref().unwrap_or("?")
+        ));
     }
     let Some(cert) = &item.cert else {
         r.status = Status::Invalid;

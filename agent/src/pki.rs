@@ -704,6 +704,16 @@ impl PrivateKey {
                         encoding: KeyEncoding::Pkcs8,
                     });
                 }
+                if let Ok(info) = pkcs8::PrivateKeyInfo::try_from(der) {
+                    if info.algorithm.oid == oid::ED25519 {
+                        return Err(PkiError::BadKey {
+                            detail: "unsupported key type Ed25519: certrotor renews with RSA and \
+                                     ECDSA keys, as kubeadm does; renew this PKI with the tool \
+                                     that made it"
+                                .into(),
+                        });
+                    }
+                }
                 let (pair, alg) = ec_from_der(der)?;
                 Ok(PrivateKey {
                     inner: KeyInner::Ec(pair, alg),

@@ -138,6 +138,12 @@ pub fn plan(inv: &Inventory, policy: &Policy, now: i64) -> Result<Plan, PlanErro
                     known.join(", ")
                 )));
             }
+            Some(i) if inv.entries[i].renewable && !inv.certificates[i].renewable => {
+                return Err(PlanError(format!(
+                    "--cert '{name}' cannot be renewed: {}",
+                    inv.certificates[i].warnings.join("; ")
+                )));
+            }
             Some(i) if !inv.entries[i].renewable => {
                 let why = match inv.entries[i].kind {
                     Kind::Ca => "it is a CA; certrotor never renews CAs",
@@ -158,6 +164,13 @@ pub fn plan(inv: &Inventory, policy: &Policy, now: i64) -> Result<Plan, PlanErro
     let mut problems = Vec::new();
     for (entry, record) in inv.entries.iter().zip(&inv.certificates) {
         if !entry.renewable {
+            continue;
+        }
+        if !record.renewable {
+            skipped.push(Skip {
+                name: entry.name.clone(),
+                why: record.warnings.join("; "),
+            });
             continue;
         }
         let reason = if !policy.names.is_empty() {

@@ -634,3 +634,127 @@ fn an_unreplaceable_live_file_is_refused_before_anything_changes() {
     run_case("bind mount", &["peer.crt", "mount point"]);
     certrotor(&["rollback", "--root", p(&root)]).expect(0);
 }
+
+/// 15.7: a CA whose key is on the node but unusable (Ed25519) or unreadable (not root) is not
+/// "externally managed": the report names the cause, and a renewal of something due under it
+/// exits non-zero.
+#[test]
+fn an_unusable_or_unreadable_ca_key_is_named_not_called_external() {
+    let t = TestDir::new("ed25519ca");
+    let root = t.lab("n", &["--expires-in", "3d"]);
+    let pki = root.join("etc/kubernetes/pki");
+    let ca_key = pki.join("front-proxy-ca.key");
+    openssl(&["genpkey", "-algorithm", "ed25519", "-out", p(&ca_key)]);
+    openssl(&[
+        "req",
+        "-x509",
+        "-key",
+        p(&ca_key),
+        "-subj",
+        "/CN=front-proxy-ca",
+        "-days",
+        "3650",
+        "-addext",
+        "keyUsage=critical,digitalSignature,keyEncipherment,keyCertSign",
+        "-out",
+        p(&pki.join("front-proxy-ca.crt")),
+    ]);
+    reissue_with_openssl(
+        &pki,
+        "front-proxy-client",
+        "front-proxy-ca",
+        "/CN=front-proxy-client",
+        "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n\
+         extendedKeyUsage=clientAuth\n",
+        "3",
+    );
+    let inv = check_json(&root, &[], 2);
+    let ca = record(&inv, "front-proxy-ca");
+    assert_eq!(ca["externally_managed"], false, "{ca:#}");
+    assert!(
+        s(ca, "error").contains("unsupported key type Ed25519"),
+        "{ca:#}"
+    );
+    let leaf = record(&inv, "front-proxy-client");
+    assert_eq!(leaf["externally_managed"], false, "{leaf:#}");
+    let r = certrotor(&["renew", "--root", p(&root), "--all"]);
+    r.expect(2);
+    assert!(r.stderr.contains("unsupported key type"), "{r}");
+
+    // Not root: keys are unreadable, which is a permission problem, not an external CA.
+    let root2 = t.lab("n2", &["--expires-in", "3d"]);
+    let out = std::process::Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            crate::util::BIN,
+        ])
+        .args(["check", "--root", p(&root2), "--output", "json"])
+        .output()
+        .expect("setpriv (util-linux) is needed");
+    let inv: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    assert_eq!(out.status.code(), Some(2), "{inv:#}");
+    for name in ["ca", "etcd-ca", "front-proxy-ca", "apiserver"] {
+        let r = record(&inv, name);
+        assert_eq!(r["externally_managed"], false, "{name}: {r:#}");
+        assert!(s(r, "error").contains("permission"), "{name}: {r:#}");
+    }
+}
+
+/// 15.11: a kubeconfig naming certificate files (not embedded data) is shown as not renewable,
+/// and `renew --all` renews everything else, reporting that one clearly.
+#[test]
+fn a_kubeconfig_naming_files_is_not_renewable_and_does_not_stop_renew_all() {
+    let t = TestDir::new("kubeconfigfiles");
+    let root = t.lab("n", &["--expires-in", "3d"]);
+    let admin = root.join("etc/kubernetes/admin.conf");
+    let conf = std::fs::read_to_string(&admin).unwrap();
+    let files = root.join("etc/kubernetes/admin-pki");
+    std::fs::create_dir_all(&files).unwrap();
+    let mut out = String::new();
+    for line in conf.lines() {
+        let trimmed = line.trim_start();
+        let indent = &line[..line.len() - trimmed.len()];
+        let mut replaced = false;
+        for (key, file) in [
+            ("client-certificate-data: ", "admin.crt"),
+            ("client-key-data: ", "admin.key"),
+        ] {
+            if let Some(data) = trimmed.strip_prefix(key) {
+                let pem = crate::util::base64_decode(data.trim());
+                std::fs::write(files.join(file), pem).unwrap();
+                let name = key.trim_end_matches("-data: ");
+                out.push_str(&format!(
+                    "{indent}{name}: /etc/kubernetes/admin-pki/{file}\n"
+                ));
+                replaced = true;
+            }
+        }
+        if !replaced {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    std::fs::write(&admin, out).unwrap();
+    let before = check_json(&root, &[], 1);
+    let r = record(&before, "admin.conf");
+    assert_eq!(r["renewable"], false, "{r:#}");
+    assert!(
+        format!("{}", r["warnings"]).contains("not embedded"),
+        "{r:#}"
+    );
+    let run = certrotor(&["renew", "--root", p(&root), "--all"]);
+    run.expect(0);
+    let text = format!("{}{}", run.stdout, run.stderr);
+    assert!(text.contains("skipped admin.conf"), "{run}");
+    let after = check_json(&root, &[], 1);
+    assert_ne!(
+        s(record(&after, "apiserver"), "serial"),
+        s(record(&before, "apiserver"), "serial")
+    );
+    let named = certrotor(&["renew", "--root", p(&root), "--cert", "admin.conf"]);
+    assert_ne!(named.code, Some(0), "{named}");
+    assert!(named.stderr.contains("not embedded"), "{named}");
+}
