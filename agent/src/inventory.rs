@@ -245,9 +245,8 @@ fn load(root: &Path, entry: &Entry) -> Loaded {
             },
             Ok(None) if entry.kind == Kind::Leaf => {
                 out.error = Some(format!(
-                    "key '{key_path}' is missing; restore it from a backup ('certrotor backups') \
-                     or renew the pair with 'certrotor renew --cert {}'",
-                    entry.name
+                    "key '{key_path}' is missing; restore the pair from a backup (list them with \
+                     'certrotor backups', restore with 'certrotor rollback --backup ID')"
                 ));
             }
             Ok(None) => {}
@@ -477,10 +476,27 @@ fn record(
         Some(problems.join("; "))
     };
     if r.status == Status::Expired {
-        r.error = Some(format!(
-            "expired on {}; renew with 'certrotor renew'",
-            crate::clock::rfc3339(facts.not_after)
-        ));
+        let on = crate::clock::rfc3339(facts.not_after);
+        r.error = Some(match entry.kind {
+            Kind::Ca => format!(
+                "expired on {on}; certrotor never renews a CA: it must be rotated (kubeadm: \
+                 https://kubernetes.io/docs/tasks/tls/manual-rotation-of-ca-certificates/)"
+            ),
+            Kind::Other => format!(
+                "expired on {on}; it is not a kubeadm or etcdadm certificate: renew it with the \
+                 tool that issued it"
+            ),
+            _ if !entry.renewable => format!(
+                "expired on {on}; the kubelet rotates its own client certificate and cannot once \
+                 it has expired: see https://kubernetes.io/docs/setup/production-environment/\
+                 tools/kubeadm/troubleshooting-kubeadm/#kubelet-client-cert"
+            ),
+            _ if !r.renewable => format!("expired on {on}; {}", r.warnings.join("; ")),
+            _ => format!(
+                "expired on {on}; renew with 'certrotor renew --cert {}'",
+                entry.name
+            ),
+        });
     }
     r
 }

@@ -208,7 +208,13 @@ pub fn plan(inv: &Inventory, policy: &Policy, now: i64) -> Result<Plan, PlanErro
             problems.push(format!("{}: '{}' does not exist", entry.name, entry.path));
             continue;
         }
-        if record.status == Status::Invalid {
+        // A pair whose key does not match its certificate is what `check` advises renewing by
+        // name: the certificate keeps its identity and gets a new key.
+        let mismatched_pair = reason == Reason::Named
+            && !policy.reuse_keys
+            && record.key_matches == Some(false)
+            && record.chain_ok == Some(true);
+        if record.status == Status::Invalid && !mismatched_pair {
             problems.push(format!(
                 "{}: {}",
                 entry.name,

@@ -758,3 +758,56 @@ fn a_kubeconfig_naming_files_is_not_renewable_and_does_not_stop_renew_all() {
     assert_ne!(named.code, Some(0), "{named}");
     assert!(named.stderr.contains("not embedded"), "{named}");
 }
+
+/// Every `'certrotor ...'` command quoted in `text`.
+fn quoted_commands(text: &str) -> Vec<String> {
+    text.split('\'')
+        .skip(1)
+        .step_by(2)
+        .filter(|q| q.starts_with("certrotor "))
+        .map(str::to_string)
+        .collect()
+}
+
+/// 15.6: every command a `check` report advises is one certrotor follows: each is run, and
+/// must succeed. CAs and kubelet.conf are never advised to `certrotor renew`.
+#[test]
+fn every_advised_command_works() {
+    let t = TestDir::new("advice");
+    // A mismatched pair (a key from another certificate) and a kubeconfig with a foreign key.
+    let root = t.lab("n", &["--expires-in", "3d"]);
+    let pki = root.join("etc/kubernetes/pki");
+    std::fs::copy(
+        pki.join("front-proxy-client.key"),
+        pki.join("apiserver.key"),
+    )
+    .unwrap();
+    // An expired node: kubelet.conf expired too.
+    let expired = t.lab("e", &["--expires-in", "-1d"]);
+    let mut ran = 0;
+    for node in [&root, &expired] {
+        let inv = check_json(node, &[], 2);
+        for r in inv["certificates"].as_array().unwrap() {
+            let Some(err) = r["error"].as_str() else {
+                continue;
+            };
+            let name = s(r, "name");
+            if s(r, "kind") == "ca" || name == "kubelet.conf" {
+                assert!(!err.contains("certrotor renew"), "{name}: {err}");
+            }
+            for cmd in quoted_commands(err) {
+                if cmd.contains(" ID") {
+                    continue; // a template: 'certrotor rollback --backup ID'
+                }
+                let mut args: Vec<&str> = cmd.split_whitespace().skip(1).collect();
+                args.extend_from_slice(&["--root", p(node)]);
+                let run = certrotor(&args);
+                assert_eq!(run.code, Some(0), "{name}: advised '{cmd}' fails\n{run}");
+                ran += 1;
+            }
+        }
+    }
+    assert!(ran >= 2, "too few advised commands were found ({ran})");
+    let inv = check_json(&root, &[], 1);
+    assert_eq!(record(&inv, "apiserver")["key_matches"], true);
+}
