@@ -232,11 +232,10 @@ fn load(root: &Path, entry: &Entry) -> Loaded {
         }
     }
     if let Some(key_path) = &entry.key_path {
-        match read(root, key_path) {
-            Ok(Some(kb)) => match {
-                out.key_present = true;
-                PrivateKey::from_pem(&kb)
-            } {
+        let key_read = read(root, key_path);
+        out.key_present = !matches!(key_read, Ok(None));
+        match key_read {
+            Ok(Some(kb)) => match PrivateKey::from_pem(&kb) {
                 Ok(k) => {
                     out.key = Some(k);
                     out.warnings.extend(key_mode_warning(root, key_path));
@@ -251,7 +250,6 @@ fn load(root: &Path, entry: &Entry) -> Loaded {
             }
             Ok(None) => {}
             Err(e) => {
-                out.key_present = true;
                 out.error = Some(format!("key: {e}{}", permission_hint(&e)));
             }
         }

@@ -704,15 +704,15 @@ impl PrivateKey {
                         encoding: KeyEncoding::Pkcs8,
                     });
                 }
-                if let Ok(info) = pkcs8::PrivateKeyInfo::try_from(der) {
-                    if info.algorithm.oid == oid::ED25519 {
-                        return Err(PkiError::BadKey {
-                            detail: "unsupported key type Ed25519: certrotor renews with RSA and \
-                                     ECDSA keys, as kubeadm does; renew this PKI with the tool \
-                                     that made it"
-                                .into(),
-                        });
-                    }
+                if pkcs8::PrivateKeyInfo::try_from(der)
+                    .is_ok_and(|info| info.algorithm.oid == oid::ED25519)
+                {
+                    return Err(PkiError::BadKey {
+                        detail: "unsupported key type Ed25519: certrotor renews with RSA and \
+                                 ECDSA keys, as kubeadm does; renew this PKI with the tool \
+                                 that made it"
+                            .into(),
+                    });
                 }
                 let (pair, alg) = ec_from_der(der)?;
                 Ok(PrivateKey {
@@ -1204,6 +1204,7 @@ mod tests {
                 subject: kubeadm_subject("kube-apiserver-etcd-client", &["b", "a"]).unwrap(),
                 dns_names: vec!["z".into(), "a".into(), "a".into()],
                 ip_addresses: vec!["10.0.0.1".parse().unwrap(), "::1".parse().unwrap()],
+                other_sans: vec![],
                 san_order: SanOrder::Kubeadm,
                 key_usage: leaf_key_usage(),
                 ext_key_usage: vec![oid::CLIENT_AUTH],

@@ -376,14 +376,14 @@ pub fn resolve_and_probe(root: &Path, changes: &[Change]) -> Result<Vec<Change>,
                 }
                 // Opening for writing (without truncating) fails with EPERM on an immutable or
                 // append-only file, even for root; rename would fail the same way.
-                if let Err(e) = fs::OpenOptions::new().write(true).open(&live) {
-                    if e.raw_os_error() == Some(libc::EPERM) {
-                        return Err(refuse(
-                            "it is immutable or append-only (see 'lsattr'); remove the \
-                             attribute with 'chattr -i -a' if that is intended, then run again"
-                                .into(),
-                        ));
-                    }
+                if let Err(e) = fs::OpenOptions::new().write(true).open(&live)
+                    && e.raw_os_error() == Some(libc::EPERM)
+                {
+                    return Err(refuse(
+                        "it is immutable or append-only (see 'lsattr'); remove the \
+                         attribute with 'chattr -i -a' if that is intended, then run again"
+                            .into(),
+                    ));
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -469,8 +469,11 @@ fn prepare_and_commit(
             .unwrap_or_default();
         let staged = staging.join(&file_name);
         let (mode, owner) = match FileMeta::of(&live) {
-            // Never wider than a new file's mode: a key stays 0600 even if the old one was not.
-            Ok(m) => (m.mode & change.mode_if_new, Some((m.uid, m.gid))),
+            // A private key file is never wider than a new one (0600), even if the old one was.
+            Ok(m) if change.rel.ends_with(".key") => {
+                (m.mode & change.mode_if_new, Some((m.uid, m.gid)))
+            }
+            Ok(m) => (m.mode, Some((m.uid, m.gid))),
             Err(_) => (change.mode_if_new, None),
         };
         fsutil::write_new(&staged, content, mode, owner)
