@@ -24,10 +24,53 @@ pub mod paths {
     pub const BOTTLEROCKET_ETCD_PKI: &str = "var/lib/etcd/pki";
     /// Where a superpowered Bottlerocket host container sees the host's root.
     pub const BOTTLEROCKET_HOST_ROOT: &str = "/.bottlerocket/rootfs";
-    /// The Bottlerocket API socket.
-    pub const API_SOCKET: &str = "/run/api.sock";
+    /// The Bottlerocket API socket (defined once, by the API client).
+    pub const API_SOCKET: &str = bottlerocket::DEFAULT_SOCKET;
     /// certrotor's own state (journal, lock, backups), relative to the node root.
     pub const STATE_DIR: &str = "var/lib/certrotor";
+    /// The kubelet's static pod folder on a kubeadm host.
+    pub const KUBEADM_MANIFESTS: &str = "etc/kubernetes/manifests";
+    /// Where the kubeadm platform parks a manifest while its pod is stopped (same filesystem).
+    pub const PARKED_MANIFESTS: &str = "etc/kubernetes/.certrotor-parked";
+    /// Where Bottlerocket's static-pods helper writes manifests for the kubelet.
+    pub const BOTTLEROCKET_STATIC_PODS: &str = "etc/kubernetes/static-pods";
+    /// EKS Anywhere's copies of the control plane's static pod manifests on Bottlerocket.
+    pub const BOTTLEROCKET_KUBEADM_MANIFESTS: &str = "var/lib/kubeadm/manifests";
+}
+
+/// Every layout's folder, relative to the node root: all certificates and kubeconfigs the
+/// catalog knows live below one of these (so do certrotor's staging folders, next to them).
+pub const LAYOUT_DIRS: [&str; 4] = [
+    paths::KUBEADM_DIR,
+    paths::BOTTLEROCKET_KUBEADM_DIR,
+    paths::ETCDADM_PKI,
+    paths::BOTTLEROCKET_ETCD_PKI,
+];
+
+/// Catalog names that other modules look entries up by: one spelling, checked by the compiler.
+pub mod names {
+    /// kubeadm's cluster CA.
+    pub const CA: &str = "ca";
+    /// kubeadm's etcd CA (stacked or external etcd).
+    pub const ETCD_CA: &str = "etcd-ca";
+    /// kube-apiserver's serving certificate.
+    pub const APISERVER: &str = "apiserver";
+    /// kube-apiserver's client certificate towards kubelets.
+    pub const APISERVER_KUBELET_CLIENT: &str = "apiserver-kubelet-client";
+    /// Stacked etcd's serving certificate.
+    pub const ETCD_SERVER: &str = "etcd-server";
+    /// Stacked etcd's health-check client certificate.
+    pub const ETCD_HEALTHCHECK_CLIENT: &str = "etcd-healthcheck-client";
+    /// etcdadm's CA.
+    pub const ETCDADM_CA: &str = "etcdadm-ca";
+    /// etcdadm's serving certificate.
+    pub const ETCDADM_SERVER: &str = "etcdadm-server";
+    /// etcdadm's etcdctl client certificate.
+    pub const ETCDADM_ETCDCTL_CLIENT: &str = "etcdadm-etcdctl-etcd-client";
+    /// kube-apiserver's etcd client certificate on a kubeadm node.
+    pub const APISERVER_ETCD_CLIENT: &str = "apiserver-etcd-client";
+    /// The same pair as etcdadm writes it on the etcd node (exported to the control plane).
+    pub const ETCDADM_APISERVER_ETCD_CLIENT: &str = "etcdadm-apiserver-etcd-client";
 }
 
 /// What a catalog entry is.
@@ -143,9 +186,14 @@ pub fn detect(root: &Path) -> Vec<Layout> {
 }
 
 /// The layout names and their folders, for `--help` and errors.
-pub fn layout_summary() -> &'static str {
-    "etc/kubernetes (kubeadm), var/lib/kubeadm (bottlerocket), etc/etcd/pki (etcdadm), \
-     var/lib/etcd/pki (etcdadm-bottlerocket)"
+pub fn layout_summary() -> String {
+    format!(
+        "{} (kubeadm), {} (bottlerocket), {} (etcdadm), {} (etcdadm-bottlerocket)",
+        paths::KUBEADM_DIR,
+        paths::BOTTLEROCKET_KUBEADM_DIR,
+        paths::ETCDADM_PKI,
+        paths::BOTTLEROCKET_ETCD_PKI
+    )
 }
 
 /// Every entry of the detected layouts. When two layouts of the same kind are present, the
@@ -179,22 +227,22 @@ struct Spec {
 }
 
 const KUBEADM_CAS: [(&str, &str); 3] = [
-    ("ca", "pki/ca"),
+    (names::CA, "pki/ca"),
     ("front-proxy-ca", "pki/front-proxy-ca"),
-    ("etcd-ca", "pki/etcd/ca"),
+    (names::ETCD_CA, "pki/etcd/ca"),
 ];
 
 const KUBEADM_LEAVES: [Spec; 7] = [
     Spec {
-        name: "apiserver",
+        name: names::APISERVER,
         file: "pki/apiserver",
-        ca: "ca",
+        ca: names::CA,
         description: "certificate for serving the Kubernetes API",
     },
     Spec {
-        name: "apiserver-kubelet-client",
+        name: names::APISERVER_KUBELET_CLIENT,
         file: "pki/apiserver-kubelet-client",
-        ca: "ca",
+        ca: names::CA,
         description: "certificate for the API server to connect to kubelet",
     },
     Spec {
@@ -204,27 +252,27 @@ const KUBEADM_LEAVES: [Spec; 7] = [
         description: "certificate for the front proxy client",
     },
     Spec {
-        name: "etcd-server",
+        name: names::ETCD_SERVER,
         file: "pki/etcd/server",
-        ca: "etcd-ca",
+        ca: names::ETCD_CA,
         description: "certificate for serving etcd",
     },
     Spec {
         name: "etcd-peer",
         file: "pki/etcd/peer",
-        ca: "etcd-ca",
+        ca: names::ETCD_CA,
         description: "certificate for etcd nodes to communicate with each other",
     },
     Spec {
-        name: "etcd-healthcheck-client",
+        name: names::ETCD_HEALTHCHECK_CLIENT,
         file: "pki/etcd/healthcheck-client",
-        ca: "etcd-ca",
+        ca: names::ETCD_CA,
         description: "certificate for liveness probes to healthcheck etcd",
     },
     Spec {
-        name: "apiserver-etcd-client",
+        name: names::APISERVER_ETCD_CLIENT,
         file: "pki/apiserver-etcd-client",
-        ca: "etcd-ca",
+        ca: names::ETCD_CA,
         description: "certificate the apiserver uses to access etcd",
     },
 ];
@@ -267,7 +315,7 @@ fn kubeadm_entries(root: &Path, layout: &Layout) -> Vec<Entry> {
     let dir = layout.dir;
     let mut out = Vec::new();
     for (name, file) in KUBEADM_CAS {
-        if name == "etcd-ca" && layout.etcd == EtcdTopology::None {
+        if name == names::ETCD_CA && layout.etcd == EtcdTopology::None {
             continue;
         }
         out.push(Entry {
@@ -291,12 +339,12 @@ fn kubeadm_entries(root: &Path, layout: &Layout) -> Vec<Entry> {
         if etcd_member && layout.etcd != EtcdTopology::Stacked {
             continue;
         }
-        if spec.name == "apiserver-etcd-client" && layout.etcd == EtcdTopology::None {
+        if spec.name == names::APISERVER_ETCD_CLIENT && layout.etcd == EtcdTopology::None {
             continue;
         }
         let mut path = format!("{dir}/{}.crt", spec.file);
         // Bottlerocket/EKS-A external etcd: the certificate is `server-etcd-client.crt`.
-        if spec.name == "apiserver-etcd-client" {
+        if spec.name == names::APISERVER_ETCD_CLIENT {
             let alt = format!("{dir}/pki/server-etcd-client.crt");
             if exists_in_root(root, &alt)
                 || (layout.name == "bottlerocket" && !exists_in_root(root, &path))
@@ -335,19 +383,23 @@ fn kubeadm_entries(root: &Path, layout: &Layout) -> Vec<Entry> {
 }
 
 const ETCDADM_LEAVES: [(&str, &str, &str); 4] = [
-    ("etcdadm-server", "server", "certificate for serving etcd"),
+    (
+        names::ETCDADM_SERVER,
+        "server",
+        "certificate for serving etcd",
+    ),
     (
         "etcdadm-peer",
         "peer",
         "certificate for etcd nodes to communicate with each other",
     ),
     (
-        "etcdadm-etcdctl-etcd-client",
+        names::ETCDADM_ETCDCTL_CLIENT,
         "etcdctl-etcd-client",
         "certificate etcdctl uses to access etcd",
     ),
     (
-        "etcdadm-apiserver-etcd-client",
+        names::ETCDADM_APISERVER_ETCD_CLIENT,
         "apiserver-etcd-client",
         "certificate the apiserver uses to access etcd",
     ),
@@ -356,7 +408,7 @@ const ETCDADM_LEAVES: [(&str, &str, &str); 4] = [
 fn etcdadm_entries(layout: &Layout) -> Vec<Entry> {
     let dir = layout.dir;
     let mut out = vec![Entry {
-        name: "etcdadm-ca".into(),
+        name: names::ETCDADM_CA.into(),
         kind: Kind::Ca,
         path: format!("{dir}/ca.crt"),
         key_path: Some(format!("{dir}/ca.key")),
@@ -373,7 +425,7 @@ fn etcdadm_entries(layout: &Layout) -> Vec<Entry> {
             kind: Kind::Leaf,
             path: format!("{dir}/{file}.crt"),
             key_path: Some(format!("{dir}/{file}.key")),
-            ca: Some("etcdadm-ca".into()),
+            ca: Some(names::ETCDADM_CA.into()),
             required: true,
             renewable: true,
             flavor: Flavor::Etcdadm,

@@ -1,40 +1,152 @@
-//! The command line: argument definitions, and the glue from each command to the library.
-//!
-//! Exit codes (the same for every command, documented in README):
-//! - 0: done, everything fine;
-//! - 1: `check`: something expires within `--warn-within`;
-//! - 2: `check`: something expired, invalid, missing or unreadable; other commands: failed, and
-//!   the live PKI is unchanged (or was restored);
-//! - 3: renewal applied but live verification failed, and the backup was restored;
-//! - 4: another certrotor holds the lock past `--lock-timeout`;
-//! - 64: usage error (unknown flag, bad value).
+//! The command line (a module of the binary, not of the library): argument definitions with
+//! typed flags (each value is parsed by argh through a `from_str_fn`, so a bad value is a usage
+//! error before any command runs), and the glue from each command to the library. The exit codes
+//! are chosen here, with [`certrotor::outcome`], from the library's typed errors and reports.
 
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use argh::FromArgs;
 
-use crate::clock;
-use crate::inventory::{self, Status};
-use crate::lab::{self, LabLayout, LabOptions, Topology};
-use crate::pki::KeyAlgorithm;
-use crate::report;
+use certrotor::clock;
+use certrotor::engine::{Engine, KubeadmOptions};
+use certrotor::etcd_client::EtcdClientError;
+use certrotor::fsutil::ReadError;
+use certrotor::inventory;
+use certrotor::lab::{self, LabLayout, LabOptions, Topology};
+use certrotor::manifests::Component;
+use certrotor::ops::{OpsError, RunOptions, WriteOptions};
+use certrotor::outcome::{self, EXIT_USAGE};
+use certrotor::pki::KeyAlgorithm;
+use certrotor::renew::Policy;
+use certrotor::report;
+use certrotor::restart::{PlatformChoice, RestartOptions};
 
-/// Exit code: something expires soon (check).
-pub const EXIT_EXPIRING: u8 = 1;
-/// Exit code: failure, or something expired/invalid (check).
-pub const EXIT_FAILED: u8 = 2;
-/// Exit code: verification failed; rolled back.
-pub const EXIT_ROLLED_BACK: u8 = 3;
-/// Exit code: the lock is held by another run.
-pub const EXIT_LOCKED: u8 = 4;
-/// Exit code: usage error (sysexits EX_USAGE).
-pub const EXIT_USAGE: u8 = 64;
+// === flag value types and their parsers (argh `from_str_fn`) ===
+
+/// `--output`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Table,
+    Json,
+}
+
+fn format(value: &str) -> Result<Format, String> {
+    match value {
+        "table" => Ok(Format::Table),
+        "json" => Ok(Format::Json),
+        _ => Err("use table or json".into()),
+    }
+}
+
+/// `--engine`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EngineChoice {
+    Native,
+    Kubeadm,
+}
+
+fn engine_choice(value: &str) -> Result<EngineChoice, String> {
+    match value {
+        "native" => Ok(EngineChoice::Native),
+        "kubeadm" => Ok(EngineChoice::Kubeadm),
+        _ => Err("use native or kubeadm".into()),
+    }
+}
+
+/// A duration in seconds, possibly negative (`30d`, `-2d`).
+fn seconds(value: &str) -> Result<i64, String> {
+    clock::parse_duration(value)
+}
+
+/// A duration in seconds that must be positive.
+fn positive_seconds(value: &str) -> Result<i64, String> {
+    match clock::parse_duration(value)? {
+        s if s > 0 => Ok(s),
+        _ => Err("must be a positive duration".into()),
+    }
+}
+
+/// A duration that must not be negative (`0s` allowed).
+fn wait(value: &str) -> Result<Duration, String> {
+    match clock::parse_duration(value)? {
+        s if s >= 0 => Ok(Duration::from_secs(s.unsigned_abs())),
+        _ => Err("must not be negative".into()),
+    }
+}
+
+/// A positive duration, also in milliseconds (`500ms`).
+fn interval(value: &str) -> Result<Duration, String> {
+    if let Some(ms) = value.strip_suffix("ms") {
+        return match ms.parse::<u64>() {
+            Ok(n) if n > 0 => Ok(Duration::from_millis(n)),
+            _ => Err("must be a positive duration".into()),
+        };
+    }
+    positive_seconds(value).map(|s| Duration::from_secs(s.unsigned_abs()))
+}
+
+fn platform(value: &str) -> Result<PlatformChoice, String> {
+    PlatformChoice::parse(value).ok_or_else(|| "use auto, bottlerocket, kubeadm or none".into())
+}
+
+fn endpoint(value: &str) -> Result<(Component, SocketAddr), String> {
+    certrotor::restart::parse_endpoint(value)
+}
+
+fn layout(value: &str) -> Result<LabLayout, String> {
+    match value {
+        "kubeadm" => Ok(LabLayout::Kubeadm),
+        "bottlerocket" => Ok(LabLayout::Bottlerocket),
+        _ => Err("use kubeadm or bottlerocket".into()),
+    }
+}
+
+fn topology(value: &str) -> Result<Topology, String> {
+    match value {
+        "stacked" => Ok(Topology::Stacked),
+        "external-etcd" => Ok(Topology::ExternalEtcd),
+        _ => Err("use stacked or external-etcd".into()),
+    }
+}
+
+fn key_algorithm(value: &str) -> Result<KeyAlgorithm, String> {
+    KeyAlgorithm::parse(value)
+        .ok_or_else(|| "use rsa-2048, rsa-3072, rsa-4096, ecdsa-p256 or ecdsa-p384".into())
+}
+
+fn ip(value: &str) -> Result<IpAddr, String> {
+    value.parse().map_err(|_| "not an IP address".into())
+}
+
+fn node_name(value: &str) -> Result<String, String> {
+    if value.is_empty() || value.contains('/') {
+        return Err("not a valid node name".into());
+    }
+    Ok(value.to_string())
+}
+
+// === commands ===
 
 #[derive(FromArgs, Debug)]
 /// certrotor keeps kubeadm and etcdadm certificates from expiring on immutable nodes
 /// (Bottlerocket host or bootstrap container, or any kubeadm node).
 struct Top {
+    #[argh(
+        option,
+        default = "log::LevelFilter::Info",
+        from_str_fn(certrotor::logging::parse_level)
+    )]
+    /// diagnostics on stderr: off, error, warn, info (default), debug or trace; give it before
+    /// the command (certrotor --log-level debug daemon)
+    log_level: log::LevelFilter,
+    #[argh(option, default = "certrotor::logging::Format::Text")]
+    /// diagnostics format: text (default, UTC timestamps) or json (one object per line)
+    log_format: certrotor::logging::Format,
     #[argh(subcommand)]
     command: Command,
 }
@@ -54,7 +166,31 @@ enum Command {
     Version(VersionCmd),
 }
 
-/// The flags of `renew`, shared by `run` and `daemon`.
+/// The flags `renew`, `run` and `daemon` share, once parsed.
+#[derive(Debug, Clone)]
+struct RenewFlags {
+    root: Option<PathBuf>,
+    within: i64,
+    all: bool,
+    cert: Vec<String>,
+    dry_run: bool,
+    reuse_keys: bool,
+    validity: i64,
+    allow_beyond_ca: bool,
+    retention: usize,
+    engine: EngineChoice,
+    kubeadm_image: Option<String>,
+    kubeadm_path: Option<String>,
+    etcdadm_path: Option<String>,
+    ctr_path: Option<PathBuf>,
+    containerd_socket: Option<PathBuf>,
+    containerd_namespace: Option<String>,
+    lock_timeout: Duration,
+}
+
+/// Declares a command struct with the flags of `renew` (argh has no flattening), and
+/// `renew_flags()` to read them as one [`RenewFlags`]. It only declares; it never returns from
+/// its caller.
 macro_rules! renew_command {
     ($(#[$attr:meta])* struct $name:ident { $($extra:tt)* }) => {
         $(#[$attr])*
@@ -64,9 +200,9 @@ macro_rules! renew_command {
             /// the node's root filesystem (default: /.bottlerocket/rootfs inside a Bottlerocket host
             /// container, else /)
             root: Option<PathBuf>,
-            #[argh(option, default = "String::from(\"90d\")")]
+            #[argh(option, default = "90 * clock::DAY", from_str_fn(seconds))]
             /// renew what expires within this duration (default 90d)
-            within: String,
+            within: i64,
             #[argh(switch)]
             /// renew everything renewable, due or not
             all: bool,
@@ -79,19 +215,19 @@ macro_rules! renew_command {
             #[argh(switch)]
             /// keep the existing private keys (default: a new key of the same algorithm, as kubeadm)
             reuse_keys: bool,
-            #[argh(option, default = "String::from(\"365d\")")]
+            #[argh(option, default = "clock::YEAR", from_str_fn(positive_seconds))]
             /// validity of the renewed certificates (default 365d)
-            validity: String,
+            validity: i64,
             #[argh(switch)]
             /// allow certificates to outlive their CA
             allow_beyond_ca: bool,
             #[argh(option, default = "5")]
             /// backups to keep (default 5)
             retention: usize,
-            #[argh(option, default = "String::from(\"native\")")]
+            #[argh(option, default = "EngineChoice::Native", from_str_fn(engine_choice))]
             /// who issues the certificates: native (default, certrotor itself) or kubeadm (kubeadm
             /// certs renew / etcdadm in the bootstrap image, through containerd)
-            engine: String,
+            engine: EngineChoice,
             #[argh(option)]
             /// kubeadm engine: the image with kubeadm and etcdadm (default: the Bottlerocket setting
             /// host-containers.kubeadm-bootstrap.source); it must already be in containerd
@@ -112,9 +248,33 @@ macro_rules! renew_command {
             #[argh(option)]
             /// kubeadm engine: containerd namespace of the image (default k8s.io)
             containerd_namespace: Option<String>,
-            #[argh(option, default = "String::from(\"60s\")")]
+            #[argh(option, default = "Duration::from_secs(60)", from_str_fn(wait))]
             /// how long to wait for another certrotor run to finish (default 60s)
-            lock_timeout: String,
+            lock_timeout: Duration,
+        }
+
+        impl $name {
+            fn renew_flags(&self) -> RenewFlags {
+                RenewFlags {
+                    root: self.root.clone(),
+                    within: self.within,
+                    all: self.all,
+                    cert: self.cert.clone(),
+                    dry_run: self.dry_run,
+                    reuse_keys: self.reuse_keys,
+                    validity: self.validity,
+                    allow_beyond_ca: self.allow_beyond_ca,
+                    retention: self.retention,
+                    engine: self.engine,
+                    kubeadm_image: self.kubeadm_image.clone(),
+                    kubeadm_path: self.kubeadm_path.clone(),
+                    etcdadm_path: self.etcdadm_path.clone(),
+                    ctr_path: self.ctr_path.clone(),
+                    containerd_socket: self.containerd_socket.clone(),
+                    containerd_namespace: self.containerd_namespace.clone(),
+                    lock_timeout: self.lock_timeout,
+                }
+            }
         }
     };
 }
@@ -132,9 +292,9 @@ renew_command! {
     )]
     /// renew the certificates and kubeconfigs that are due, as kubeadm/etcdadm would
     struct RenewCmd {
-        #[argh(option, default = "String::from(\"table\")")]
+        #[argh(option, default = "Format::Table", from_str_fn(format))]
         /// output format: table (default) or json
-        output: String,
+        output: Format,
     }
 }
 
@@ -148,9 +308,9 @@ struct RollbackCmd {
     #[argh(option)]
     /// the backup id to restore (see 'certrotor backups')
     backup: Option<String>,
-    #[argh(option, default = "String::from(\"60s\")")]
+    #[argh(option, default = "Duration::from_secs(60)", from_str_fn(wait))]
     /// how long to wait for another certrotor run to finish (default 60s)
-    lock_timeout: String,
+    lock_timeout: Duration,
 }
 
 #[derive(FromArgs, Debug)]
@@ -160,9 +320,9 @@ struct BackupsCmd {
     #[argh(option)]
     /// the node's root filesystem
     root: Option<PathBuf>,
-    #[argh(option, default = "String::from(\"table\")")]
+    #[argh(option, default = "Format::Table", from_str_fn(format))]
     /// output format: table (default) or json
-    output: String,
+    output: Format,
 }
 
 #[derive(FromArgs, Debug)]
@@ -182,11 +342,11 @@ struct CheckCmd {
     #[argh(option)]
     root: Option<PathBuf>,
     /// output format: table (default) or json
-    #[argh(option, default = "String::from(\"table\")")]
-    output: String,
+    #[argh(option, default = "Format::Table", from_str_fn(format))]
+    output: Format,
     /// report certificates expiring within this duration as expiring (default 30d)
-    #[argh(option, default = "String::from(\"30d\")")]
-    warn_within: String,
+    #[argh(option, default = "30 * clock::DAY", from_str_fn(seconds))]
+    warn_within: i64,
 }
 
 #[derive(FromArgs, Debug)]
@@ -215,102 +375,79 @@ struct LabInitCmd {
     #[argh(positional)]
     dir: PathBuf,
     /// kubeadm (etc/kubernetes) or bottlerocket (var/lib/kubeadm); default kubeadm
-    #[argh(option, default = "String::from(\"kubeadm\")")]
-    layout: String,
+    #[argh(option, default = "LabLayout::Kubeadm", from_str_fn(layout))]
+    layout: LabLayout,
     /// stacked (etcd on the control plane) or external-etcd; default stacked
-    #[argh(option, default = "String::from(\"stacked\")")]
-    topology: String,
+    #[argh(option, default = "Topology::Stacked", from_str_fn(topology))]
+    topology: Topology,
     /// leaves expire after this duration, negative for already expired (default 365d)
-    #[argh(option, default = "String::from(\"365d\")")]
-    expires_in: String,
+    #[argh(option, default = "clock::YEAR", from_str_fn(seconds))]
+    expires_in: i64,
     /// rsa-2048 (default) or ecdsa-p256 (also rsa-3072, rsa-4096, ecdsa-p384)
-    #[argh(option, default = "String::from(\"rsa-2048\")")]
-    key_algorithm: String,
+    #[argh(
+        option,
+        default = "KeyAlgorithm::Rsa(2048)",
+        from_str_fn(key_algorithm)
+    )]
+    key_algorithm: KeyAlgorithm,
     /// the node name in certificates (default cp-1)
-    #[argh(option, default = "String::from(\"cp-1\")")]
+    #[argh(option, default = "String::from(\"cp-1\")", from_str_fn(node_name))]
     node_name: String,
     /// the node IP in certificates (default 10.0.0.10)
-    #[argh(option, default = "String::from(\"10.0.0.10\")")]
-    advertise_address: String,
+    #[argh(option, default = "IpAddr::from([10, 0, 0, 10])", from_str_fn(ip))]
+    advertise_address: IpAddr,
     /// add this to every standard port in manifests and kubeconfigs, to run lab nodes side by
     /// side (default 0)
     #[argh(option, default = "0")]
     port_offset: u16,
 }
 
-/// Turns `--engine` and the kubeadm engine's flags (on `renew`, `run`, `daemon`) into an engine.
-macro_rules! engine_flags {
-    ($c:expr, $api_socket:expr) => {{
-        let c = $c;
-        let kubeadm_flags = [
-            ("--kubeadm-image", c.kubeadm_image.is_some()),
-            ("--kubeadm-path", c.kubeadm_path.is_some()),
-            ("--etcdadm-path", c.etcdadm_path.is_some()),
-            ("--ctr-path", c.ctr_path.is_some()),
-            ("--containerd-socket", c.containerd_socket.is_some()),
-            ("--containerd-namespace", c.containerd_namespace.is_some()),
-        ];
-        match c.engine.as_str() {
-            "native" => {
-                if let Some((flag, _)) = kubeadm_flags.iter().find(|(_, given)| *given) {
-                    return Err(Failure::usage(format!(
-                        "{flag} applies to --engine kubeadm only"
-                    )));
-                }
-                crate::engine::Engine::Native
-            }
-            "kubeadm" => {
-                if c.reuse_keys {
-                    return Err(Failure::usage(
-                        "--reuse-keys: kubeadm and etcdadm always make new keys; use --engine native",
-                    ));
-                }
-                let d = crate::engine::KubeadmOptions::default();
-                crate::engine::Engine::Kubeadm(crate::engine::KubeadmOptions {
-                    image: c.kubeadm_image.clone(),
-                    kubeadm_path: c.kubeadm_path.clone().unwrap_or(d.kubeadm_path),
-                    etcdadm_path: c.etcdadm_path.clone().unwrap_or(d.etcdadm_path),
-                    ctr_path: c.ctr_path.clone(),
-                    socket: c.containerd_socket.clone().unwrap_or(d.socket),
-                    namespace: c.containerd_namespace.clone().unwrap_or(d.namespace),
-                    api_socket: $api_socket,
-                })
-            }
-            other => {
-                return Err(Failure::usage(format!(
-                    "--engine '{other}': use native or kubeadm"
-                )));
-            }
-        }
-    }};
+/// The platform flags `run`, `daemon` and `etcd-client import` share, once parsed.
+#[derive(Debug, Clone)]
+struct PassFlags {
+    platform: PlatformChoice,
+    api_socket: PathBuf,
+    endpoint: Vec<(Component, SocketAddr)>,
+    restart_timeout: Duration,
+    poll_interval: Duration,
 }
 
-/// `run` and `daemon`: renew's flags plus the platform flags.
+/// Declares `run` and `daemon`: renew's flags plus the platform flags, and `pass_flags()` to
+/// read the latter as one [`PassFlags`]. It only declares; it never returns from its caller.
 macro_rules! pass_command {
     ($(#[$attr:meta])* struct $name:ident { $($extra:tt)* }) => {
         renew_command! {
             $(#[$attr])*
             struct $name {
                 $($extra)*
-                #[argh(option, default = "String::from(\"auto\")")]
+                #[argh(option, default = "PlatformChoice::Auto", from_str_fn(platform))]
                 /// how to restart components: auto (default), bottlerocket, kubeadm or none
-                platform: String,
-                #[argh(option, default = "String::from(\"/run/api.sock\")")]
+                platform: PlatformChoice,
+                #[argh(option, default = "PathBuf::from(certrotor::catalog::paths::API_SOCKET)")]
                 /// the Bottlerocket API socket (default /run/api.sock)
-                api_socket: String,
-                #[argh(option)]
+                api_socket: PathBuf,
+                #[argh(option, from_str_fn(endpoint))]
                 /// a component's health endpoint, COMPONENT=IP:PORT, overriding its manifest;
                 /// repeatable
-                endpoint: Vec<String>,
-                #[argh(option, default = "String::from(\"300s\")")]
+                endpoint: Vec<(Component, SocketAddr)>,
+                #[argh(option, default = "Duration::from_secs(300)", from_str_fn(interval))]
                 /// bound on each wait for a pod to stop or to serve healthy (default 300s)
-                restart_timeout: String,
-                #[argh(option, default = "String::from(\"500ms\")")]
+                restart_timeout: Duration,
+                #[argh(option, default = "Duration::from_millis(500)", from_str_fn(interval))]
                 /// interval between two polls of a condition (default 500ms)
-                poll_interval: String,
-                #[argh(option, default = "String::from(\"table\")")]
-                /// output format of each pass: table (default) or json
-                output: String,
+                poll_interval: Duration,
+            }
+        }
+
+        impl $name {
+            fn pass_flags(&self) -> PassFlags {
+                PassFlags {
+                    platform: self.platform,
+                    api_socket: self.api_socket.clone(),
+                    endpoint: self.endpoint.clone(),
+                    restart_timeout: self.restart_timeout,
+                    poll_interval: self.poll_interval,
+                }
             }
         }
     };
@@ -331,6 +468,9 @@ pass_command! {
     /// one pass: check, renew what is due, restart components one at a time, verify, roll back
     /// on failure
     struct RunCmd {
+        #[argh(option, default = "Format::Table", from_str_fn(format))]
+        /// output format: table (default) or json
+        output: Format,
         #[argh(switch)]
         /// run one pass and exit (required: use 'certrotor daemon' to repeat)
         once: bool,
@@ -342,9 +482,9 @@ pass_command! {
     #[argh(subcommand, name = "daemon", note = "For a Bottlerocket host container. Stops on SIGTERM between passes.")]
     /// repeat 'run --once' every --interval (with jitter), logging each decision
     struct DaemonCmd {
-        #[argh(option, default = "String::from(\"1h\")")]
+        #[argh(option, default = "Duration::from_secs(3600)", from_str_fn(interval))]
         /// time between passes (default 1h, ±10% jitter); after a failure, retries sooner
-        interval: String,
+        interval: Duration,
     }
 }
 
@@ -364,15 +504,23 @@ enum EtcdClientSub {
 }
 
 #[derive(FromArgs, Debug)]
-#[argh(subcommand, name = "export")]
+#[argh(
+    subcommand,
+    name = "export",
+    note = "The bundle holds a private key: it is not written to a terminal unless --to-terminal is given."
+)]
 /// on the etcd node: write the apiserver-etcd-client certificate and key as one PEM bundle
 struct EtcdExportCmd {
     #[argh(option)]
     /// the etcd node's root filesystem
     root: Option<PathBuf>,
     #[argh(option, default = "String::from(\"-\")")]
-    /// where to write the bundle (mode 0600), or - for standard output (default)
+    /// where to write the bundle (mode 0600), or - for standard output (default; a pipe or a
+    /// file, not a terminal)
     out: String,
+    #[argh(switch)]
+    /// write the bundle (and its private key) to standard output even when it is a terminal
+    to_terminal: bool,
 }
 
 #[derive(FromArgs, Debug)]
@@ -385,24 +533,27 @@ struct EtcdImportCmd {
     #[argh(option, default = "String::from(\"-\")")]
     /// the bundle file, or - for standard input (default)
     from: String,
-    #[argh(option, default = "String::from(\"60s\")")]
+    #[argh(option, default = "Duration::from_secs(60)", from_str_fn(wait))]
     /// how long to wait for another certrotor run to finish (default 60s)
-    lock_timeout: String,
-    #[argh(option, default = "String::from(\"auto\")")]
+    lock_timeout: Duration,
+    #[argh(option, default = "PlatformChoice::Auto", from_str_fn(platform))]
     /// how to restart kube-apiserver afterwards: auto (default), bottlerocket, kubeadm or none
-    platform: String,
-    #[argh(option, default = "String::from(\"/run/api.sock\")")]
+    platform: PlatformChoice,
+    #[argh(
+        option,
+        default = "PathBuf::from(certrotor::catalog::paths::API_SOCKET)"
+    )]
     /// the Bottlerocket API socket (default /run/api.sock)
-    api_socket: String,
-    #[argh(option)]
+    api_socket: PathBuf,
+    #[argh(option, from_str_fn(endpoint))]
     /// kube-apiserver's health endpoint, kube-apiserver=IP:PORT, overriding its manifest
-    endpoint: Vec<String>,
-    #[argh(option, default = "String::from(\"300s\")")]
+    endpoint: Vec<(Component, SocketAddr)>,
+    #[argh(option, default = "Duration::from_secs(300)", from_str_fn(interval))]
     /// bound on each wait for the pod to stop or to serve healthy (default 300s)
-    restart_timeout: String,
-    #[argh(option, default = "String::from(\"500ms\")")]
+    restart_timeout: Duration,
+    #[argh(option, default = "Duration::from_millis(500)", from_str_fn(interval))]
     /// interval between two polls of a condition (default 500ms)
-    poll_interval: String,
+    poll_interval: Duration,
 }
 
 #[derive(FromArgs, Debug)]
@@ -419,27 +570,92 @@ struct DemoCmd {
 /// print the version
 struct VersionCmd {}
 
-/// A command's failure: the message and the exit code.
+/// Why a command failed: a usage error, or the library's typed error (its cause in `source()`).
 #[derive(Debug)]
-pub struct Failure {
-    pub code: u8,
-    pub message: String,
+enum CliError {
+    /// A bad flag or flag value (exit 64).
+    Usage(String),
+    /// The node root is not a folder.
+    NoRoot(PathBuf),
+    Ops(OpsError),
+    EtcdClient(EtcdClientError),
+    Lab(lab::LabError),
+    Demo(certrotor::demo::DemoError),
+    /// A report could not be serialised as JSON.
+    Json(serde_json::Error),
+    /// Reading or writing the etcd client bundle.
+    Bundle {
+        what: String,
+        source: std::io::Error,
+    },
+    /// Reading the etcd client bundle file.
+    ReadBundle(ReadError),
 }
 
-impl Failure {
-    /// A usage error (exit 64).
-    pub fn usage(message: impl Into<String>) -> Failure {
-        Failure {
-            code: EXIT_USAGE,
-            message: message.into(),
+impl CliError {
+    fn usage(message: impl Into<String>) -> CliError {
+        CliError::Usage(message.into())
+    }
+
+    /// The exit code: 64 for usage, else what [`outcome::for_error`] makes of the cause.
+    fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Usage(_) => EXIT_USAGE,
+            other => outcome::for_error(other),
         }
     }
-    /// A failed command (exit 2).
-    pub fn failed(message: impl Into<String>) -> Failure {
-        Failure {
-            code: EXIT_FAILED,
-            message: message.into(),
+}
+
+impl std::fmt::Display for CliError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CliError::Usage(m) => f.write_str(m),
+            CliError::NoRoot(root) => write!(
+                f,
+                "the node root '{}' is not a folder; give the node's root filesystem with --root",
+                root.display()
+            ),
+            CliError::Ops(e) => write!(f, "{e}"),
+            CliError::EtcdClient(e) => write!(f, "{e}"),
+            CliError::Lab(e) => write!(f, "{e}"),
+            CliError::Demo(e) => write!(f, "{e}"),
+            CliError::Json(e) => write!(f, "cannot serialise the report as JSON: {e}"),
+            CliError::Bundle { what, source } => write!(f, "{what}: {source}"),
+            CliError::ReadBundle(e) => write!(f, "{e}"),
         }
+    }
+}
+
+impl std::error::Error for CliError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CliError::Usage(_) | CliError::NoRoot(_) => None,
+            CliError::Ops(e) => Some(e),
+            CliError::EtcdClient(e) => Some(e),
+            CliError::Lab(e) => Some(e),
+            CliError::Demo(e) => Some(e),
+            CliError::Json(e) => Some(e),
+            CliError::Bundle { source, .. } => Some(source),
+            CliError::ReadBundle(e) => Some(e),
+        }
+    }
+}
+
+impl From<OpsError> for CliError {
+    fn from(e: OpsError) -> Self {
+        CliError::Ops(e)
+    }
+}
+
+impl From<EtcdClientError> for CliError {
+    fn from(e: EtcdClientError) -> Self {
+        CliError::EtcdClient(e)
+    }
+}
+
+impl From<serde_json::Error> for CliError {
+    fn from(e: serde_json::Error) -> Self {
+        CliError::Json(e)
     }
 }
 
@@ -451,7 +667,7 @@ const HOST_CONTAINER_DIR: &str = "/.bottlerocket/host-containers/current";
 /// The command line of a Bottlerocket container, which cannot be given arguments: the words of
 /// its user-data file (`#` starts a comment), or by default `run --once --platform none` for a bootstrap
 /// container and `daemon` for a host container. `None` outside such a container.
-pub fn container_args(bootstrap_dir: &Path, host_dir: &Path) -> Option<Vec<String>> {
+fn container_args(bootstrap_dir: &Path, host_dir: &Path) -> Option<Vec<String>> {
     for (dir, default) in [
         (bootstrap_dir, "run --once --platform none"),
         (host_dir, "daemon"),
@@ -479,20 +695,23 @@ pub fn container_args(bootstrap_dir: &Path, host_dir: &Path) -> Option<Vec<Strin
 pub fn main(mut args: Vec<String>) -> ExitCode {
     // Die quietly on a closed pipe (`certrotor check | head`), as command-line tools do, instead
     // of panicking in println!.
-    // SAFETY: setting a signal disposition to SIG_DFL has no memory-safety preconditions.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
+    // SAFETY: setting a signal disposition to SIG_DFL has no memory-safety preconditions; nix
+    // has no safe form of signal(2).
+    #[allow(unsafe_code)]
+    let _ = unsafe {
+        nix::sys::signal::signal(
+            nix::sys::signal::Signal::SIGPIPE,
+            nix::sys::signal::SigHandler::SigDfl,
+        )
+    };
+    let mut from_user_data = None;
     if args.len() <= 1
         && let Some(words) = container_args(
             Path::new(BOOTSTRAP_CONTAINER_DIR),
             Path::new(HOST_CONTAINER_DIR),
         )
     {
-        eprintln!(
-            "certrotor: arguments from the container's user-data: {}",
-            words.join(" ")
-        );
+        from_user_data = Some(words.join(" "));
         args.truncate(1);
         args.extend(words);
     }
@@ -511,23 +730,30 @@ pub fn main(mut args: Vec<String>) -> ExitCode {
                     ExitCode::SUCCESS
                 }
                 Err(()) => {
-                    eprint!("{}", early.output);
-                    eprintln!("Run '{program} help' or '{program} <command> --help' for usage.");
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "{}Run '{program} help' or '{program} <command> --help' for usage.",
+                        early.output
+                    );
                     ExitCode::from(EXIT_USAGE)
                 }
             };
         }
     };
+    certrotor::logging::init(top.log_level, top.log_format);
+    if let Some(words) = from_user_data {
+        log::info!("arguments from the container's user-data: {words}");
+    }
     match run(top) {
         Ok(code) => ExitCode::from(code),
-        Err(f) => {
-            eprintln!("certrotor: {}", f.message);
-            ExitCode::from(f.code)
+        Err(e) => {
+            log::error!("{e}");
+            ExitCode::from(e.exit_code())
         }
     }
 }
 
-fn run(top: Top) -> Result<u8, Failure> {
+fn run(top: Top) -> Result<u8, CliError> {
     match top.command {
         Command::Check(c) => check(c),
         Command::Lab(LabCmd {
@@ -544,303 +770,221 @@ fn run(top: Top) -> Result<u8, Failure> {
         }) => etcd_import(c),
         Command::Run(c) => run_cmd(c),
         Command::Daemon(c) => daemon_cmd(c),
-        Command::Demo(c) => crate::demo::run(c.keep),
+        Command::Demo(c) => {
+            certrotor::demo::run(c.keep).map_err(CliError::Demo)?;
+            Ok(outcome::EXIT_OK)
+        }
         Command::Version(_) => {
             println!("certrotor {}", env!("CARGO_PKG_VERSION"));
-            Ok(0)
+            Ok(outcome::EXIT_OK)
         }
     }
 }
 
-/// Parses a duration flag, as a usage error when malformed.
-pub fn duration_flag(flag: &str, value: &str) -> Result<i64, Failure> {
-    clock::parse_duration(value).map_err(|e| Failure::usage(format!("--{flag}: {e}")))
-}
-
-/// The root: the flag, or the default.
-pub fn root_flag(root: Option<PathBuf>) -> Result<PathBuf, Failure> {
+/// The root: the flag, or the default; it must be a folder.
+fn root_flag(root: Option<PathBuf>) -> Result<PathBuf, CliError> {
     let root = root.unwrap_or_else(inventory::default_root);
     if !root.is_dir() {
-        return Err(Failure::failed(format!(
-            "the node root '{}' is not a folder; give the node's root filesystem with --root",
-            root.display()
-        )));
+        return Err(CliError::NoRoot(root));
     }
     Ok(root)
 }
 
-fn check(c: CheckCmd) -> Result<u8, Failure> {
-    let warn = duration_flag("warn-within", &c.warn_within)?;
-    if !matches!(c.output.as_str(), "table" | "json") {
-        return Err(Failure::usage(format!(
-            "--output '{}': use table or json",
-            c.output
-        )));
-    }
+/// Renders a report as JSON or as its table.
+fn render<T: serde::Serialize>(
+    output: Format,
+    value: &T,
+    table: impl FnOnce(&T) -> String,
+) -> Result<String, CliError> {
+    Ok(match output {
+        Format::Json => format!("{}\n", report::json(value)?),
+        Format::Table => table(value),
+    })
+}
+
+fn check(c: CheckCmd) -> Result<u8, CliError> {
     let root = root_flag(c.root)?;
-    crate::recover_before_reading(&root)?;
-    let inv = inventory::take(&root, clock::now(), warn);
-    if c.output == "json" {
-        println!("{}", report::json(&inv));
-    } else {
-        print!("{}", report::table(&inv));
-    }
-    Ok(check_exit_code(&inv))
+    certrotor::recover_before_reading(&root)?;
+    let inv = inventory::take(&root, clock::now(), c.warn_within);
+    print!("{}", render(c.output, &inv, report::table)?);
+    Ok(outcome::for_inventory(&inv))
 }
 
-/// 0 fine, 1 expiring, 2 expired/invalid/missing; 2 as well when nothing was found.
-pub fn check_exit_code(inv: &inventory::Inventory) -> u8 {
-    if inv.layouts.is_empty() {
-        return EXIT_FAILED;
-    }
-    match inv.worst() {
-        Some(Status::Expiring) => EXIT_EXPIRING,
-        Some(Status::Expired | Status::Invalid | Status::Missing) => EXIT_FAILED,
-        _ => 0,
-    }
-}
-
-fn lab_init(c: LabInitCmd) -> Result<u8, Failure> {
-    let layout = match c.layout.as_str() {
-        "kubeadm" => LabLayout::Kubeadm,
-        "bottlerocket" => LabLayout::Bottlerocket,
-        other => {
-            return Err(Failure::usage(format!(
-                "--layout '{other}': use kubeadm or bottlerocket"
-            )));
-        }
-    };
-    let topology = match c.topology.as_str() {
-        "stacked" => Topology::Stacked,
-        "external-etcd" => Topology::ExternalEtcd,
-        other => {
-            return Err(Failure::usage(format!(
-                "--topology '{other}': use stacked or external-etcd"
-            )));
-        }
-    };
-    let key_algorithm = KeyAlgorithm::parse(&c.key_algorithm).ok_or_else(|| {
-        Failure::usage(format!(
-            "--key-algorithm '{}': use rsa-2048, rsa-3072, rsa-4096, ecdsa-p256 or ecdsa-p384",
-            c.key_algorithm
-        ))
-    })?;
-    let advertise_address = c.advertise_address.parse().map_err(|_| {
-        Failure::usage(format!(
-            "--advertise-address '{}' is not an IP address",
-            c.advertise_address
-        ))
-    })?;
-    if c.node_name.is_empty() || c.node_name.contains('/') {
-        return Err(Failure::usage(format!(
-            "--node-name '{}' is not a valid node name",
-            c.node_name
-        )));
-    }
+fn lab_init(c: LabInitCmd) -> Result<u8, CliError> {
     let opts = LabOptions {
-        layout,
-        topology,
-        expires_in: duration_flag("expires-in", &c.expires_in)?,
-        key_algorithm,
+        layout: c.layout,
+        topology: c.topology,
+        expires_in: c.expires_in,
+        key_algorithm: c.key_algorithm,
         node_name: c.node_name,
-        advertise_address,
+        advertise_address: c.advertise_address,
         cluster_name: "kubernetes".into(),
         port_offset: c.port_offset,
         now: clock::now(),
     };
-    let summary = lab::init(&c.dir, &opts).map_err(|e| Failure::failed(e.to_string()))?;
+    let summary = lab::init(&c.dir, &opts).map_err(CliError::Lab)?;
     for root in &summary.roots {
         println!("lab node written: {}", root.display());
     }
-    println!(
-        "{} files; inspect with: certrotor check --root {}",
-        summary.files,
-        summary.roots[0].display()
-    );
-    Ok(0)
+    if let Some(first) = summary.roots.first() {
+        println!(
+            "{} files; inspect with: certrotor check --root {}",
+            summary.files,
+            first.display()
+        );
+    }
+    Ok(outcome::EXIT_OK)
 }
 
-fn output_flag(value: &str) -> Result<bool, Failure> {
-    match value {
-        "table" => Ok(false),
-        "json" => Ok(true),
-        other => Err(Failure::usage(format!(
-            "--output '{other}': use table or json"
-        ))),
+/// Renew's selection flags as a policy.
+fn policy(f: &RenewFlags) -> Result<Policy, CliError> {
+    if f.all && !f.cert.is_empty() {
+        return Err(CliError::usage("--all and --cert exclude each other"));
     }
-}
-
-fn write_options(
-    lock_timeout: &str,
-    retention: usize,
-) -> Result<crate::ops::WriteOptions, Failure> {
-    let secs = duration_flag("lock-timeout", lock_timeout)?;
-    if secs < 0 {
-        return Err(Failure::usage("--lock-timeout must not be negative"));
-    }
-    Ok(crate::ops::WriteOptions {
-        lock_timeout: std::time::Duration::from_secs(secs as u64),
-        retention,
-        engine: crate::engine::Engine::Native,
+    Ok(Policy {
+        within: f.within,
+        all: f.all,
+        names: f.cert.clone(),
+        reuse_keys: f.reuse_keys,
+        validity: f.validity,
+        allow_beyond_ca: f.allow_beyond_ca,
     })
 }
 
-/// Turns renew's selection flags into a policy.
-macro_rules! policy_flags {
-    ($c:expr) => {{
-        let c = $c;
-        if c.all && !c.cert.is_empty() {
-            return Err(Failure::usage("--all and --cert exclude each other"));
+/// `--engine` and the kubeadm engine's flags as an engine.
+fn engine(f: &RenewFlags, api_socket: PathBuf) -> Result<Engine, CliError> {
+    let kubeadm_flags = [
+        ("--kubeadm-image", f.kubeadm_image.is_some()),
+        ("--kubeadm-path", f.kubeadm_path.is_some()),
+        ("--etcdadm-path", f.etcdadm_path.is_some()),
+        ("--ctr-path", f.ctr_path.is_some()),
+        ("--containerd-socket", f.containerd_socket.is_some()),
+        ("--containerd-namespace", f.containerd_namespace.is_some()),
+    ];
+    match f.engine {
+        EngineChoice::Native => match kubeadm_flags.iter().find(|(_, given)| *given) {
+            Some((flag, _)) => Err(CliError::usage(format!(
+                "{flag} applies to --engine kubeadm only"
+            ))),
+            None => Ok(Engine::Native),
+        },
+        EngineChoice::Kubeadm if f.reuse_keys => Err(CliError::usage(
+            "--reuse-keys: kubeadm and etcdadm always make new keys; use --engine native",
+        )),
+        EngineChoice::Kubeadm => {
+            let d = KubeadmOptions::default();
+            Ok(Engine::Kubeadm(KubeadmOptions {
+                image: f.kubeadm_image.clone(),
+                kubeadm_path: f.kubeadm_path.clone().unwrap_or(d.kubeadm_path),
+                etcdadm_path: f.etcdadm_path.clone().unwrap_or(d.etcdadm_path),
+                ctr_path: f.ctr_path.clone(),
+                socket: f.containerd_socket.clone().unwrap_or(d.socket),
+                namespace: f.containerd_namespace.clone().unwrap_or(d.namespace),
+                api_socket,
+            }))
         }
-        let validity = duration_flag("validity", &c.validity)?;
-        if validity <= 0 {
-            return Err(Failure::usage("--validity must be positive"));
-        }
-        crate::renew::Policy {
-            within: duration_flag("within", &c.within)?,
-            all: c.all,
-            names: c.cert.clone(),
-            reuse_keys: c.reuse_keys,
-            validity,
-            allow_beyond_ca: c.allow_beyond_ca,
-        }
-    }};
+    }
 }
 
-fn renew(c: RenewCmd) -> Result<u8, Failure> {
-    let json = output_flag(&c.output)?;
-    let engine = engine_flags!(&c, PathBuf::from(crate::catalog::paths::API_SOCKET));
-    let policy = policy_flags!(&c);
-    let mut opts = write_options(&c.lock_timeout, c.retention)?;
-    opts.engine = engine;
-    let root = root_flag(c.root)?;
-    let report = crate::ops::renew(&root, &policy, c.dry_run, &opts)?;
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).unwrap_or_default()
-        );
-    } else {
-        print!("{}", renew_table(&report, true));
-    }
-    Ok(0)
+fn write_options(f: &RenewFlags, api_socket: PathBuf) -> Result<WriteOptions, CliError> {
+    Ok(WriteOptions {
+        lock_timeout: f.lock_timeout,
+        retention: f.retention,
+        engine: engine(f, api_socket)?,
+    })
 }
 
-fn renew_table(r: &crate::ops::RenewReport, restart_hint: bool) -> String {
-    let mut out = String::new();
-    let plan = &r.plan;
-    if plan.items.is_empty() {
-        out.push_str("Nothing to renew.\n");
-    } else {
-        let verb = if r.dry_run { "Would renew" } else { "Renewed" };
-        out.push_str(&format!(
-            "{verb} {} certificate(s), valid {} .. {}{}:\n",
-            plan.items.len(),
-            plan.not_before,
-            plan.not_after,
-            if plan.reuse_keys {
-                ", keeping their keys"
-            } else {
-                " with new keys"
-            }
-        ));
-        for i in &plan.items {
-            let residual = i
-                .residual_seconds
-                .map(clock::human_duration)
-                .unwrap_or_else(|| "?".into());
-            out.push_str(&format!(
-                "  {:<32} {:<8} residual {:<10} signer {:<16} {}\n",
-                i.name,
-                i.reason.to_string(),
-                residual,
-                i.signer,
-                i.path
-            ));
-        }
+fn restart_options(p: PassFlags) -> RestartOptions {
+    RestartOptions {
+        platform: p.platform,
+        api_socket: p.api_socket,
+        timeout: p.restart_timeout,
+        poll: p.poll_interval,
+        endpoints: p.endpoint.into_iter().collect::<BTreeMap<_, _>>(),
     }
-    for s in &plan.skipped {
-        out.push_str(&format!("  skipped {}: {}\n", s.name, s.why));
-    }
-    if let Some(id) = &r.backup_id {
-        out.push_str(&format!(
-            "Backup: {id} (undo with 'certrotor rollback --backup {id}')\n"
-        ));
-        if restart_hint {
-            out.push_str(
-                "Components read certificates at start: restart them so that they use the new files \
-                 ('certrotor run --once' does it one at a time and verifies).\n",
-            );
-        }
-    }
-    out
 }
 
-fn rollback(c: RollbackCmd) -> Result<u8, Failure> {
-    let opts = write_options(&c.lock_timeout, crate::txn::DEFAULT_RETENTION)?;
-    let root = root_flag(c.root)?;
-    let (id, outcome) = crate::ops::rollback(&root, c.backup.as_deref(), &opts)?;
-    println!(
-        "Restored backup {id}: {} file(s). The state before the rollback is backup {}.",
-        outcome.files.len(),
-        outcome.backup_id
+fn run_options(f: &RenewFlags, p: PassFlags) -> Result<RunOptions, CliError> {
+    Ok(RunOptions {
+        policy: policy(f)?,
+        dry_run: f.dry_run,
+        write: write_options(f, p.api_socket.clone())?,
+        restart: restart_options(p),
+    })
+}
+
+fn renew(c: RenewCmd) -> Result<u8, CliError> {
+    let f = c.renew_flags();
+    let policy = policy(&f)?;
+    let opts = write_options(&f, PathBuf::from(certrotor::catalog::paths::API_SOCKET))?;
+    let root = root_flag(f.root)?;
+    let done = certrotor::ops::renew(&root, &policy, f.dry_run, &opts)?;
+    print!(
+        "{}",
+        render(c.output, &done, |r| report::renew_table(r, true))?
     );
-    for f in &outcome.files {
-        println!("  {f}");
-    }
-    Ok(0)
+    Ok(outcome::EXIT_OK)
 }
 
-fn backups(c: BackupsCmd) -> Result<u8, Failure> {
-    let json = output_flag(&c.output)?;
+fn rollback(c: RollbackCmd) -> Result<u8, CliError> {
+    let opts = WriteOptions {
+        lock_timeout: c.lock_timeout,
+        ..WriteOptions::default()
+    };
     let root = root_flag(c.root)?;
-    crate::recover_before_reading(&root)?;
-    let list = crate::txn::list_backups(&root);
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&list).unwrap_or_default()
-        );
-    } else if list.is_empty() {
-        println!(
-            "No backups under '{}'.",
-            crate::txn::state_dir(&root).join("backups").display()
-        );
-    } else {
-        println!("{:<22} {:<22} {:<10} FILES", "ID", "CREATED", "KIND");
-        for b in &list {
-            println!(
-                "{:<22} {:<22} {:<10} {}",
-                b.id,
-                b.created_at,
-                b.kind,
-                b.files.len()
-            );
-        }
-    }
-    Ok(0)
+    let (id, done) = certrotor::ops::rollback(&root, c.backup.as_deref(), &opts)?;
+    print!("{}", report::rollback_text(&id, &done));
+    Ok(outcome::EXIT_OK)
 }
 
-fn etcd_export(c: EtcdExportCmd) -> Result<u8, Failure> {
+fn backups(c: BackupsCmd) -> Result<u8, CliError> {
     let root = root_flag(c.root)?;
-    let bundle = crate::etcd_client::export(&root)?;
+    certrotor::recover_before_reading(&root)?;
+    let list = certrotor::txn::list_backups(&root).map_err(certrotor::ops::OpsError::from)?;
+    let dir = certrotor::txn::state_dir(&root).join("backups");
+    print!(
+        "{}",
+        render(c.output, &list, |l| report::backups_table(
+            l,
+            &dir.display().to_string()
+        ))?
+    );
+    Ok(outcome::EXIT_OK)
+}
+
+fn etcd_export(c: EtcdExportCmd) -> Result<u8, CliError> {
+    use std::io::IsTerminal;
+    if c.out == "-" && !c.to_terminal && std::io::stdout().is_terminal() {
+        return Err(CliError::usage(
+            "the bundle holds a private key and standard output is a terminal: give --out FILE, \
+             redirect or pipe the output, or add --to-terminal",
+        ));
+    }
+    let root = root_flag(c.root)?;
+    let bundle = certrotor::etcd_client::export(&root)?;
     if c.out == "-" {
         use std::io::Write;
         std::io::stdout()
             .write_all(&bundle)
-            .map_err(|e| Failure::failed(format!("cannot write the bundle: {e}")))?;
+            .map_err(|source| CliError::Bundle {
+                what: "cannot write the bundle".into(),
+                source,
+            })?;
     } else {
         let path = PathBuf::from(&c.out);
-        crate::fsutil::write_atomic(&path, &bundle, 0o600).map_err(|e| {
-            Failure::failed(format!("cannot write the bundle '{}': {e}", path.display()))
+        certrotor::fsutil::write_atomic(&path, &bundle, 0o600).map_err(|source| {
+            CliError::Bundle {
+                what: format!("cannot write the bundle '{}'", path.display()),
+                source,
+            }
         })?;
     }
-    Ok(0)
+    Ok(outcome::EXIT_OK)
 }
 
-fn etcd_import(c: EtcdImportCmd) -> Result<u8, Failure> {
-    let opts = crate::ops::RunOptions {
-        policy: crate::renew::Policy {
+fn etcd_import(c: EtcdImportCmd) -> Result<u8, CliError> {
+    let opts = RunOptions {
+        policy: Policy {
             within: 0,
             all: false,
             names: vec![],
@@ -849,210 +993,78 @@ fn etcd_import(c: EtcdImportCmd) -> Result<u8, Failure> {
             allow_beyond_ca: false,
         },
         dry_run: false,
-        write: write_options(&c.lock_timeout, crate::txn::DEFAULT_RETENTION)?,
-        restart: restart_flags(
-            &c.platform,
-            &c.api_socket,
-            &c.endpoint,
-            &c.restart_timeout,
-            &c.poll_interval,
-        )?,
+        write: WriteOptions {
+            lock_timeout: c.lock_timeout,
+            ..WriteOptions::default()
+        },
+        restart: restart_options(PassFlags {
+            platform: c.platform,
+            api_socket: c.api_socket,
+            endpoint: c.endpoint,
+            restart_timeout: c.restart_timeout,
+            poll_interval: c.poll_interval,
+        }),
     };
     let root = root_flag(c.root)?;
-    let limit = crate::pki::MAX_PEM_FILE_BYTES;
+    let limit = certrotor::pki::MAX_PEM_FILE_BYTES;
     let bundle = if c.from == "-" {
         use std::io::Read;
         let mut buf = Vec::new();
         std::io::stdin()
             .take(limit + 1)
             .read_to_end(&mut buf)
-            .map_err(|e| Failure::failed(format!("cannot read the bundle: {e}")))?;
+            .map_err(|source| CliError::Bundle {
+                what: "cannot read the bundle".into(),
+                source,
+            })?;
         buf
     } else {
-        crate::fsutil::read_limited(std::path::Path::new(&c.from), &c.from, limit)
-            .map_err(|e| Failure::failed(e.to_string()))?
+        certrotor::fsutil::read_limited(Path::new(&c.from), &c.from, limit)
+            .map_err(CliError::ReadBundle)?
     };
-    let report = crate::ops::import_etcd_client(&root, &bundle, &opts)?;
-    println!(
-        "Installed the apiserver-etcd-client pair (backup {}):",
-        report.backup_id
-    );
-    for f in &report.files {
-        println!("  {f}");
-    }
-    if report.platform == "none" {
-        println!(
-            "Platform none: restart kube-apiserver so that it uses the new etcd client certificate."
-        );
-    }
-    for r in &report.restarted {
-        println!(
-            "Restarted {} (unavailable {} ms), verified.",
-            r.component.name(),
-            r.unavailable_ms
-        );
-    }
-    if let Some(rb) = &report.rolled_back {
-        println!("VERIFICATION FAILED: {}", rb.failure);
-        println!(
-            "Restored backup {}{}",
-            rb.backup_id,
-            rb.error
-                .as_deref()
-                .map(|e| format!("; ROLLBACK INCOMPLETE: {e}"))
-                .unwrap_or_default()
-        );
-    }
-    Ok(report.exit_code())
+    let done = certrotor::ops::import_etcd_client(&root, &bundle, &opts)?;
+    print!("{}", report::import_text(&done));
+    Ok(outcome::for_rollback(done.rolled_back.as_ref()))
 }
 
-/// Turns `run`/`daemon` flags into options.
-/// The restart flags of `run`, `daemon` and `etcd-client import`.
-fn restart_flags(
-    platform: &str,
-    api_socket: &str,
-    endpoints: &[String],
-    restart_timeout: &str,
-    poll_interval: &str,
-) -> Result<crate::restart::RestartOptions, Failure> {
-    let platform = crate::restart::PlatformChoice::parse(platform).ok_or_else(|| {
-        Failure::usage(format!(
-            "--platform '{platform}': use auto, bottlerocket, kubeadm or none"
-        ))
-    })?;
-    let mut parsed = std::collections::BTreeMap::new();
-    for e in endpoints {
-        let (component, addr) = crate::restart::parse_endpoint(e).map_err(Failure::usage)?;
-        parsed.insert(component, addr);
-    }
-    Ok(crate::restart::RestartOptions {
-        platform,
-        api_socket: PathBuf::from(api_socket),
-        timeout: positive_duration("restart-timeout", restart_timeout)?,
-        poll: positive_duration("poll-interval", poll_interval)?,
-        endpoints: parsed,
-    })
-}
-
-macro_rules! run_options {
-    ($c:expr) => {{
-        let c = $c;
-        let json = output_flag(&c.output)?;
-        let opts = crate::ops::RunOptions {
-            policy: policy_flags!(c),
-            dry_run: c.dry_run,
-            write: crate::ops::WriteOptions {
-                engine: engine_flags!(c, PathBuf::from(&c.api_socket)),
-                ..write_options(&c.lock_timeout, c.retention)?
-            },
-            restart: restart_flags(
-                &c.platform,
-                &c.api_socket,
-                &c.endpoint,
-                &c.restart_timeout,
-                &c.poll_interval,
-            )?,
-        };
-        (root_flag(c.root.clone())?, opts, json)
-    }};
-}
-
-/// Parses a duration flag that may be given in milliseconds (`500ms`) and must be positive.
-fn positive_duration(flag: &str, value: &str) -> Result<std::time::Duration, Failure> {
-    if let Some(ms) = value.strip_suffix("ms") {
-        return match ms.parse::<u64>() {
-            Ok(n) if n > 0 => Ok(std::time::Duration::from_millis(n)),
-            _ => Err(Failure::usage(format!(
-                "--{flag} '{value}' must be a positive duration"
-            ))),
-        };
-    }
-    match duration_flag(flag, value)? {
-        s if s > 0 => Ok(std::time::Duration::from_secs(s as u64)),
-        _ => Err(Failure::usage(format!(
-            "--{flag} '{value}' must be a positive duration"
-        ))),
-    }
-}
-
-fn run_cmd(c: RunCmd) -> Result<u8, Failure> {
+fn run_cmd(c: RunCmd) -> Result<u8, CliError> {
     if !c.once {
-        return Err(Failure::usage(
+        return Err(CliError::usage(
             "'run' needs --once; use 'certrotor daemon' to run repeatedly",
         ));
     }
-    let (root, opts, json) = run_options!(&c);
-    let report = crate::ops::run_once(&root, &opts)?;
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).unwrap_or_default()
-        );
-    } else {
-        print!("{}", renew_table(&report.renew, false));
-        print!("{}", run_table(&report));
-    }
-    Ok(report.exit_code())
+    let f = c.renew_flags();
+    let opts = run_options(&f, c.pass_flags())?;
+    let root = root_flag(f.root)?;
+    let done = certrotor::ops::run_once(&root, &opts)?;
+    print!(
+        "{}",
+        render(c.output, &done, |r| format!(
+            "{}{}",
+            report::renew_table(&r.renew, false),
+            report::run_table(r)
+        ))?
+    );
+    Ok(outcome::for_rollback(done.rolled_back.as_ref()))
 }
 
-fn run_table(r: &crate::ops::RunReport) -> String {
-    let mut out = String::new();
-    if r.components.is_empty() {
-        return out;
-    }
-    let names = r
-        .components
-        .iter()
-        .map(|c| c.name())
-        .collect::<Vec<_>>()
-        .join(", ");
-    if r.platform == "none" {
-        out.push_str(&format!(
-            "Platform none: restart {names} so that they use the new certificates.\n"
-        ));
-        return out;
-    }
-    out.push_str(&format!(
-        "Restarted one at a time on platform {}:\n",
-        r.platform
-    ));
-    for x in &r.restarted {
-        out.push_str(&format!(
-            "  {:<24} unavailable {:>6} ms  {}\n",
-            x.component.name(),
-            x.unavailable_ms,
-            x.served_sha256
-                .as_deref()
-                .map(|s| format!("serves sha256 {s}"))
-                .unwrap_or_else(|| "healthy".into())
-        ));
-    }
-    if let Some(rb) = &r.rolled_back {
-        out.push_str(&format!("VERIFICATION FAILED: {}\n", rb.failure));
-        out.push_str(&format!(
-            "Restored backup {} and restarted:\n",
-            rb.backup_id
-        ));
-        for x in &rb.restarted {
-            out.push_str(&format!(
-                "  {:<24} unavailable {:>6} ms  previous certificate served\n",
-                x.component.name(),
-                x.unavailable_ms
-            ));
-        }
-        if let Some(e) = &rb.error {
-            out.push_str(&format!("ROLLBACK INCOMPLETE: {e}\n"));
-        }
-    } else {
-        out.push_str(&format!("All verified in {} ms.\n", r.duration_ms));
-    }
-    out
-}
-
-fn daemon_cmd(c: DaemonCmd) -> Result<u8, Failure> {
-    let interval = positive_duration("interval", &c.interval)?;
-    let (root, opts, _json) = run_options!(&c);
-    crate::ops::daemon(&root, &opts, interval)
+fn daemon_cmd(c: DaemonCmd) -> Result<u8, CliError> {
+    let f = c.renew_flags();
+    let opts = run_options(&f, c.pass_flags())?;
+    let root = root_flag(f.root)?;
+    // A closed stderr (the reader of a pipe gone) must not end the daemon: without SIGPIPE a
+    // failed write returns EPIPE, which the logger drops. The daemon prints nothing on stdout.
+    // SAFETY: setting a signal disposition to SIG_IGN has no memory-safety preconditions; nix
+    // has no safe form of signal(2).
+    #[allow(unsafe_code)]
+    let _ = unsafe {
+        nix::sys::signal::signal(
+            nix::sys::signal::Signal::SIGPIPE,
+            nix::sys::signal::SigHandler::SigIgn,
+        )
+    };
+    certrotor::ops::daemon(&root, &opts, c.interval);
+    Ok(outcome::EXIT_OK)
 }
 
 #[cfg(test)]

@@ -80,34 +80,32 @@ pub fn format_duration(secs: i64) -> String {
     out
 }
 
+/// Unix seconds as der's calendar time. der covers 1970-01-01 to 9999-12-31, the range of
+/// X.509 times it decodes; a value outside it (only reachable by arithmetic on such times) is
+/// shown at the nearest end of the range.
+fn date_time(secs: i64) -> der::DateTime {
+    let max = der::DateTime::INFINITY.unix_duration().as_secs();
+    let clamped = u64::try_from(secs).unwrap_or(0).min(max);
+    der::DateTime::from_unix_duration(std::time::Duration::from_secs(clamped))
+        .unwrap_or(der::DateTime::INFINITY)
+}
+
 /// Splits Unix seconds into (year, month, day, hour, minute, second) in UTC.
 pub fn civil(secs: i64) -> (i64, u32, u32, u32, u32, u32) {
-    let days = secs.div_euclid(DAY);
-    let rem = secs.rem_euclid(DAY);
-    // Howard Hinnant's days-to-civil algorithm.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let t = date_time(secs);
     (
-        year,
-        month,
-        day,
-        (rem / 3600) as u32,
-        ((rem % 3600) / 60) as u32,
-        (rem % 60) as u32,
+        i64::from(t.year()),
+        u32::from(t.month()),
+        u32::from(t.day()),
+        u32::from(t.hour()),
+        u32::from(t.minutes()),
+        u32::from(t.seconds()),
     )
 }
 
-/// RFC 3339 in UTC with a `Z`, e.g. `2026-11-22T14:13:34Z`.
+/// RFC 3339 in UTC with a `Z`, e.g. `2026-11-22T14:13:34Z` (der's `DateTime` format).
 pub fn rfc3339(secs: i64) -> String {
-    let (y, mo, d, h, mi, s) = civil(secs);
-    format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z")
+    date_time(secs).to_string()
 }
 
 /// A compact UTC stamp for backup ids, e.g. `20261122T141334Z`.
@@ -118,25 +116,8 @@ pub fn compact_stamp(secs: i64) -> String {
 
 /// Parses an RFC 3339 UTC time (`2026-11-22T14:13:34Z`) into Unix seconds.
 pub fn parse_rfc3339(text: &str) -> Option<i64> {
-    let b = text.as_bytes();
-    if b.len() != 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || b[19] != b'Z' {
-        return None;
-    }
-    let num = |r: std::ops::Range<usize>| text.get(r)?.parse::<i64>().ok();
-    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (h, mi, s) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || s > 60 {
-        return None;
-    }
-    // Inverse of `civil` (days-from-civil).
-    let y2 = if mo <= 2 { y - 1 } else { y };
-    let era = y2.div_euclid(400);
-    let yoe = y2.rem_euclid(400);
-    let mp = (mo + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(days * DAY + h * 3600 + mi * 60 + s)
+    let t: der::DateTime = text.parse().ok()?;
+    i64::try_from(t.unix_duration().as_secs()).ok()
 }
 
 /// kubeadm's EXPIRES column: Go layout `Jan 02, 2006 15:04 MST` in UTC.
@@ -236,6 +217,10 @@ mod tests {
         assert_eq!(parse_rfc3339("2026-11-22T14:13:34Z"), Some(1_795_356_814));
         assert_eq!(parse_rfc3339("2000-02-29T00:00:00Z"), Some(951_782_400));
         assert_eq!(parse_rfc3339("2026-13-22T14:13:34Z"), None);
+        assert_eq!(parse_rfc3339("2026-02-30T14:13:34Z"), None);
+        assert_eq!(parse_rfc3339("2026-11-22 14:13:34Z"), None);
+        assert_eq!(rfc3339(-1), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(i64::MAX), "9999-12-31T23:59:59Z");
         assert_eq!(kubeadm_date(1_795_356_814), "Nov 22, 2026 14:13 UTC");
         assert_eq!(compact_stamp(1_795_356_814), "20261122T141334Z");
         for s in [0, 951_782_400, 1_795_356_814, 2_556_143_999, 4_102_444_800] {

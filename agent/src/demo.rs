@@ -1,16 +1,45 @@
 //! `certrotor demo`: the main job on a built-in example, start to finish, in a temporary folder.
 
-use crate::cli::{Failure, check_exit_code};
+use std::fmt;
+
 use crate::clock::{self, DAY};
 use crate::inventory;
 use crate::lab::{self, LabLayout, LabOptions, Topology};
 use crate::ops::{self, WriteOptions};
+use crate::outcome;
 use crate::pki::KeyAlgorithm;
 use crate::renew::Policy;
 use crate::report;
 
+/// Why the demo stopped.
+#[derive(Debug)]
+pub enum DemoError {
+    /// Writing the lab node failed.
+    Lab(lab::LabError),
+    /// The renewal failed.
+    Renew(ops::OpsError),
+}
+
+impl fmt::Display for DemoError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DemoError::Lab(e) => write!(f, "the demo's lab node: {e}"),
+            DemoError::Renew(e) => write!(f, "the demo's renewal: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for DemoError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            DemoError::Lab(e) => Some(e),
+            DemoError::Renew(e) => Some(e),
+        }
+    }
+}
+
 /// Runs the demo; removes the lab node afterwards unless `keep`.
-pub fn run(keep: bool) -> Result<u8, Failure> {
+pub fn run(keep: bool) -> Result<(), DemoError> {
     let dir = std::env::temp_dir().join(format!(
         "certrotor-demo-{}-{}",
         std::process::id(),
@@ -25,7 +54,7 @@ pub fn run(keep: bool) -> Result<u8, Failure> {
     result
 }
 
-fn story(dir: &std::path::Path) -> Result<u8, Failure> {
+fn story(dir: &std::path::Path) -> Result<(), DemoError> {
     let now = clock::now();
     let opts = LabOptions {
         layout: LabLayout::Bottlerocket,
@@ -43,13 +72,13 @@ fn story(dir: &std::path::Path) -> Result<u8, Failure> {
         "   (certrotor lab init {} --layout bottlerocket --expires-in 3d)\n",
         dir.display()
     );
-    lab::init(dir, &opts).map_err(|e| Failure::failed(e.to_string()))?;
+    lab::init(dir, &opts).map_err(DemoError::Lab)?;
     println!("2. certrotor check --root {}\n", dir.display());
     let inv = inventory::take(dir, now, 30 * DAY);
     print!("{}", report::table(&inv));
     println!(
         "\n   check exits {} (1: something expires within 30 days).",
-        check_exit_code(&inv)
+        outcome::for_inventory(&inv)
     );
     let policy = Policy {
         within: 90 * DAY,
@@ -63,7 +92,8 @@ fn story(dir: &std::path::Path) -> Result<u8, Failure> {
         "\n3. certrotor renew --root {}   (what is due within 90 days, in one transaction)\n",
         dir.display()
     );
-    let report = ops::renew(dir, &policy, false, &WriteOptions::default())?;
+    let report =
+        ops::renew(dir, &policy, false, &WriteOptions::default()).map_err(DemoError::Renew)?;
     for item in &report.plan.items {
         println!(
             "   renewed {:<26} signer {:<15} ({})",
@@ -89,7 +119,7 @@ fn story(dir: &std::path::Path) -> Result<u8, Failure> {
     print!("{}", report::table(&after));
     println!(
         "\n   check exits {}. kubelet.conf is left alone: the kubelet rotates its own client certificate.",
-        check_exit_code(&after)
+        outcome::for_inventory(&after)
     );
-    Ok(0)
+    Ok(())
 }

@@ -128,11 +128,11 @@ pub fn issue(root: &Path, plan: &Plan, engine: &Engine) -> Result<Output, IssueE
             let started = clock::now();
             let clock_started = Instant::now();
             let issued = kubeadm_issue(root, plan, opts)?;
-            crate::log(&format!(
+            log::info!(
                 "kubeadm engine: {} certificate(s) in {} ms",
                 issued.len(),
                 clock_started.elapsed().as_millis()
-            ));
+            );
             Ok(Output {
                 issued,
                 validity: ValidityCheck::ToolChosen {
@@ -324,9 +324,7 @@ impl Ctr {
             if pid.is_some_and(|p| p != std::process::id() && certrotor_alive(p)) {
                 continue;
             }
-            crate::log(&format!(
-                "kubeadm engine: removing container '{name}' left by an interrupted run"
-            ));
+            log::warn!("kubeadm engine: removing container '{name}' left by an interrupted run");
             if let Some(problem) = self.remove(&name) {
                 return Err(err(problem));
             }
@@ -381,7 +379,7 @@ impl Ctr {
         }
         for line in redact_keys(&format!("{}\n{}", ran.stdout, ran.stderr)).lines() {
             if !line.trim().is_empty() {
-                crate::log(&format!("{}: {}", tool.join(" "), line.trim()));
+                log::info!("{}: {}", tool.join(" "), line.trim());
             }
         }
         Ok(ran.stdout)
@@ -417,11 +415,13 @@ fn certrotor_alive(pid: u32) -> bool {
 /// client waiting forever.
 fn die_with_parent(command: &mut Command) {
     use std::os::unix::process::CommandExt;
-    // SAFETY: the closure runs between fork and exec and only calls prctl, which is
-    // async-signal-safe; it touches no memory of the parent.
+    // SAFETY (`pre_exec` has no safe form): the closure runs between fork and exec and only
+    // calls prctl, which is async-signal-safe; it allocates nothing and touches no memory of
+    // the parent.
+    #[allow(unsafe_code)]
     unsafe {
         command.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
             Ok(())
         });
     }
@@ -431,15 +431,20 @@ fn die_with_parent(command: &mut Command) {
 /// `/` with its submounts). A superpowered host container has CAP_SYS_CHROOT.
 fn chroot_into_host_root(command: &mut Command) {
     use std::os::unix::process::CommandExt;
-    // SAFETY: the closure runs between fork and exec and only calls chroot(2) and chdir(2),
-    // which are async-signal-safe, on a constant NUL-terminated path.
+    // Made before the fork: the child must not allocate. (The constant has no NUL; were it to,
+    // the child fails with InvalidInput rather than running unchrooted.)
+    let host_root = std::ffi::CString::new(crate::catalog::paths::BOTTLEROCKET_HOST_ROOT);
+    // SAFETY (`pre_exec` has no safe form): the closure runs between fork and exec and only
+    // calls chroot(2) and chdir(2), which are async-signal-safe, on C strings made before the
+    // fork (nix passes a `CStr` through without allocating).
+    #[allow(unsafe_code)]
     unsafe {
-        command.pre_exec(|| {
-            if libc::chroot(c"/.bottlerocket/rootfs".as_ptr()) != 0
-                || libc::chdir(c"/".as_ptr()) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
+        command.pre_exec(move || {
+            let root = host_root
+                .as_deref()
+                .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+            nix::unistd::chroot(root)?;
+            nix::unistd::chdir(c"/")?;
             Ok(())
         });
     }
@@ -544,10 +549,10 @@ impl Staging {
         let parent = root.join(STATE_DIR).join("engine");
         if let Ok(list) = std::fs::read_dir(&parent) {
             for e in list.flatten() {
-                crate::log(&format!(
+                log::warn!(
                     "kubeadm engine: removing the staging copy '{}' of an interrupted run",
                     e.path().display()
-                ));
+                );
                 std::fs::remove_dir_all(e.path())
                     .map_err(|x| err(format!("cannot remove '{}': {x}", e.path().display())))?;
             }
@@ -755,6 +760,8 @@ fn collect(
 ) -> Result<Issued, IssueError> {
     let ctx = |e: &dyn fmt::Display| err(format!("{}: {e}", item.name));
     let (cert_pem, key_pem) = staged_pair(stage, dir, item)?;
+    // Scrubbed on every path out of here, unless moved into `Issued` (which scrubs its files).
+    let mut key_pem = zeroize::Zeroizing::new(key_pem);
     let new = Cert::from_pem(&cert_pem).map_err(|e| ctx(&e))?;
     let key = PrivateKey::from_pem(&key_pem).map_err(|e| ctx(&e))?;
     let ca = Cert::from_pem(&read_rel(root, &item.signer_cert_path)?).map_err(|e| ctx(&e))?;
@@ -776,7 +783,7 @@ fn collect(
         (
             old,
             vec![
-                (key_path, key_pem, 0o600),
+                (key_path, std::mem::take(&mut *key_pem), 0o600),
                 (item.path.clone(), cert_pem, 0o644),
             ],
         )

@@ -7,77 +7,173 @@
 //! replaces) and installs it in one transaction, under the names the layout uses (Bottlerocket:
 //! `pki/server-etcd-client.crt` with `pki/apiserver-etcd-client.key`).
 
+use std::fmt;
 use std::path::Path;
 
 use crate::catalog::{self, EtcdTopology, Kind};
-use crate::cli::Failure;
-use crate::fsutil;
-use crate::ops::{self, WriteOptions};
-use crate::pki::{Cert, MAX_PEM_FILE_BYTES, PrivateKey, oid};
-use crate::txn::{self, Change};
+use crate::fsutil::{self, ReadError};
+use crate::ops::{OpsError, WriteOptions};
+use crate::pki::{Cert, MAX_PEM_FILE_BYTES, PkiError, PrivateKey, oid};
+use crate::txn::{self, Change, TxnError};
+
+/// Why exporting or installing the apiserver-etcd-client pair failed, with its typed cause.
+/// `Display` is the whole sentence (it includes the cause's text); `source()` is the cause.
+#[derive(Debug)]
+pub enum EtcdClientError {
+    /// Completing an interrupted transaction before reading failed.
+    Recover(Box<OpsError>),
+    /// No apiserver-etcd-client certificate to export under the root.
+    NothingToExport { root: String },
+    /// A file could not be read.
+    Read(ReadError),
+    /// A file the layout names does not exist.
+    Missing { path: String, root: String },
+    /// A certificate or key of the node does not decode.
+    Pem { path: String, source: PkiError },
+    /// The key on the etcd node does not match its certificate.
+    KeyMismatch { key: String, cert: String },
+    /// The certificate to export has expired.
+    Expired { path: String },
+    /// Encoding the bundle failed.
+    Encode(PkiError),
+    /// The bundle is refused; nothing was changed.
+    Refused {
+        what: String,
+        source: Option<PkiError>,
+    },
+    /// The transaction that installs the pair failed.
+    Txn(TxnError),
+}
+
+impl fmt::Display for EtcdClientError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EtcdClientError::Recover(e) => write!(f, "{e}"),
+            EtcdClientError::NothingToExport { root } => write!(
+                f,
+                "no apiserver-etcd-client certificate under '{root}'; export runs on the etcd node ({})",
+                catalog::layout_summary()
+            ),
+            EtcdClientError::Read(e) => write!(f, "{e}"),
+            EtcdClientError::Missing { path, root } => {
+                write!(f, "'{path}' does not exist under '{root}'")
+            }
+            EtcdClientError::Pem { path, source } => write!(f, "'{path}': {source}"),
+            EtcdClientError::KeyMismatch { key, cert } => {
+                write!(f, "'{key}' does not match '{cert}'; renew it first")
+            }
+            EtcdClientError::Expired { path } => write!(
+                f,
+                "'{path}' has expired; run 'certrotor renew' on this node first"
+            ),
+            EtcdClientError::Encode(e) => write!(f, "cannot encode the bundle: {e}"),
+            EtcdClientError::Refused { what, source } => match source {
+                Some(e) => write!(f, "{what}: {e}; nothing was changed"),
+                None => write!(f, "{what}; nothing was changed"),
+            },
+            EtcdClientError::Txn(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for EtcdClientError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            EtcdClientError::Recover(e) => Some(e.as_ref()),
+            EtcdClientError::Read(e) => Some(e),
+            EtcdClientError::Pem { source, .. } => Some(source),
+            EtcdClientError::Encode(e) => Some(e),
+            EtcdClientError::Refused { source, .. } => source
+                .as_ref()
+                .map(|e| e as &(dyn std::error::Error + 'static)),
+            EtcdClientError::Txn(e) => Some(e),
+            EtcdClientError::NothingToExport { .. }
+            | EtcdClientError::Missing { .. }
+            | EtcdClientError::KeyMismatch { .. }
+            | EtcdClientError::Expired { .. } => None,
+        }
+    }
+}
+
+/// A refusal of the bundle with its cause.
+fn refused(what: impl Into<String>) -> impl FnOnce(PkiError) -> EtcdClientError {
+    let what = what.into();
+    move |e| EtcdClientError::Refused {
+        what,
+        source: Some(e),
+    }
+}
+
+/// A refusal of the bundle without an underlying error.
+fn refuse(what: impl Into<String>) -> EtcdClientError {
+    EtcdClientError::Refused {
+        what: what.into(),
+        source: None,
+    }
+}
 
 /// The bundle `export` writes: the certificate, then its key.
-pub fn export(root: &Path) -> Result<Vec<u8>, Failure> {
-    crate::recover_before_reading(root)?;
+pub fn export(root: &Path) -> Result<Vec<u8>, EtcdClientError> {
+    crate::recover_before_reading(root).map_err(|e| EtcdClientError::Recover(Box::new(e)))?;
     let layouts = catalog::detect(root);
     let entries = catalog::entries(root, &layouts);
     let entry = entries
         .iter()
-        .find(|e| e.name == "etcdadm-apiserver-etcd-client")
-        .or_else(|| entries.iter().find(|e| e.name == "apiserver-etcd-client" && e.kind == Kind::Leaf))
-        .ok_or_else(|| {
-            Failure::failed(format!(
-                "no apiserver-etcd-client certificate under '{}'; export runs on the etcd node ({})",
-                root.display(),
-                catalog::layout_summary()
-            ))
+        .find(|e| e.name == catalog::names::ETCDADM_APISERVER_ETCD_CLIENT)
+        .or_else(|| {
+            entries
+                .iter()
+                .find(|e| e.name == catalog::names::APISERVER_ETCD_CLIENT && e.kind == Kind::Leaf)
+        })
+        .ok_or_else(|| EtcdClientError::NothingToExport {
+            root: root.display().to_string(),
         })?;
     let cert_bytes = read(root, &entry.path)?;
     let key_path = entry.key_path.clone().unwrap_or_default();
     let key_bytes = read(root, &key_path)?;
-    let cert = Cert::from_pem(&cert_bytes)
-        .map_err(|e| Failure::failed(format!("'{}': {e}", entry.path)))?;
-    let key = PrivateKey::from_pem(&key_bytes)
-        .map_err(|e| Failure::failed(format!("'{key_path}': {e}")))?;
+    let cert = Cert::from_pem(&cert_bytes).map_err(|source| EtcdClientError::Pem {
+        path: entry.path.clone(),
+        source,
+    })?;
+    let key = PrivateKey::from_pem(&key_bytes).map_err(|source| EtcdClientError::Pem {
+        path: key_path.clone(),
+        source,
+    })?;
     if !key.matches(&cert) {
-        return Err(Failure::failed(format!(
-            "'{key_path}' does not match '{}'; renew it first",
-            entry.path
-        )));
+        return Err(EtcdClientError::KeyMismatch {
+            key: key_path,
+            cert: entry.path.clone(),
+        });
     }
     if cert.not_after() <= crate::clock::now() {
-        return Err(Failure::failed(format!(
-            "'{}' has expired; run 'certrotor renew' on this node first",
-            entry.path
-        )));
+        return Err(EtcdClientError::Expired {
+            path: entry.path.clone(),
+        });
     }
-    let mut bundle = cert
-        .to_pem()
-        .map_err(|e| Failure::failed(e.to_string()))?
-        .into_bytes();
+    let mut bundle = cert.to_pem().map_err(EtcdClientError::Encode)?.into_bytes();
     bundle.extend_from_slice(
         key.to_pem(key.encoding)
-            .map_err(|e| Failure::failed(e.to_string()))?
+            .map_err(EtcdClientError::Encode)?
             .0
             .as_bytes(),
     );
-    crate::log(&format!(
+    log::info!(
         "exported '{}' (serial {}, expires {})",
         entry.path,
         cert.facts().serial,
         crate::clock::rfc3339(cert.not_after())
-    ));
+    );
     Ok(bundle)
 }
 
-fn read(root: &Path, rel: &str) -> Result<Vec<u8>, Failure> {
+fn read(root: &Path, rel: &str) -> Result<Vec<u8>, EtcdClientError> {
     match fsutil::read_in_root(root, rel, MAX_PEM_FILE_BYTES) {
         Ok(Some(b)) => Ok(b),
-        Ok(None) => Err(Failure::failed(format!(
-            "'{rel}' does not exist under '{}'",
-            root.display()
-        ))),
-        Err(e) => Err(Failure::failed(e.to_string())),
+        Ok(None) => Err(EtcdClientError::Missing {
+            path: rel.to_string(),
+            root: root.display().to_string(),
+        }),
+        Err(e) => Err(EtcdClientError::Read(e)),
     }
 }
 
@@ -87,35 +183,31 @@ pub fn install(
     root: &Path,
     bundle: &[u8],
     opts: &WriteOptions,
-) -> Result<(Vec<String>, String), Failure> {
-    let bad = |m: String| Failure::failed(format!("{m}; nothing was changed"));
-    let cert = Cert::from_pem(bundle).map_err(|e| bad(format!("the bundle: {e}")))?;
-    let key = PrivateKey::from_pem(bundle).map_err(|e| bad(format!("the bundle's key: {e}")))?;
+) -> Result<(Vec<String>, String), EtcdClientError> {
+    let cert = Cert::from_pem(bundle).map_err(refused("the bundle"))?;
+    let key = PrivateKey::from_pem(bundle).map_err(refused("the bundle's key"))?;
     let layout = catalog::detect(root)
         .into_iter()
         .find(|l| l.etcd == EtcdTopology::External)
         .ok_or_else(|| {
-            bad(format!(
+            refuse(format!(
                 "no external-etcd control plane under '{}' (a kubeadm folder with pki/etcd/ca.crt and no etcd CA key)",
                 root.display()
             ))
         })?;
     let ca_path = format!("{}/pki/etcd/ca.crt", layout.dir);
-    let ca =
-        Cert::from_pem(&read(root, &ca_path)?).map_err(|e| bad(format!("'{ca_path}': {e}")))?;
+    let ca = Cert::from_pem(&read(root, &ca_path)?).map_err(refused(format!("'{ca_path}'")))?;
     cert.verify_signed_by(&ca, "etcd-ca")
-        .map_err(|e| bad(format!("the bundle's certificate: {e}")))?;
+        .map_err(refused("the bundle's certificate"))?;
     if !key.matches(&cert) {
-        return Err(bad("the bundle's key does not match its certificate".into()));
+        return Err(refuse("the bundle's key does not match its certificate"));
     }
     if !cert.ext_key_usage_oids().contains(&oid::CLIENT_AUTH) {
-        return Err(bad(
-            "the bundle's certificate does not carry clientAuth".into()
-        ));
+        return Err(refuse("the bundle's certificate does not carry clientAuth"));
     }
     let now = crate::clock::now();
     if cert.not_after() <= now || cert.not_before() > now + 300 {
-        return Err(bad(format!(
+        return Err(refuse(format!(
             "the bundle's certificate is not valid now ({} .. {})",
             crate::clock::rfc3339(cert.not_before()),
             crate::clock::rfc3339(cert.not_after())
@@ -124,8 +216,8 @@ pub fn install(
     let entries = catalog::entries(root, std::slice::from_ref(&layout));
     let entry = entries
         .iter()
-        .find(|e| e.name == "apiserver-etcd-client")
-        .ok_or_else(|| bad("the layout has no apiserver-etcd-client entry".into()))?;
+        .find(|e| e.name == catalog::names::APISERVER_ETCD_CLIENT)
+        .ok_or_else(|| refuse("the layout has no apiserver-etcd-client entry"))?;
     // Every name the certificate lives under: the catalog's, plus the other name if present.
     let mut cert_paths = vec![entry.path.clone()];
     for alt in ["apiserver-etcd-client.crt", "server-etcd-client.crt"] {
@@ -138,19 +230,19 @@ pub fn install(
         && let Ok(old) = Cert::from_pem(&old_bytes)
         && cert.not_after() <= old.not_after()
     {
-        return Err(bad(format!(
+        return Err(refuse(format!(
             "the bundle's certificate expires {} which is not later than the installed one ({}); export a renewed one",
             crate::clock::rfc3339(cert.not_after()),
             crate::clock::rfc3339(old.not_after())
         )));
     }
     let key_path = entry.key_path.clone().unwrap_or_default();
-    let cert_pem = cert.to_pem().map_err(|e| bad(e.to_string()))?.into_bytes();
+    let cert_pem = cert.to_pem().map_err(EtcdClientError::Encode)?.into_bytes();
     let mut changes = vec![Change {
         rel: key_path,
         content: Some(
             key.to_pem(key.encoding)
-                .map_err(|e| bad(e.to_string()))?
+                .map_err(EtcdClientError::Encode)?
                 .0
                 .as_bytes()
                 .to_vec(),
@@ -165,6 +257,6 @@ pub fn install(
         });
     }
     let outcome =
-        txn::apply(root, &changes, "import", now, opts.retention).map_err(ops::txn_failure)?;
+        txn::apply(root, &changes, "import", now, opts.retention).map_err(EtcdClientError::Txn)?;
     Ok((outcome.files, outcome.backup_id))
 }

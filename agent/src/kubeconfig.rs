@@ -398,59 +398,19 @@ fn named_mut<'a>(
         })
 }
 
-const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
 /// Standard base64 with padding, unwrapped (as client-go writes `*-data`).
 pub fn base64_encode(data: &[u8]) -> String {
-    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
-    for chunk in data.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(B64[((n >> (18 - 6 * i)) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    <base64ct::Base64 as base64ct::Encoding>::encode_string(data)
 }
 
-/// Decodes standard base64, ignoring whitespace. `None` on any other stray character.
+/// Decodes standard base64, ignoring whitespace (YAML folding), padded or not. `None` on any
+/// other stray character.
 pub fn base64_decode(text: &str) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(text.len() / 4 * 3);
-    let mut acc: u32 = 0;
-    let mut bits = 0;
-    let mut padding = 0;
-    for c in text.bytes() {
-        if c.is_ascii_whitespace() {
-            continue;
-        }
-        if c == b'=' {
-            padding += 1;
-            continue;
-        }
-        if padding > 0 {
-            return None;
-        }
-        let v = B64.iter().position(|x| *x == c)? as u32;
-        acc = (acc << 6) | v;
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-            acc &= (1 << bits) - 1;
-        }
-    }
-    if padding > 2 {
-        return None;
-    }
-    Some(out)
+    use base64ct::{Base64, Base64Unpadded, Encoding};
+    let compact: String = text.split_ascii_whitespace().collect();
+    Base64::decode_vec(&compact)
+        .or_else(|_| Base64Unpadded::decode_vec(&compact))
+        .ok()
 }
 
 #[cfg(test)]
@@ -465,6 +425,8 @@ mod tests {
         assert_eq!(base64_encode(b"foobar"), "Zm9vYmFy");
         assert_eq!(base64_encode(b"fo"), "Zm8=");
         assert!(base64_decode("Zm9v!").is_none());
+        assert_eq!(base64_decode("Zm9v\n YmFy").unwrap(), b"foobar");
+        assert_eq!(base64_decode("Zm8").unwrap(), b"fo");
     }
 
     #[test]

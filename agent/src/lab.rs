@@ -97,12 +97,12 @@ pub fn init(dir: &Path, opts: &LabOptions) -> Result<LabSummary, LabError> {
     let mut w = Writer { files: 0 };
     let clock = LabClock::new(opts.now, opts.expires_in);
     let kdir = match opts.layout {
-        LabLayout::Kubeadm => "etc/kubernetes",
-        LabLayout::Bottlerocket => "var/lib/kubeadm",
+        LabLayout::Kubeadm => crate::catalog::paths::KUBEADM_DIR,
+        LabLayout::Bottlerocket => crate::catalog::paths::BOTTLEROCKET_KUBEADM_DIR,
     };
     let etcd_dir = match opts.layout {
-        LabLayout::Kubeadm => "etc/etcd/pki",
-        LabLayout::Bottlerocket => "var/lib/etcd/pki",
+        LabLayout::Kubeadm => crate::catalog::paths::ETCDADM_PKI,
+        LabLayout::Bottlerocket => crate::catalog::paths::BOTTLEROCKET_ETCD_PKI,
     };
     // The control plane's own CAs are the same in both topologies.
     let (cp, etcd_root) = match opts.topology {
@@ -707,8 +707,8 @@ fn write_etcd_node(
 /// `/var/lib/kubeadm/manifests`, which tests load into the API emulator.
 pub fn manifest_dir(layout: LabLayout) -> &'static str {
     match layout {
-        LabLayout::Kubeadm => "etc/kubernetes/manifests",
-        LabLayout::Bottlerocket => "var/lib/kubeadm/manifests",
+        LabLayout::Kubeadm => crate::catalog::paths::KUBEADM_MANIFESTS,
+        LabLayout::Bottlerocket => crate::catalog::paths::BOTTLEROCKET_KUBEADM_MANIFESTS,
     }
 }
 

@@ -5,8 +5,11 @@
 //! [`pki`] is the only module that touches certificate bytes, [`catalog`] the only one that
 //! knows the node layouts. See ARCHITECTURE.md for the map.
 
+// `unsafe` only where no safe API exists (`pre_exec`, installing signal handlers), each allowed
+// at its use with a SAFETY comment.
+#![deny(unsafe_code)]
+
 pub mod catalog;
-pub mod cli;
 pub mod clock;
 pub mod demo;
 pub mod engine;
@@ -15,17 +18,20 @@ pub mod fsutil;
 pub mod inventory;
 pub mod kubeconfig;
 pub mod lab;
+pub mod logging;
 pub mod manifests;
 pub mod ops;
+pub mod outcome;
 pub mod pki;
 pub mod renew;
 pub mod report;
 pub mod restart;
+pub mod state;
 pub mod txn;
 pub mod verify;
 
 /// Completes or undoes an interrupted transaction before any command reads the PKI.
-pub fn recover_before_reading(root: &std::path::Path) -> Result<(), cli::Failure> {
+pub fn recover_before_reading(root: &std::path::Path) -> Result<(), ops::OpsError> {
     // Only where certrotor has state: a read-only inspection of a foreign root writes nothing.
     let state = txn::state_dir(root);
     if !state.is_dir() {
@@ -40,7 +46,7 @@ pub fn recover_before_reading(root: &std::path::Path) -> Result<(), cli::Failure
         .open(state.join("lock"));
     if let Err(e) = writable {
         let journal = state.join("journal.json").exists();
-        log(&format!(
+        log::warn!(
             "cannot take the lock in '{}' ({e}); reading without it{}",
             state.display(),
             if journal {
@@ -48,26 +54,21 @@ pub fn recover_before_reading(root: &std::path::Path) -> Result<(), cli::Failure
             } else {
                 ""
             }
-        ));
+        );
         return Ok(());
     }
     // Reading never waits for another run: a renewal holds the lock for seconds, a daemon's
     // restart pass for minutes. Say that one is in progress and read the files as they are.
     match ops::lock_and_recover(root, std::time::Duration::ZERO) {
         Ok(_lock) => Ok(()),
-        Err(f) if f.code == cli::EXIT_LOCKED => {
-            log(&format!(
+        Err(ops::OpsError::Txn(txn::TxnError::Locked { .. })) => {
+            log::warn!(
                 "another certrotor run is in progress (it holds '{}'); reading the PKI as it is \
                  now, without waiting: files being renewed may change in a moment",
                 state.join("lock").display()
-            ));
+            );
             Ok(())
         }
         Err(f) => Err(f),
     }
-}
-
-/// Logs one line to stderr with a UTC timestamp. Never give it key material.
-pub fn log(message: &str) {
-    eprintln!("{} certrotor: {message}", clock::rfc3339(clock::now()));
 }

@@ -1,4 +1,9 @@
 //! `certrotor` binary: parse arguments, call the library, turn the outcome into an exit code.
+//! The command line lives here, outside the library, so that the library never depends on it.
+#![deny(unsafe_code)]
+
+mod cli;
+
 fn main() -> std::process::ExitCode {
-    certrotor::cli::main(std::env::args().collect())
+    cli::main(std::env::args().collect())
 }

@@ -6,13 +6,14 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::cli::{EXIT_FAILED, EXIT_LOCKED, Failure};
 use crate::clock;
 use crate::inventory;
 use crate::manifests::Component;
 use crate::renew::{self, Plan, Policy};
 use crate::restart::{self, Platform, RestartOptions, Restarted};
 use crate::txn::{self, Lock, Recovery, TxnError};
+
+use std::fmt;
 
 /// Options shared by commands that write.
 #[derive(Debug, Clone)]
@@ -33,44 +34,106 @@ impl Default for WriteOptions {
     }
 }
 
-/// Maps a transaction error to the command's failure.
-pub fn txn_failure(e: TxnError) -> Failure {
-    let code = if matches!(e, TxnError::Locked { .. }) {
-        EXIT_LOCKED
-    } else {
-        EXIT_FAILED
-    };
-    Failure {
-        code,
-        message: e.to_string(),
+/// Why an operation failed, with its typed cause. Every variant that can happen before the
+/// transaction commits says so ("nothing was changed"). `Display` is the whole sentence for a
+/// person (it includes the cause's text); `source()` gives the cause to programs (the exit code
+/// is chosen from it, in [`crate::outcome`]).
+#[derive(Debug)]
+pub enum OpsError {
+    /// Locking, recovering, applying or reading a backup.
+    Txn(TxnError),
+    /// An interrupted restart could not be completed.
+    RecoverRestart(crate::restart::RestartError),
+    /// The restart platform could not be determined.
+    Platform(crate::restart::RestartError),
+    /// A component that would need a restart cannot be restarted; nothing was written.
+    NotRestartable(crate::restart::RestartError),
+    /// The renewal plan is refused (bad names, beyond the CA, …).
+    Plan(renew::PlanError),
+    /// Issuing the new certificates failed; nothing was written.
+    Issue(renew::IssueError),
+    /// A new certificate failed validation before anything was written.
+    Invalid(renew::IssueError),
+    /// `rollback` without `--backup`, and there is no backup to restore.
+    NoBackups { dir: String },
+    /// The record of restarts to do could not be written; nothing was changed.
+    Pending {
+        path: String,
+        source: std::io::Error,
+    },
+    /// The record of restarts still owed (`pending-restarts.json`) exists but cannot be used.
+    OwedRestarts(crate::state::StateError),
+    /// `etcd-client import` refused or failed to install the bundle.
+    Import(Box<crate::etcd_client::EtcdClientError>),
+}
+
+impl fmt::Display for OpsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OpsError::Txn(e) => write!(f, "{e}"),
+            OpsError::RecoverRestart(e) => write!(f, "recovering an interrupted restart: {e}"),
+            OpsError::Platform(e) => write!(f, "{e}"),
+            OpsError::NotRestartable(e) => write!(f, "{e}; nothing was changed"),
+            OpsError::Plan(e) => write!(f, "{e}"),
+            OpsError::Issue(e) => write!(f, "{e}; nothing was changed"),
+            OpsError::Invalid(e) => write!(f, "{e}"),
+            OpsError::NoBackups { dir } => write!(f, "no backups under '{dir}'"),
+            OpsError::Pending { path, source } => write!(
+                f,
+                "cannot record the restarts to do in '{path}': {source}; nothing was changed"
+            ),
+            OpsError::OwedRestarts(e) => write!(
+                f,
+                "{e}; nothing was changed. Restart the components listed in it yourself (or \
+                 repair the file), then remove it"
+            ),
+            OpsError::Import(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for OpsError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            OpsError::Txn(e) => Some(e),
+            OpsError::RecoverRestart(e) | OpsError::Platform(e) | OpsError::NotRestartable(e) => {
+                Some(e)
+            }
+            OpsError::Plan(e) => Some(e),
+            OpsError::Issue(e) | OpsError::Invalid(e) => Some(e),
+            OpsError::NoBackups { .. } => None,
+            OpsError::Pending { source, .. } => Some(source),
+            OpsError::OwedRestarts(e) => Some(e),
+            OpsError::Import(e) => Some(e.as_ref()),
+        }
+    }
+}
+
+impl From<TxnError> for OpsError {
+    fn from(e: TxnError) -> Self {
+        OpsError::Txn(e)
     }
 }
 
 /// Takes the lock and completes or discards an interrupted transaction, logging what it did;
 /// starts again a static pod that an interrupted restart left stopped.
-pub fn lock_and_recover(root: &Path, timeout: Duration) -> Result<Lock, Failure> {
-    let lock = txn::lock(root, timeout).map_err(txn_failure)?;
+pub fn lock_and_recover(root: &Path, timeout: Duration) -> Result<Lock, OpsError> {
+    let lock = txn::lock(root, timeout)?;
     match crate::restart::recover(root) {
-        Ok(Some(message)) => crate::log(&message),
+        Ok(Some(message)) => log::warn!("{message}"),
         Ok(None) => {}
-        Err(e) => {
-            return Err(Failure::failed(format!(
-                "recovering an interrupted restart: {e}"
-            )));
-        }
+        Err(e) => return Err(OpsError::RecoverRestart(e)),
     }
-    match txn::recover(root).map_err(txn_failure)? {
+    match txn::recover(root)? {
         Recovery::Clean => {}
-        Recovery::DiscardedStaging(n) => crate::log(&format!(
+        Recovery::DiscardedStaging(n) => log::warn!(
             "removed {n} staging folder(s) of an interrupted run; the PKI was not touched"
-        )),
+        ),
         Recovery::RolledForward {
             kind,
             backup_id,
             files,
-        } => crate::log(&format!(
-            "completed an interrupted {kind} of {files} file(s) (backup {backup_id})"
-        )),
+        } => log::warn!("completed an interrupted {kind} of {files} file(s) (backup {backup_id})"),
     }
     Ok(lock)
 }
@@ -92,7 +155,7 @@ pub fn renew(
     policy: &Policy,
     dry_run: bool,
     opts: &WriteOptions,
-) -> Result<RenewReport, Failure> {
+) -> Result<RenewReport, OpsError> {
     if dry_run {
         // A plan writes nothing, so it also works on a read-only node.
         crate::recover_before_reading(root)?;
@@ -109,12 +172,12 @@ fn renew_locked(
     policy: &Policy,
     dry_run: bool,
     opts: &WriteOptions,
-    before_write: impl FnOnce(&Plan) -> Result<(), Failure>,
-) -> Result<RenewReport, Failure> {
+    before_write: impl FnOnce(&Plan) -> Result<(), OpsError>,
+) -> Result<RenewReport, OpsError> {
     let started = std::time::Instant::now();
     let now = clock::now();
     let inv = inventory::take(root, now, policy.within);
-    let plan = renew::plan(&inv, policy, now).map_err(|e| Failure::failed(e.to_string()))?;
+    let plan = renew::plan(&inv, policy, now).map_err(OpsError::Plan)?;
     let mut report = RenewReport {
         root: root.display().to_string(),
         dry_run,
@@ -129,12 +192,10 @@ fn renew_locked(
     }
     before_write(&report.plan)?;
     let crate::engine::Output { issued, validity } =
-        crate::engine::issue(root, &report.plan, &opts.engine)
-            .map_err(|e| Failure::failed(format!("{e}; nothing was changed")))?;
-    renew::validate_with(&issued, &report.plan, validity)
-        .map_err(|e| Failure::failed(e.to_string()))?;
+        crate::engine::issue(root, &report.plan, &opts.engine).map_err(OpsError::Issue)?;
+    renew::validate_with(&issued, &report.plan, validity).map_err(OpsError::Invalid)?;
     let changes = renew::changes(&issued);
-    let outcome = txn::apply(root, &changes, "renew", now, opts.retention).map_err(txn_failure)?;
+    let outcome = txn::apply(root, &changes, "renew", now, opts.retention)?;
     report.backup_id = Some(outcome.backup_id);
     report.files_written = outcome.files;
     report.duration_ms = started.elapsed().as_millis();
@@ -146,7 +207,7 @@ pub fn rollback(
     root: &Path,
     id: Option<&str>,
     opts: &WriteOptions,
-) -> Result<(String, txn::Outcome), Failure> {
+) -> Result<(String, txn::Outcome), OpsError> {
     let _lock = lock_and_recover(root, opts.lock_timeout)?;
     rollback_locked(root, id, opts)
 }
@@ -155,29 +216,21 @@ fn rollback_locked(
     root: &Path,
     id: Option<&str>,
     opts: &WriteOptions,
-) -> Result<(String, txn::Outcome), Failure> {
+) -> Result<(String, txn::Outcome), OpsError> {
     let id = match id {
         Some(id) => id.to_string(),
-        None => txn::list_backups(root)
-            .into_iter()
-            .find(|b| b.kind != "rollback")
-            .map(|b| b.id)
-            .ok_or_else(|| {
-                Failure::failed(format!(
-                    "no backups under '{}'",
-                    txn::state_dir(root).join("backups").display()
-                ))
-            })?,
+        None => txn::newest_restorable(root)?.ok_or_else(|| OpsError::NoBackups {
+            dir: txn::state_dir(root).join("backups").display().to_string(),
+        })?,
     };
-    let (_manifest, changes) = txn::restore_changes(root, &id).map_err(txn_failure)?;
+    let (_manifest, changes) = txn::restore_changes(root, &id)?;
     let outcome = txn::apply(
         root,
         &changes,
         "rollback",
         clock::now(),
         opts.retention.max(2),
-    )
-    .map_err(txn_failure)?;
+    )?;
     Ok((id, outcome))
 }
 
@@ -215,44 +268,32 @@ pub struct RolledBack {
     pub error: Option<String>,
 }
 
-impl RunReport {
-    /// The exit code: 0 done, 3 rolled back after a failed verification, 2 rollback failed.
-    pub fn exit_code(&self) -> u8 {
-        match &self.rolled_back {
-            None => 0,
-            Some(r) if r.error.is_none() => crate::cli::EXIT_ROLLED_BACK,
-            Some(_) => EXIT_FAILED,
-        }
-    }
-}
-
 /// check → renew what is due → restart one at a time → verify; roll back by itself when
 /// verification fails.
-pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, Failure> {
+pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, OpsError> {
     let started = std::time::Instant::now();
     let _lock = lock_and_recover(root, opts.write.lock_timeout)?;
-    let platform =
-        restart::detect(root, &opts.restart).map_err(|e| Failure::failed(e.to_string()))?;
+    let platform = restart::detect(root, &opts.restart).map_err(OpsError::Platform)?;
     // Restarts a crashed earlier pass still owes the node (its files are already renewed).
     let owed = if matches!(platform, Platform::None) {
         Pending::default()
     } else {
-        read_pending(root)
+        read_pending(root)?
     };
     if !owed.components.is_empty() {
-        crate::log(&format!(
+        log::warn!(
             "an earlier pass renewed files but did not finish restarting: {}",
             owed.components
                 .iter()
                 .map(|c| c.name())
                 .collect::<Vec<_>>()
                 .join(", ")
-        ));
+        );
     }
     // Every component that will need a restart must be restartable before anything is written,
     // and the intent to restart it is recorded first, so that a crash after the files change
     // still gets the components restarted by the next pass.
-    let before_write = |plan: &Plan| -> Result<(), Failure> {
+    let before_write = |plan: &Plan| -> Result<(), OpsError> {
         if matches!(platform, Platform::None) {
             return Ok(());
         }
@@ -264,7 +305,7 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, Failure> {
                 .collect::<Vec<_>>(),
         );
         restart::targets(root, &platform, &components, &opts.restart)
-            .map_err(|e| Failure::failed(format!("{e}; nothing was changed")))?;
+            .map_err(OpsError::NotRestartable)?;
         components.extend(owed.components.iter().copied());
         components.sort();
         components.dedup();
@@ -273,6 +314,7 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, Failure> {
             &Pending {
                 components,
                 backup_id: owed.backup_id.clone(),
+                ..Pending::default()
             },
         )
     };
@@ -299,6 +341,7 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, Failure> {
             &Pending {
                 components: components.clone(),
                 backup_id: Some(backup_id.clone()),
+                ..Pending::default()
             },
         )?;
     }
@@ -312,14 +355,14 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, Failure> {
     };
     if components.is_empty() || matches!(platform, Platform::None) {
         if !components.is_empty() {
-            crate::log(&format!(
+            log::warn!(
                 "platform none: restart {} so that they use the new certificates",
                 components
                     .iter()
                     .map(|c| c.name())
                     .collect::<Vec<_>>()
                     .join(", ")
-            ));
+            );
         }
         report.duration_ms = started.elapsed().as_millis();
         return Ok(report);
@@ -339,6 +382,8 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, Failure> {
 /// Restarts owed to the node (`var/lib/certrotor/pending-restarts.json`).
 #[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
 struct Pending {
+    #[serde(default)]
+    version: u32,
     components: Vec<Component>,
     /// The backup to restore if a pending restart fails verification.
     backup_id: Option<String>,
@@ -346,36 +391,43 @@ struct Pending {
 
 const PENDING: &str = "pending-restarts.json";
 
-fn read_pending(root: &Path) -> Pending {
-    std::fs::read(txn::state_dir(root).join(PENDING))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_default()
+/// The owed restarts; none when the file does not exist. A file that exists but cannot be read,
+/// is of an unknown version or names an impossible backup stops the pass: dropping it would
+/// leave a renewed component on its old certificate.
+fn read_pending(root: &Path) -> Result<Pending, OpsError> {
+    use crate::state::{self, Kind, StateError};
+    let path = txn::state_dir(root).join(PENDING);
+    let pending = match state::read::<Pending>(Kind::OwedRestarts, &path) {
+        Ok(None) => return Ok(Pending::default()),
+        Ok(Some((_, p))) => p,
+        Err(e) => return Err(OpsError::OwedRestarts(e)),
+    };
+    if let Some(id) = &pending.backup_id
+        && let Err(d) = state::check_name(id)
+    {
+        let e = StateError::entry(Kind::OwedRestarts, &path, format!("backup_id {id}"), d);
+        return Err(OpsError::OwedRestarts(e));
+    }
+    Ok(pending)
 }
 
-fn write_pending(root: &Path, pending: &Pending) -> Result<(), Failure> {
+fn write_pending(root: &Path, pending: &Pending) -> Result<(), OpsError> {
     let dir = txn::state_dir(root);
     let path = dir.join(PENDING);
-    let tmp = dir.join(format!("{PENDING}.tmp"));
-    let fail = |e: std::io::Error| {
-        Failure::failed(format!(
-            "cannot record the restarts to do in '{}': {e}; nothing was changed",
-            path.display()
-        ))
+    let fail = |source: std::io::Error| OpsError::Pending {
+        path: path.display().to_string(),
+        source,
     };
-    let json = serde_json::to_vec(pending).map_err(|e| Failure::failed(e.to_string()))?;
+    let pending = Pending {
+        version: crate::state::Kind::OwedRestarts.current(),
+        ..pending.clone()
+    };
     crate::fsutil::create_dir_all_mode(&dir, 0o700).map_err(fail)?;
-    let _ = std::fs::remove_file(&tmp);
-    crate::fsutil::write_new(&tmp, &json, 0o600, None).map_err(fail)?;
-    std::fs::rename(&tmp, &path).map_err(fail)?;
-    crate::fsutil::sync_dir(&dir).map_err(fail)
+    crate::state::write(&path, &pending).map_err(fail)
 }
 
 fn clear_pending(root: &Path) {
-    let dir = txn::state_dir(root);
-    if std::fs::remove_file(dir.join(PENDING)).is_ok() {
-        let _ = crate::fsutil::sync_dir(&dir);
-    }
+    let _ = crate::state::remove(&txn::state_dir(root).join(PENDING));
 }
 
 /// Restarts `components` one at a time and verifies each; when one fails, restores
@@ -396,9 +448,7 @@ pub fn restart_verified(
         Ok(done) => return (done, None),
         Err(x) => x,
     };
-    crate::log(&format!(
-        "verification failed: {error}; restoring the previous certificates"
-    ));
+    log::warn!("verification failed: {error}; restoring the previous certificates");
     let mut rolled = RolledBack {
         failure: error.to_string(),
         backup_id: backup_id.to_string(),
@@ -406,10 +456,7 @@ pub fn restart_verified(
         error: None,
     };
     if let Err(e) = rollback_locked(root, Some(backup_id), &opts.write) {
-        rolled.error = Some(format!(
-            "restoring backup {backup_id} failed: {}",
-            e.message
-        ));
+        rolled.error = Some(format!("restoring backup {backup_id} failed: {e}"));
         return (done, Some(rolled));
     }
     // Restart what was restarted, and the component that failed, with the old files.
@@ -424,9 +471,9 @@ pub fn restart_verified(
         Err(e) => rolled.error = Some(format!("after restoring backup {backup_id}: {e}")),
         Ok(targets) => match restart::restart_all(root, platform, &targets, &opts.restart) {
             Ok(back) => {
-                crate::log(&format!(
+                log::warn!(
                     "rolled back to backup {backup_id}; the previous certificates are served again"
-                ));
+                );
                 rolled.restarted = back;
             }
             Err((back, e)) => {
@@ -448,40 +495,29 @@ pub struct ImportReport {
     pub rolled_back: Option<RolledBack>,
 }
 
-impl ImportReport {
-    /// 0 done, 3 rolled back, 2 rollback failed.
-    pub fn exit_code(&self) -> u8 {
-        match &self.rolled_back {
-            None => 0,
-            Some(r) if r.error.is_none() => crate::cli::EXIT_ROLLED_BACK,
-            Some(_) => EXIT_FAILED,
-        }
-    }
-}
-
 /// Installs an exported apiserver-etcd-client bundle on a control plane, then restarts
 /// kube-apiserver and verifies it (rolling back the import when it does not come back).
 pub fn import_etcd_client(
     root: &Path,
     bundle: &[u8],
     opts: &RunOptions,
-) -> Result<ImportReport, Failure> {
+) -> Result<ImportReport, OpsError> {
     let _lock = lock_and_recover(root, opts.write.lock_timeout)?;
-    let platform =
-        restart::detect(root, &opts.restart).map_err(|e| Failure::failed(e.to_string()))?;
+    let platform = restart::detect(root, &opts.restart).map_err(OpsError::Platform)?;
     let components = [Component::KubeApiserver];
     if !matches!(platform, Platform::None) {
         restart::targets(root, &platform, &components, &opts.restart)
-            .map_err(|e| Failure::failed(format!("{e}; nothing was changed")))?;
+            .map_err(OpsError::NotRestartable)?;
     }
     if !matches!(platform, Platform::None) {
-        let mut owed = read_pending(root);
+        let mut owed = read_pending(root)?;
         owed.components.push(Component::KubeApiserver);
         owed.components.sort();
         owed.components.dedup();
         write_pending(root, &owed)?;
     }
-    let (files, backup_id) = crate::etcd_client::install(root, bundle, &opts.write)?;
+    let (files, backup_id) = crate::etcd_client::install(root, bundle, &opts.write)
+        .map_err(|e| OpsError::Import(Box::new(e)))?;
     let mut report = ImportReport {
         files,
         backup_id: backup_id.clone(),
@@ -494,7 +530,7 @@ pub fn import_etcd_client(
             restart_verified(root, &platform, &components, &backup_id, opts);
         if rolled_back.as_ref().is_none_or(|r| r.error.is_none()) {
             // Only the apiserver restart is settled here; other owed restarts stay for `run`.
-            let mut owed = read_pending(root);
+            let mut owed = read_pending(root)?;
             owed.components.retain(|c| *c != Component::KubeApiserver);
             if owed.components.is_empty() {
                 clear_pending(root);
@@ -510,14 +546,14 @@ pub fn import_etcd_client(
 
 /// The daemon: `run_once` every `interval` (± 10% jitter); after a failure, again sooner with
 /// capped back-off. Stops on SIGTERM or SIGINT between passes.
-pub fn daemon(root: &Path, opts: &RunOptions, interval: Duration) -> Result<u8, Failure> {
+pub fn daemon(root: &Path, opts: &RunOptions, interval: Duration) {
     install_stop_handler();
     let mut failures: u32 = 0;
-    crate::log(&format!(
+    log::info!(
         "daemon started: root '{}', interval {}s",
         root.display(),
         interval.as_secs()
-    ));
+    );
     while !stop_requested() {
         let wait = match run_once(root, opts) {
             Ok(report) => {
@@ -526,7 +562,7 @@ pub fn daemon(root: &Path, opts: &RunOptions, interval: Duration) -> Result<u8, 
                 } else {
                     0
                 };
-                crate::log(&format!(
+                log::info!(
                     "pass done: {renewed} renewed, {} restarted, platform {}{}",
                     report.restarted.len(),
                     report.platform,
@@ -535,7 +571,7 @@ pub fn daemon(root: &Path, opts: &RunOptions, interval: Duration) -> Result<u8, 
                         .as_ref()
                         .map(|r| format!(", ROLLED BACK: {}", r.failure))
                         .unwrap_or_default()
-                ));
+                );
                 if report.rolled_back.is_some() {
                     failures += 1;
                     backoff(failures, interval)
@@ -546,11 +582,11 @@ pub fn daemon(root: &Path, opts: &RunOptions, interval: Duration) -> Result<u8, 
             }
             Err(f) => {
                 failures += 1;
-                crate::log(&format!("pass failed: {}", f.message));
+                log::error!("pass failed: {f}");
                 backoff(failures, interval)
             }
         };
-        crate::log(&format!("next pass in {}s", wait.as_secs()));
+        log::info!("next pass in {}s", wait.as_secs());
         let until = std::time::Instant::now() + wait;
         while std::time::Instant::now() < until && !stop_requested() {
             std::thread::sleep(
@@ -559,8 +595,7 @@ pub fn daemon(root: &Path, opts: &RunOptions, interval: Duration) -> Result<u8, 
             );
         }
     }
-    crate::log("daemon stopping");
-    Ok(0)
+    log::info!("daemon stopping");
 }
 
 /// After `failures` failed passes: 1 min, 2 min, 4 min … capped at the interval.
@@ -580,15 +615,23 @@ fn jitter(d: Duration) -> Duration {
 
 static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-extern "C" fn on_signal(_: libc::c_int) {
+extern "C" fn on_signal(_: nix::libc::c_int) {
     STOP.store(true, std::sync::atomic::Ordering::SeqCst);
 }
 
 fn install_stop_handler() {
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-    unsafe {
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+    use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
+    // A handler rather than a blocked set and sigwait: a blocked mask would be inherited by
+    // every command certrotor runs (ctr). nix has no safe way to install a handler.
+    let action = SigAction::new(
+        SigHandler::Handler(on_signal),
+        SaFlags::SA_RESTART,
+        SigSet::empty(),
+    );
+    for signal in [Signal::SIGTERM, Signal::SIGINT] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        #[allow(unsafe_code)]
+        let _ = unsafe { sigaction(signal, &action) };
     }
 }
 

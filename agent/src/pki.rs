@@ -387,32 +387,21 @@ fn fold(s: &str) -> String {
         .to_lowercase()
 }
 
-/// Takes the TBSCertificate TLV bytes out of a certificate's DER, as signed.
+/// Takes the TBSCertificate TLV bytes out of a certificate's DER, as signed (sliced with der's
+/// reader, never re-encoded).
 fn tbs_bytes(cert_der: &[u8]) -> Option<&[u8]> {
-    let (outer_len, outer_hdr) = der_header(cert_der)?;
-    let body = cert_der.get(outer_hdr..outer_hdr + outer_len)?;
-    let (inner_len, inner_hdr) = der_header(body)?;
-    body.get(..inner_hdr + inner_len)
-}
-
-/// Reads a DER SEQUENCE header: returns (content length, header length).
-fn der_header(bytes: &[u8]) -> Option<(usize, usize)> {
-    if *bytes.first()? != 0x30 {
-        return None;
-    }
-    let first = *bytes.get(1)? as usize;
-    if first < 0x80 {
-        return Some((first, 2));
-    }
-    let n = first & 0x7f;
-    if n == 0 || n > 4 {
-        return None;
-    }
-    let mut len = 0usize;
-    for i in 0..n {
-        len = (len << 8) | *bytes.get(2 + i)? as usize;
-    }
-    Some((len, 2 + n))
+    use der::{Header, Reader, Tag};
+    let mut reader = der::SliceReader::new(cert_der).ok()?;
+    // Certificate ::= SEQUENCE { tbsCertificate TBSCertificate, ... }
+    let certificate = Header::decode(&mut reader).ok()?;
+    certificate.tag.assert_eq(Tag::Sequence).ok()?;
+    reader
+        .peek_header()
+        .ok()?
+        .tag
+        .assert_eq(Tag::Sequence)
+        .ok()?;
+    reader.tlv_bytes().ok()
 }
 
 fn verification_algorithm(
@@ -491,12 +480,7 @@ pub fn serial_hex(bytes: &[u8]) -> String {
 
 /// Lower-case hex.
 pub fn hex(bytes: &[u8]) -> String {
-    use fmt::Write;
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(s, "{b:02x}");
-    }
-    s
+    base16ct::lower::encode_string(bytes)
 }
 
 fn ip_from_bytes(b: &[u8]) -> Option<IpAddr> {
@@ -657,10 +641,9 @@ impl fmt::Debug for SecretPem {
 
 impl Drop for SecretPem {
     fn drop(&mut self) {
-        // Best-effort scrub of key text from the heap before the buffer is freed.
-        let mut bytes = std::mem::take(&mut self.0).into_bytes();
-        bytes.iter_mut().for_each(|b| *b = 0);
-        std::hint::black_box(&bytes);
+        // Volatile writes (zeroize): the compiler cannot drop the scrub of a buffer about to
+        // be freed.
+        zeroize::Zeroize::zeroize(&mut self.0);
     }
 }
 

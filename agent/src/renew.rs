@@ -350,6 +350,15 @@ pub struct Issued {
     pub identity: IdentityCheck,
 }
 
+impl Drop for Issued {
+    fn drop(&mut self) {
+        // The contents hold key PEM (and kubeconfigs embedding keys): scrubbed, not just freed.
+        for (_, content, _) in &mut self.files {
+            zeroize::Zeroize::zeroize(content);
+        }
+    }
+}
+
 /// How [`validate_with`] compares a new certificate's identity with the old one's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IdentityCheck {
@@ -572,14 +581,14 @@ pub fn validate_with(
         if i.identity == IdentityCheck::EtcdadmAsNodeConfigured
             && (old_t.subject != new_t.subject || i.old.sans() != i.new.sans())
         {
-            crate::log(&format!(
+            log::info!(
                 "{name}: etcdadm issued it as the node is configured: subject '{}' SANs {:?} \
                  (was '{}' {:?})",
                 new_t.subject,
                 i.new.sans(),
                 old_t.subject,
                 i.old.sans()
-            ));
+            );
         }
         if same_identity && old_t.subject != new_t.subject {
             fail(format!(

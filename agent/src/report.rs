@@ -1,8 +1,12 @@
-//! Printing the inventory: a table in the manner of `kubeadm certs check-expiration`, or JSON.
+//! What the commands print: the inventory as a table in the manner of `kubeadm certs
+//! check-expiration`, the results of renew, run, rollback, backups and etcd-client import, or any
+//! of them as JSON. Pure functions from reports to text; the command line prints them.
 
 use crate::catalog::Kind;
 use crate::clock::{human_duration, kubeadm_date};
 use crate::inventory::{Inventory, Record, Status};
+use crate::ops::{ImportReport, RenewReport, RunReport};
+use crate::txn::{BackupInfo, Outcome};
 
 /// The kubeadm-style table: certificates, then CAs, then what is wrong and what to do.
 pub fn table(inv: &Inventory) -> String {
@@ -149,8 +153,192 @@ fn align(rows: &[Vec<String>]) -> String {
     out
 }
 
-/// The inventory as pretty JSON.
-pub fn json(inv: &Inventory) -> String {
-    serde_json::to_string_pretty(inv)
-        .unwrap_or_else(|e| format!("{{\"error\":\"cannot serialize: {e}\"}}"))
+/// A report as pretty JSON. A report that cannot be serialised is an error for the caller to
+/// surface, never an empty or placeholder line.
+pub fn json<T: serde::Serialize + ?Sized>(value: &T) -> Result<String, serde_json::Error> {
+    serde_json::to_string_pretty(value)
+}
+
+/// What `renew` did (or would do with `--dry-run`); `restart_hint` adds the advice to restart
+/// the components (for `renew`, which does not restart them itself).
+pub fn renew_table(r: &RenewReport, restart_hint: bool) -> String {
+    let mut out = String::new();
+    let plan = &r.plan;
+    if plan.items.is_empty() {
+        out.push_str("Nothing to renew.\n");
+    } else {
+        let verb = if r.dry_run { "Would renew" } else { "Renewed" };
+        out.push_str(&format!(
+            "{verb} {} certificate(s), valid {} .. {}{}:\n",
+            plan.items.len(),
+            plan.not_before,
+            plan.not_after,
+            if plan.reuse_keys {
+                ", keeping their keys"
+            } else {
+                " with new keys"
+            }
+        ));
+        for i in &plan.items {
+            let residual = i
+                .residual_seconds
+                .map(human_duration)
+                .unwrap_or_else(|| "?".into());
+            out.push_str(&format!(
+                "  {:<32} {:<8} residual {:<10} signer {:<16} {}\n",
+                i.name,
+                i.reason.to_string(),
+                residual,
+                i.signer,
+                i.path
+            ));
+        }
+    }
+    for s in &plan.skipped {
+        out.push_str(&format!("  skipped {}: {}\n", s.name, s.why));
+    }
+    if let Some(id) = &r.backup_id {
+        out.push_str(&format!(
+            "Backup: {id} (undo with 'certrotor rollback --backup {id}')\n"
+        ));
+        if restart_hint {
+            out.push_str(
+                "Components read certificates at start: restart them so that they use the new files \
+                 ('certrotor run --once' does it one at a time and verifies).\n",
+            );
+        }
+    }
+    out
+}
+
+/// The restart part of one `run` pass (after [`renew_table`]).
+pub fn run_table(r: &RunReport) -> String {
+    let mut out = String::new();
+    if r.components.is_empty() {
+        return out;
+    }
+    let names = r
+        .components
+        .iter()
+        .map(|c| c.name())
+        .collect::<Vec<_>>()
+        .join(", ");
+    if r.platform == "none" {
+        out.push_str(&format!(
+            "Platform none: restart {names} so that they use the new certificates.\n"
+        ));
+        return out;
+    }
+    out.push_str(&format!(
+        "Restarted one at a time on platform {}:\n",
+        r.platform
+    ));
+    for x in &r.restarted {
+        out.push_str(&format!(
+            "  {:<24} unavailable {:>6} ms  {}\n",
+            x.component.name(),
+            x.unavailable_ms,
+            x.served_sha256
+                .as_deref()
+                .map(|s| format!("serves sha256 {s}"))
+                .unwrap_or_else(|| "healthy".into())
+        ));
+    }
+    if let Some(rb) = &r.rolled_back {
+        out.push_str(&format!("VERIFICATION FAILED: {}\n", rb.failure));
+        out.push_str(&format!(
+            "Restored backup {} and restarted:\n",
+            rb.backup_id
+        ));
+        for x in &rb.restarted {
+            out.push_str(&format!(
+                "  {:<24} unavailable {:>6} ms  previous certificate served\n",
+                x.component.name(),
+                x.unavailable_ms
+            ));
+        }
+        if let Some(e) = &rb.error {
+            out.push_str(&format!("ROLLBACK INCOMPLETE: {e}\n"));
+        }
+    } else {
+        out.push_str(&format!("All verified in {} ms.\n", r.duration_ms));
+    }
+    out
+}
+
+/// What `rollback` restored.
+pub fn rollback_text(id: &str, outcome: &Outcome) -> String {
+    let mut out = format!(
+        "Restored backup {id}: {} file(s). The state before the rollback is backup {}.\n",
+        outcome.files.len(),
+        outcome.backup_id
+    );
+    for f in &outcome.files {
+        out.push_str(&format!("  {f}\n"));
+    }
+    out
+}
+
+/// The backups, newest first; `dir` is where they are kept (named when there are none).
+pub fn backups_table(list: &[BackupInfo], dir: &str) -> String {
+    if list.is_empty() {
+        return format!("No backups under '{dir}'.\n");
+    }
+    let mut out = format!(
+        "{:<22} {:<22} {:<10} {:<6} STATUS\n",
+        "ID", "CREATED", "KIND", "FILES"
+    );
+    for b in list {
+        out.push_str(&format!(
+            "{:<22} {:<22} {:<10} {:<6} {}\n",
+            b.id,
+            b.created_at.as_deref().unwrap_or("?"),
+            b.kind.as_deref().unwrap_or("?"),
+            b.files.len(),
+            b.status
+        ));
+    }
+    for b in list {
+        if let Some(problem) = &b.problem {
+            out.push_str(&format!("\nDAMAGED {}: {problem}\n", b.id));
+        } else if let Some(note) = &b.note {
+            out.push_str(&format!("\nnote {}: {note}\n", b.id));
+        }
+    }
+    out
+}
+
+/// What `etcd-client import` did.
+pub fn import_text(report: &ImportReport) -> String {
+    let mut out = format!(
+        "Installed the apiserver-etcd-client pair (backup {}):\n",
+        report.backup_id
+    );
+    for f in &report.files {
+        out.push_str(&format!("  {f}\n"));
+    }
+    if report.platform == "none" {
+        out.push_str(
+            "Platform none: restart kube-apiserver so that it uses the new etcd client certificate.\n",
+        );
+    }
+    for r in &report.restarted {
+        out.push_str(&format!(
+            "Restarted {} (unavailable {} ms), verified.\n",
+            r.component.name(),
+            r.unavailable_ms
+        ));
+    }
+    if let Some(rb) = &report.rolled_back {
+        out.push_str(&format!("VERIFICATION FAILED: {}\n", rb.failure));
+        out.push_str(&format!(
+            "Restored backup {}{}\n",
+            rb.backup_id,
+            rb.error
+                .as_deref()
+                .map(|e| format!("; ROLLBACK INCOMPLETE: {e}"))
+                .unwrap_or_default()
+        ));
+    }
+    out
 }

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::catalog::{self, Layout};
+use crate::catalog::{self, Layout, names};
 use crate::fsutil;
 use crate::manifests::{Component, PodInfo};
 use crate::pki::{Cert, MAX_PEM_FILE_BYTES};
@@ -113,11 +113,11 @@ fn fail(component: Option<Component>, message: impl Into<String>) -> RestartErro
 }
 
 /// The kubelet's manifest folder on a kubeadm node.
-pub const KUBEADM_MANIFESTS: &str = "etc/kubernetes/manifests";
+pub const KUBEADM_MANIFESTS: &str = catalog::paths::KUBEADM_MANIFESTS;
 /// Where kubeadm-platform manifests are parked while their pod is stopped (same filesystem).
-const PARKED: &str = "etc/kubernetes/.certrotor-parked";
+const PARKED: &str = catalog::paths::PARKED_MANIFESTS;
 /// Where Bottlerocket's static-pods helper writes manifests for the kubelet.
-const BOTTLEROCKET_STATIC_PODS: &str = "etc/kubernetes/static-pods";
+const BOTTLEROCKET_STATIC_PODS: &str = catalog::paths::BOTTLEROCKET_STATIC_PODS;
 /// The restart marker, relative to the state folder.
 const MARKER: &str = "restart.json";
 /// The private Bottlerocket API transaction certrotor uses, so it never commits another
@@ -333,15 +333,18 @@ fn probe_for(
     // certificate), by catalog name; the stacked kubeadm names first, then etcdadm's.
     let (path, ca, client, served) = match component {
         Component::Etcd => {
-            let ca = find(&["etcd-ca", "etcdadm-ca"])
+            let ca = find(&[names::ETCD_CA, names::ETCDADM_CA])
                 .filter(|e| e.key_path.as_ref().is_some_and(|k| root.join(k).exists()));
             let ca = ca.ok_or_else(|| err("no etcd certificates on this node".into()))?;
-            let (client, served) = if ca.name == "etcd-ca" {
-                (find(&["etcd-healthcheck-client"]), find(&["etcd-server"]))
+            let (client, served) = if ca.name == names::ETCD_CA {
+                (
+                    find(&[names::ETCD_HEALTHCHECK_CLIENT]),
+                    find(&[names::ETCD_SERVER]),
+                )
             } else {
                 (
-                    find(&["etcdadm-etcdctl-etcd-client"]),
-                    find(&["etcdadm-server"]),
+                    find(&[names::ETCDADM_ETCDCTL_CLIENT]),
+                    find(&[names::ETCDADM_SERVER]),
                 )
             };
             (
@@ -352,13 +355,13 @@ fn probe_for(
             )
         }
         Component::KubeApiserver => {
-            let ca = find(&["ca"]).ok_or_else(|| err("no kubeadm PKI on this node".into()))?;
-            let client = find(&["apiserver-kubelet-client"]).and_then(pair);
+            let ca = find(&[names::CA]).ok_or_else(|| err("no kubeadm PKI on this node".into()))?;
+            let client = find(&[names::APISERVER_KUBELET_CLIENT]).and_then(pair);
             (
                 "/readyz",
                 Some(ca.path.clone()),
                 client,
-                find(&["apiserver"]).map(|e| e.path.clone()),
+                find(&[names::APISERVER]).map(|e| e.path.clone()),
             )
         }
         Component::KubeControllerManager | Component::KubeScheduler => {
@@ -387,19 +390,23 @@ fn probe_for(
     Ok((probe, served))
 }
 
-/// The marker written before a pod is stopped.
+/// The marker written before a pod is stopped (state file, see [`crate::state`]).
 #[derive(Debug, Serialize, Deserialize)]
 struct Marker {
+    #[serde(default)]
+    version: u32,
     platform: String,
     pod: String,
     api_socket: Option<String>,
 }
 
+fn marker_path(root: &Path) -> PathBuf {
+    crate::txn::state_dir(root).join(MARKER)
+}
+
 fn write_marker(root: &Path, marker: &Marker) -> Result<(), RestartError> {
     let dir = crate::txn::state_dir(root);
-    let path = dir.join(MARKER);
-    let tmp = dir.join(format!("{MARKER}.tmp"));
-    let json = serde_json::to_vec(marker).map_err(|e| fail(None, e.to_string()))?;
+    let path = marker_path(root);
     let io = |e: std::io::Error| {
         fail(
             None,
@@ -407,31 +414,64 @@ fn write_marker(root: &Path, marker: &Marker) -> Result<(), RestartError> {
         )
     };
     fsutil::create_dir_all_mode(&dir, 0o700).map_err(io)?;
-    let _ = fs::remove_file(&tmp);
-    fsutil::write_new(&tmp, &json, 0o600, None).map_err(io)?;
-    fs::rename(&tmp, &path).map_err(io)?;
-    fsutil::sync_dir(&dir).map_err(io)
+    crate::state::write(&path, marker).map_err(io)
 }
 
 fn clear_marker(root: &Path) {
-    let dir = crate::txn::state_dir(root);
-    if fs::remove_file(dir.join(MARKER)).is_ok() {
-        let _ = fsutil::sync_dir(&dir);
-    }
+    let _ = crate::state::remove(&marker_path(root));
 }
 
-/// Starts again a pod that a crashed run left stopped. Called under the lock.
-pub fn recover(root: &Path) -> Result<Option<String>, RestartError> {
-    let path = crate::txn::state_dir(root).join(MARKER);
-    let Ok(bytes) = fs::read(&path) else {
+/// Reads the restart marker and checks every name in it: a known platform, a plain pod name,
+/// an absolute API socket path. `Ok(None)` only when there is none.
+fn read_marker(root: &Path) -> Result<Option<Marker>, crate::state::StateError> {
+    use crate::state::{self, Kind, StateError};
+    let path = marker_path(root);
+    let Some((_, marker)) = state::read::<Marker>(Kind::RestartMarker, &path)? else {
         return Ok(None);
     };
-    let marker: Marker = serde_json::from_slice(&bytes).map_err(|e| {
+    let bad =
+        |entry: &str, detail: String| StateError::entry(Kind::RestartMarker, &path, entry, detail);
+    match marker.platform.as_str() {
+        "bottlerocket" => {
+            let socket = marker
+                .api_socket
+                .as_deref()
+                .unwrap_or(catalog::paths::API_SOCKET);
+            let shape = socket
+                .strip_prefix('/')
+                .ok_or_else(|| "the API socket path is not absolute".to_string())
+                .and_then(state::check_relative);
+            shape.map_err(|d| bad(&format!("api_socket {socket}"), d))?;
+        }
+        "kubeadm" => {
+            let parked = root.join(PARKED).join(&marker.pod);
+            state::check_inside_root(root, &root.join(KUBEADM_MANIFESTS))
+                .and_then(|_| state::check_inside_root(root, &parked))
+                .map_err(|d| bad(&format!("pod {}", marker.pod), d))?;
+        }
+        other => return Err(bad(&format!("platform {other}"), "unknown platform".into())),
+    }
+    state::check_name(&marker.pod).map_err(|d| bad(&format!("pod {}", marker.pod), d))?;
+    Ok(Some(marker))
+}
+
+/// Starts again a pod that a crashed run left stopped. Called under the lock. A marker that
+/// exists but cannot be read, or names what it must not, is an error: dropping it would leave
+/// the pod stopped.
+pub fn recover(root: &Path) -> Result<Option<String>, RestartError> {
+    let marker = read_marker(root).map_err(|e| {
         fail(
             None,
-            format!("the restart marker '{}' is unreadable: {e}", path.display()),
+            format!(
+                "{e}; nothing was changed. A static pod may be stopped: start it again \
+                     (kubeadm: move its manifest from {PARKED} back to {KUBEADM_MANIFESTS}; \
+                     Bottlerocket: enable it with apiclient), then remove the marker"
+            ),
         )
     })?;
+    let Some(marker) = marker else {
+        return Ok(None);
+    };
     let platform = match marker.platform.as_str() {
         "bottlerocket" => Platform::Bottlerocket {
             client: bottlerocket::ApiClient::new(
@@ -466,6 +506,7 @@ fn stop(
             write_marker(
                 root,
                 &Marker {
+                    version: crate::state::Kind::RestartMarker.current(),
                     platform: "bottlerocket".into(),
                     pod: pod.into(),
                     api_socket: Some(socket),
@@ -484,6 +525,7 @@ fn stop(
             write_marker(
                 root,
                 &Marker {
+                    version: crate::state::Kind::RestartMarker.current(),
                     platform: "kubeadm".into(),
                     pod: pod.into(),
                     api_socket: None,
@@ -643,12 +685,12 @@ fn restart_one(
     opts: &RestartOptions,
 ) -> Result<Restarted, RestartError> {
     let c = Some(target.component);
-    crate::log(&format!(
+    log::info!(
         "restarting {} (static pod '{}', platform {})",
         target.component.name(),
         target.pod,
         platform.name()
-    ));
+    );
     let t0 = Instant::now();
     stop(root, platform, &target.pod, c)?;
     let stopped = wait_stopped(root, platform, target, opts);
@@ -659,14 +701,14 @@ fn restart_one(
     clear_marker(root);
     let served = wait_verified(root, target, opts)?;
     let unavailable_ms = t0.elapsed().as_millis();
-    crate::log(&format!(
+    log::info!(
         "{} verified{} after {unavailable_ms} ms",
         target.component.name(),
         served
             .as_deref()
             .map(|s| format!(" serving sha256 {s}"))
             .unwrap_or_default()
-    ));
+    );
     Ok(Restarted {
         component: target.component,
         pod: target.pod.clone(),

@@ -34,11 +34,16 @@ use serde::{Deserialize, Serialize};
 
 use crate::catalog::paths::STATE_DIR;
 use crate::fsutil::{self, FileMeta};
+use crate::state::{self, Kind, NodeFiles, StateError};
 
 /// Name of the staging folder created next to live files during a transaction.
 const STAGING_PREFIX: &str = ".certrotor-staging-";
 /// The journal file, relative to the state folder.
 const JOURNAL: &str = "journal.json";
+/// A backup's manifest, inside its folder.
+const MANIFEST: &str = "manifest.json";
+/// Kinds of transactions (journal and manifest `kind`).
+const KINDS: [&str; 3] = ["renew", "rollback", "import"];
 /// How often a waiting run retries the lock. Waiting is bounded by the caller's timeout.
 const LOCK_POLL: Duration = Duration::from_millis(100);
 /// Backups kept by default.
@@ -68,9 +73,8 @@ impl fmt::Debug for Change {
 
 impl Drop for Change {
     fn drop(&mut self) {
-        if let Some(c) = &mut self.content {
-            c.iter_mut().for_each(|b| *b = 0);
-        }
+        // Volatile writes (zeroize), which the optimiser cannot remove before the free.
+        zeroize::Zeroize::zeroize(&mut self.content);
     }
 }
 
@@ -93,6 +97,15 @@ pub enum TxnError {
     Commit { path: String, source: io::Error },
     /// The state folder or a backup could not be read.
     State { path: String, detail: String },
+    /// A state file (journal, backup manifest) is unreadable, of an unknown version, or names
+    /// something it must not; nothing was changed.
+    StateFile(StateError),
+}
+
+impl From<StateError> for TxnError {
+    fn from(e: StateError) -> TxnError {
+        TxnError::StateFile(e)
+    }
 }
 
 impl fmt::Display for TxnError {
@@ -120,6 +133,7 @@ impl fmt::Display for TxnError {
                 hint(source)
             ),
             TxnError::State { path, detail } => write!(f, "certrotor state '{path}': {detail}"),
+            TxnError::StateFile(e) => write!(f, "{e}; nothing was changed"),
         }
     }
 }
@@ -148,9 +162,10 @@ fn running_as_root() -> bool {
         .unwrap_or(false)
 }
 
-/// The journal: what a committing transaction is doing.
+/// The journal: what a committing transaction is doing (state file, see [`crate::state`]).
 #[derive(Debug, Serialize, Deserialize)]
 struct Journal {
+    #[serde(default)]
     version: u32,
     kind: String,
     backup_id: String,
@@ -173,12 +188,18 @@ pub struct BackupFile {
     /// Whether the file existed before the transaction (if not, restoring removes it).
     pub existed: bool,
     pub sha256: Option<String>,
+    /// Size in bytes (manifest version 2 on; version 1 recorded only the SHA-256).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
     pub mode: Option<u32>,
 }
 
-/// A backup's manifest (`manifest.json`).
+/// A backup's manifest (`manifest.json`, state file, see [`crate::state`]).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BackupManifest {
+    /// 1 (no `version` field, no sizes) or 2.
+    #[serde(default)]
+    pub version: u32,
     pub id: String,
     pub created_at: String,
     pub kind: String,
@@ -295,10 +316,7 @@ pub fn failpoint(name: &str) {
             std::thread::sleep(Duration::from_secs(3600));
         }
     }
-    // SAFETY: kill(2) on our own pid with a constant signal has no memory-safety preconditions.
-    unsafe {
-        libc::kill(libc::getpid(), libc::SIGKILL);
-    }
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGKILL);
     std::process::abort();
 }
 
@@ -591,6 +609,7 @@ fn write_backup(root: &Path, changes: &[Change], kind: &str, now: i64) -> Result
                     path: change.rel.clone(),
                     existed: true,
                     sha256: Some(sha256_hex(&data)),
+                    size: Some(data.len() as u64),
                     mode: Some(meta.mode),
                 });
             }
@@ -599,6 +618,7 @@ fn write_backup(root: &Path, changes: &[Change], kind: &str, now: i64) -> Result
                     path: change.rel.clone(),
                     existed: false,
                     sha256: None,
+                    size: None,
                     mode: None,
                 });
             }
@@ -607,19 +627,15 @@ fn write_backup(root: &Path, changes: &[Change], kind: &str, now: i64) -> Result
         failpoint("backup-file");
     }
     let manifest = BackupManifest {
+        version: Kind::BackupManifest.current(),
         id: id.clone(),
         created_at: crate::clock::rfc3339(now),
         kind: kind.to_string(),
         files,
     };
-    let json = serde_json::to_vec_pretty(&manifest).map_err(|e| TxnError::State {
-        path: tmp.display().to_string(),
-        detail: e.to_string(),
-    })?;
-    let manifest_path = tmp.join("manifest.json");
-    fsutil::write_new(&manifest_path, &json, 0o600, None)
+    let manifest_path = tmp.join(MANIFEST);
+    state::write(&manifest_path, &manifest)
         .map_err(prep("write the backup manifest", &manifest_path))?;
-    fsutil::sync_dir(&tmp).map_err(prep("sync the backup", &tmp))?;
     fsutil::sync_dir(&backups).map_err(prep("sync the backup folder", &backups))?;
     // It keeps its `.incomplete-` name until the journal exists ([`finalize_backup`]): a crash
     // before that leaves no backup of a transaction that never happened.
@@ -643,22 +659,12 @@ fn finalize_backup(root: &Path, id: &str) -> Result<(), TxnError> {
 }
 
 fn write_journal(root: &Path, journal: &Journal) -> Result<(), TxnError> {
-    let dir = state_dir(root);
-    let path = dir.join(JOURNAL);
-    let tmp = dir.join(format!("{JOURNAL}.tmp"));
-    let prep = |source| TxnError::Prepare {
+    let path = state_dir(root).join(JOURNAL);
+    state::write(&path, journal).map_err(|source| TxnError::Prepare {
         step: "write the journal",
         path: path.display().to_string(),
         source,
-    };
-    let json = serde_json::to_vec_pretty(journal).map_err(|e| TxnError::State {
-        path: path.display().to_string(),
-        detail: e.to_string(),
-    })?;
-    let _ = fs::remove_file(&tmp);
-    fsutil::write_new(&tmp, &json, 0o600, None).map_err(prep)?;
-    fs::rename(&tmp, &path).map_err(prep)?;
-    fsutil::sync_dir(&dir).map_err(prep)
+    })
 }
 
 /// Renames every staged file over its live file, then removes the journal and staging.
@@ -720,14 +726,18 @@ fn remove_staging(root: &Path, changes: &[Change], txid: &str) {
 pub fn recover(root: &Path) -> Result<Recovery, TxnError> {
     let dir = state_dir(root);
     let path = dir.join(JOURNAL);
-    if let Ok(bytes) = fs::read(&path) {
-        let journal: Journal = serde_json::from_slice(&bytes).map_err(|e| TxnError::State {
-            path: path.display().to_string(),
-            detail: format!(
-                "the journal is unreadable ({e}); the live PKI may be half-renewed. Inspect with \
-                 'certrotor check', then restore with 'certrotor rollback'"
-            ),
-        })?;
+    // Only a journal that does not exist means "no transaction": one that exists but cannot be
+    // read, is of an unknown version or names what it must not stops recovery before anything
+    // (staging folders included, which a roll forward needs) is touched.
+    let journal = state::read::<Journal>(Kind::Journal, &path).map_err(|mut e| {
+        e.detail.push_str(
+            "; the live PKI may be half-renewed and the staged files are kept. Make the journal \
+             readable (or inspect with 'certrotor check --root' on a copy) and run again",
+        );
+        e
+    })?;
+    if let Some((_, journal)) = journal {
+        check_journal(root, &path, &journal)?;
         finalize_backup(root, &journal.backup_id)?;
         commit(root, &journal)?;
         // Verify that the live files are what the journal promised.
@@ -778,6 +788,77 @@ pub fn recover(root: &Path) -> Result<Recovery, TxnError> {
     })
 }
 
+/// Checks every name and path a journal holds before recovery uses any of them: the kind, the
+/// backup id, each live file (a file certrotor renews on this node, inside the root), its staged
+/// copy (`<folder>/.certrotor-staging-<txid>/<name>`, a regular file if present) and the staging
+/// folders (those of the staged files only).
+fn check_journal(root: &Path, path: &Path, journal: &Journal) -> Result<(), StateError> {
+    let bad = |entry: &str, detail: String| {
+        StateError::entry(
+            Kind::Journal,
+            path,
+            entry,
+            format!(
+                "{detail}; the journal is damaged or was not written by certrotor, so it is not \
+                 used. Nothing was changed: inspect the node with 'certrotor check', restore a \
+                 backup with 'certrotor rollback --backup ID' if needed, then remove the journal"
+            ),
+        )
+    };
+    if !KINDS.contains(&journal.kind.as_str()) {
+        return Err(bad(
+            &format!("kind {}", journal.kind),
+            "unknown transaction kind".into(),
+        ));
+    }
+    state::check_name(&journal.backup_id).map_err(|d| bad(&journal.backup_id, d))?;
+    let node = NodeFiles::of(root);
+    let mut dirs = BTreeSet::new();
+    for file in &journal.files {
+        node.check(&file.rel).map_err(|d| bad(&file.rel, d))?;
+        if let Some(sha) = &file.new_sha256
+            && (sha.len() != 64 || !sha.bytes().all(|b| b.is_ascii_hexdigit()))
+        {
+            return Err(bad(&file.rel, "new_sha256 is not a SHA-256".into()));
+        }
+        let Some(staged) = &file.staged else {
+            continue;
+        };
+        let (folder, name) = file.rel.rsplit_once('/').unwrap_or(("", &file.rel));
+        let txid = staged
+            .strip_prefix(folder)
+            .and_then(|s| s.strip_prefix('/'))
+            .and_then(|s| s.strip_prefix(STAGING_PREFIX))
+            .and_then(|s| s.strip_suffix(name))
+            .and_then(|s| s.strip_suffix('/'))
+            .filter(|t| state::check_name(t).is_ok())
+            .ok_or_else(|| {
+                bad(
+                    staged,
+                    format!("not a staged copy of '{}' in its own folder", file.rel),
+                )
+            })?;
+        state::check_relative(staged).map_err(|d| bad(staged, d))?;
+        let staged_path = root.join(staged);
+        state::check_inside_root(root, &staged_path).map_err(|d| bad(staged, d))?;
+        match fs::symlink_metadata(&staged_path) {
+            Ok(m) if !m.is_file() => {
+                return Err(bad(staged, "the staged copy is not a regular file".into()));
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(bad(staged, format!("cannot be examined: {e}"))),
+        }
+        dirs.insert(format!("{folder}/{STAGING_PREFIX}{txid}"));
+    }
+    for d in &journal.staging_dirs {
+        if !dirs.contains(d) {
+            return Err(bad(d, "not the staging folder of a journaled file".into()));
+        }
+    }
+    Ok(())
+}
+
 /// Removes backups no journal names (only called when no journal exists, under the lock).
 fn remove_incomplete_backups(root: &Path) {
     if let Ok(list) = fs::read_dir(state_dir(root).join("backups")) {
@@ -797,12 +878,7 @@ fn remove_incomplete_backups(root: &Path) {
 /// sub-folders.
 fn staging_search_dirs(root: &Path) -> Vec<PathBuf> {
     let mut dirs = Vec::new();
-    for base in [
-        "etc/kubernetes",
-        "var/lib/kubeadm",
-        "etc/etcd",
-        "var/lib/etcd",
-    ] {
+    for base in crate::catalog::LAYOUT_DIRS {
         let b = root.join(base);
         if !b.is_dir() {
             continue;
@@ -828,74 +904,306 @@ fn staging_search_dirs(root: &Path) -> Vec<PathBuf> {
 
 // === Backups ===
 
-/// Lists backups, newest first.
-pub fn list_backups(root: &Path) -> Vec<BackupManifest> {
-    let mut out = Vec::new();
-    let Ok(list) = fs::read_dir(state_dir(root).join("backups")) else {
-        return out;
-    };
-    for entry in list.flatten() {
-        let name = entry.file_name().to_string_lossy().to_string();
-        if name.starts_with('.') {
-            continue;
-        }
-        if let Ok(bytes) = fs::read(entry.path().join("manifest.json"))
-            && let Ok(m) = serde_json::from_slice::<BackupManifest>(&bytes)
-        {
-            out.push(m);
-        }
-    }
-    out.sort_by(|a, b| b.id.cmp(&a.id));
-    out
+/// One backup as `certrotor backups` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct BackupInfo {
+    /// The backup's folder name (its id).
+    pub id: String,
+    pub created_at: Option<String>,
+    pub kind: Option<String>,
+    /// The manifest's version.
+    pub version: Option<u32>,
+    pub files: Vec<BackupFile>,
+    /// `ok`, or `damaged` (never restored; `problem` says why).
+    pub status: &'static str,
+    pub problem: Option<String>,
+    /// Set for a manifest of version 1: what could not be checked.
+    pub note: Option<String>,
 }
 
-/// Reads a backup back as changes that restore it (files that did not exist are removed).
-pub fn restore_changes(root: &Path, id: &str) -> Result<(BackupManifest, Vec<Change>), TxnError> {
-    let dir = state_dir(root).join("backups").join(id);
-    let state = |detail: String| TxnError::State {
+/// What a version-1 manifest does not allow to check.
+const V1_NOTE: &str = "made by an earlier certrotor (manifest version 1): files are checked \
+                       against their recorded SHA-256; sizes were not recorded";
+
+fn backups_dir(root: &Path) -> PathBuf {
+    state_dir(root).join("backups")
+}
+
+/// The names of the backup folders (complete ones), newest first. No folder means no backups;
+/// a folder that cannot be listed is an error, never "no backups".
+fn backup_dirs(root: &Path) -> Result<Vec<String>, TxnError> {
+    let dir = backups_dir(root);
+    let unreadable = |e: io::Error| TxnError::State {
         path: dir.display().to_string(),
-        detail,
+        detail: format!("the backup folder cannot be listed: {e}"),
     };
-    if id.contains('/') || id.starts_with('.') || !dir.is_dir() {
-        return Err(state(format!(
-            "no backup '{id}'; list them with 'certrotor backups'"
-        )));
+    let list = match fs::read_dir(&dir) {
+        Ok(list) => list,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(vec![]),
+        Err(e) => return Err(unreadable(e)),
+    };
+    let mut ids = Vec::new();
+    for entry in list {
+        let name = entry.map_err(unreadable)?.file_name();
+        let name = name.to_string_lossy().to_string();
+        if !name.starts_with('.') {
+            ids.push(name);
+        }
     }
-    let bytes = fs::read(dir.join("manifest.json"))
-        .map_err(|e| state(format!("manifest unreadable: {e}")))?;
-    let manifest: BackupManifest =
-        serde_json::from_slice(&bytes).map_err(|e| state(format!("manifest unreadable: {e}")))?;
+    ids.sort_by(|a, b| b.cmp(a));
+    Ok(ids)
+}
+
+/// Lists backups, newest first, each verified ([`verify_backup`]): a damaged one is listed as
+/// such, with the reason.
+pub fn list_backups(root: &Path) -> Result<Vec<BackupInfo>, TxnError> {
+    let mut out = Vec::new();
+    for id in backup_dirs(root)? {
+        let info = match verify_backup(root, &id) {
+            Ok(v) => BackupInfo {
+                id,
+                created_at: Some(v.manifest.created_at.clone()),
+                kind: Some(v.manifest.kind.clone()),
+                version: Some(v.manifest.version),
+                files: v.manifest.files.clone(),
+                status: "ok",
+                problem: None,
+                note: (v.manifest.version < 2).then(|| V1_NOTE.to_string()),
+            },
+            Err(e) => {
+                // Whatever of the manifest can be read, for the operator's orientation only.
+                let m = state::read::<BackupManifest>(
+                    Kind::BackupManifest,
+                    &backups_dir(root).join(&id).join(MANIFEST),
+                )
+                .ok()
+                .flatten();
+                BackupInfo {
+                    id,
+                    created_at: m.as_ref().map(|(_, m)| m.created_at.clone()),
+                    kind: m.as_ref().map(|(_, m)| m.kind.clone()),
+                    version: m.as_ref().map(|(v, _)| *v),
+                    files: m.map(|(_, m)| m.files).unwrap_or_default(),
+                    status: "damaged",
+                    problem: Some(e.to_string()),
+                    note: None,
+                }
+            }
+        };
+        out.push(info);
+    }
+    Ok(out)
+}
+
+/// The newest backup that is not a rollback's (damaged ones included: restoring one is
+/// refused with its reason, rather than an older one silently chosen).
+pub fn newest_restorable(root: &Path) -> Result<Option<String>, TxnError> {
+    Ok(backup_dirs(root)?.into_iter().find(|id| {
+        let m = state::read::<BackupManifest>(
+            Kind::BackupManifest,
+            &backups_dir(root).join(id).join(MANIFEST),
+        );
+        !matches!(m, Ok(Some((_, m))) if m.kind == "rollback")
+    }))
+}
+
+/// A verified backup, as the changes that restore it.
+struct Verified {
+    manifest: BackupManifest,
+    changes: Vec<Change>,
+}
+
+/// Verifies backup `id` before anything uses it: its folder is certrotor's (a plain folder
+/// inside the root), its manifest is readable and of a known version, every path it names is a
+/// file certrotor renews on this node, every file it kept is a regular file in the backup (no
+/// symlink on the way) with the recorded size (version 2) and SHA-256, and every certificate
+/// parses and matches its key (from the backup, or the live one when the transaction kept it).
+fn verify_backup(root: &Path, id: &str) -> Result<Verified, StateError> {
+    let dir = backups_dir(root).join(id);
+    let manifest_path = dir.join(MANIFEST);
+    let whole = |detail: String| StateError::new(Kind::BackupManifest, &manifest_path, detail);
+    let bad = |entry: &str, detail: String| {
+        StateError::entry(Kind::BackupManifest, &manifest_path, entry, detail)
+    };
+    state::check_name(id).map_err(|d| whole(format!("backup id '{id}': {d}")))?;
+    match fs::symlink_metadata(&dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => return Err(whole(format!("'{}' is not a folder", dir.display()))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(whole(format!(
+                "no backup '{id}'; list them with 'certrotor backups'"
+            )));
+        }
+        Err(e) => return Err(whole(format!("'{}' cannot be read: {e}", dir.display()))),
+    }
+    state::check_inside_root(root, &dir).map_err(whole)?;
+    let (version, mut manifest) =
+        state::read::<BackupManifest>(Kind::BackupManifest, &manifest_path)?
+            .ok_or_else(|| whole("is missing".into()))?;
+    manifest.version = version;
+    if manifest.id != id {
+        return Err(bad(
+            "id",
+            format!("names backup '{}', not '{id}'", manifest.id),
+        ));
+    }
+    if !KINDS.contains(&manifest.kind.as_str()) {
+        return Err(bad("kind", format!("unknown kind '{}'", manifest.kind)));
+    }
+    let node = NodeFiles::of(root);
+    let mut seen = BTreeSet::new();
     let mut changes = Vec::new();
     for f in &manifest.files {
-        if f.existed {
-            let data = fs::read(dir.join("files").join(&f.path))
-                .map_err(|e| state(format!("'{}' unreadable: {e}", f.path)))?;
-            if f.sha256.as_deref() != Some(sha256_hex(&data).as_str()) {
-                return Err(state(format!(
-                    "'{}' in the backup does not match its recorded SHA-256; the backup is damaged",
-                    f.path
-                )));
-            }
-            changes.push(Change {
-                rel: f.path.clone(),
-                content: Some(data),
-                mode_if_new: f.mode.unwrap_or(0o600),
-            });
-        } else {
+        node.check(&f.path).map_err(|d| bad(&f.path, d))?;
+        if !seen.insert(f.path.as_str()) {
+            return Err(bad(&f.path, "listed twice".into()));
+        }
+        if let Some(mode) = f.mode
+            && mode & !0o7777 != 0
+        {
+            return Err(bad(&f.path, format!("mode {mode:o} is not a file mode")));
+        }
+        if !f.existed {
             changes.push(Change {
                 rel: f.path.clone(),
                 content: None,
                 mode_if_new: 0o600,
             });
+            continue;
         }
+        let data = state::read_no_symlinks(
+            &dir,
+            &format!("files/{}", f.path),
+            crate::pki::MAX_PEM_FILE_BYTES,
+        )
+        .map_err(|d| bad(&f.path, d))?;
+        let change = Change {
+            rel: f.path.clone(),
+            content: Some(data),
+            mode_if_new: f.mode.unwrap_or(0o600) & 0o777,
+        };
+        let data = change.content.as_deref().unwrap_or_default();
+        match (version, f.size) {
+            (1, _) => {}
+            (_, None) => return Err(bad(&f.path, "no size recorded".into())),
+            (_, Some(size)) if size != data.len() as u64 => {
+                return Err(bad(
+                    &f.path,
+                    format!(
+                        "the copy in the backup is {} bytes, {size} were recorded: it was altered",
+                        data.len()
+                    ),
+                ));
+            }
+            _ => {}
+        }
+        match &f.sha256 {
+            None => return Err(bad(&f.path, "no SHA-256 recorded".into())),
+            Some(want) if *want != sha256_hex(data) => {
+                return Err(bad(
+                    &f.path,
+                    "the copy in the backup does not match its recorded SHA-256: it was altered"
+                        .into(),
+                ));
+            }
+            Some(_) => {}
+        }
+        changes.push(change);
     }
-    Ok((manifest, changes))
+    for c in &changes {
+        let Some(data) = c.content.as_deref() else {
+            continue;
+        };
+        check_backed_up_pki(root, &node, &changes, &c.rel, data).map_err(|d| bad(&c.rel, d))?;
+    }
+    Ok(Verified { manifest, changes })
 }
 
-/// Removes the oldest backups beyond `retention`.
+/// A certificate in a backup parses and matches its key; a kubeconfig's embedded pair too; a
+/// key parses.
+fn check_backed_up_pki(
+    root: &Path,
+    node: &NodeFiles,
+    changes: &[Change],
+    rel: &str,
+    data: &[u8],
+) -> Result<(), String> {
+    use crate::kubeconfig::{Kubeconfig, Source};
+    use crate::pki::{Cert, PrivateKey};
+    if node.is_kubeconfig(rel) {
+        let creds = Kubeconfig::parse(data)
+            .and_then(|k| k.credentials())
+            .map_err(|e| e.to_string())?;
+        if let (Source::Embedded(cert), Source::Embedded(key)) =
+            (&creds.client_certificate, &creds.client_key)
+        {
+            let cert = Cert::from_pem(cert).map_err(|e| format!("client certificate: {e}"))?;
+            let key = PrivateKey::from_pem(key).map_err(|e| format!("client key: {e}"))?;
+            if !key.matches(&cert) {
+                return Err("the embedded client key does not match its certificate".into());
+            }
+        }
+        return Ok(());
+    }
+    let Some(key_rel) = node.key_of(rel) else {
+        // A key: it must parse.
+        PrivateKey::from_pem(data).map_err(|e| e.to_string())?;
+        return Ok(());
+    };
+    let cert = Cert::from_pem(data).map_err(|e| e.to_string())?;
+    let key = match changes.iter().find(|c| c.rel == key_rel) {
+        Some(c) => match c.content.as_deref() {
+            Some(k) => PrivateKey::from_pem(k).map_err(|e| format!("'{key_rel}': {e}"))?,
+            None => return Err(format!("its key '{key_rel}' is recorded as absent")),
+        },
+        // The transaction kept the key (renewal with --reuse-keys): the live one.
+        None => {
+            let k = fsutil::read_in_root(root, key_rel, crate::pki::MAX_PEM_FILE_BYTES)
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| {
+                    format!("its key '{key_rel}' is neither in the backup nor on the node")
+                })?;
+            let parsed = PrivateKey::from_pem(&k);
+            let mut k = k;
+            k.iter_mut().for_each(|b| *b = 0);
+            parsed.map_err(|e| format!("'{key_rel}': {e}"))?
+        }
+    };
+    if !key.matches(&cert) {
+        return Err(format!(
+            "the certificate does not match its key '{key_rel}'"
+        ));
+    }
+    Ok(())
+}
+
+/// Verifies a backup ([`verify_backup`]) and reads it back as the changes that restore it
+/// (files that did not exist are removed). A backup that fails is refused, left in place, and
+/// nothing is changed.
+pub fn restore_changes(root: &Path, id: &str) -> Result<(BackupManifest, Vec<Change>), TxnError> {
+    let v = verify_backup(root, id).map_err(|mut e| {
+        e.detail.push_str(&format!(
+            "; backup '{id}' is damaged and was not restored (it is kept for inspection). \
+             Choose another with 'certrotor backups' and 'certrotor rollback --backup ID'"
+        ));
+        e
+    })?;
+    if v.manifest.version < 2 {
+        log::warn!("backup {id}: {V1_NOTE}");
+    }
+    Ok((v.manifest, v.changes))
+}
+
+/// Removes the oldest backups beyond `retention` (by folder name, never a name read from a
+/// manifest).
 fn prune_backups(root: &Path, retention: usize) {
-    let backups = list_backups(root);
-    for old in backups.iter().skip(retention.max(1)) {
-        let _ = fs::remove_dir_all(state_dir(root).join("backups").join(&old.id));
+    // Pruning is housekeeping: a folder that cannot be listed is reported by the next
+    // `backups` or `rollback`, not here.
+    for old in backup_dirs(root)
+        .unwrap_or_default()
+        .iter()
+        .skip(retention.max(1))
+    {
+        let _ = fs::remove_dir_all(backups_dir(root).join(old));
     }
 }

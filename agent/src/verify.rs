@@ -6,6 +6,9 @@
 //! apiserver certificate has no 127.0.0.1), and what matters is which certificate is served,
 //! compared by SHA-256 with the file on disk.
 //!
+//! The handshake is certrotor's own (rustls, to see the served certificate); the health request
+//! then runs through ureq on that same connection (a one-shot ureq transport).
+//!
 //! What this module does not do: retry. [`wait_for`] polls a probe until a deadline.
 
 use std::fmt;
@@ -18,6 +21,10 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{CertificateError, DigitallySignedStruct, Error as TlsError, SignatureScheme};
 use rustls_pki_types::pem::PemObject;
+use ureq::unversioned::resolver::{ResolvedSocketAddrs, Resolver};
+use ureq::unversioned::transport::{
+    Buffers, ConnectionDetails, Connector, LazyBuffers, NextTimeout, Transport,
+};
 
 /// Largest HTTP response read from a health endpoint.
 const MAX_RESPONSE: usize = 64 * 1024;
@@ -34,8 +41,15 @@ pub struct Probe {
     pub ca_pem: Option<Vec<u8>>,
     /// PEM of the client certificate and key (mTLS), if the endpoint requires one.
     pub client_cert_pem: Option<Vec<u8>>,
+    /// Zeroed when the probe is dropped.
     pub client_key_pem: Option<Vec<u8>>,
     pub timeout: Duration,
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.client_key_pem);
+    }
 }
 
 impl fmt::Debug for Probe {
@@ -101,48 +115,161 @@ pub fn probe(p: &Probe) -> Result<Observation, ProbeError> {
             )
         })
         .ok_or_else(|| err("TLS handshake", &"the server presented no certificate"))?;
-    let mut tls = rustls::Stream::new(&mut conn, &mut sock);
-    let request = format!(
-        "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: certrotor\r\nAccept: */*\r\nConnection: close\r\n\r\n",
-        p.path, p.address
+    // The HTTP exchange goes through ureq on this very connection: the certificate recorded
+    // above is the one that answers.
+    let stream = rustls::StreamOwned::new(conn, sock);
+    let agent = ureq::Agent::with_parts(
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(p.timeout))
+            .max_redirects(0)
+            .max_idle_connections(0)
+            .user_agent("certrotor")
+            .build(),
+        Opened(std::sync::Mutex::new(Some(stream))),
+        AtAddress(p.address),
     );
-    tls.write_all(request.as_bytes())
-        .map_err(|e| err("send", &e))?;
-    let mut response = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        match tls.read(&mut chunk) {
-            Ok(0) => break,
-            Ok(n) => {
-                response.extend_from_slice(&chunk[..n]);
-                if response.len() > MAX_RESPONSE {
-                    break;
-                }
-            }
-            // A peer that closes without close_notify still sent a complete response.
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
-            Err(e) if !response.is_empty() && e.kind() == std::io::ErrorKind::ConnectionReset => {
-                break;
-            }
-            Err(e) => return Err(err("read", &e)),
-        }
-    }
-    let text = String::from_utf8_lossy(&response);
-    let status = text
-        .lines()
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|s| s.parse::<u16>().ok())
-        .ok_or_else(|| err("response", &"not an HTTP response"))?;
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.trim().to_string())
-        .unwrap_or_default();
+    let url = format!("https://{}{}", p.address, p.path);
+    let mut response = agent.get(&url).call().map_err(|e| err("request", &e))?;
+    let status = response.status().as_u16();
+    let body = response
+        .body_mut()
+        .with_config()
+        .limit(MAX_RESPONSE as u64)
+        .read_to_vec()
+        .map_err(|e| err("response", &e))?;
+    let body = String::from_utf8_lossy(&body).trim().to_string();
     Ok(Observation {
         served_sha256: served,
         status,
         body,
     })
+}
+
+type TlsStream = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
+
+/// A ureq connector that hands out the probe's already-established TLS connection, once.
+struct Opened(std::sync::Mutex<Option<TlsStream>>);
+
+impl fmt::Debug for Opened {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Opened")
+    }
+}
+
+impl<In: Transport> Connector<In> for Opened {
+    type Out = Established;
+
+    fn connect(
+        &self,
+        details: &ConnectionDetails,
+        _chained: Option<In>,
+    ) -> Result<Option<Established>, ureq::Error> {
+        let stream = self
+            .0
+            .lock()
+            .ok()
+            .and_then(|mut slot| slot.take())
+            .ok_or(ureq::Error::ConnectionFailed)?;
+        let config = details.config;
+        Ok(Some(Established {
+            stream,
+            buffers: LazyBuffers::new(config.input_buffer_size(), config.output_buffer_size()),
+        }))
+    }
+}
+
+/// Resolves to the probed address (the URL names it too; no lookup happens).
+#[derive(Debug)]
+struct AtAddress(SocketAddr);
+
+impl Resolver for AtAddress {
+    fn resolve(
+        &self,
+        _uri: &ureq::http::Uri,
+        _config: &ureq::config::Config,
+        _timeout: NextTimeout,
+    ) -> Result<ResolvedSocketAddrs, ureq::Error> {
+        let mut addresses = self.empty();
+        addresses.push(self.0);
+        Ok(addresses)
+    }
+}
+
+/// The probe's TLS connection as ureq's transport.
+struct Established {
+    stream: TlsStream,
+    buffers: LazyBuffers,
+}
+
+impl fmt::Debug for Established {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Established({:?})", self.stream.sock.peer_addr().ok())
+    }
+}
+
+/// The time left for the next I/O step, or ureq's timeout error if none is left.
+fn time_left(timeout: NextTimeout) -> Result<Option<Duration>, ureq::Error> {
+    if timeout.after.is_zero() {
+        Err(ureq::Error::Timeout(timeout.reason))
+    } else {
+        Ok(timeout.not_zero().map(|left| *left))
+    }
+}
+
+fn timed_out(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
+    )
+}
+
+impl Transport for Established {
+    fn buffers(&mut self) -> &mut dyn Buffers {
+        &mut self.buffers
+    }
+
+    fn transmit_output(&mut self, amount: usize, timeout: NextTimeout) -> Result<(), ureq::Error> {
+        let timeout = timeout.for_write();
+        self.stream.sock.set_write_timeout(time_left(timeout)?)?;
+        let output = &self.buffers.output()[..amount];
+        match self
+            .stream
+            .write_all(output)
+            .and_then(|()| self.stream.flush())
+        {
+            Ok(()) => Ok(()),
+            Err(e) if timed_out(&e) => Err(ureq::Error::Timeout(timeout.reason)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
+        let timeout = timeout.for_read();
+        self.stream.sock.set_read_timeout(time_left(timeout)?)?;
+        loop {
+            match self.stream.read(self.buffers.input_append_buf()) {
+                Ok(n) => {
+                    self.buffers.input_appended(n);
+                    return Ok(n > 0);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                // A peer that closes without close_notify: the end of a close-delimited body.
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(false),
+                Err(e) if timed_out(&e) => return Err(ureq::Error::Timeout(timeout.reason)),
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    fn is_open(&mut self) -> bool {
+        // One request per probe: never reused.
+        false
+    }
+
+    fn is_tls(&self) -> bool {
+        true
+    }
 }
 
 /// Polls `probe` until `accept` says yes or `timeout` passes; returns the last observation or

@@ -292,15 +292,15 @@ fn usage_errors_exit_64() {
         (vec!["check", "--bogus"], "Unrecognized argument: --bogus"),
         (
             vec!["check", "--root", root, "--warn-within", "30x"],
-            "--warn-within: invalid duration '30x'",
+            "'--warn-within' with value '30x': invalid duration '30x'",
         ),
         (
             vec!["check", "--root", root, "--warn-within", ""],
-            "--warn-within: invalid duration",
+            "'--warn-within' with value '': invalid duration",
         ),
         (
             vec!["check", "--root", root, "--output", "yaml"],
-            "--output 'yaml'",
+            "'--output' with value 'yaml': use table or json",
         ),
         (vec!["no-such-command"], "no-such-command"),
     ] {

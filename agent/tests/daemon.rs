@@ -57,10 +57,11 @@ fn daemon_repeats_passes_logs_decisions_and_stops_on_sigterm() {
             }
         }
     }
-    // SAFETY: kill(2) on a child pid we own.
-    unsafe {
-        libc::kill(child.id() as i32, libc::SIGTERM);
-    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {

@@ -5,8 +5,8 @@
 //! of `images/kubeadm-standin/` (no registry has etcdadm) and, for failure injection only (a
 //! failing tool, one slow enough to kill, one that prints its mounts), the kubeadm TEST DOUBLE
 //! at /opt/bin/kubeadm-standin, chosen with `--kubeadm-path`. The real kubeadm proves parity
-//! with the native engine and the refusal of what it cannot do (an ECDSA node: kubeadm v1.20
-//! always makes RSA-2048 keys). Skipped loudly without root, containerd, runc or busybox-static,
+//! with the native engine, a genuine tool failure (super-admin.conf, unknown to v1.20) and the
+//! refusal of what it cannot do (an ECDSA node: kubeadm v1.20 always makes RSA-2048 keys). Skipped loudly without root, containerd, runc or busybox-static,
 //! unless CI=true (then they must be there: Debian packages containerd, runc, busybox-static,
 //! openssl).
 
@@ -29,8 +29,7 @@ fn in_ci() -> bool {
 
 /// Why these tests cannot run here, if they cannot.
 fn missing_prerequisite() -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !nix::unistd::geteuid().is_root() {
         return Some("containerd tests need root".into());
     }
     for tool in [
@@ -373,6 +372,46 @@ fn failing_kubeadm_is_a_clear_error_and_changes_nothing() {
 }
 
 #[test]
+fn real_kubeadm_failing_is_a_clear_error_and_changes_nothing() {
+    if !can_run("real_kubeadm_failing_is_a_clear_error_and_changes_nothing") {
+        return;
+    }
+    // A node of kubeadm >= 1.29 has super-admin.conf, which kubeadm v1.20 does not know: a
+    // genuine failure of the real tool (exit 1, "invalid subcommand").
+    let t = TestDir::new("engine-real-fail");
+    let ctd = Containerd::start(t.path());
+    let root = t.lab("node", &["--expires-in", "3d"]);
+    let r = root.to_str().unwrap();
+    let before = snapshot(&root);
+    let run = run_with(&["renew", "--root", r], &ctd.flags());
+    run.expect(2);
+    for word in [
+        ctd.socket.to_str().unwrap(),
+        IMAGE,
+        "/opt/bin/kubeadm certs renew super-admin.conf",
+        "exit code 1",
+        "invalid subcommand",
+        "nothing was changed",
+    ] {
+        assert!(
+            run.stderr.contains(word),
+            "the error must name '{word}'\n{run}"
+        );
+    }
+    assert_eq!(
+        before,
+        snapshot(&root),
+        "the live PKI must be unchanged\n{run}"
+    );
+    assert!(
+        ctd.containers().is_empty(),
+        "containers left: {:?}",
+        ctd.containers()
+    );
+    assert!(staging_left(&root).is_empty());
+}
+
+#[test]
 fn absent_image_and_socket_are_named() {
     if !can_run("absent_image_and_socket_are_named") {
         return;
@@ -611,10 +650,11 @@ fn kubeadm_and_native_engines_issue_the_same_certificates() {
                 k.not_after >= kubeadm_start + year - 2 && k.not_after <= end + year + 2,
                 "{rel}: kubeadm notAfter"
             );
-            // kubeadm v1.20: notBefore = the CA's (in the past), no BasicConstraints.
+            // kubeadm v1.20: notBefore = the CA's (the lab node's CAs were made 362 days ago for
+            // leaves expiring in 3 days), no BasicConstraints.
             assert!(
-                k.not_before < kubeadm_start - 60,
-                "{rel}: kubeadm notBefore"
+                k.not_before < kubeadm_start - 360 * 86_400,
+                "{rel}: kubeadm v1.20 notBefore is the CA's"
             );
             assert!(!k.ext.contains_key("Basic Constraints"), "{rel}");
         }

@@ -215,14 +215,13 @@ fn check_agrees_with_kubeadm_check_expiration() {
     assert_eq!(externals, ["front-proxy-client", "front-proxy-ca"]);
 }
 
-#[test]
-fn renew_all_issues_what_kubeadm_renew_all_issues() {
-    require_root("renew_all_issues_what_kubeadm_renew_all_issues");
-    let t = TestDir::new("parity-renew");
-    let (orig, by_kubeadm, by_certrotor) = (t.join("orig"), t.join("kubeadm"), t.join("certrotor"));
-    kubeadm_node(&orig, true);
-    copy(&orig, &by_kubeadm);
-    copy(&orig, &by_certrotor);
+/// Renews copies of `orig` with `kubeadm certs renew all` and `certrotor renew --all` and
+/// compares them with openssl, then lets kubeadm read certrotor's result.
+fn assert_renew_parity(t: &TestDir, orig: &Path, what: &str) {
+    let by_kubeadm = t.join(&format!("{what}-by-kubeadm"));
+    let by_certrotor = t.join(&format!("{what}-by-certrotor"));
+    copy(orig, &by_kubeadm);
+    copy(orig, &by_certrotor);
     let start = now();
     kubeadm(
         &by_kubeadm,
@@ -230,14 +229,15 @@ fn renew_all_issues_what_kubeadm_renew_all_issues() {
     );
     certrotor(&["renew", "--root", by_certrotor.to_str().unwrap(), "--all"]).expect(0);
     let end = now();
+    let (by_kubeadm, by_certrotor) = (by_kubeadm.as_path(), by_certrotor.as_path());
     let scratch = t.join("pem");
     let mut summary = BTreeMap::new();
     for (name, rel, ca) in LEAVES {
-        let ca_file = etc(&orig).join(format!("pki/{ca}.crt"));
+        let ca_file = etc(orig).join(format!("pki/{ca}.crt"));
         let ca_cert = Ossl::read(&ca_file);
-        let old = Ossl::read(&leaf_file(&orig, rel, &scratch));
-        let k_file = leaf_file(&by_kubeadm, rel, &scratch);
-        let c_file = leaf_file(&by_certrotor, rel, &scratch);
+        let old = Ossl::read(&leaf_file(orig, rel, &scratch));
+        let k_file = leaf_file(by_kubeadm, rel, &scratch);
+        let c_file = leaf_file(by_certrotor, rel, &scratch);
         let (k, c) = (Ossl::read(&k_file), Ossl::read(&c_file));
         openssl_verify(&ca_file, &k_file, true).unwrap();
         openssl_verify(&ca_file, &c_file, true).unwrap();
@@ -287,29 +287,38 @@ fn renew_all_issues_what_kubeadm_renew_all_issues() {
         if !rel.ends_with(".conf") {
             let key = rel.replace(".crt", ".key");
             assert_eq!(
-                key_encoding(&etc(&by_certrotor).join(&key)),
-                key_encoding(&etc(&by_kubeadm).join(&key)),
+                key_encoding(&etc(by_certrotor).join(&key)),
+                key_encoding(&etc(by_kubeadm).join(&key)),
                 "{name}: key PEM encoding"
             );
-            let (cc, ck) = crate::util::public_keys(&c_file, &etc(&by_certrotor).join(&key));
+            let (cc, ck) = crate::util::public_keys(&c_file, &etc(by_certrotor).join(&key));
             assert_eq!(cc, ck, "{name}: certrotor's key matches its certificate");
         }
         summary.insert(name, identity(&c));
     }
     eprintln!(
-        "parity renew: {} certificates agree: {summary:#?}",
+        "parity renew ({what}): {} certificates agree: {summary:#?}",
         summary.len()
     );
 
     // kubeadm reads certrotor's result, agrees with certrotor's check, and can renew on top.
-    let (leaves, _) = assert_check_agrees(&by_certrotor, "after certrotor renew --all");
+    let (leaves, _) = assert_check_agrees(by_certrotor, &format!("{what}: certrotor renew --all"));
     assert!(leaves.iter().all(|r| r.residual == "364d"), "{leaves:?}");
-    assert_check_agrees(&by_kubeadm, "after kubeadm certs renew all");
+    assert_check_agrees(by_kubeadm, &format!("{what}: kubeadm certs renew all"));
     kubeadm(
-        &by_certrotor,
+        by_certrotor,
         &["certs", "renew", "all", "--config", &format!("/{CONFIG}")],
     );
     certrotor(&["check", "--root", by_certrotor.to_str().unwrap()]).expect(0);
+}
+
+#[test]
+fn renew_all_issues_what_kubeadm_renew_all_issues() {
+    require_root("renew_all_issues_what_kubeadm_renew_all_issues");
+    let t = TestDir::new("parity-renew");
+    let orig = t.join("orig");
+    kubeadm_node(&orig, true);
+    assert_renew_parity(&t, &orig, "kubeadm init");
 }
 
 #[test]
@@ -394,4 +403,48 @@ fn lab_init_writes_what_kubeadm_init_writes() {
     // kubeadm reads the lab node, and agrees with certrotor about it.
     std::fs::write(lab.join(CONFIG), config(false)).unwrap();
     assert_check_agrees(&lab, "certrotor lab init");
+    // And both renew the lab node alike (kubeadm v1.20 ignores super-admin.conf).
+    assert_renew_parity(&t, &lab, "lab init");
+}
+
+#[test]
+fn build_script_never_hands_out_a_missing_or_stale_cache() {
+    let t = TestDir::new("parity-cache");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../images/k8s/build.sh");
+    let print = |cache: &Path| {
+        Command::new(&script)
+            .arg("--print-bin-dir")
+            .env("CERTROTOR_K8S_CACHE", cache)
+            .output()
+            .unwrap()
+    };
+    let cache = t.join("cache");
+    // Absent, then binaries without the marker (a half-built cache), then a marker of another
+    // script version: each is refused with the command to run.
+    let bin = cache.join("bin");
+    for step in ["absent", "no marker", "stale marker"] {
+        match step {
+            "no marker" => {
+                std::fs::create_dir_all(&bin).unwrap();
+                std::fs::write(bin.join("kubeadm"), "").unwrap();
+            }
+            "stale marker" => std::fs::write(
+                bin.join(".complete"),
+                "kubernetes v1.20.2 deb 1.20.5+really1.20.2-1.1+deb12u1 script-sha256 0\n",
+            )
+            .unwrap(),
+            _ => {}
+        }
+        let out = print(&cache);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{step}: {err}");
+        assert!(out.stdout.is_empty(), "{step}: nothing on stdout");
+        assert!(
+            err.contains("no complete build") && err.contains("run images/k8s/build.sh"),
+            "{step}: {err}"
+        );
+    }
+    let out = Command::new(&script).arg("--bogus").output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown argument '--bogus'"));
 }

@@ -46,10 +46,8 @@ pub fn k8s_bin() -> &'static Path {
 
 /// Fails the test unless running as root (kubeadm --rootfs chroots; containerd needs root).
 pub fn require_root(test: &str) {
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
-    assert_eq!(
-        euid, 0,
+    assert!(
+        nix::unistd::geteuid().is_root(),
         "{test}: needs root (kubeadm --rootfs chroots into the node root): run the tests as root"
     );
 }

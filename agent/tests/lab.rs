@@ -830,16 +830,25 @@ fn lab_init_rejects_bad_flags_with_exit_64() {
     let target = dir.join("node");
     let t = target.to_str().unwrap();
     for (flags, words) in [
-        (vec!["--layout", "ubuntu"], "--layout 'ubuntu'"),
-        (vec!["--topology", "mesh"], "--topology 'mesh'"),
-        (vec!["--key-algorithm", "dsa"], "--key-algorithm 'dsa'"),
+        (
+            vec!["--layout", "ubuntu"],
+            "'--layout' with value 'ubuntu': use kubeadm or bottlerocket",
+        ),
+        (
+            vec!["--topology", "mesh"],
+            "'--topology' with value 'mesh': use stacked or external-etcd",
+        ),
+        (
+            vec!["--key-algorithm", "dsa"],
+            "'--key-algorithm' with value 'dsa': use rsa-2048",
+        ),
         (
             vec!["--expires-in", "soon"],
-            "--expires-in: invalid duration 'soon'",
+            "'--expires-in' with value 'soon': invalid duration 'soon'",
         ),
         (
             vec!["--advertise-address", "x.y"],
-            "--advertise-address 'x.y'",
+            "'--advertise-address' with value 'x.y': not an IP address",
         ),
         (
             vec!["--no-such-flag"],

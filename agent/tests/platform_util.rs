@@ -261,10 +261,11 @@ impl Proc {
         if self.exited().is_some() {
             return;
         }
-        // SAFETY: kill(2) on our own child, not reaped yet.
-        unsafe {
-            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
-        }
+        // Our own child, not reaped yet: the pid still names it.
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
         let end = Instant::now() + grace;
         while Instant::now() < end {
             if self.exited().is_some() {

@@ -1,6 +1,7 @@
 //! certrotor's integration tests: one test binary that runs the real `certrotor` on real files,
 //! with openssl as an independent oracle. Each module covers one command.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+#![forbid(unsafe_code)]
 
 // Harness: fresh folders, the real binary, openssl parsing.
 mod util;
@@ -19,4 +20,7 @@ mod lab;
 mod platform;
 mod renew;
 mod renew_util;
+// State files as untrusted input: damaged, hostile or future-version journal, marker, owed
+// restarts, backup manifests (issues 13.1, 14).
+mod state;
 mod verify;

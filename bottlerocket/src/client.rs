@@ -381,6 +381,8 @@ mod tests {
         /// Read the request, then keep the connection open without answering until the client
         /// gives up.
         Silent,
+        /// A chunked body of this many bytes, sent until the client hangs up.
+        Chunked(usize),
     }
 
     impl TestServer {
@@ -405,6 +407,23 @@ mod tests {
                         Reply::Silent => {
                             let mut sink = Vec::new();
                             let _ = reader.read_to_end(&mut sink);
+                        }
+                        Reply::Chunked(size) => {
+                            let chunk = vec![b'a'; 1 << 20];
+                            let mut out = &stream;
+                            let _ = out.write_all(
+                                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+                            );
+                            for _ in 0..size.div_ceil(chunk.len()) {
+                                let head = format!("{:x}\r\n", chunk.len());
+                                if out.write_all(head.as_bytes()).is_err()
+                                    || out.write_all(&chunk).is_err()
+                                    || out.write_all(b"\r\n").is_err()
+                                {
+                                    break;
+                                }
+                            }
+                            let _ = out.write_all(b"0\r\n\r\n");
                         }
                     }
                 }
@@ -566,6 +585,13 @@ mod tests {
     fn oversized_responses_are_refused() {
         let huge = "HTTP/1.1 200 OK\r\nContent-Length: 999999999\r\n\r\n";
         let server = TestServer::start(vec![Reply::Raw(huge)]);
+        let error = server.client().settings().expect_err("too large");
+        assert!(
+            matches!(&error, ApiError::BadResponse { reason, .. } if reason.contains("limit")),
+            "{error:?}"
+        );
+        // Undeclared length: refused while reading, once past the limit.
+        let server = TestServer::start(vec![Reply::Chunked(MAX_RESPONSE_BYTES + (1 << 20))]);
         let error = server.client().settings().expect_err("too large");
         assert!(
             matches!(&error, ApiError::BadResponse { reason, .. } if reason.contains("limit")),

@@ -265,6 +265,29 @@ mod tests {
     }
 
     #[test]
+    fn a_full_backlog_times_out_instead_of_hanging() {
+        let path = socket_path("backlog");
+        let _ = std::fs::remove_file(&path);
+        let listener = UnixListener::bind(&path).expect("bind");
+        // Never accept: connections queue until the backlog is full, then connect(2) would
+        // block; the send timeout bounds it.
+        let mut held = Vec::new();
+        let started = std::time::Instant::now();
+        let outcome = loop {
+            match connect(&path, Some(Duration::from_millis(100))) {
+                Ok(stream) if held.len() < 10_000 => held.push(stream),
+                Ok(_) => break None,
+                Err(error) => break Some(error),
+            }
+        };
+        let error = outcome.expect("the backlog never filled");
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut, "{error}");
+        assert!(started.elapsed() < Duration::from_secs(10));
+        drop((held, listener));
+        std::fs::remove_file(&path).expect("cleanup");
+    }
+
+    #[test]
     fn connect_errors_are_recognised() {
         let marked = io::Error::new(
             io::ErrorKind::NotFound,

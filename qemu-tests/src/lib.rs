@@ -17,6 +17,7 @@
 //! # Ok(())
 //! # }
 //! ```
+#![forbid(unsafe_code)]
 
 pub mod artifacts;
 pub mod error;

@@ -37,20 +37,20 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::io::{self, Read, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use rustls::client::ClientConnection;
 use rustls::crypto::CryptoProvider;
 use rustls::server::{ServerConnection, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
-use rustls::{ClientConfig, RootCertStore, ServerConfig, StreamOwned};
+use rustls::{RootCertStore, ServerConfig, StreamOwned};
 use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use serde::Deserialize;
+use ureq::tls::TlsConfig;
 use x509_cert::der::Decode;
 
 /// Command-line help.
@@ -340,65 +340,34 @@ pub fn run(component: Component, flags: &Flags, reject_env: Option<&str>) -> Res
     Ok(())
 }
 
-/// An mTLS-capable HTTPS GET: one request, `Connection: close`, chunked or sized body.
-pub fn https_get(
-    url: &str,
-    tls: Arc<ClientConfig>,
-    timeout: Duration,
-) -> Result<HttpResponse, String> {
-    let (host, port, path) = split_url(url)?;
-    let addresses: Vec<SocketAddr> = (host.as_str(), port)
-        .to_socket_addrs()
-        .map_err(|error| format!("failed to resolve '{host}': {error}"))?
-        .collect();
-    let mut last_error = format!("no address for '{host}'");
-    let mut stream = None;
-    for address in addresses {
-        match TcpStream::connect_timeout(&address, timeout) {
-            Ok(connected) => {
-                stream = Some(connected);
-                break;
-            }
-            Err(error) => last_error = format!("failed to connect to '{address}': {error}"),
-        }
+/// An mTLS-capable HTTPS GET through ureq (chunked or sized body, at most 1 MiB).
+pub fn https_get(url: &str, tls: &TlsConfig, timeout: Duration) -> Result<HttpResponse, String> {
+    if !url.starts_with("https://") {
+        return Err(format!("URL '{url}' is not https"));
     }
-    let stream = stream.ok_or(last_error)?;
-    stream
-        .set_read_timeout(Some(timeout))
-        .and_then(|()| stream.set_write_timeout(Some(timeout)))
-        .map_err(|error| error.to_string())?;
-    let server_name = ServerName::try_from(host.clone())
-        .map_err(|error| format!("invalid server name '{host}': {error}"))?;
-    let connection =
-        ClientConnection::new(tls, server_name).map_err(|error| format!("TLS: {error}"))?;
-    let mut tls_stream = StreamOwned::new(connection, stream);
-    let request = format!(
-        "GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUser-Agent: k8s-sim\r\nAccept: */*\r\n\
-         Connection: close\r\n\r\n"
-    );
-    tls_stream
-        .write_all(request.as_bytes())
-        .and_then(|()| tls_stream.flush())
+    let agent = ureq::Agent::config_builder()
+        .tls_config(tls.clone())
+        .http_status_as_error(false)
+        .timeout_global(Some(timeout))
+        .max_redirects(0)
+        .user_agent("k8s-sim")
+        .build()
+        .new_agent();
+    let mut response = agent
+        .get(url)
+        .call()
         .map_err(|error| format!("request to '{url}' failed: {error}"))?;
-    let mut response = Vec::new();
-    let mut buffer = [0u8; 8192];
-    loop {
-        match tls_stream.read(&mut buffer) {
-            Ok(0) => break,
-            Ok(count) => {
-                response.extend_from_slice(buffer.get(..count).unwrap_or_default());
-                if response.len() > MAX_MESSAGE {
-                    return Err(format!("response from '{url}' is too large"));
-                }
-            }
-            // Some servers close without close_notify; what arrived is still the response.
-            Err(error) if error.kind() == io::ErrorKind::UnexpectedEof && !response.is_empty() => {
-                break;
-            }
-            Err(error) => return Err(format!("request to '{url}' failed: {error}")),
-        }
-    }
-    parse_response(&response).map_err(|reason| format!("bad response from '{url}': {reason}"))
+    let status = response.status().as_u16();
+    let body = response
+        .body_mut()
+        .with_config()
+        .limit(MAX_MESSAGE as u64)
+        .read_to_vec()
+        .map_err(|error| format!("bad response from '{url}': {error}"))?;
+    Ok(HttpResponse {
+        status,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    })
 }
 
 /// A client TLS configuration trusting only the certificates in `ca_file`, optionally presenting
@@ -407,7 +376,7 @@ pub fn client_config(
     ca_file: &Path,
     client_pair: Option<(&Path, &Path)>,
     now: SystemTime,
-) -> Result<Arc<ClientConfig>, Error> {
+) -> Result<TlsConfig, Error> {
     let roots = load_roots(&read_file(ca_file)?, &ca_file.display().to_string(), now)?;
     let pair = match client_pair {
         Some((cert_file, key_file)) => Some(load_pair_files(cert_file, key_file, now)?),
@@ -416,32 +385,11 @@ pub fn client_config(
     build_client_config(roots, pair)
 }
 
-/// Parses an RFC 3339 timestamp (`2026-01-02T03:04:05Z`, fractions and `±hh:mm` offsets allowed).
+/// Parses an RFC 3339 timestamp (`2026-01-02T03:04:05Z`, fractions and `±hh:mm` offsets
+/// allowed). The calendar part is der's `DateTime`; fraction and offset are applied here.
 pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
-    let bytes = text.as_bytes();
-    let number = |range: std::ops::Range<usize>| -> Option<i64> {
-        let digits = text.get(range)?;
-        if !digits.bytes().all(|byte| byte.is_ascii_digit()) {
-            return None;
-        }
-        digits.parse().ok()
-    };
-    let separators_ok = bytes.get(4) == Some(&b'-')
-        && bytes.get(7) == Some(&b'-')
-        && matches!(bytes.get(10), Some(b'T' | b't' | b' '))
-        && bytes.get(13) == Some(&b':')
-        && bytes.get(16) == Some(&b':');
-    if !separators_ok {
-        return None;
-    }
-    let (year, month, day) = (number(0..4)?, number(5..7)?, number(8..10)?);
-    let (hour, minute, second) = (number(11..13)?, number(14..16)?, number(17..19)?);
-    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 {
-        return None;
-    }
-    if second > 60 {
-        return None;
-    }
+    let calendar = text.get(..19)?;
+    let date_time: x509_cert::der::DateTime = format!("{calendar}Z").parse().ok()?;
     let mut rest = text.get(19..)?;
     let mut nanos = 0u32;
     if let Some(fraction) = rest.strip_prefix('.') {
@@ -454,7 +402,7 @@ pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
         nanos = padded.parse::<u32>().ok()? * scale;
         rest = fraction.get(digits..)?;
     }
-    let offset_seconds = match rest {
+    let offset_seconds: i64 = match rest {
         "Z" | "z" => 0,
         _ => {
             let sign = match rest.as_bytes().first() {
@@ -470,32 +418,28 @@ pub fn parse_rfc3339(text: &str) -> Option<SystemTime> {
             sign * (hours * 3600 + minutes * 60)
         }
     };
-    let days = days_from_civil(year, month, day);
-    let seconds = days * 86_400 + hour * 3600 + minute * 60 + second - offset_seconds;
-    let whole = Duration::from_secs(seconds.unsigned_abs());
-    let instant = if seconds >= 0 {
-        UNIX_EPOCH.checked_add(whole)?
+    let local = date_time.to_system_time();
+    let offset = Duration::from_secs(offset_seconds.unsigned_abs());
+    let utc = if offset_seconds >= 0 {
+        local.checked_sub(offset)?
     } else {
-        UNIX_EPOCH.checked_sub(whole)?
+        local.checked_add(offset)?
     };
-    instant.checked_add(Duration::from_nanos(u64::from(nanos)))
+    utc.checked_add(Duration::from_nanos(u64::from(nanos)))
 }
 
-/// Formats an instant as RFC 3339 in UTC, whole seconds.
+/// Formats an instant as RFC 3339 in UTC, whole seconds (der's `DateTime` format; instants
+/// outside 1970..=9999 show the nearest end of that range).
 pub fn format_rfc3339(instant: SystemTime) -> String {
-    let seconds = match instant.duration_since(UNIX_EPOCH) {
-        Ok(since) => i64::try_from(since.as_secs()).unwrap_or(i64::MAX),
-        Err(before) => -i64::try_from(before.duration().as_secs()).unwrap_or(i64::MAX),
-    };
-    let days = seconds.div_euclid(86_400);
-    let in_day = seconds.rem_euclid(86_400);
-    let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        in_day / 3600,
-        in_day % 3600 / 60,
-        in_day % 60
-    )
+    use x509_cert::der::DateTime;
+    let since = instant
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .min(DateTime::INFINITY.unix_duration());
+    let whole = Duration::from_secs(since.as_secs());
+    DateTime::from_unix_duration(whole)
+        .unwrap_or(DateTime::INFINITY)
+        .to_string()
 }
 
 // === kube-apiserver ===
@@ -579,10 +523,12 @@ fn start_apiserver(
     }
 
     let provider = Arc::new(provider());
-    let verifier =
-        WebPkiClientVerifier::builder_with_provider(Arc::new(client_roots), provider.clone())
-            .build()
-            .map_err(|error| Error::Tls(error.to_string()))?;
+    let verifier = WebPkiClientVerifier::builder_with_provider(
+        Arc::new(root_store(client_roots)),
+        provider.clone(),
+    )
+    .build()
+    .map_err(|error| Error::Tls(error.to_string()))?;
     let server_config = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|error| Error::Tls(error.to_string()))?
@@ -621,11 +567,11 @@ fn start_apiserver(
     Ok((listener, Arc::new(server_config), handler))
 }
 
-fn check_etcd(servers: &[String], tls: &Arc<ClientConfig>) -> Result<(), String> {
+fn check_etcd(servers: &[String], tls: &TlsConfig) -> Result<(), String> {
     let mut failures = Vec::new();
     for server in servers {
         let url = format!("{server}/health");
-        match https_get(&url, tls.clone(), CHECK_TIMEOUT) {
+        match https_get(&url, tls, CHECK_TIMEOUT) {
             Ok(response) if response.status == 200 => {
                 let health = serde_json::from_str::<serde_json::Value>(&response.body)
                     .ok()
@@ -679,7 +625,7 @@ fn start_kubeconfig_component(
         .map_err(|error| Error::Tls(error.to_string()))?;
     let url = format!("{}/readyz", kubeconfig.server.trim_end_matches('/'));
     let tls = kubeconfig.tls;
-    let check = CachedCheck::new(move || match https_get(&url, tls.clone(), CHECK_TIMEOUT) {
+    let check = CachedCheck::new(move || match https_get(&url, &tls, CHECK_TIMEOUT) {
         Ok(response) if response.status == 200 => Ok(()),
         Ok(response) => Err(format!(
             "'{url}' answered HTTP {}: {}",
@@ -704,7 +650,7 @@ fn start_kubeconfig_component(
 
 struct Kubeconfig {
     server: String,
-    tls: Arc<ClientConfig>,
+    tls: TlsConfig,
 }
 
 #[derive(Deserialize)]
@@ -860,12 +806,7 @@ fn cert_info(der: &CertificateDer<'_>, source_name: &str) -> Result<CertInfo, Er
         })?;
     let tbs = cert.tbs_certificate;
     Ok(CertInfo {
-        serial: tbs
-            .serial_number
-            .as_bytes()
-            .iter()
-            .map(|byte| format!("{byte:02x}"))
-            .collect(),
+        serial: base16ct::lower::encode_string(tbs.serial_number.as_bytes()),
         not_before: tbs.validity.not_before.to_system_time(),
         not_after: tbs.validity.not_after.to_system_time(),
     })
@@ -900,15 +841,28 @@ fn parse_certs(
     Ok(certs)
 }
 
-fn load_roots(pem: &[u8], source_name: &str, now: SystemTime) -> Result<RootCertStore, Error> {
-    let mut roots = RootCertStore::empty();
-    for cert in parse_certs(pem, source_name, now)? {
-        roots.add(cert).map_err(|error| Error::ParseCert {
+fn load_roots(
+    pem: &[u8],
+    source_name: &str,
+    now: SystemTime,
+) -> Result<Vec<CertificateDer<'static>>, Error> {
+    let roots = parse_certs(pem, source_name, now)?;
+    // Refuse what rustls would not accept as a trust anchor, at startup as the components do.
+    let mut store = RootCertStore::empty();
+    for cert in &roots {
+        store.add(cert.clone()).map_err(|error| Error::ParseCert {
             source_name: source_name.to_string(),
             reason: format!("not usable as a CA: {error}"),
         })?;
     }
     Ok(roots)
+}
+
+/// A rustls trust store of certificates [`load_roots`] already accepted.
+fn root_store(roots: Vec<CertificateDer<'static>>) -> RootCertStore {
+    let mut store = RootCertStore::empty();
+    store.add_parsable_certificates(roots);
+    store
 }
 
 fn load_pair_files(cert_file: &Path, key_file: &Path, now: SystemTime) -> Result<Pair, Error> {
@@ -963,20 +917,45 @@ fn load_pair(
 }
 
 fn build_client_config(
-    roots: RootCertStore,
+    roots: Vec<CertificateDer<'static>>,
     pair: Option<Pair>,
-) -> Result<Arc<ClientConfig>, Error> {
-    let builder = ClientConfig::builder_with_provider(Arc::new(provider()))
-        .with_safe_default_protocol_versions()
-        .map_err(|error| Error::Tls(error.to_string()))?
-        .with_root_certificates(roots);
-    let config = match pair {
-        Some(pair) => builder
-            .with_client_auth_cert(pair.chain, pair.key)
-            .map_err(|error| Error::Tls(error.to_string()))?,
-        None => builder.with_no_client_auth(),
+) -> Result<TlsConfig, Error> {
+    use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts};
+    let roots: Vec<Certificate<'static>> = roots
+        .iter()
+        .map(|cert| Certificate::from_der(cert.as_ref()).to_owned())
+        .collect();
+    let client_cert = match pair {
+        Some(pair) => {
+            // ureq takes a key as PEM (or DER of a kind it does not export): re-armour it.
+            let label = match &pair.key {
+                PrivateKeyDer::Pkcs1(_) => "RSA PRIVATE KEY",
+                PrivateKeyDer::Sec1(_) => "EC PRIVATE KEY",
+                PrivateKeyDer::Pkcs8(_) => "PRIVATE KEY",
+                _ => return Err(Error::Tls("unsupported client key type".into())),
+            };
+            let pem = x509_cert::der::pem::encode_string(
+                label,
+                x509_cert::der::pem::LineEnding::LF,
+                pair.key.secret_der(),
+            )
+            .map_err(|error| Error::Tls(format!("client key: {error}")))?;
+            let key = PrivateKey::from_pem(pem.as_bytes())
+                .map_err(|error| Error::Tls(format!("client key: {error}")))?;
+            let chain: Vec<Certificate<'static>> = pair
+                .chain
+                .iter()
+                .map(|cert| Certificate::from_der(cert.as_ref()).to_owned())
+                .collect();
+            Some(ClientCert::new_with_certs(&chain, key))
+        }
+        None => None,
     };
-    Ok(Arc::new(config))
+    Ok(TlsConfig::builder()
+        .root_certs(RootCerts::new_with_certs(&roots))
+        .client_cert(client_cert)
+        .unversioned_rustls_crypto_provider(Arc::new(provider()))
+        .build())
 }
 
 fn read_file(path: &Path) -> Result<Vec<u8>, Error> {
@@ -1126,143 +1105,10 @@ impl CachedCheck {
     }
 }
 
-// === HTTP client helpers ===
-
-fn split_url(url: &str) -> Result<(String, u16, String), String> {
-    let rest = url
-        .strip_prefix("https://")
-        .ok_or_else(|| format!("URL '{url}' is not https"))?;
-    let (authority, path) = match rest.find('/') {
-        Some(index) => (
-            rest.get(..index).unwrap_or_default(),
-            rest.get(index..).unwrap_or("/"),
-        ),
-        None => (rest, "/"),
-    };
-    let (host, port) = if let Some(bracketed) = authority.strip_prefix('[') {
-        let (host, after) = bracketed
-            .split_once(']')
-            .ok_or_else(|| format!("URL '{url}' has an unclosed '['"))?;
-        (host, after.strip_prefix(':'))
-    } else {
-        match authority.rsplit_once(':') {
-            Some((host, port)) => (host, Some(port)),
-            None => (authority, None),
-        }
-    };
-    let port = match port {
-        Some(port) => port
-            .parse()
-            .map_err(|_| format!("URL '{url}' has an invalid port"))?,
-        None => 443,
-    };
-    if host.is_empty() {
-        return Err(format!("URL '{url}' has no host"));
-    }
-    Ok((host.to_string(), port, path.to_string()))
-}
-
-fn parse_response(raw: &[u8]) -> Result<HttpResponse, String> {
-    let split = raw
-        .windows(4)
-        .position(|window| window == b"\r\n\r\n")
-        .ok_or("no end of headers")?;
-    let head = String::from_utf8_lossy(raw.get(..split).unwrap_or_default());
-    let body = raw.get(split + 4..).unwrap_or_default();
-    let mut lines = head.split("\r\n");
-    let status = lines
-        .next()
-        .and_then(|line| line.split_whitespace().nth(1))
-        .and_then(|code| code.parse::<u16>().ok())
-        .ok_or("no status line")?;
-    let mut chunked = false;
-    let mut length = None;
-    for line in lines {
-        if let Some((name, value)) = line.split_once(':') {
-            let value = value.trim();
-            if name.eq_ignore_ascii_case("transfer-encoding")
-                && value.eq_ignore_ascii_case("chunked")
-            {
-                chunked = true;
-            } else if name.eq_ignore_ascii_case("content-length") {
-                length = value.parse::<usize>().ok();
-            }
-        }
-    }
-    let body = if chunked {
-        decode_chunked(body)?
-    } else if let Some(length) = length {
-        body.get(..length)
-            .ok_or("body shorter than Content-Length")?
-            .to_vec()
-    } else {
-        body.to_vec()
-    };
-    Ok(HttpResponse {
-        status,
-        body: String::from_utf8_lossy(&body).into_owned(),
-    })
-}
-
-fn decode_chunked(mut raw: &[u8]) -> Result<Vec<u8>, String> {
-    let mut body = Vec::new();
-    loop {
-        let line_end = raw
-            .windows(2)
-            .position(|window| window == b"\r\n")
-            .ok_or("truncated chunk size")?;
-        let size_text =
-            String::from_utf8_lossy(raw.get(..line_end).unwrap_or_default()).into_owned();
-        let size_text = size_text.split(';').next().unwrap_or_default().trim();
-        let size = usize::from_str_radix(size_text, 16).map_err(|_| "bad chunk size")?;
-        let data_start = line_end + 2;
-        if size == 0 {
-            return Ok(body);
-        }
-        let chunk = raw
-            .get(data_start..data_start + size)
-            .ok_or("truncated chunk")?;
-        body.extend_from_slice(chunk);
-        raw = raw
-            .get(data_start + size + 2..)
-            .ok_or("truncated chunk end")?;
-    }
-}
-
 /// Kubeconfig `*-data` fields: standard base64; line breaks from YAML folding are dropped.
 fn decode_base64(text: &str) -> Option<Vec<u8>> {
     let compact: String = text.chars().filter(|c| !c.is_ascii_whitespace()).collect();
     crate::base64::decode(&compact).ok()
-}
-
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    // Howard Hinnant's days_from_civil.
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let year_of_era = year - era * 400;
-    let month_index = (month + 9) % 12;
-    let day_of_year = (153 * month_index + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
-}
-
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    // Howard Hinnant's civil_from_days.
-    let shifted = days + 719_468;
-    let era = shifted.div_euclid(146_097);
-    let day_of_era = shifted - era * 146_097;
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_index = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
-    let month = if month_index < 10 {
-        month_index + 3
-    } else {
-        month_index - 9
-    };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    (year, month, day)
 }
 
 #[cfg(test)]
@@ -1371,42 +1217,5 @@ mod tests {
         assert_eq!(format_rfc3339(time), "2026-11-22T14:15:16Z");
         assert_eq!(format_rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00Z");
         assert_eq!(parse_rfc3339(&format_rfc3339(time)), Some(time));
-    }
-
-    #[test]
-    fn splits_urls() {
-        assert_eq!(
-            split_url("https://127.0.0.1:2379").unwrap(),
-            ("127.0.0.1".to_string(), 2379, "/".to_string())
-        );
-        assert_eq!(
-            split_url("https://[::1]:6443/readyz?verbose").unwrap(),
-            ("::1".to_string(), 6443, "/readyz?verbose".to_string())
-        );
-        assert_eq!(
-            split_url("https://localhost/x").unwrap(),
-            ("localhost".to_string(), 443, "/x".to_string())
-        );
-        assert!(split_url("http://127.0.0.1:2379").is_err());
-        assert!(split_url("https://h:x/").is_err());
-    }
-
-    #[test]
-    fn parses_responses() {
-        let sized = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokEXTRA";
-        assert_eq!(
-            parse_response(sized).unwrap(),
-            HttpResponse {
-                status: 200,
-                body: "ok".to_string()
-            }
-        );
-        let chunked =
-            b"HTTP/1.1 500 Internal\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;x\r\nde\r\n0\r\n\r\n";
-        assert_eq!(parse_response(chunked).unwrap().body, "abcde");
-        assert_eq!(parse_response(chunked).unwrap().status, 500);
-        let unsized_body = b"HTTP/1.0 404 Not Found\r\n\r\nnope";
-        assert_eq!(parse_response(unsized_body).unwrap().body, "nope");
-        assert!(parse_response(b"HTTP/1.1 200 OK\r\n").is_err());
     }
 }

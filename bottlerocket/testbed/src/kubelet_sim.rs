@@ -610,11 +610,7 @@ fn scan(
 
 fn sha256_hex(bytes: &[u8]) -> String {
     let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, bytes);
-    digest
-        .as_ref()
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect()
+    base16ct::lower::encode_string(digest.as_ref())
 }
 
 // === Pods ===

@@ -5,6 +5,7 @@
 //! Each test gets its own directory (socket, emulated root, log) and its own emulator process,
 //! started through `CARGO_BIN_EXE_apiserver-sim` and stopped with SIGTERM. Waits poll against a
 //! deadline; on failure the emulator's log is printed and the directory is kept.
+#![forbid(unsafe_code)]
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;

@@ -1,7 +1,7 @@
 //! Integration tests of the k8s-sim binary against a real PKI (openssl) and a real etcd.
 //!
 //! Each test starts the binary as a process on free loopback ports and talks to it over mTLS.
-
+#![forbid(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -35,7 +35,7 @@ fn apiserver(
     )
 }
 
-fn admin_client(pki: &Path) -> std::sync::Arc<rustls::ClientConfig> {
+fn admin_client(pki: &Path) -> ureq::tls::TlsConfig {
     client(
         &pki.join("ca.crt"),
         Some((&pki.join("client.crt"), &pki.join("client.key"))),

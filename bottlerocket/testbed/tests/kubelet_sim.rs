@@ -2,7 +2,7 @@
 //!
 //! The last test runs a kubeadm-style kube-apiserver manifest through kubelet-sim, with k8s-sim
 //! reached through a `PATH` folder of symlinks, against a real etcd.
-
+#![forbid(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;

@@ -8,6 +8,7 @@
 //! Implementation note: SIGTERM and SIGINT are blocked in every thread (the mask is set before
 //! any thread starts and is inherited) and received by one thread with `sigwait`, which then
 //! stops the server; no async-signal-safety concerns arise.
+#![forbid(unsafe_code)]
 
 use std::process::ExitCode;
 

@@ -7,6 +7,7 @@
 //!
 //! Exit codes: 1 failed to start (missing file, key mismatch, expired certificate, test switch),
 //! 2 usage error; otherwise it serves until killed.
+#![forbid(unsafe_code)]
 
 use std::process::ExitCode;
 

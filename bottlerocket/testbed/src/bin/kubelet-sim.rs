@@ -5,6 +5,7 @@
 //! `testbed::kubelet_sim` for the full list of differences from a real kubelet.
 //!
 //! Exit codes: 0 after SIGTERM/SIGINT with every pod stopped, 1 runtime error, 2 usage error.
+#![forbid(unsafe_code)]
 
 use std::process::ExitCode;
 

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use rustls::ClientConfig;
 use testbed::k8s_sim::{self, HttpResponse};
+use ureq::tls::TlsConfig;
 
 /// Default deadline for things that should happen within a few seconds.
 pub const DEADLINE: Duration = Duration::from_secs(20);
@@ -321,35 +321,26 @@ impl Etcd {
 }
 
 /// A client trusting `ca`, presenting `pair` if given.
-pub fn client(ca: &Path, pair: Option<(&Path, &Path)>) -> Arc<ClientConfig> {
+pub fn client(ca: &Path, pair: Option<(&Path, &Path)>) -> TlsConfig {
     k8s_sim::client_config(ca, pair, SystemTime::now()).unwrap()
 }
 
 /// A client that accepts any server certificate and presents none (for the self-signed
 /// kube-controller-manager and kube-scheduler endpoints).
-pub fn insecure_client() -> Arc<ClientConfig> {
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let config = ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AcceptAnyServerCert(provider)))
-        .with_no_client_auth();
-    Arc::new(config)
+pub fn insecure_client() -> TlsConfig {
+    TlsConfig::builder()
+        .disable_verification(true)
+        .unversioned_rustls_crypto_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
+        .build()
 }
 
 /// One HTTPS GET with a short timeout.
-pub fn get(url: &str, client: &Arc<ClientConfig>) -> Result<HttpResponse, String> {
-    k8s_sim::https_get(url, client.clone(), Duration::from_secs(3))
+pub fn get(url: &str, client: &TlsConfig) -> Result<HttpResponse, String> {
+    k8s_sim::https_get(url, client, Duration::from_secs(3))
 }
 
 /// Waits until `url` answers `status` with a body containing `body`.
-pub fn wait_for_status(
-    url: &str,
-    client: &Arc<ClientConfig>,
-    status: u16,
-    body: &str,
-) -> HttpResponse {
+pub fn wait_for_status(url: &str, client: &TlsConfig, status: u16, body: &str) -> HttpResponse {
     wait_for(&format!("{url} to answer {status}"), DEADLINE, || {
         let response = get(url, client)?;
         if response.status == status && response.body.contains(body) {
@@ -428,52 +419,4 @@ pub fn apiserver_flags(pki: &Path, port: u16, etcd_url: &str) -> Vec<String> {
         format!("--tls-cert-file={}", file("apiserver.crt")),
         format!("--tls-private-key-file={}", file("apiserver.key")),
     ]
-}
-
-#[derive(Debug)]
-struct AcceptAnyServerCert(Arc<rustls::crypto::CryptoProvider>);
-
-impl rustls::client::danger::ServerCertVerifier for AcceptAnyServerCert {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &rustls_pki_types::CertificateDer<'_>,
-        _intermediates: &[rustls_pki_types::CertificateDer<'_>],
-        _server_name: &rustls_pki_types::ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: rustls_pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls_pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls_pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
 }

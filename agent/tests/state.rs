@@ -1,0 +1,656 @@
+//! certrotor's own state files as untrusted input (issues 13.1 and 14): a damaged, hostile or
+//! future-version journal, restart marker, owed-restarts record or backup manifest stops the
+//! command with a clear error (exit 2) naming the file and the entry, and nothing is written
+//! anywhere: every file under the node root AND its parent folder is compared before and after.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use crate::renew_util::*;
+
+const STATE: &str = "var/lib/certrotor";
+const PKI: &str = "etc/kubernetes/pki";
+
+/// A lab node `node` under a fresh folder (with a file `victim.txt` next to it) renewed once,
+/// so that it has one backup. Returns (folder, root, backup id).
+fn node_with_backup(tag: &str) -> (TempDir, PathBuf, String) {
+    let t = TempDir::new(tag);
+    let root = lab(
+        &t.join("node"),
+        &["--expires-in", "2d", "--key-algorithm", "ecdsa-p256"],
+    );
+    std::fs::write(t.join("victim.txt"), "the victim\n").unwrap();
+    certrotor(&["renew", "--root", s(&root)]).run().ok();
+    let ids = backup_ids(&root);
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    let id = ids[0].clone();
+    (t, root, id)
+}
+
+fn backup_ids(root: &Path) -> Vec<String> {
+    let mut ids: Vec<String> = std::fs::read_dir(root.join(STATE).join("backups"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|n| !n.starts_with('.'))
+        .collect();
+    ids.sort();
+    ids
+}
+
+fn backup_dir(root: &Path, id: &str) -> PathBuf {
+    root.join(STATE).join("backups").join(id)
+}
+
+fn read_manifest(root: &Path, id: &str) -> Value {
+    serde_json::from_slice(&std::fs::read(backup_dir(root, id).join("manifest.json")).unwrap())
+        .unwrap()
+}
+
+fn write_manifest(root: &Path, id: &str, m: &Value) {
+    std::fs::write(
+        backup_dir(root, id).join("manifest.json"),
+        serde_json::to_vec_pretty(m).unwrap(),
+    )
+    .unwrap();
+}
+
+/// Everything under the test folder (node root and its parent), except the lock file, whose
+/// content (the holder's pid) every command rewrites.
+fn everything(t: &TempDir) -> Snapshot {
+    snapshot(&t.path, &["node/var/lib/certrotor/lock"])
+}
+
+/// Runs `args`, which must fail with exit 2 saying every one of `words`, and change nothing
+/// under the test folder.
+#[track_caller]
+fn refused_and_unchanged(t: &TempDir, args: &[&str], words: &[&str]) -> Output {
+    let before = everything(t);
+    let out = certrotor(args).run().expect_code(2).says(words);
+    assert_same(
+        &before,
+        &everything(t),
+        &format!("after {}", args.join(" ")),
+    );
+    assert_eq!(
+        std::fs::read_to_string(t.join("victim.txt")).unwrap(),
+        "the victim\n"
+    );
+    out
+}
+
+/// `certrotor backups --output json` lists backup `id` as damaged, with a problem naming `word`.
+#[track_caller]
+fn listed_damaged(root: &Path, id: &str, word: &str) {
+    let out = certrotor(&["backups", "--root", s(root), "--output", "json"])
+        .run()
+        .ok();
+    let list: Value = serde_json::from_str(&out.stdout).unwrap();
+    let b = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["id"] == id)
+        .unwrap_or_else(|| panic!("backup {id} not listed\n{out}"));
+    assert_eq!(b["status"], "damaged", "{out}");
+    assert!(
+        b["problem"].as_str().unwrap_or_default().contains(word),
+        "problem lacks '{word}'\n{out}"
+    );
+    // And the table says so.
+    certrotor(&["backups", "--root", s(root)])
+        .run()
+        .ok()
+        .says(&["damaged", id]);
+}
+
+fn rollback_args<'a>(root: &'a Path, id: &'a str) -> Vec<&'a str> {
+    vec!["rollback", "--root", s(root), "--backup", id]
+}
+
+/// The file entry of the manifest for `path`.
+fn entry<'a>(m: &'a mut Value, path: &str) -> &'a mut Value {
+    m["files"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|f| f["path"] == path)
+        .unwrap()
+}
+
+#[test]
+fn manifests_are_versioned_with_size_and_sha256() {
+    let (_t, root, id) = node_with_backup("manifest-v2");
+    let m = read_manifest(&root, &id);
+    assert_eq!(m["version"], 2, "{m}");
+    for f in m["files"].as_array().unwrap() {
+        let path = f["path"].as_str().unwrap();
+        let data = std::fs::read(backup_dir(&root, &id).join("files").join(path)).unwrap();
+        assert_eq!(f["size"], data.len(), "{path}");
+        assert_eq!(f["sha256"], sha256(&data), "{path}");
+    }
+    let list: Value = serde_json::from_str(
+        &certrotor(&["backups", "--root", s(&root), "--output", "json"])
+            .run()
+            .ok()
+            .stdout,
+    )
+    .unwrap();
+    assert_eq!(list[0]["status"], "ok", "{list}");
+    assert_eq!(list[0]["version"], 2, "{list}");
+}
+
+#[test]
+fn a_manifest_naming_a_path_outside_the_root_writes_nothing() {
+    let (t, root, id) = node_with_backup("traversal");
+    // The hostile manifest of issue 14: an entry `../victim.txt` whose copy in the backup has
+    // the recorded size and SHA-256, so that only the path check can stop it.
+    let evil = b"overwritten by a hostile backup\n";
+    std::fs::write(backup_dir(&root, &id).join("victim.txt"), evil).unwrap();
+    let mut m = read_manifest(&root, &id);
+    m["files"].as_array_mut().unwrap().push(json!({
+        "path": "../victim.txt", "existed": true, "sha256": sha256(evil),
+        "size": evil.len(), "mode": 0o644
+    }));
+    write_manifest(&root, &id, &m);
+    let args = rollback_args(&root, &id);
+    refused_and_unchanged(&t, &args, &["manifest.json", "'../victim.txt'", "damaged"]);
+    // The default rollback (newest backup) refuses it the same way.
+    refused_and_unchanged(&t, &["rollback", "--root", s(&root)], &["'../victim.txt'"]);
+    listed_damaged(&root, &id, "../victim.txt");
+
+    // Deeper: a path that climbs out from inside the PKI folder.
+    let mut m = read_manifest(&root, &id);
+    let last = m["files"].as_array_mut().unwrap().last_mut().unwrap();
+    last["path"] = json!(format!("{PKI}/../../../../victim.txt"));
+    write_manifest(&root, &id, &m);
+    refused_and_unchanged(&t, &args, &["../victim.txt", "'..' part"]);
+}
+
+#[test]
+fn a_manifest_naming_an_absolute_path_writes_nothing() {
+    let (t, root, id) = node_with_backup("absolute");
+    let victim = t.join("victim.txt");
+    let mut m = read_manifest(&root, &id);
+    let e = entry(&mut m, &format!("{PKI}/apiserver.crt"));
+    e["path"] = json!(s(&victim));
+    write_manifest(&root, &id, &m);
+    let args = rollback_args(&root, &id);
+    refused_and_unchanged(&t, &args, &[s(&victim), "absolute"]);
+    listed_damaged(&root, &id, "absolute");
+}
+
+#[test]
+fn a_manifest_naming_a_file_certrotor_does_not_renew_writes_nothing() {
+    let (t, root, id) = node_with_backup("not-catalog");
+    // Inside the root, plain names, but not a renewable catalog file: the CA key.
+    let mut m = read_manifest(&root, &id);
+    entry(&mut m, &format!("{PKI}/apiserver.key"))["path"] = json!(format!("{PKI}/ca.key"));
+    write_manifest(&root, &id, &m);
+    refused_and_unchanged(
+        &t,
+        &rollback_args(&root, &id),
+        &["pki/ca.key", "not a file certrotor renews"],
+    );
+}
+
+#[test]
+fn a_symlink_in_the_backup_pointing_out_of_the_root_writes_nothing() {
+    let (t, root, id) = node_with_backup("backup-symlink");
+    // The backup's copy becomes a link to a file outside the root with the same bytes, so that
+    // size and SHA-256 match: only the symlink check can stop it.
+    let copy = backup_dir(&root, &id)
+        .join("files")
+        .join(PKI)
+        .join("apiserver.crt");
+    let outside = t.join("outside.crt");
+    std::fs::copy(&copy, &outside).unwrap();
+    std::fs::remove_file(&copy).unwrap();
+    std::os::unix::fs::symlink(&outside, &copy).unwrap();
+    refused_and_unchanged(
+        &t,
+        &rollback_args(&root, &id),
+        &["apiserver.crt", "symlink"],
+    );
+    listed_damaged(&root, &id, "symlink");
+    // A linked folder in the backup is refused as well.
+    std::fs::remove_file(&copy).unwrap();
+    std::fs::copy(&outside, &copy).unwrap();
+    let etcd = backup_dir(&root, &id).join("files").join(PKI).join("etcd");
+    let moved = t.join("outside-etcd");
+    std::fs::rename(&etcd, &moved).unwrap();
+    std::os::unix::fs::symlink(&moved, &etcd).unwrap();
+    refused_and_unchanged(&t, &rollback_args(&root, &id), &["etcd", "symlink"]);
+}
+
+#[test]
+fn a_live_folder_linked_out_of_the_root_writes_nothing() {
+    let (t, root, id) = node_with_backup("live-symlink");
+    // The node's etcd PKI folder is replaced by a link to a folder outside the root: restoring
+    // through it would write outside the root.
+    let etcd = root.join(PKI).join("etcd");
+    let moved = t.join("outside-etcd");
+    std::fs::rename(&etcd, &moved).unwrap();
+    std::os::unix::fs::symlink(&moved, &etcd).unwrap();
+    refused_and_unchanged(
+        &t,
+        &rollback_args(&root, &id),
+        &["pki/etcd/", "outside the node root"],
+    );
+}
+
+#[test]
+fn a_file_missing_from_the_backup_is_refused() {
+    let (t, root, id) = node_with_backup("missing");
+    std::fs::remove_file(
+        backup_dir(&root, &id)
+            .join("files")
+            .join(PKI)
+            .join("apiserver.key"),
+    )
+    .unwrap();
+    refused_and_unchanged(
+        &t,
+        &rollback_args(&root, &id),
+        &["pki/apiserver.key", "missing", "damaged"],
+    );
+    listed_damaged(&root, &id, "missing");
+}
+
+#[test]
+fn a_file_altered_after_the_backup_is_refused() {
+    let (t, root, id) = node_with_backup("altered");
+    let copy = backup_dir(&root, &id)
+        .join("files")
+        .join(PKI)
+        .join("apiserver.crt");
+    let original = std::fs::read(&copy).unwrap();
+    // Grown: the size differs.
+    let mut grown = original.clone();
+    grown.extend_from_slice(b"\n");
+    std::fs::write(&copy, &grown).unwrap();
+    refused_and_unchanged(
+        &t,
+        &rollback_args(&root, &id),
+        &["pki/apiserver.crt", "bytes", "altered"],
+    );
+    // Same size, one byte changed: the SHA-256 differs.
+    let mut flipped = original.clone();
+    let i = flipped.len() / 2;
+    flipped[i] ^= 0x01;
+    std::fs::write(&copy, &flipped).unwrap();
+    refused_and_unchanged(
+        &t,
+        &rollback_args(&root, &id),
+        &["pki/apiserver.crt", "sha-256", "altered"],
+    );
+    listed_damaged(&root, &id, "SHA-256");
+    // A certificate that does not match its key, with size and SHA-256 recorded to match: the
+    // copy of another certificate.
+    std::fs::write(&copy, &original).unwrap();
+    let other = std::fs::read(
+        backup_dir(&root, &id)
+            .join("files")
+            .join(PKI)
+            .join("front-proxy-client.crt"),
+    )
+    .unwrap();
+    std::fs::write(&copy, &other).unwrap();
+    let mut m = read_manifest(&root, &id);
+    let e = entry(&mut m, &format!("{PKI}/apiserver.crt"));
+    e["sha256"] = json!(sha256(&other));
+    e["size"] = json!(other.len());
+    write_manifest(&root, &id, &m);
+    refused_and_unchanged(
+        &t,
+        &rollback_args(&root, &id),
+        &["pki/apiserver.crt", "does not match its key"],
+    );
+}
+
+#[test]
+fn a_manifest_of_an_unknown_version_is_refused() {
+    let (t, root, id) = node_with_backup("future-manifest");
+    let mut m = read_manifest(&root, &id);
+    m["version"] = json!(99);
+    write_manifest(&root, &id, &m);
+    refused_and_unchanged(
+        &t,
+        &rollback_args(&root, &id),
+        &["manifest.json", "version 99", "does not know"],
+    );
+    listed_damaged(&root, &id, "version 99");
+    // Truncated.
+    let text = serde_json::to_string(&read_manifest_raw(&root, &id)).unwrap();
+    std::fs::write(
+        backup_dir(&root, &id).join("manifest.json"),
+        &text[..text.len() / 2],
+    )
+    .unwrap();
+    refused_and_unchanged(
+        &t,
+        &rollback_args(&root, &id),
+        &["manifest.json", "not valid JSON"],
+    );
+}
+
+fn read_manifest_raw(root: &Path, id: &str) -> Value {
+    let text = std::fs::read_to_string(backup_dir(root, id).join("manifest.json")).unwrap();
+    serde_json::from_str(&text).unwrap_or_else(|_| json!({}))
+}
+
+/// Backups made by the first release (manifest without version and sizes, SHA-256 only) exist
+/// on real nodes: they are restored after their SHA-256 is checked, with a note that sizes
+/// were not recorded; altered, they are refused like any other.
+#[test]
+fn a_version_1_manifest_is_verified_by_sha256_and_restored() {
+    let (t, root, id) = node_with_backup("manifest-v1");
+    let mut m = read_manifest(&root, &id);
+    m.as_object_mut().unwrap().remove("version");
+    for f in m["files"].as_array_mut().unwrap() {
+        f.as_object_mut().unwrap().remove("size");
+    }
+    write_manifest(&root, &id, &m);
+    let list: Value = serde_json::from_str(
+        &certrotor(&["backups", "--root", s(&root), "--output", "json"])
+            .run()
+            .ok()
+            .stdout,
+    )
+    .unwrap();
+    assert_eq!(list[0]["status"], "ok", "{list}");
+    assert_eq!(list[0]["version"], 1, "{list}");
+    assert!(list[0]["note"].as_str().unwrap().contains("version 1"));
+    // Altered, it is refused.
+    let copy = backup_dir(&root, &id)
+        .join("files")
+        .join(PKI)
+        .join("apiserver.crt");
+    let original = std::fs::read(&copy).unwrap();
+    std::fs::write(&copy, [original.as_slice(), b"\n"].concat()).unwrap();
+    refused_and_unchanged(&t, &rollback_args(&root, &id), &["sha-256"]);
+    std::fs::write(&copy, &original).unwrap();
+    // Intact, it is restored: the live files are the backup's copies again.
+    certrotor(&rollback_args(&root, &id))
+        .run()
+        .ok()
+        .says(&["manifest version 1", &format!("Restored backup {id}")]);
+    for f in m["files"].as_array().unwrap() {
+        let path = f["path"].as_str().unwrap();
+        assert_eq!(
+            std::fs::read(root.join(path)).unwrap(),
+            std::fs::read(backup_dir(&root, &id).join("files").join(path)).unwrap(),
+            "{path}"
+        );
+    }
+}
+
+// === Recovery (issue 13.1) ===
+
+/// A node whose renewal was killed right after its journal was written: the live PKI is old,
+/// the staged files and the journal are there.
+fn interrupted(tag: &str) -> (TempDir, PathBuf) {
+    let t = TempDir::new(tag);
+    let root = lab(
+        &t.join("node"),
+        &["--expires-in", "2d", "--key-algorithm", "ecdsa-p256"],
+    );
+    std::fs::write(t.join("victim.txt"), "the victim\n").unwrap();
+    certrotor(&["renew", "--root", s(&root)])
+        .env("CERTROTOR_FAILPOINT", "journaled")
+        .run()
+        .expect_sigkill();
+    assert!(root.join(STATE).join("journal.json").is_file());
+    (t, root)
+}
+
+fn staging_folders(root: &Path) -> usize {
+    snapshot(root, &[])
+        .keys()
+        .filter(|k| {
+            let name = k.rsplit('/').next().unwrap_or_default();
+            name.starts_with(".certrotor-staging-")
+        })
+        .count()
+}
+
+/// Renewing after the journal is usable again completes the interrupted transaction.
+#[track_caller]
+fn rolls_forward(root: &Path) {
+    certrotor(&["renew", "--root", s(root)])
+        .run()
+        .ok()
+        .says(&["completed an interrupted renew"]);
+    assert_eq!(staging_folders(root), 0);
+    assert!(!root.join(STATE).join("journal.json").exists());
+}
+
+#[test]
+fn an_unreadable_journal_stops_recovery_and_keeps_the_staged_files() {
+    let (t, root) = interrupted("journal-unreadable");
+    let journal = root.join(STATE).join("journal.json");
+    let staged = staging_folders(&root);
+    assert!(staged > 0);
+    // A journal that exists but cannot be read (here: a folder in its place; the tests run as
+    // root, so permissions would not stop the read). The old code took this for "no journal"
+    // and removed the staging folders, making the roll forward impossible.
+    let saved = t.join("journal.saved");
+    std::fs::rename(&journal, &saved).unwrap();
+    std::fs::create_dir(&journal).unwrap();
+    for args in [
+        vec!["renew", "--root", s(&root)],
+        vec!["check", "--root", s(&root)],
+        vec!["backups", "--root", s(&root)],
+    ] {
+        refused_and_unchanged(
+            &t,
+            &args,
+            &["journal", "journal.json", "not a regular file"],
+        );
+    }
+    assert_eq!(staging_folders(&root), staged);
+    std::fs::remove_dir(&journal).unwrap();
+    std::fs::rename(&saved, &journal).unwrap();
+    rolls_forward(&root);
+}
+
+#[test]
+fn a_journal_of_a_future_version_is_refused() {
+    let (t, root) = interrupted("journal-future");
+    let journal = root.join(STATE).join("journal.json");
+    let original = std::fs::read(&journal).unwrap();
+    let mut j: Value = serde_json::from_slice(&original).unwrap();
+    j["version"] = json!(2);
+    std::fs::write(&journal, serde_json::to_vec(&j).unwrap()).unwrap();
+    refused_and_unchanged(
+        &t,
+        &["renew", "--root", s(&root)],
+        &["journal.json", "version 2", "does not know"],
+    );
+    // Truncated.
+    std::fs::write(&journal, &original[..original.len() / 3]).unwrap();
+    refused_and_unchanged(
+        &t,
+        &["renew", "--root", s(&root)],
+        &["journal.json", "not valid JSON"],
+    );
+    std::fs::write(&journal, &original).unwrap();
+    rolls_forward(&root);
+}
+
+#[test]
+fn a_journal_naming_a_path_outside_the_root_writes_nothing() {
+    let (t, root) = interrupted("journal-traversal");
+    let journal = root.join(STATE).join("journal.json");
+    let original = std::fs::read(&journal).unwrap();
+    let j: Value = serde_json::from_slice(&original).unwrap();
+    // The first staged file would be renamed over `../victim.txt`.
+    let mut evil = j.clone();
+    evil["files"][0]["rel"] = json!("../victim.txt");
+    std::fs::write(&journal, serde_json::to_vec(&evil).unwrap()).unwrap();
+    refused_and_unchanged(
+        &t,
+        &["renew", "--root", s(&root)],
+        &["journal.json", "'../victim.txt'"],
+    );
+    // A staged path elsewhere than the live file's staging folder.
+    let mut evil = j.clone();
+    evil["files"][0]["staged"] = json!(format!("{STATE}/backups/x"));
+    std::fs::write(&journal, serde_json::to_vec(&evil).unwrap()).unwrap();
+    refused_and_unchanged(&t, &["renew", "--root", s(&root)], &["not a staged copy"]);
+    // A staging folder to remove that is not one.
+    let mut evil = j.clone();
+    evil["staging_dirs"][0] = json!("etc/kubernetes");
+    std::fs::write(&journal, serde_json::to_vec(&evil).unwrap()).unwrap();
+    refused_and_unchanged(
+        &t,
+        &["renew", "--root", s(&root)],
+        &["'etc/kubernetes'", "not the staging folder"],
+    );
+    std::fs::write(&journal, &original).unwrap();
+    rolls_forward(&root);
+}
+
+#[test]
+fn a_truncated_restart_marker_is_an_error_not_absent() {
+    let t = TempDir::new("marker");
+    let root = lab(
+        &t.join("node"),
+        &["--expires-in", "2d", "--key-algorithm", "ecdsa-p256"],
+    );
+    std::fs::write(t.join("victim.txt"), "the victim\n").unwrap();
+    let state = root.join(STATE);
+    std::fs::create_dir_all(&state).unwrap();
+    let marker = state.join("restart.json");
+    let whole =
+        br#"{"version":1,"platform":"kubeadm","pod":"kube-apiserver.yaml","api_socket":null}"#;
+    std::fs::write(&marker, &whole[..30]).unwrap();
+    refused_and_unchanged(
+        &t,
+        &["renew", "--root", s(&root)],
+        &[
+            "restart marker",
+            "restart.json",
+            "not valid JSON",
+            "static pod may be stopped",
+        ],
+    );
+    // A future version.
+    std::fs::write(
+        &marker,
+        br#"{"version":5,"platform":"kubeadm","pod":"kube-apiserver.yaml"}"#,
+    )
+    .unwrap();
+    refused_and_unchanged(&t, &["renew", "--root", s(&root)], &["version 5"]);
+    // A pod name that climbs out of the parked folder.
+    std::fs::write(
+        &marker,
+        br#"{"version":1,"platform":"kubeadm","pod":"../../../../victim.txt"}"#,
+    )
+    .unwrap();
+    refused_and_unchanged(
+        &t,
+        &["renew", "--root", s(&root)],
+        &["pod ../../../../victim.txt"],
+    );
+    // An unknown platform is refused, not taken for kubeadm.
+    std::fs::write(
+        &marker,
+        br#"{"version":1,"platform":"systemd","pod":"kube-apiserver.yaml"}"#,
+    )
+    .unwrap();
+    refused_and_unchanged(
+        &t,
+        &["renew", "--root", s(&root)],
+        &["platform systemd", "unknown platform"],
+    );
+}
+
+#[test]
+fn a_damaged_owed_restarts_record_stops_the_pass() {
+    let t = TempDir::new("pending");
+    let root = lab(
+        &t.join("node"),
+        &["--expires-in", "2d", "--key-algorithm", "ecdsa-p256"],
+    );
+    std::fs::write(t.join("victim.txt"), "the victim\n").unwrap();
+    let state = root.join(STATE);
+    std::fs::create_dir_all(&state).unwrap();
+    let pending = state.join("pending-restarts.json");
+    let run = ["run", "--once", "--root", s(&root), "--platform", "kubeadm"];
+    std::fs::write(&pending, br#"{"version":1,"components":["kube-apiser"#).unwrap();
+    refused_and_unchanged(
+        &t,
+        &run,
+        &[
+            "owed-restarts record",
+            "pending-restarts.json",
+            "not valid JSON",
+        ],
+    );
+    std::fs::write(&pending, br#"{"version":3,"components":[]}"#).unwrap();
+    refused_and_unchanged(&t, &run, &["pending-restarts.json", "version 3"]);
+    std::fs::write(
+        &pending,
+        br#"{"version":1,"components":["kube-apiserver"],"backup_id":"../../../x"}"#,
+    )
+    .unwrap();
+    refused_and_unchanged(&t, &run, &["backup_id ../../../x"]);
+}
+
+/// A renewal with `--reuse-keys` backs up certificates without their keys: the backup's
+/// certificates are checked against the live keys, and restored.
+#[test]
+fn a_backup_without_keys_is_checked_against_the_live_keys() {
+    let t = TempDir::new("reuse-keys");
+    let root = lab(
+        &t.join("node"),
+        &["--expires-in", "2d", "--key-algorithm", "ecdsa-p256"],
+    );
+    let before = snapshot(&root.join("etc/kubernetes"), &[]);
+    certrotor(&["renew", "--root", s(&root), "--reuse-keys"])
+        .run()
+        .ok();
+    let id = backup_ids(&root).pop().unwrap();
+    let m = read_manifest(&root, &id);
+    let paths: Vec<&str> = m["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert!(paths.contains(&"etc/kubernetes/pki/apiserver.crt"), "{m}");
+    assert!(!paths.contains(&"etc/kubernetes/pki/apiserver.key"), "{m}");
+    certrotor(&rollback_args(&root, &id)).run().ok();
+    assert_same(
+        &before,
+        &snapshot(&root.join("etc/kubernetes"), &[]),
+        "after rollback",
+    );
+    // A live key that no longer matches the backed-up certificate makes the backup unusable.
+    std::fs::write(t.join("victim.txt"), "the victim\n").unwrap();
+    let live_key = root.join(PKI).join("apiserver.key");
+    let other = std::fs::read(root.join(PKI).join("front-proxy-client.key")).unwrap();
+    std::fs::write(&live_key, other).unwrap();
+    refused_and_unchanged(
+        &t,
+        &rollback_args(&root, &id),
+        &["pki/apiserver.crt", "does not match its key"],
+    );
+}
+
+/// A backup folder that exists but cannot be listed is an error, never "no backups".
+#[test]
+fn an_unlistable_backup_folder_is_an_error() {
+    let (t, root, _id) = node_with_backup("unlistable");
+    let backups = root.join(STATE).join("backups");
+    std::fs::rename(&backups, t.join("backups.saved")).unwrap();
+    std::fs::write(&backups, "not a folder").unwrap();
+    for args in [
+        vec!["backups", "--root", s(&root)],
+        vec!["rollback", "--root", s(&root)],
+    ] {
+        refused_and_unchanged(&t, &args, &["backups", "cannot be listed"]);
+    }
+}
