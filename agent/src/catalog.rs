@@ -140,8 +140,13 @@ pub struct Entry {
 }
 
 /// Whether `rel` exists under the root, resolved as reads resolve it.
+/// A path that resolves out of the root (or cannot be resolved) counts as present when it exists
+/// at all, so that reading it reports the problem instead of the layout silently shrinking.
 fn exists_in_root(root: &Path, rel: &str) -> bool {
-    matches!(crate::fsutil::resolve_in_root(root, rel), Ok(Some(_)))
+    match crate::fsutil::resolve_in_root(root, rel) {
+        Ok(found) => found.is_some(),
+        Err(_) => root.join(rel).exists(),
+    }
 }
 
 /// Finds the layouts present under `root`.

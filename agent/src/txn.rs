@@ -95,6 +95,13 @@ pub enum TxnError {
     },
     /// Committing failed half-way; the journal remains and the next run completes it.
     Commit { path: String, source: io::Error },
+    /// A rename failed after the journal, and the files already replaced were restored from the
+    /// backup: the live PKI is as before.
+    RolledBack {
+        path: String,
+        source: io::Error,
+        backup_id: String,
+    },
     /// The state folder or a backup could not be read.
     State { path: String, detail: String },
     /// A state file (journal, backup manifest) is unreadable, of an unknown version, or names
@@ -130,6 +137,16 @@ impl fmt::Display for TxnError {
                 f,
                 "failed to replace '{path}': {source}; the journal is kept and the next certrotor \
                  command completes the change{}",
+                hint(source)
+            ),
+            TxnError::RolledBack {
+                path,
+                source,
+                backup_id,
+            } => write!(
+                f,
+                "failed to replace '{path}': {source}{}; the files already replaced were \
+                 restored from backup {backup_id}, so the live PKI is unchanged",
                 hint(source)
             ),
             TxnError::State { path, detail } => write!(f, "certrotor state '{path}': {detail}"),
@@ -342,7 +359,10 @@ pub fn apply(
     );
     let resolved = resolve_and_probe(root, changes)?;
     let changes = &resolved[..];
-    let result = prepare_and_commit(root, changes, kind, now, retention, &txid);
+    let result = undo_failed_commit(
+        root,
+        prepare_and_commit(root, changes, kind, now, retention, &txid),
+    );
     if let Err(TxnError::Prepare { .. } | TxnError::Locked { .. }) = &result {
         // Nothing live was touched: remove what was staged, and the unjournaled backup (copies
         // of the old keys), as recovery would.
@@ -414,6 +434,66 @@ pub fn resolve_and_probe(root: &Path, changes: &[Change]) -> Result<Vec<Change>,
         });
     }
     Ok(out)
+}
+
+/// When a rename failed after the journal was written (a file became unreplaceable after the
+/// probe), rolls the transaction back from its backup at once rather than leaving a
+/// half-renewed PKI for the next run: every live file that differs from the backup is restored
+/// by an atomic rename, then the journal and staging are removed. If the rollback itself fails,
+/// the original error is returned and the journal kept.
+fn undo_failed_commit(
+    root: &Path,
+    result: Result<Outcome, TxnError>,
+) -> Result<Outcome, TxnError> {
+    let Err(TxnError::Commit { path, source }) = result else {
+        return result;
+    };
+    let journal_path = state_dir(root).join(JOURNAL);
+    let undo = || -> Result<String, String> {
+        let (_, journal) = state::read::<Journal>(Kind::Journal, &journal_path)
+            .map_err(|e| e.to_string())?
+            .ok_or("no journal")?;
+        let (_, restore) =
+            restore_changes(root, &journal.backup_id).map_err(|e| e.to_string())?;
+        for change in &restore {
+            let live = root.join(&change.rel);
+            let current = fs::read(&live).ok();
+            match &change.content {
+                Some(old) if current.as_deref() != Some(&old[..]) => {
+                    let parent = live.parent().unwrap_or(root);
+                    let tmp = parent.join(format!(
+                        ".certrotor-undo-{}",
+                        live.file_name().map(|n| n.to_string_lossy()).unwrap_or_default()
+                    ));
+                    let _ = fs::remove_file(&tmp);
+                    fsutil::write_new(&tmp, old, change.mode_if_new, None)
+                        .and_then(|()| fs::rename(&tmp, &live))
+                        .and_then(|()| fsutil::sync_dir(parent))
+                        .map_err(|e| format!("'{}': {e}", live.display()))?;
+                }
+                None if current.is_some() => {
+                    fs::remove_file(&live).map_err(|e| format!("'{}': {e}", live.display()))?
+                }
+                _ => {}
+            }
+        }
+        state::remove(&journal_path).map_err(|e| e.to_string())?;
+        for d in &journal.staging_dirs {
+            let _ = fs::remove_dir_all(root.join(d));
+        }
+        Ok(journal.backup_id)
+    };
+    match undo() {
+        Ok(backup_id) => Err(TxnError::RolledBack {
+            path,
+            source,
+            backup_id,
+        }),
+        Err(why) => {
+            log::error!("rolling back the failed transaction failed too: {why}");
+            Err(TxnError::Commit { path, source })
+        }
+    }
 }
 
 /// Every mount point of this process's mount namespace (from /proc/self/mountinfo).
