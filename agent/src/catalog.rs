@@ -139,6 +139,16 @@ pub struct Entry {
     pub description: &'static str,
 }
 
+/// Whether `rel` exists under the root, resolved as reads resolve it.
+/// A path that resolves out of the root (or cannot be resolved) counts as present when it exists
+/// at all, so that reading it reports the problem instead of the layout silently shrinking.
+fn exists_in_root(root: &Path, rel: &str) -> bool {
+    match crate::fsutil::resolve_in_root(root, rel) {
+        Ok(found) => found.is_some(),
+        Err(_) => root.join(rel).exists(),
+    }
+}
+
 /// Finds the layouts present under `root`.
 pub fn detect(root: &Path) -> Vec<Layout> {
     let mut found = Vec::new();
@@ -146,18 +156,17 @@ pub fn detect(root: &Path) -> Vec<Layout> {
         ("kubeadm", paths::KUBEADM_DIR),
         ("bottlerocket", paths::BOTTLEROCKET_KUBEADM_DIR),
     ] {
-        let base = root.join(dir);
+        // Paths resolve as reads resolve them (symlinks inside the root, absolute targets
+        // re-rooted), so that detection, check and renew agree on a symlinked folder.
+        let has = |rel: &str| exists_in_root(root, &format!("{dir}/{rel}"));
         // Bottlerocket's own /etc/kubernetes/pki holds only the kubelet's files and the cluster
         // CA certificate; a kubeadm control plane has the CA key, apiserver or admin.conf.
-        let pki = base.join("pki");
-        let is_kubeadm = pki.join("ca.crt").exists()
-            && (pki.join("ca.key").exists()
-                || pki.join("apiserver.crt").exists()
-                || base.join("admin.conf").exists());
+        let is_kubeadm = has("pki/ca.crt")
+            && (has("pki/ca.key") || has("pki/apiserver.crt") || has("admin.conf"));
         if is_kubeadm {
-            let etcd = if pki.join("etcd/ca.key").exists() {
+            let etcd = if has("pki/etcd/ca.key") {
                 EtcdTopology::Stacked
-            } else if pki.join("etcd/ca.crt").exists() {
+            } else if has("pki/etcd/ca.crt") {
                 EtcdTopology::External
             } else {
                 EtcdTopology::None
@@ -169,8 +178,8 @@ pub fn detect(root: &Path) -> Vec<Layout> {
         ("etcdadm", paths::ETCDADM_PKI),
         ("etcdadm-bottlerocket", paths::BOTTLEROCKET_ETCD_PKI),
     ] {
-        let base = root.join(dir);
-        if base.join("ca.crt").exists() || base.join("server.crt").exists() {
+        let has = |rel: &str| exists_in_root(root, &format!("{dir}/{rel}"));
+        if has("ca.crt") || has("server.crt") {
             found.push(Layout {
                 name,
                 dir,
@@ -342,8 +351,8 @@ fn kubeadm_entries(root: &Path, layout: &Layout) -> Vec<Entry> {
         // Bottlerocket/EKS-A external etcd: the certificate is `server-etcd-client.crt`.
         if spec.name == names::APISERVER_ETCD_CLIENT {
             let alt = format!("{dir}/pki/server-etcd-client.crt");
-            if root.join(&alt).exists()
-                || (layout.name == "bottlerocket" && !root.join(&path).exists())
+            if exists_in_root(root, &alt)
+                || (layout.name == "bottlerocket" && !exists_in_root(root, &path))
             {
                 path = alt;
             }

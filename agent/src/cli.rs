@@ -1025,8 +1025,7 @@ fn etcd_export(c: EtcdExportCmd) -> Result<u8, CliError> {
             })?;
     } else {
         let path = PathBuf::from(&c.out);
-        let _ = std::fs::remove_file(&path);
-        certrotor::fsutil::write_new(&path, &bundle, 0o600, None).map_err(|source| {
+        certrotor::fsutil::write_atomic(&path, &bundle, 0o600).map_err(|source| {
             CliError::Bundle {
                 what: format!("cannot write the bundle '{}'", path.display()),
                 source,

@@ -140,6 +140,41 @@ pub fn resolve_in_root(root: &Path, rel: &str) -> Result<Option<PathBuf>, ReadEr
     Ok(Some(join(root, &resolved)))
 }
 
+/// Where a write to `rel` must land: the same real path a read of `rel` resolves to, relative
+/// to the root (symlinks followed inside the root, absolute targets re-rooted, never above the
+/// root). For a file that does not exist yet, its nearest existing folder is resolved and the
+/// rest appended. Errors when the path leaves the root.
+pub fn resolve_for_write(root: &Path, rel: &str) -> Result<String, ReadError> {
+    let mut parts: Vec<String> = Vec::new();
+    push_components(&mut parts, rel);
+    let mut tail: Vec<String> = Vec::new();
+    loop {
+        let head = parts.join("/");
+        let found = if parts.is_empty() {
+            Some(root.to_path_buf())
+        } else {
+            resolve_in_root(root, &head)?
+        };
+        if let Some(real) = found {
+            let mut out = real
+                .strip_prefix(root)
+                .map(Path::to_path_buf)
+                .map_err(|_| ReadError::OutsideRoot {
+                    path: rel.into(),
+                    target: real.display().to_string(),
+                })?;
+            for t in tail.iter().rev() {
+                out.push(t);
+            }
+            return Ok(out.to_string_lossy().to_string());
+        }
+        match parts.pop() {
+            Some(last) => tail.push(last),
+            None => return Ok(rel.trim_start_matches('/').to_string()),
+        }
+    }
+}
+
 fn push_components(out: &mut Vec<String>, path: &str) {
     for c in Path::new(path).components() {
         match c {
@@ -241,6 +276,32 @@ pub fn write_new(path: &Path, data: &[u8], mode: u32, owner: Option<(u32, u32)>)
     }
     file.write_all(data)?;
     file.sync_all()
+}
+
+/// Replaces (or creates) `path` atomically: the data goes to a temporary file in the same folder
+/// (mode `mode`, fsynced), which is renamed over `path`, then the folder is synced. A crash at
+/// any moment leaves either the old file whole or the new one whole, never a truncated file.
+pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> io::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a file name"))?;
+    let tmp = dir.join(format!(
+        ".{}.certrotor-tmp-{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let _ = fs::remove_file(&tmp);
+    let result = write_new(&tmp, data, mode, None)
+        .and_then(|()| fs::rename(&tmp, path))
+        .and_then(|()| sync_dir(&dir));
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
 }
 
 /// fsyncs a folder, so that renames and creations in it survive a power loss.

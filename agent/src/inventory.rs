@@ -4,6 +4,7 @@
 //! Bad input never stops the inventory: a damaged file becomes a record with status `invalid`
 //! and an error a person can act on, and every other file is still reported.
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -54,6 +55,9 @@ pub struct Record {
     pub renewable: bool,
     pub status: Status,
     pub error: Option<String>,
+    /// Problems that do not stop renewal (a private key readable by others).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     /// Unix notAfter, for sorting and policy (not serialized).
     #[serde(skip)]
     pub not_after_unix: Option<i64>,
@@ -129,7 +133,38 @@ struct Loaded {
     key: Option<PrivateKey>,
     cert_path: Option<String>,
     error: Option<String>,
+    warnings: Vec<String>,
     present: bool,
+    /// Whether a key file exists (readable or not): a CA whose key is present but unusable is
+    /// not "externally managed".
+    key_present: bool,
+}
+
+/// A warning when the file holding a private key is readable or writable by group or others.
+fn key_mode_warning(root: &Path, rel: &str) -> Option<String> {
+    let real = fsutil::resolve_in_root(root, rel).ok()??;
+    let mode = std::fs::metadata(real).ok()?.permissions().mode() & 0o777;
+    (mode & 0o077 != 0).then(|| {
+        format!(
+            "'{rel}' holds a private key and has mode {mode:04o}: others on the node can read \
+             it; run 'chmod 600 {}' (renewal writes keys 0600)",
+            rel_abs(rel)
+        )
+    })
+}
+
+/// What to do when a file cannot be read for lack of permission.
+fn permission_hint(e: &ReadError) -> &'static str {
+    match e {
+        ReadError::Io { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied => {
+            " (permission: run certrotor as root, or as the owner of the PKI)"
+        }
+        _ => "",
+    }
+}
+
+fn rel_abs(rel: &str) -> String {
+    format!("/{}", rel.trim_start_matches('/'))
 }
 
 /// Takes the inventory of `root` at time `now`, flagging certificates that expire within
@@ -171,7 +206,9 @@ fn load(root: &Path, entry: &Entry) -> Loaded {
         key: None,
         cert_path: None,
         error: None,
+        warnings: Vec::new(),
         present: false,
+        key_present: false,
     };
     let bytes = match read(root, &entry.path) {
         Ok(Some(b)) => b,
@@ -195,20 +232,26 @@ fn load(root: &Path, entry: &Entry) -> Loaded {
         }
     }
     if let Some(key_path) = &entry.key_path {
-        match read(root, key_path) {
+        let key_read = read(root, key_path);
+        out.key_present = !matches!(key_read, Ok(None));
+        match key_read {
             Ok(Some(kb)) => match PrivateKey::from_pem(&kb) {
-                Ok(k) => out.key = Some(k),
+                Ok(k) => {
+                    out.key = Some(k);
+                    out.warnings.extend(key_mode_warning(root, key_path));
+                }
                 Err(e) => out.error = Some(format!("key '{key_path}': {e}")),
             },
             Ok(None) if entry.kind == Kind::Leaf => {
                 out.error = Some(format!(
-                    "key '{key_path}' is missing; restore it from a backup ('certrotor backups') \
-                     or renew the pair with 'certrotor renew --cert {}'",
-                    entry.name
+                    "key '{key_path}' is missing; restore the pair from a backup (list them with \
+                     'certrotor backups', restore with 'certrotor rollback --backup ID')"
                 ));
             }
             Ok(None) => {}
-            Err(e) => out.error = Some(format!("key: {e}")),
+            Err(e) => {
+                out.error = Some(format!("key: {e}{}", permission_hint(&e)));
+            }
         }
     }
     out
@@ -251,8 +294,15 @@ fn load_kubeconfig(root: &Path, entry: &Entry, bytes: &[u8], out: &mut Loaded) {
             return;
         }
     }
+    let key_file = match &creds.client_key {
+        Source::Embedded(_) => entry.path.clone(),
+        Source::File(p) => p.trim_start_matches('/').to_string(),
+    };
     match fetch(&creds.client_key, "client key").map(|(b, _)| PrivateKey::from_pem(&b)) {
-        Ok(Ok(k)) => out.key = Some(k),
+        Ok(Ok(k)) => {
+            out.key = Some(k);
+            out.warnings.extend(key_mode_warning(root, &key_file));
+        }
         Ok(Err(e)) => out.error = Some(format!("client key in '{}': {e}", entry.path)),
         Err(e) => out.error = Some(e),
     }
@@ -291,6 +341,7 @@ fn record(
         renewable: entry.renewable,
         status: Status::Ok,
         error: item.error.clone(),
+        warnings: item.warnings.clone(),
         not_after_unix: None,
     };
     if !item.present {
@@ -315,9 +366,21 @@ fn record(
     };
     if let Some(i) = ca_index {
         r.ca = Some(entries[i].name.clone());
-        r.externally_managed = loaded[i].key.is_none();
+        r.externally_managed = loaded[i].key.is_none() && !loaded[i].key_present;
     } else if entry.kind == Kind::Ca {
-        r.externally_managed = item.key.is_none();
+        r.externally_managed = item.key.is_none() && !item.key_present;
+    }
+    if entry.kind == Kind::Kubeconfig && entry.renewable && item.cert_path.is_some() {
+        // certrotor replaces embedded credentials only; a kubeconfig naming files is renewed by
+        // renewing those files with whatever made them.
+        r.renewable = false;
+        r.warnings.push(format!(
+            "'{}' names its client certificate as a file ('{}'), not embedded data, so \
+             certrotor does not renew it; renew that file with the tool that issued it, or \
+             embed the credentials ('kubectl config set-credentials --embed-certs')",
+            entry.path,
+            item.cert_path.as_deref().unwrap_or("?")
+        ));
     }
     let Some(cert) = &item.cert else {
         r.status = Status::Invalid;
@@ -364,6 +427,10 @@ fn record(
     } else if let Some(i) = ca_index {
         match &loaded[i].cert {
             Some(ca_cert) => match cert.verify_signed_by(ca_cert, &entries[i].name) {
+                Ok(()) if ca_cert.not_after() <= now || ca_cert.not_before() > now => {
+                    r.chain_ok = Some(false);
+                    problems.push(ca_out_of_validity(&entries[i].name, ca_cert, now));
+                }
                 Ok(()) => r.chain_ok = Some(true),
                 Err(e) => {
                     r.chain_ok = Some(false);
@@ -407,12 +474,48 @@ fn record(
         Some(problems.join("; "))
     };
     if r.status == Status::Expired {
-        r.error = Some(format!(
-            "expired on {}; renew with 'certrotor renew'",
-            crate::clock::rfc3339(facts.not_after)
-        ));
+        let on = crate::clock::rfc3339(facts.not_after);
+        r.error = Some(match entry.kind {
+            Kind::Ca => format!(
+                "expired on {on}; certrotor never renews a CA: it must be rotated (kubeadm: \
+                 https://kubernetes.io/docs/tasks/tls/manual-rotation-of-ca-certificates/)"
+            ),
+            Kind::Other => format!(
+                "expired on {on}; it is not a kubeadm or etcdadm certificate: renew it with the \
+                 tool that issued it"
+            ),
+            _ if !entry.renewable => format!(
+                "expired on {on}; the kubelet rotates its own client certificate and cannot once \
+                 it has expired: see https://kubernetes.io/docs/setup/production-environment/\
+                 tools/kubeadm/troubleshooting-kubeadm/#kubelet-client-cert"
+            ),
+            _ if !r.renewable => format!("expired on {on}; {}", r.warnings.join("; ")),
+            _ => format!(
+                "expired on {on}; renew with 'certrotor renew --cert {}'",
+                entry.name
+            ),
+        });
     }
     r
+}
+
+/// Why a chain through an expired or not yet valid CA is invalid, and what can fix it.
+pub fn ca_out_of_validity(ca_name: &str, ca: &Cert, now: i64) -> String {
+    if ca.not_before() > now {
+        format!(
+            "its CA '{ca_name}' is not valid before {}, so no verifier accepts the chain; the \
+             system clock may be behind: fix the clock",
+            crate::clock::rfc3339(ca.not_before())
+        )
+    } else {
+        format!(
+            "its CA '{ca_name}' expired on {}, so no verifier accepts the chain and renewing \
+             under it cannot help; the CA must be rotated (kubeadm: \
+             https://kubernetes.io/docs/tasks/tls/manual-rotation-of-ca-certificates/), which \
+             certrotor does not do",
+            crate::clock::rfc3339(ca.not_after())
+        )
+    }
 }
 
 /// `*.crt` files in the PKI folders that the catalog does not name.

@@ -58,6 +58,105 @@ fn err(msg: impl Into<String>) -> KubeconfigError {
     KubeconfigError(msg.into())
 }
 
+/// Deepest flow nesting (`[`/`{`) accepted in a YAML document certrotor reads. A kubeconfig or
+/// static-pod manifest nests a handful of levels; the YAML parser's work grows with the square
+/// of the nesting, so a deep document under the size limit could stall the agent for hours.
+pub const MAX_YAML_FLOW_DEPTH: usize = 32;
+/// Widest indentation accepted (block nesting is bounded by it).
+pub const MAX_YAML_INDENT: usize = 256;
+/// Most block indicators (`- `, `? `) accepted at the start of one line (`- - - x` nests).
+pub const MAX_YAML_LINE_INDICATORS: usize = 32;
+/// Most alias references (`*name`) accepted: kubeconfigs use none, and expanding aliases is how
+/// a small document becomes a huge one.
+pub const MAX_YAML_ALIASES: usize = 64;
+
+/// Checks, in one linear pass and before the YAML parser sees it, that a document's nesting is
+/// bounded (see the constants above). Overestimates the depth (brackets in plain scalars count),
+/// which real kubeconfigs and manifests never come near. The error says what was found; it
+/// never quotes the text.
+pub fn check_yaml_shape(text: &str) -> Result<(), String> {
+    let mut flow: usize = 0;
+    let mut aliases = 0usize;
+    for (n, line) in text.lines().enumerate() {
+        let lineno = n + 1;
+        let bytes = line.as_bytes();
+        let indent = bytes
+            .iter()
+            .take_while(|&&b| b == b' ' || b == b'\t')
+            .count();
+        if indent > MAX_YAML_INDENT {
+            return Err(format!(
+                "line {lineno} is indented {indent} columns, more than the {MAX_YAML_INDENT} a \
+                 kubeconfig or manifest ever needs (a hostile or damaged file?)"
+            ));
+        }
+        // Leading block indicators: "- - - x".
+        let mut i = indent;
+        let mut indicators = 0usize;
+        while i < bytes.len()
+            && (bytes[i] == b'-' || bytes[i] == b'?')
+            && bytes.get(i + 1).is_none_or(|b| *b == b' ' || *b == b'\t')
+        {
+            indicators += 1;
+            i += 1;
+            while i < bytes.len() && (bytes[i] == b' ' || bytes[i] == b'\t') {
+                i += 1;
+            }
+        }
+        if indicators > MAX_YAML_LINE_INDICATORS {
+            return Err(format!(
+                "line {lineno} nests {indicators} block collections, more than the \
+                 {MAX_YAML_LINE_INDICATORS} accepted (a hostile or damaged file?)"
+            ));
+        }
+        let mut quote: Option<u8> = None;
+        let mut prev = b' ';
+        let mut j = 0;
+        while j < bytes.len() {
+            let b = bytes[j];
+            match quote {
+                Some(q) => {
+                    if b == b'\\' && q == b'"' {
+                        j += 1;
+                    } else if b == q {
+                        quote = None;
+                    }
+                }
+                None => match b {
+                    b'#' if prev == b' ' || prev == b'\t' => break,
+                    b'\'' | b'"' if matches!(prev, b' ' | b'\t' | b'[' | b'{' | b',' | b':') => {
+                        quote = Some(b)
+                    }
+                    b'[' | b'{' => {
+                        flow += 1;
+                        if flow > MAX_YAML_FLOW_DEPTH {
+                            return Err(format!(
+                                "line {lineno} nests brackets more than {MAX_YAML_FLOW_DEPTH} \
+                                 deep (a hostile or damaged file?)"
+                            ));
+                        }
+                    }
+                    b']' | b'}' => flow = flow.saturating_sub(1),
+                    b'*' if matches!(prev, b' ' | b'\t' | b'[' | b'{' | b',' | b':') => {
+                        aliases += 1;
+                        if aliases > MAX_YAML_ALIASES {
+                            return Err(format!(
+                                "more than {MAX_YAML_ALIASES} YAML aliases (a hostile or \
+                                 damaged file?)"
+                            ));
+                        }
+                    }
+                    _ => {}
+                },
+            }
+            prev = b;
+            j += 1;
+        }
+        // A quoted scalar may continue on the next line; a single-quoted one too.
+    }
+    Ok(())
+}
+
 /// A parsed kubeconfig document.
 #[derive(Clone)]
 pub struct Kubeconfig {
@@ -75,6 +174,7 @@ impl Kubeconfig {
     pub fn parse(bytes: &[u8]) -> Result<Kubeconfig, KubeconfigError> {
         let text =
             std::str::from_utf8(bytes).map_err(|_| err("the kubeconfig is not UTF-8 text"))?;
+        check_yaml_shape(text).map_err(|e| err(format!("the kubeconfig is refused: {e}")))?;
         let doc: Value = serde_norway::from_str(text)
             .map_err(|e| err(format!("the kubeconfig is not valid YAML: {e}")))?;
         if !doc.is_mapping() {

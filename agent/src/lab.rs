@@ -277,6 +277,7 @@ fn write_ca(
         subject: pki::kubeadm_subject(cn, &[])?,
         dns_names: vec![cn.to_string()],
         ip_addresses: vec![],
+        other_sans: vec![],
         san_order: SanOrder::Kubeadm,
         key_usage: pki::ca_key_usage(),
         ext_key_usage: vec![],
@@ -320,6 +321,7 @@ fn issue_leaf(
         subject: pki::kubeadm_subject(&spec.cn, &spec.orgs)?,
         dns_names: spec.dns.clone(),
         ip_addresses: spec.ips.clone(),
+        other_sans: vec![],
         san_order: if spec.etcdadm {
             SanOrder::AsGiven
         } else {

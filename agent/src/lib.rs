@@ -61,6 +61,18 @@ pub fn recover_before_reading(root: &std::path::Path) -> Result<(), ops::OpsErro
         );
         return Ok(());
     }
-    ops::lock_and_recover(root, std::time::Duration::from_secs(60))?;
-    Ok(())
+    // Reading never waits for another run: a renewal holds the lock for seconds, a daemon's
+    // restart pass for minutes. Say that one is in progress and read the files as they are.
+    match ops::lock_and_recover(root, std::time::Duration::ZERO) {
+        Ok(_lock) => Ok(()),
+        Err(ops::OpsError::Txn(txn::TxnError::Locked { .. })) => {
+            log::warn!(
+                "another certrotor run is in progress (it holds '{}'); reading the PKI as it is \
+                 now, without waiting: files being renewed may change in a moment",
+                state.join("lock").display()
+            );
+            Ok(())
+        }
+        Err(f) => Err(f),
+    }
 }

@@ -302,6 +302,7 @@ pub struct PodInfo {
 impl PodInfo {
     /// Parses a Pod manifest (YAML).
     pub fn parse(yaml: &[u8]) -> Option<PodInfo> {
+        crate::kubeconfig::check_yaml_shape(std::str::from_utf8(yaml).ok()?).ok()?;
         let doc: Value = serde_norway::from_slice(yaml).ok()?;
         let name = doc.get("metadata")?.get("name")?.as_str()?.to_string();
         let container = doc.get("spec")?.get("containers")?.as_sequence()?.first()?;

@@ -84,6 +84,8 @@ pub enum PkiError {
     Crypto { step: &'static str },
     /// Encoding a structure failed.
     Encode { detail: String },
+    /// The private key is protected by a passphrase.
+    EncryptedKey,
 }
 
 impl fmt::Display for PkiError {
@@ -100,6 +102,12 @@ impl fmt::Display for PkiError {
             }
             PkiError::Crypto { step } => write!(f, "crypto library failed to {step}"),
             PkiError::Encode { detail } => write!(f, "failed to encode DER: {detail}"),
+            PkiError::EncryptedKey => f.write_str(
+                "the private key is encrypted with a passphrase, which kubeadm never does and \
+                 the components cannot read: decrypt it in place ('openssl pkey -in KEY -out \
+                 KEY.new', then 'chmod 600 KEY.new && mv KEY.new KEY') or restore the \
+                 unencrypted key from a backup ('certrotor backups')",
+            ),
         }
     }
 }
@@ -206,6 +214,19 @@ impl Cert {
         match self.x509.tbs_certificate.get::<SubjectKeyIdentifier>() {
             Ok(Some((_, ski))) => Some(ski.0.as_bytes().to_vec()),
             _ => None,
+        }
+    }
+
+    /// Subject alternative names other than DNS and IP (URI, email, otherName, ...), in
+    /// certificate order: kept verbatim on renewal.
+    pub fn other_sans(&self) -> Vec<GeneralName> {
+        match self.x509.tbs_certificate.get::<SubjectAltName>() {
+            Ok(Some((_, san))) => san
+                .0
+                .into_iter()
+                .filter(|n| !matches!(n, GeneralName::DnsName(_) | GeneralName::IpAddress(_)))
+                .collect(),
+            _ => Vec::new(),
         }
     }
 
@@ -402,20 +423,27 @@ fn verification_algorithm(
 }
 
 fn pem_error_text(e: &rustls_pki_types::pem::Error) -> String {
+    // Never quote the input: a key whose line breaks were lost is one long "line", and the
+    // parser's markers and lines would echo it whole.
     use rustls_pki_types::pem::Error as E;
     match e {
-        E::MissingSectionEnd { end_marker } => format!(
-            "the PEM block is truncated: no '-----END {}-----' line",
-            String::from_utf8_lossy(end_marker)
-                .trim_matches('-')
-                .trim_start_matches("END ")
-        ),
-        E::IllegalSectionStart { line } => {
-            format!("malformed BEGIN line '{}'", String::from_utf8_lossy(line))
-        }
-        E::Base64Decode(d) => format!("the PEM body is not valid base64 ({d})"),
-        other => other.to_string(),
+        E::MissingSectionEnd { .. } => "the PEM block is truncated or has lost its line breaks \
+             (no END line found after the BEGIN line); restore the file with its original line \
+             breaks"
+            .into(),
+        E::IllegalSectionStart { .. } => "malformed BEGIN line (was the PEM text pasted on one \
+             line?); restore the file with its original line breaks"
+            .into(),
+        E::Base64Decode(_) => "the PEM body is not valid base64".into(),
+        _ => "the PEM data cannot be read".into(),
     }
+}
+
+/// Whether PEM text holds a passphrase-protected private key: PKCS#8 `ENCRYPTED PRIVATE KEY`,
+/// or OpenSSL's legacy `Proc-Type: 4,ENCRYPTED` header.
+fn is_encrypted_key(bytes: &[u8]) -> bool {
+    let has = |needle: &[u8]| bytes.windows(needle.len()).any(|w| w == needle);
+    has(b"-----BEGIN ENCRYPTED PRIVATE KEY-----") || has(b"Proc-Type: 4,ENCRYPTED")
 }
 
 /// Converts an X.509 time to Unix seconds.
@@ -622,6 +650,9 @@ impl Drop for SecretPem {
 impl PrivateKey {
     /// Parses the first private key block of a PEM file (PKCS#1, SEC1 or PKCS#8).
     pub fn from_pem(bytes: &[u8]) -> Result<PrivateKey, PkiError> {
+        if is_encrypted_key(bytes) {
+            return Err(PkiError::EncryptedKey);
+        }
         let key = PrivateKeyDer::from_pem_slice(bytes).map_err(|e| match e {
             rustls_pki_types::pem::Error::NoItemsFound => PkiError::NoPemBlock {
                 wanted: "PRIVATE KEY",
@@ -654,6 +685,16 @@ impl PrivateKey {
                     return Ok(PrivateKey {
                         inner: KeyInner::Rsa(rsa),
                         encoding: KeyEncoding::Pkcs8,
+                    });
+                }
+                if pkcs8::PrivateKeyInfo::try_from(der)
+                    .is_ok_and(|info| info.algorithm.oid == oid::ED25519)
+                {
+                    return Err(PkiError::BadKey {
+                        detail: "unsupported key type Ed25519: certrotor renews with RSA and \
+                                 ECDSA keys, as kubeadm does; renew this PKI with the tool \
+                                 that made it"
+                            .into(),
                     });
                 }
                 let (pair, alg) = ec_from_der(der)?;
@@ -874,6 +915,9 @@ pub struct Profile {
     pub subject: Name,
     pub dns_names: Vec<String>,
     pub ip_addresses: Vec<IpAddr>,
+    /// Every other SAN (URI, email, ...), written as given: email after the DNS names, the rest
+    /// after the IP addresses, as Go's x509 orders them.
+    pub other_sans: Vec<GeneralName>,
     pub san_order: SanOrder,
     /// KeyUsage bits (always written critical).
     pub key_usage: KeyUsage,
@@ -1062,6 +1106,13 @@ fn san_names(profile: &Profile) -> Result<Vec<GeneralName>, PkiError> {
             Ia5String::new(&d).map_err(encode_err)?,
         ));
     }
+    names.extend(
+        profile
+            .other_sans
+            .iter()
+            .filter(|n| matches!(n, GeneralName::Rfc822Name(_)))
+            .cloned(),
+    );
     for ip in ips {
         let bytes = match ip {
             IpAddr::V4(v4) => v4.octets().to_vec(),
@@ -1071,6 +1122,13 @@ fn san_names(profile: &Profile) -> Result<Vec<GeneralName>, PkiError> {
             OctetString::new(bytes).map_err(encode_err)?,
         ));
     }
+    names.extend(
+        profile
+            .other_sans
+            .iter()
+            .filter(|n| !matches!(n, GeneralName::Rfc822Name(_)))
+            .cloned(),
+    );
     Ok(names)
 }
 
@@ -1088,12 +1146,17 @@ pub fn ca_key_usage() -> KeyUsage {
 mod tests {
     use super::*;
 
+    pub(super) fn ca_for_fuzz() -> (Cert, PrivateKey) {
+        ca(KeyAlgorithm::EcdsaP256)
+    }
+
     fn ca(alg: KeyAlgorithm) -> (Cert, PrivateKey) {
         let key = PrivateKey::generate(alg).unwrap();
         let profile = Profile {
             subject: kubeadm_subject("kubernetes", &[]).unwrap(),
             dns_names: vec!["kubernetes".into()],
             ip_addresses: vec![],
+            other_sans: vec![],
             san_order: SanOrder::Kubeadm,
             key_usage: ca_key_usage(),
             ext_key_usage: vec![],
@@ -1124,6 +1187,7 @@ mod tests {
                 subject: kubeadm_subject("kube-apiserver-etcd-client", &["b", "a"]).unwrap(),
                 dns_names: vec!["z".into(), "a".into(), "a".into()],
                 ip_addresses: vec!["10.0.0.1".parse().unwrap(), "::1".parse().unwrap()],
+                other_sans: vec![],
                 san_order: SanOrder::Kubeadm,
                 key_usage: leaf_key_usage(),
                 ext_key_usage: vec![oid::CLIENT_AUTH],
@@ -1250,5 +1314,194 @@ mod tests {
         assert!(der.windows(2).any(|w| w == [0x0c, 15]));
         assert!(der.windows(2).any(|w| w == [0x13, 12]));
         assert_eq!(name.to_string(), "CN=system:node:a_b,O=system:nodes");
+    }
+}
+
+/// A seeded mutation fuzzer for the readers of untrusted bytes (PEM, DER, kubeconfig YAML,
+/// static-pod manifests), run with a fixed budget in the normal test run (cargo-fuzz needs
+/// nightly). Each input must be answered (never a panic) quickly, and no error text may quote
+/// key material.
+#[cfg(test)]
+mod fuzz {
+    use super::*;
+    use crate::kubeconfig::Kubeconfig;
+    use crate::manifests::{ManifestParams, PodInfo};
+    use std::time::{Duration, Instant};
+
+    /// xorshift64*: deterministic, so a failure names its seed and iteration.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        }
+        fn below(&mut self, n: usize) -> usize {
+            if n == 0 {
+                0
+            } else {
+                (self.next() % n as u64) as usize
+            }
+        }
+    }
+
+    const TOKENS: [&[u8]; 14] = [
+        b"[",
+        b"{",
+        b"- ",
+        b"&a ",
+        b"*a ",
+        b"\n",
+        b"-----BEGIN PRIVATE KEY-----\n",
+        b"-----END CERTIFICATE-----",
+        b"\x30\x82\xff\xff",
+        b"\x00",
+        b"'",
+        b"\"",
+        b": ",
+        b"  ",
+    ];
+
+    fn mutate(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
+        let mut v = seed.to_vec();
+        for _ in 0..1 + rng.below(8) {
+            let at = rng.below(v.len() + 1);
+            match rng.below(8) {
+                0 if !v.is_empty() => {
+                    let i = rng.below(v.len());
+                    v[i] ^= 1 << rng.below(8);
+                }
+                1 => {
+                    let end = (at + rng.below(64)).min(v.len());
+                    v.drain(at..end);
+                }
+                2 => {
+                    let t = TOKENS[rng.below(TOKENS.len())];
+                    let cap = if rng.below(4) == 0 { 20_000 } else { 4 };
+                    let times = 1 + rng.below(cap);
+                    let run: Vec<u8> = t.iter().copied().cycle().take(t.len() * times).collect();
+                    v.splice(at..at, run);
+                }
+                3 => v.truncate(at),
+                4 if !v.is_empty() => {
+                    let from = rng.below(v.len());
+                    let end = (from + rng.below(256)).min(v.len());
+                    let chunk = v[from..end].to_vec();
+                    v.splice(at..at, chunk);
+                }
+                5 => v.retain(|b| *b != b'\n'),
+                6 => {
+                    // A value that opens many collections at once: the parser's worst case.
+                    let t = TOKENS[rng.below(5)];
+                    let times = 1 + rng.below(50_000);
+                    let mut doc = b"apiVersion: v1\nclusters: ".to_vec();
+                    doc.extend(t.iter().copied().cycle().take(t.len() * times));
+                    v = doc;
+                }
+                _ => {
+                    let i = rng.below(v.len().max(1));
+                    if i < v.len() {
+                        v[i] = rng.next() as u8;
+                    }
+                }
+            }
+        }
+        v.truncate(MAX_PEM_FILE_BYTES as usize);
+        v
+    }
+
+    fn body_fragments(pem: &str) -> Vec<String> {
+        let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+        body.as_bytes()
+            .chunks(20)
+            .filter(|c| c.len() == 20)
+            .map(|c| String::from_utf8_lossy(c).into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn readers_of_untrusted_bytes_never_panic_stall_or_echo_keys() {
+        let key = PrivateKey::generate(KeyAlgorithm::EcdsaP256).unwrap();
+        let key_pem = key.to_pem(KeyEncoding::Sec1).unwrap();
+        let rsa = PrivateKey::generate(KeyAlgorithm::Rsa(2048)).unwrap();
+        let rsa_pem = rsa.to_pem(KeyEncoding::Pkcs8).unwrap();
+        let (ca_cert, _) = tests_ca();
+        let cert_pem = ca_cert.to_pem().unwrap();
+        let kubeconfig = Kubeconfig::new_embedded(
+            "kubernetes",
+            "https://10.0.0.10:6443",
+            "kubernetes-admin",
+            cert_pem.as_bytes(),
+            cert_pem.as_bytes(),
+            key_pem.0.as_bytes(),
+        )
+        .to_yaml()
+        .unwrap();
+        let manifest = crate::manifests::control_plane(&ManifestParams {
+            kubeadm_dir: "/var/lib/kubeadm",
+            node_name: "cp-1",
+            advertise_address: [10, 0, 0, 10].into(),
+            port_offset: 0,
+            external_etcd: None,
+            etcd_client_cert: "apiserver-etcd-client.crt",
+        })
+        .remove(0)
+        .1;
+        let secrets: Vec<String> = body_fragments(&key_pem.0)
+            .into_iter()
+            .chain(body_fragments(&rsa_pem.0))
+            .collect();
+        let seeds: [&[u8]; 6] = [
+            key_pem.0.as_bytes(),
+            rsa_pem.0.as_bytes(),
+            cert_pem.as_bytes(),
+            &ca_cert.der,
+            kubeconfig.as_bytes(),
+            manifest.as_bytes(),
+        ];
+        let budget = Duration::from_secs(20);
+        let started = Instant::now();
+        let mut rng = Rng(0x5eed_cafe_f00d_d00d);
+        let mut runs = 0;
+        while runs < 3000 && started.elapsed() < budget {
+            let which = rng.below(seeds.len());
+            let input = mutate(&mut rng, seeds[which]);
+            let t = Instant::now();
+            let mut texts = Vec::new();
+            if let Err(e) = PrivateKey::from_pem(&input) {
+                texts.push(e.to_string());
+            }
+            if let Err(e) = Cert::from_pem(&input) {
+                texts.push(e.to_string());
+            }
+            if let Err(e) = Cert::from_der(&input) {
+                texts.push(e.to_string());
+            }
+            if let Err(e) = Kubeconfig::parse(&input).and_then(|k| k.credentials()) {
+                texts.push(e.to_string());
+            }
+            let _ = PodInfo::parse(&input);
+            let took = t.elapsed();
+            assert!(
+                took < Duration::from_millis(500),
+                "run {runs} (seed {which}, {} bytes) took {took:?}",
+                input.len()
+            );
+            for text in &texts {
+                for f in &secrets {
+                    assert!(
+                        !text.contains(f.as_str()),
+                        "run {runs}: error quotes key: {text}"
+                    );
+                }
+            }
+            runs += 1;
+        }
+        assert!(runs >= 300, "only {runs} inputs in the budget");
+    }
+
+    fn tests_ca() -> (Cert, PrivateKey) {
+        super::tests::ca_for_fuzz()
     }
 }

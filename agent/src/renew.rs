@@ -138,6 +138,12 @@ pub fn plan(inv: &Inventory, policy: &Policy, now: i64) -> Result<Plan, PlanErro
                     known.join(", ")
                 )));
             }
+            Some(i) if inv.entries[i].renewable && !inv.certificates[i].renewable => {
+                return Err(PlanError(format!(
+                    "--cert '{name}' cannot be renewed: {}",
+                    inv.certificates[i].warnings.join("; ")
+                )));
+            }
             Some(i) if !inv.entries[i].renewable => {
                 let why = match inv.entries[i].kind {
                     Kind::Ca => "it is a CA; certrotor never renews CAs",
@@ -158,6 +164,13 @@ pub fn plan(inv: &Inventory, policy: &Policy, now: i64) -> Result<Plan, PlanErro
     let mut problems = Vec::new();
     for (entry, record) in inv.entries.iter().zip(&inv.certificates) {
         if !entry.renewable {
+            continue;
+        }
+        if !record.renewable {
+            skipped.push(Skip {
+                name: entry.name.clone(),
+                why: record.warnings.join("; "),
+            });
             continue;
         }
         let reason = if !policy.names.is_empty() {
@@ -195,7 +208,13 @@ pub fn plan(inv: &Inventory, policy: &Policy, now: i64) -> Result<Plan, PlanErro
             problems.push(format!("{}: '{}' does not exist", entry.name, entry.path));
             continue;
         }
-        if record.status == Status::Invalid {
+        // A pair whose key does not match its certificate is what `check` advises renewing by
+        // name: the certificate keeps its identity and gets a new key.
+        let mismatched_pair = reason == Reason::Named
+            && !policy.reuse_keys
+            && record.key_matches == Some(false)
+            && record.chain_ok == Some(true);
+        if record.status == Status::Invalid && !mismatched_pair {
             problems.push(format!(
                 "{}: {}",
                 entry.name,
@@ -249,6 +268,17 @@ pub fn plan(inv: &Inventory, policy: &Policy, now: i64) -> Result<Plan, PlanErro
                     entry.name,
                     clock::rfc3339(now),
                     clock::rfc3339(ca_nb)
+                ));
+                continue;
+            }
+            if now >= ca_na {
+                problems.push(format!(
+                    "{}: its CA '{ca_name}' expired on {}: certificates issued under it are \
+                     rejected by every verifier, so certrotor refuses to issue them (even with \
+                     --allow-beyond-ca); the CA must be rotated first (kubeadm: \
+                     https://kubernetes.io/docs/tasks/tls/manual-rotation-of-ca-certificates/)",
+                    entry.name,
+                    clock::rfc3339(ca_na)
                 ));
                 continue;
             }
@@ -543,6 +573,7 @@ pub fn profile_of(old: &Cert, flavor: Flavor) -> Profile {
         subject: old.x509.tbs_certificate.subject.clone(),
         dns_names,
         ip_addresses,
+        other_sans: old.other_sans(),
         san_order: match flavor {
             Flavor::Kubeadm => SanOrder::Kubeadm,
             Flavor::Etcdadm => SanOrder::AsGiven,
@@ -621,6 +652,9 @@ pub fn validate_with(
         };
         if same_identity && set(i.old.sans()) != set(i.new.sans()) {
             fail("subject alternative names changed".into());
+        }
+        if same_identity && i.old.other_sans() != i.new.other_sans() {
+            fail("URI, email or other subject alternative names changed".into());
         }
         if i.old.ext_key_usage_oids() != i.new.ext_key_usage_oids() {
             fail("extended key usage changed".into());

@@ -72,6 +72,22 @@ pub fn table(inv: &Inventory) -> String {
                 .filter_map(|k| k.error.as_ref().map(|e| format!("  {}: {}", k.name, e))),
         )
         .collect();
+    let warnings: Vec<String> = inv
+        .certificates
+        .iter()
+        .flat_map(|r| {
+            r.warnings
+                .iter()
+                .map(move |w| format!("  {}: {}", r.name, w))
+        })
+        .collect();
+    if !warnings.is_empty() {
+        out.push_str("\nWARNINGS\n");
+        for w in warnings {
+            out.push_str(&w);
+            out.push('\n');
+        }
+    }
     if !problems.is_empty() {
         out.push_str("\nPROBLEMS\n");
         for p in problems {

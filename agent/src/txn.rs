@@ -95,6 +95,13 @@ pub enum TxnError {
     },
     /// Committing failed half-way; the journal remains and the next run completes it.
     Commit { path: String, source: io::Error },
+    /// A rename failed after the journal, and the files already replaced were restored from the
+    /// backup: the live PKI is as before.
+    RolledBack {
+        path: String,
+        source: io::Error,
+        backup_id: String,
+    },
     /// The state folder or a backup could not be read.
     State { path: String, detail: String },
     /// A state file (journal, backup manifest) is unreadable, of an unknown version, or names
@@ -132,6 +139,16 @@ impl fmt::Display for TxnError {
                  command completes the change{}",
                 hint(source)
             ),
+            TxnError::RolledBack {
+                path,
+                source,
+                backup_id,
+            } => write!(
+                f,
+                "failed to replace '{path}': {source}{}; the files already replaced were \
+                 restored from backup {backup_id}, so the live PKI is unchanged",
+                hint(source)
+            ),
             TxnError::State { path, detail } => write!(f, "certrotor state '{path}': {detail}"),
             TxnError::StateFile(e) => write!(f, "{e}; nothing was changed"),
         }
@@ -144,9 +161,22 @@ fn hint(e: &io::Error) -> &'static str {
     match e.raw_os_error() {
         Some(libc::ENOSPC) => " (the disk is full: free space, then run again)",
         Some(libc::EROFS) => " (the filesystem is read-only: run where the PKI is writable)",
-        Some(libc::EACCES) | Some(libc::EPERM) => " (permission denied: run as root)",
+        Some(libc::EACCES) | Some(libc::EPERM) if !running_as_root() => {
+            " (permission denied: run as root)"
+        }
+        Some(libc::EPERM) => {
+            " (refused even to root: an immutable or append-only attribute ('lsattr'), or a \
+             bind-mounted file ('findmnt'))"
+        }
         _ => "",
     }
+}
+
+/// Whether this process runs as root (the owner of `/proc/self` is the effective user).
+fn running_as_root() -> bool {
+    fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+        .unwrap_or(false)
 }
 
 /// The journal: what a committing transaction is doing (state file, see [`crate::state`]).
@@ -336,7 +366,12 @@ pub fn apply(
         crate::clock::compact_stamp(now),
         std::process::id()
     );
-    let result = prepare_and_commit(root, changes, kind, now, retention, &txid);
+    let resolved = resolve_and_probe(root, changes)?;
+    let changes = &resolved[..];
+    let result = undo_failed_commit(
+        root,
+        prepare_and_commit(root, changes, kind, now, retention, &txid),
+    );
     if let Err(TxnError::Prepare { .. } | TxnError::Locked { .. }) = &result {
         // Nothing live was touched: remove what was staged, and the unjournaled backup (copies
         // of the old keys), as recovery would.
@@ -344,6 +379,157 @@ pub fn apply(
         remove_incomplete_backups(root);
     }
     result
+}
+
+/// Before anything is staged: resolves every change's path as reads resolve it (symlinks inside
+/// the root, absolute targets re-rooted, never above the root), and proves every live file can
+/// be replaced by a rename: a regular file, not immutable or append-only, not a mount point (a
+/// bind-mounted file), in a folder on the same filesystem. A refusal here leaves everything
+/// unchanged.
+pub fn resolve_and_probe(root: &Path, changes: &[Change]) -> Result<Vec<Change>, TxnError> {
+    let mounts = mount_points();
+    let mut out = Vec::with_capacity(changes.len());
+    for change in changes {
+        let refuse = |why: String| TxnError::Prepare {
+            step: "check that it can be replaced",
+            path: root.join(&change.rel).display().to_string(),
+            source: io::Error::other(why),
+        };
+        let rel =
+            fsutil::resolve_for_write(root, &change.rel).map_err(|e| refuse(e.to_string()))?;
+        let live = root.join(&rel);
+        match fs::symlink_metadata(&live) {
+            Ok(meta) => {
+                if !meta.file_type().is_file() {
+                    return Err(refuse("it is not a regular file".into()));
+                }
+                let canonical = fs::canonicalize(&live).unwrap_or_else(|_| live.clone());
+                if mounts.contains(&canonical) {
+                    return Err(refuse(
+                        "it is a mount point (a bind-mounted file), which a rename cannot \
+                         replace; unmount it, or renew where the file really is"
+                            .into(),
+                    ));
+                }
+                let parent = live.parent().unwrap_or(root);
+                let parent_dev =
+                    fs::metadata(parent).map(|m| std::os::unix::fs::MetadataExt::dev(&m));
+                if parent_dev.ok() != Some(std::os::unix::fs::MetadataExt::dev(&meta)) {
+                    return Err(refuse(
+                        "it is on another filesystem than its folder (a mount), which a \
+                         rename cannot replace"
+                            .into(),
+                    ));
+                }
+                // Opening for writing (without truncating) fails with EPERM on an immutable or
+                // append-only file, even for root; rename would fail the same way.
+                if let Err(e) = fs::OpenOptions::new().write(true).open(&live)
+                    && e.raw_os_error() == Some(libc::EPERM)
+                {
+                    return Err(refuse(
+                        "it is immutable or append-only (see 'lsattr'); remove the \
+                         attribute with 'chattr -i -a' if that is intended, then run again"
+                            .into(),
+                    ));
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(refuse(e.to_string())),
+        }
+        out.push(Change {
+            rel,
+            content: change.content.clone(),
+            mode_if_new: change.mode_if_new,
+        });
+    }
+    Ok(out)
+}
+
+/// When a rename failed after the journal was written (a file became unreplaceable after the
+/// probe), rolls the transaction back from its backup at once rather than leaving a
+/// half-renewed PKI for the next run: every live file that differs from the backup is restored
+/// by an atomic rename, then the journal and staging are removed. If the rollback itself fails,
+/// the original error is returned and the journal kept.
+fn undo_failed_commit(
+    root: &Path,
+    result: Result<Outcome, TxnError>,
+) -> Result<Outcome, TxnError> {
+    let Err(TxnError::Commit { path, source }) = result else {
+        return result;
+    };
+    let journal_path = state_dir(root).join(JOURNAL);
+    let undo = || -> Result<String, String> {
+        let (_, journal) = state::read::<Journal>(Kind::Journal, &journal_path)
+            .map_err(|e| e.to_string())?
+            .ok_or("no journal")?;
+        let (_, restore) =
+            restore_changes(root, &journal.backup_id).map_err(|e| e.to_string())?;
+        for change in &restore {
+            let live = root.join(&change.rel);
+            let current = fs::read(&live).ok();
+            match &change.content {
+                Some(old) if current.as_deref() != Some(&old[..]) => {
+                    let parent = live.parent().unwrap_or(root);
+                    let tmp = parent.join(format!(
+                        ".certrotor-undo-{}",
+                        live.file_name().map(|n| n.to_string_lossy()).unwrap_or_default()
+                    ));
+                    let _ = fs::remove_file(&tmp);
+                    fsutil::write_new(&tmp, old, change.mode_if_new, None)
+                        .and_then(|()| fs::rename(&tmp, &live))
+                        .and_then(|()| fsutil::sync_dir(parent))
+                        .map_err(|e| format!("'{}': {e}", live.display()))?;
+                }
+                None if current.is_some() => {
+                    fs::remove_file(&live).map_err(|e| format!("'{}': {e}", live.display()))?
+                }
+                _ => {}
+            }
+        }
+        state::remove(&journal_path).map_err(|e| e.to_string())?;
+        for d in &journal.staging_dirs {
+            let _ = fs::remove_dir_all(root.join(d));
+        }
+        Ok(journal.backup_id)
+    };
+    match undo() {
+        Ok(backup_id) => Err(TxnError::RolledBack {
+            path,
+            source,
+            backup_id,
+        }),
+        Err(why) => {
+            log::error!("rolling back the failed transaction failed too: {why}");
+            Err(TxnError::Commit { path, source })
+        }
+    }
+}
+
+/// Every mount point of this process's mount namespace (from /proc/self/mountinfo).
+fn mount_points() -> BTreeSet<PathBuf> {
+    let text = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    text.lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(|m| PathBuf::from(unescape_mount(m)))
+        .collect()
+}
+
+/// Decodes mountinfo's octal escapes (`\040` for a space).
+fn unescape_mount(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(u8::is_ascii_digit) {
+            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
+            out.push(v);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn prepare_and_commit(
@@ -390,6 +576,10 @@ fn prepare_and_commit(
             .unwrap_or_default();
         let staged = staging.join(&file_name);
         let (mode, owner) = match FileMeta::of(&live) {
+            // A private key file is never wider than a new one (0600), even if the old one was.
+            Ok(m) if change.rel.ends_with(".key") => {
+                (m.mode & change.mode_if_new, Some((m.uid, m.gid)))
+            }
             Ok(m) => (m.mode, Some((m.uid, m.gid))),
             Err(_) => (change.mode_if_new, None),
         };

@@ -13,6 +13,8 @@ mod cluster;
 mod daemon;
 mod engine;
 mod etcd;
+// Hostile input: damaged, malicious or unusual nodes (issue 15, 13.8).
+mod hostile;
 // Parity with the real kubeadm v1.20.2 (images/k8s/build.sh).
 mod kubeadm_parity;
 mod kubeadm_parity_util;
