@@ -54,6 +54,7 @@ fn record(e: &Entry, status: Status, residual: Option<i64>) -> Record {
         status,
         error: (status == Status::Invalid).then(|| "damaged".to_string()),
         not_after_unix: residual.map(|r| NOW + r),
+        warnings: Vec::new(),
     }
 }
 

@@ -450,10 +450,7 @@ pub fn resolve_and_probe(root: &Path, changes: &[Change]) -> Result<Vec<Change>,
 /// half-renewed PKI for the next run: every live file that differs from the backup is restored
 /// by an atomic rename, then the journal and staging are removed. If the rollback itself fails,
 /// the original error is returned and the journal kept.
-fn undo_failed_commit(
-    root: &Path,
-    result: Result<Outcome, TxnError>,
-) -> Result<Outcome, TxnError> {
+fn undo_failed_commit(root: &Path, result: Result<Outcome, TxnError>) -> Result<Outcome, TxnError> {
     let Err(TxnError::Commit { path, source }) = result else {
         return result;
     };
@@ -462,8 +459,7 @@ fn undo_failed_commit(
         let (_, journal) = state::read::<Journal>(Kind::Journal, &journal_path)
             .map_err(|e| e.to_string())?
             .ok_or("no journal")?;
-        let (_, restore) =
-            restore_changes(root, &journal.backup_id).map_err(|e| e.to_string())?;
+        let (_, restore) = restore_changes(root, &journal.backup_id).map_err(|e| e.to_string())?;
         for change in &restore {
             let live = root.join(&change.rel);
             let current = fs::read(&live).ok();
@@ -472,7 +468,9 @@ fn undo_failed_commit(
                     let parent = live.parent().unwrap_or(root);
                     let tmp = parent.join(format!(
                         ".certrotor-undo-{}",
-                        live.file_name().map(|n| n.to_string_lossy()).unwrap_or_default()
+                        live.file_name()
+                            .map(|n| n.to_string_lossy())
+                            .unwrap_or_default()
                     ));
                     let _ = fs::remove_file(&tmp);
                     fsutil::write_new(&tmp, old, change.mode_if_new, None)
