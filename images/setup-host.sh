@@ -31,6 +31,7 @@ TOOLS=(
   busybox:busybox-static cpio:cpio zstd:zstd depmod:kmod python3:python3 musl-gcc:musl-tools
   go:golang-go make:make rsync:rsync gcc:gcc ip:iproute2 dpkg-source:dpkg-dev
   hyperfine:hyperfine strings:binutils
+  chattr:e2fsprogs lsattr:e2fsprogs flock:util-linux setpriv:util-linux mount:mount findmnt:util-linux
 )
 
 check_tools() {
