@@ -441,10 +441,7 @@ pub fn resolve_and_probe(root: &Path, changes: &[Change]) -> Result<Vec<Change>,
 /// half-renewed PKI for the next run: every live file that differs from the backup is restored
 /// by an atomic rename, then the journal and staging are removed. If the rollback itself fails,
 /// the original error is returned and the journal kept.
-fn undo_failed_commit(
-    root: &Path,
-    result: Result<Outcome, TxnError>,
-) -> Result<Outcome, TxnError> {
+fn undo_failed_commit(root: &Path, result: Result<Outcome, TxnError>) -> Result<Outcome, TxnError> {
     let Err(TxnError::Commit { path, source }) = result else {
         return result;
     };
@@ -453,8 +450,7 @@ fn undo_failed_commit(
         let (_, journal) = state::read::<Journal>(Kind::Journal, &journal_path)
             .map_err(|e| e.to_string())?
             .ok_or("no journal")?;
-        let (_, restore) =
-            restore_changes(root, &journal.backup_id).map_err(|e| e.to_string())?;
+        let (_, restore) = restore_changes(root, &journal.backup_id).map_err(|e| e.to_string())?;
         for change in &restore {
             let live = root.join(&change.rel);
             let current = fs::read(&live).ok();
@@ -463,7 +459,9 @@ fn undo_failed_commit(
                     let parent = live.parent().unwrap_or(root);
                     let tmp = parent.join(format!(
                         ".certrotor-undo-{}",
-                        live.file_name().map(|n| n.to_string_lossy()).unwrap_or_default()
+                        live.file_name()
+                            .map(|n| n.to_string_lossy())
+                            .unwrap_or_default()
                     ));
                     let _ = fs::remove_file(&tmp);
                     fsutil::write_new(&tmp, old, change.mode_if_new, None)
@@ -1285,5 +1283,82 @@ fn prune_backups(root: &Path, retention: usize) {
         .skip(retention.max(1))
     {
         let _ = fs::remove_dir_all(backups_dir(root).join(old));
+    }
+}
+
+#[cfg(test)]
+mod hostile_tests {
+    use super::*;
+    use crate::lab::{LabLayout, LabOptions, Topology};
+    use crate::pki::KeyAlgorithm;
+
+    /// 15.3: a rename that fails after the journal (here: `etcd/peer.crt` made immutable after
+    /// the probe, which this test bypasses) rolls back the files already replaced, from the
+    /// backup, and says so; nothing is left for the next run to "complete".
+    #[test]
+    fn a_failed_rename_rolls_the_transaction_back() {
+        let root = std::env::temp_dir().join(format!("certrotor-undo-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let now = crate::clock::now();
+        crate::lab::init(
+            &root,
+            &LabOptions {
+                layout: LabLayout::Kubeadm,
+                topology: Topology::Stacked,
+                expires_in: 3 * 86_400,
+                key_algorithm: KeyAlgorithm::EcdsaP256,
+                node_name: "cp-1".into(),
+                advertise_address: [10, 0, 0, 10].into(),
+                cluster_name: "kubernetes".into(),
+                port_offset: 0,
+                now,
+            },
+        )
+        .unwrap();
+        let pki = "etc/kubernetes/pki/etcd";
+        let rels = [format!("{pki}/peer.key"), format!("{pki}/peer.crt")];
+        let before: Vec<Vec<u8>> = rels
+            .iter()
+            .map(|r| fs::read(root.join(r)).unwrap())
+            .collect();
+        // New content: the pair swapped with the server pair (valid PEM, different bytes).
+        let changes: Vec<Change> = ["server.key", "server.crt"]
+            .iter()
+            .zip(&rels)
+            .map(|(src, rel)| Change {
+                rel: rel.clone(),
+                content: Some(fs::read(root.join(pki).join(src)).unwrap()),
+                mode_if_new: 0o600,
+            })
+            .collect();
+        let crt = root.join(&rels[1]);
+        let chattr = |flag: &str| {
+            std::process::Command::new("chattr")
+                .args([flag, &crt.display().to_string()])
+                .status()
+                .expect("chattr (e2fsprogs) is needed")
+                .success()
+        };
+        assert!(chattr("+i"), "chattr +i failed: needs root on ext4/xfs");
+        let _lock = lock(&root, Duration::ZERO).unwrap();
+        let result = undo_failed_commit(
+            &root,
+            prepare_and_commit(&root, &changes, "renew", now, 5, "undo-test"),
+        );
+        chattr("-i");
+        let err = result.err().expect("the rename must fail");
+        assert!(matches!(err, TxnError::RolledBack { .. }), "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains("peer.crt") && text.contains("restored from backup"),
+            "{text}"
+        );
+        assert!(!text.contains("run as root"), "{text}");
+        for (rel, old) in rels.iter().zip(&before) {
+            assert_eq!(&fs::read(root.join(rel)).unwrap(), old, "{rel} restored");
+        }
+        assert!(!state_dir(&root).join(JOURNAL).exists(), "journal removed");
+        assert!(matches!(recover(&root), Ok(Recovery::Clean)));
+        let _ = fs::remove_dir_all(&root);
     }
 }
