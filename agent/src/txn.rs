@@ -1346,7 +1346,9 @@ mod hostile_tests {
             prepare_and_commit(&root, &changes, "renew", now, 5, "undo-test"),
         );
         chattr("-i");
-        let err = result.err().expect("the rename must fail");
+        let Err(err) = result else {
+            panic!("the rename must fail")
+        };
         assert!(matches!(err, TxnError::RolledBack { .. }), "{err}");
         let text = err.to_string();
         assert!(
