@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
 # Benchmark figures for certrotor (not a test): prints wall times, peak RSS and binary size.
 #   agent/bench.sh [RUNS]          (default 20 runs per timing)
+#   agent/bench.sh --vs-kubeadm [RUNS]   only the side-by-side comparison with the real kubeadm
 # Sections are functions; add new ones (e.g. "renew --all") and call them from main.
+# The comparison with the real kubeadm v1.20.2 (images/k8s/build.sh; CERTROTOR_K8S_BIN
+# overrides the folder) runs both tools on copies of the same node made by that kubeadm, in one
+# hyperfine run per pair, and prints the ratios against the targets (issue 13.9): check >= 20x
+# faster with <= 1/10 of kubeadm's peak RSS, renew --all (new RSA-2048 keys) >= 2x faster,
+# --reuse-keys >= 50x faster. It needs root (kubeadm --rootfs chroots).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS="${1:-20}"
+case "$RUNS" in --vs-kubeadm) RUNS=20 ;; esac
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/certrotor-bench.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
 case "$WORK" in *[[:space:]]*) echo "error: TMPDIR must not contain spaces" >&2; exit 64 ;; esac
@@ -101,13 +108,104 @@ section_renew() {
   rm -rf "$dir"
 }
 
+# Medians (ms) of a hyperfine run of two commands, as "A B" (no shell, -N; PREPARE untimed).
+pair_ms() {
+  local a="$1" b="$2" prepare="$3" runs="$4" json="$WORK/pair.json"
+  hyperfine -N --style none --warmup 1 --runs "$runs" --prepare "$prepare" \
+    --export-json "$json" -- "$a" "$b" >/dev/null
+  python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["results"]; print(" ".join("%.2f" % (x["median"]*1000) for x in r))' "$json"
+}
+
+# "ratio verdict" of X/Y against a minimum.
+ratio() {
+  python3 -c 'import sys; a,b,m=map(float,sys.argv[1:4]); r=a/b; print("%.1fx %s" % (r, "PASS" if r >= m else "FAIL (target %gx)" % m))' "$1" "$2" "$3"
+}
+
+section_vs_kubeadm() {
+  local kbin="${CERTROTOR_K8S_BIN:-/var/cache/certrotor/kubernetes-v1.20.2/bin}"
+  local kubeadm="$kbin/kubeadm"
+  if [ ! -x "$kubeadm" ]; then
+    log "error: no real kubeadm at $kubeadm: build it with images/k8s/build.sh or set CERTROTOR_K8S_BIN"
+    return 1
+  fi
+  if [ "$(id -u)" != 0 ]; then
+    log "error: the kubeadm comparison needs root (kubeadm --rootfs chroots into the node)"
+    return 1
+  fi
+  local base="$WORK/kubeadm-base" dir="$WORK/kubeadm-run" cfg=/kubeadm.yaml
+  log "== a node made by the real kubeadm $("$kubeadm" version -o short) (init phase certs all + kubeconfig all)"
+  mkdir -p "$base"
+  cat >"$base/kubeadm.yaml" <<'YAML'
+apiVersion: kubeadm.k8s.io/v1beta2
+kind: InitConfiguration
+localAPIEndpoint:
+  advertiseAddress: 10.0.0.10
+  bindPort: 6443
+nodeRegistration:
+  name: cp-1
+---
+apiVersion: kubeadm.k8s.io/v1beta2
+kind: ClusterConfiguration
+kubernetesVersion: v1.20.2
+networking:
+  serviceSubnet: 10.96.0.0/12
+  dnsDomain: cluster.local
+YAML
+  "$kubeadm" --rootfs "$base" init phase certs all --config "$cfg" >/dev/null 2>&1
+  "$kubeadm" --rootfs "$base" init phase kubeconfig all --config "$cfg" >/dev/null 2>&1
+  local fresh="sh -c 'rm -rf $dir && cp -a $base $dir'"
+  rm -rf "$dir" && cp -a "$base" "$dir"
+  local cores; cores=$(nproc)
+  printf '%-44s %12s\n' "cores" "$cores"
+
+  log "== check vs kubeadm certs check-expiration"
+  local t c k; t=$(pair_ms "$BIN check --root $dir" "$kubeadm --rootfs $dir certs check-expiration --config $cfg" true "$RUNS")
+  c=${t% *}; k=${t#* }
+  local rc rk
+  rc=$(peak_rss_kib "$BIN" check --root "$dir")
+  rk=$(peak_rss_kib "$kubeadm" --rootfs "$dir" certs check-expiration --config "$cfg")
+  printf '%-44s %12s ms\n' "certrotor check (median)" "$c"
+  printf '%-44s %12s ms\n' "kubeadm certs check-expiration (median)" "$k"
+  printf '%-44s %12s\n' "check speed-up (target >= 20x)" "$(ratio "$k" "$c" 20)"
+  printf '%-44s %12s KiB / %s KiB\n' "peak RSS certrotor / kubeadm" "$rc" "$rk"
+  printf '%-44s %12s\n' "kubeadm/certrotor RSS (target >= 10x)" "$(ratio "$rk" "$rc" 10)"
+
+  local runs=$(( RUNS < 10 ? RUNS : 10 ))
+  log "== renew --all (new RSA-2048 keys) vs kubeadm certs renew all"
+  t=$(pair_ms "$BIN renew --root $dir --all" "$kubeadm --rootfs $dir certs renew all --config $cfg" "$fresh" "$runs")
+  c=${t% *}; k=${t#* }
+  printf '%-44s %12s ms\n' "certrotor renew --all (median)" "$c"
+  printf '%-44s %12s ms\n' "kubeadm certs renew all (median)" "$k"
+  printf '%-44s %12s\n' "renew speed-up (target >= 2x)" "$(ratio "$k" "$c" 2)"
+  rm -rf "$dir" && cp -a "$base" "$dir"
+  /usr/bin/time -f '%e %U %S' -o "$WORK/cpu" "$BIN" renew --root "$dir" --all >/dev/null 2>&1
+  read -r wall user sys <"$WORK/cpu"
+  printf '%-44s %12s\n' "renew --all CPU/(cores x wall), one run" \
+    "$(python3 -c 'import sys; w,u,s,n=map(float,sys.argv[1:5]); print("%.2f (cpu %.2fs, wall %.2fs)" % ((u+s)/(n*w) if w else 0, u+s, w))' "$wall" "$user" "$sys" "$cores")"
+
+  log "== renew --all --reuse-keys vs kubeadm certs renew all"
+  t=$(pair_ms "$BIN renew --root $dir --all --reuse-keys" "$kubeadm --rootfs $dir certs renew all --config $cfg" "$fresh" "$runs")
+  c=${t% *}; k=${t#* }
+  printf '%-44s %12s ms\n' "certrotor renew --all --reuse-keys (median)" "$c"
+  printf '%-44s %12s ms\n' "kubeadm certs renew all (median)" "$k"
+  printf '%-44s %12s\n' "--reuse-keys speed-up (target >= 50x)" "$(ratio "$k" "$c" 50)"
+  rm -rf "$dir"
+}
+
 main() {
+  if [ "${1:-}" = --vs-kubeadm ]; then
+    RUNS="${2:-20}"
+    section_build
+    section_vs_kubeadm
+    return
+  fi
   section_build
   printf '%-42s %12s\n' "runs per timing" "$RUNS"
   printf '%-42s %12s\n' "timer" "$(command -v hyperfine >/dev/null && echo hyperfine || echo 'bash loop')"
   section_check
   section_lab_init
   section_renew
+  section_vs_kubeadm
 }
 
 main "$@"

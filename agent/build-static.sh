@@ -37,4 +37,16 @@ if ! ldd "$dir/certrotor" 2>&1 | grep -Eq 'statically linked|not a dynamic execu
   ldd "$dir/certrotor" >&2
   exit 1
 fi
+# The shipped binary holds no test machinery: the failpoint code (cargo feature `failpoints`,
+# which reads CERTROTOR_FAILPOINT) must not be in it.
+if grep -aq CERTROTOR_FAILPOINT "$dir/certrotor"; then
+  echo "error: $dir/certrotor contains failpoint code (built with --features failpoints?)" >&2
+  exit 1
+fi
+# And it stays small: under 4 MiB.
+size=$(stat -c %s "$dir/certrotor")
+if [ "$size" -ge $((4 * 1024 * 1024)) ]; then
+  echo "error: $dir/certrotor is $size bytes, not under 4 MiB" >&2
+  exit 1
+fi
 if $print_dir; then echo "$dir"; else echo "$dir/certrotor"; fi

@@ -90,6 +90,35 @@ fn interval(value: &str) -> Result<Duration, String> {
     positive_seconds(value).map(|s| Duration::from_secs(s.unsigned_abs()))
 }
 
+fn cluster_mode(value: &str) -> Result<certrotor::cluster::Mode, String> {
+    match value {
+        "auto" | "on" => Ok(certrotor::cluster::Mode::Auto),
+        "off" => Ok(certrotor::cluster::Mode::Off),
+        _ => Err("use auto (default) or off".into()),
+    }
+}
+
+/// `https://IP:PORT[,https://IP:PORT...]`.
+fn etcd_endpoints(value: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for e in value.split(',') {
+        let e = e.trim().trim_end_matches('/');
+        if certrotor::manifests::parse_https_url(e).is_none() {
+            return Err(format!("'{e}': give https://IP:PORT"));
+        }
+        out.push(e.to_string());
+    }
+    Ok(out)
+}
+
+fn lease_ttl(value: &str) -> Result<Duration, String> {
+    let d = interval(value)?;
+    if d < Duration::from_secs(2) {
+        return Err("must be at least 2s".into());
+    }
+    Ok(d)
+}
+
 fn platform(value: &str) -> Result<PlatformChoice, String> {
     PlatformChoice::parse(value).ok_or_else(|| "use auto, bottlerocket, kubeadm or none".into())
 }
@@ -410,6 +439,7 @@ struct PassFlags {
     endpoint: Vec<(Component, SocketAddr)>,
     restart_timeout: Duration,
     poll_interval: Duration,
+    cluster: certrotor::cluster::ClusterOptions,
 }
 
 /// Declares `run` and `daemon`: renew's flags plus the platform flags, and `pass_flags()` to
@@ -436,6 +466,22 @@ macro_rules! pass_command {
                 #[argh(option, default = "Duration::from_millis(500)", from_str_fn(interval))]
                 /// interval between two polls of a condition (default 500ms)
                 poll_interval: Duration,
+                #[argh(option, default = "certrotor::cluster::Mode::Auto", from_str_fn(cluster_mode))]
+                /// cluster mode: auto (default: coordinate restarts through etcd where the
+                /// manifests give etcd endpoints) or off (act alone)
+                cluster: certrotor::cluster::Mode,
+                #[argh(option, from_str_fn(etcd_endpoints))]
+                /// etcd endpoint(s) https://IP:PORT for cluster mode, overriding the manifests;
+                /// repeatable
+                etcd_endpoint: Vec<Vec<String>>,
+                #[argh(option, default = "Duration::from_secs(600)", from_str_fn(interval))]
+                /// bound on the wait for the cluster lock and health gates before restarts are
+                /// put off to the next pass (default 600s)
+                cluster_wait: Duration,
+                #[argh(option, default = "Duration::from_secs(15)", from_str_fn(lease_ttl))]
+                /// lease of the cluster lock: how long a dead holder blocks the others
+                /// (default 15s)
+                cluster_lease_ttl: Duration,
             }
         }
 
@@ -447,6 +493,12 @@ macro_rules! pass_command {
                     endpoint: self.endpoint.clone(),
                     restart_timeout: self.restart_timeout,
                     poll_interval: self.poll_interval,
+                    cluster: certrotor::cluster::ClusterOptions {
+                        mode: self.cluster,
+                        endpoints: self.etcd_endpoint.concat(),
+                        wait: self.cluster_wait,
+                        lease_ttl: self.cluster_lease_ttl,
+                    },
                 }
             }
         }
@@ -462,7 +514,7 @@ pass_command! {
         error_code(0, "done (or nothing due)"),
         error_code(2, "failed; nothing was changed, or the automatic rollback failed too"),
         error_code(3, "verification failed; the previous certificates were restored and are served"),
-        error_code(4, "another certrotor holds the lock"),
+        error_code(4, "another certrotor holds the lock; in cluster mode: restarts put off to the next pass (cluster lock or health gate)"),
         error_code(64, "usage error")
     )]
     /// one pass: check, renew what is due, restart components one at a time, verify, roll back
@@ -909,6 +961,7 @@ fn run_options(f: &RenewFlags, p: PassFlags) -> Result<RunOptions, CliError> {
         policy: policy(f)?,
         dry_run: f.dry_run,
         write: write_options(f, p.api_socket.clone())?,
+        cluster: p.cluster.clone(),
         restart: restart_options(p),
     })
 }
@@ -1003,7 +1056,16 @@ fn etcd_import(c: EtcdImportCmd) -> Result<u8, CliError> {
             endpoint: c.endpoint,
             restart_timeout: c.restart_timeout,
             poll_interval: c.poll_interval,
+            // The old pair may have expired, so etcd may be out of reach: an import acts alone.
+            cluster: certrotor::cluster::ClusterOptions {
+                mode: certrotor::cluster::Mode::Off,
+                ..Default::default()
+            },
         }),
+        cluster: certrotor::cluster::ClusterOptions {
+            mode: certrotor::cluster::Mode::Off,
+            ..Default::default()
+        },
     };
     let root = root_flag(c.root)?;
     let limit = certrotor::pki::MAX_PEM_FILE_BYTES;
@@ -1045,7 +1107,7 @@ fn run_cmd(c: RunCmd) -> Result<u8, CliError> {
             report::run_table(r)
         ))?
     );
-    Ok(outcome::for_rollback(done.rolled_back.as_ref()))
+    Ok(outcome::for_run(&done))
 }
 
 fn daemon_cmd(c: DaemonCmd) -> Result<u8, CliError> {
@@ -1070,6 +1132,20 @@ fn daemon_cmd(c: DaemonCmd) -> Result<u8, CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cluster_flag_values_parse_and_bad_ones_are_refused() {
+        assert_eq!(cluster_mode("off"), Ok(certrotor::cluster::Mode::Off));
+        assert!(cluster_mode("sometimes").is_err());
+        assert_eq!(
+            etcd_endpoints("https://127.0.0.1:2379,https://127.0.0.2:2379/").unwrap(),
+            ["https://127.0.0.1:2379", "https://127.0.0.2:2379"]
+        );
+        assert!(etcd_endpoints("http://127.0.0.1:2379").is_err());
+        assert!(etcd_endpoints("https://etcd.example:2379").is_err());
+        assert!(lease_ttl("1s").is_err());
+        assert_eq!(lease_ttl("5s"), Ok(Duration::from_secs(5)));
+    }
 
     #[test]
     fn container_user_data_gives_the_command_line() {

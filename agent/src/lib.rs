@@ -11,6 +11,7 @@
 
 pub mod catalog;
 pub mod clock;
+pub mod cluster;
 pub mod demo;
 pub mod engine;
 pub mod etcd_client;
@@ -29,6 +30,9 @@ pub mod restart;
 pub mod state;
 pub mod txn;
 pub mod verify;
+
+#[cfg(test)]
+mod core_tests;
 
 /// Completes or undoes an interrupted transaction before any command reads the PKI.
 pub fn recover_before_reading(root: &std::path::Path) -> Result<(), ops::OpsError> {

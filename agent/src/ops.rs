@@ -243,6 +243,8 @@ pub struct RunOptions {
     pub dry_run: bool,
     pub write: WriteOptions,
     pub restart: RestartOptions,
+    /// `--cluster`: coordinate restarts with the other nodes through etcd.
+    pub cluster: crate::cluster::ClusterOptions,
 }
 
 /// What one pass did.
@@ -255,6 +257,10 @@ pub struct RunReport {
     pub restarted: Vec<Restarted>,
     /// Set when verification failed and the backup was restored.
     pub rolled_back: Option<RolledBack>,
+    /// Cluster mode: the lock, the gates and what was waited for.
+    pub cluster: Option<crate::cluster::ClusterReport>,
+    /// External etcd: the published apiserver-etcd-client pair this pass installed.
+    pub import: Option<ImportReport>,
     pub duration_ms: u128,
 }
 
@@ -274,6 +280,15 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, OpsError> {
     let started = std::time::Instant::now();
     let _lock = lock_and_recover(root, opts.write.lock_timeout)?;
     let platform = restart::detect(root, &opts.restart).map_err(OpsError::Platform)?;
+    // Cluster mode (cluster.rs): connect; on an external-etcd control plane, install the pair
+    // the etcd nodes published, restarting kube-apiserver under the cluster lock.
+    let mut cluster_report = None;
+    let session =
+        crate::cluster::start_for_pass(root, &platform, &opts.cluster, &mut cluster_report);
+    let imported = match &session {
+        Some(s) if !opts.dry_run => import_published(root, &platform, s, opts, &mut cluster_report),
+        _ => None,
+    };
     // Restarts a crashed earlier pass still owes the node (its files are already renewed).
     let owed = if matches!(platform, Platform::None) {
         Pending::default()
@@ -319,6 +334,20 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, OpsError> {
         )
     };
     let renewed = renew_locked(root, &opts.policy, opts.dry_run, &opts.write, before_write)?;
+    // External etcd, on an etcd node: publish the renewed apiserver-etcd-client pair.
+    if let Some(s) = session.as_ref().filter(|_| !opts.dry_run) {
+        match crate::cluster::publish_if_due(s, root, opts.policy.within) {
+            Ok(published) => {
+                if published.is_some() {
+                    cluster_report.get_or_insert_with(Default::default).pair = published;
+                }
+            }
+            Err(e) => {
+                log::warn!("cluster mode: publishing apiserver-etcd-client: {e}");
+                cluster_report.get_or_insert_with(Default::default).error = Some(e.0);
+            }
+        }
+    }
     let names: Vec<String> = renewed.plan.items.iter().map(|i| i.name.clone()).collect();
     let mut components = if renewed.backup_id.is_some() {
         restart::components_for(&names)
@@ -351,6 +380,8 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, OpsError> {
         components: components.clone(),
         restarted: vec![],
         rolled_back: None,
+        cluster: cluster_report,
+        import: imported,
         duration_ms: 0,
     };
     if components.is_empty() || matches!(platform, Platform::None) {
@@ -367,7 +398,24 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, OpsError> {
         report.duration_ms = started.elapsed().as_millis();
         return Ok(report);
     }
+    // Cluster mode: one node at a time restarts, and only when the gates pass; else the
+    // restarts stay owed to the next pass. A new session: the client pair may just be renewed.
+    let session =
+        crate::cluster::start_for_pass(root, &platform, &opts.cluster, &mut report.cluster);
+    let Ok(_cluster_lock) = crate::cluster::before_restart(
+        root,
+        session.as_ref(),
+        &components,
+        &opts.cluster,
+        &mut report.cluster,
+    ) else {
+        report.duration_ms = started.elapsed().as_millis();
+        return Ok(report);
+    };
     let (restarted, rolled_back) = restart_verified(root, &platform, &components, &backup_id, opts);
+    if let (Some(g), Some(c)) = (&_cluster_lock, report.cluster.as_mut()) {
+        c.lock_lost = g.lost();
+    }
     // Done, or rolled back to a consistent state: nothing is owed any more. A failed rollback
     // keeps the record, so that the next pass tries again.
     if rolled_back.as_ref().is_none_or(|r| r.error.is_none()) {
@@ -504,6 +552,59 @@ pub fn import_etcd_client(
 ) -> Result<ImportReport, OpsError> {
     let _lock = lock_and_recover(root, opts.write.lock_timeout)?;
     let platform = restart::detect(root, &opts.restart).map_err(OpsError::Platform)?;
+    import_locked(root, bundle, &platform, opts, None, &mut None)
+}
+
+/// Installs the pair published through etcd (cluster mode, external etcd); a refused pair is
+/// reported in `cluster` and nothing is installed.
+fn import_published(
+    root: &Path,
+    platform: &Platform,
+    session: &crate::cluster::Session,
+    opts: &RunOptions,
+    cluster: &mut Option<crate::cluster::ClusterReport>,
+) -> Option<ImportReport> {
+    let refused = |cluster: &mut Option<crate::cluster::ClusterReport>, m: String| {
+        let m = format!("the apiserver-etcd-client pair published through etcd was refused: {m}");
+        log::warn!("{}", m);
+        cluster.get_or_insert_with(Default::default).pair_error = Some(m);
+    };
+    let mut bundle = match crate::cluster::published_bundle(session, root) {
+        Ok(Some(b)) => b,
+        Ok(None) => return None,
+        Err(e) => {
+            refused(cluster, e.0);
+            return None;
+        }
+    };
+    let result = import_locked(root, &bundle, platform, opts, Some(session), cluster);
+    zeroize::Zeroize::zeroize(&mut bundle);
+    match result {
+        Ok(r) => {
+            cluster.get_or_insert_with(Default::default).pair = Some(format!(
+                "installed the pair published through etcd (backup {})",
+                r.backup_id
+            ));
+            Some(r)
+        }
+        Err(e) => {
+            refused(cluster, e.to_string());
+            None
+        }
+    }
+}
+
+/// The import under the node lock the caller holds; kube-apiserver restarts under the cluster
+/// lock when `session` is given.
+fn import_locked(
+    root: &Path,
+    bundle: &[u8],
+    platform: &Platform,
+    opts: &RunOptions,
+    session: Option<&crate::cluster::Session>,
+    cluster: &mut Option<crate::cluster::ClusterReport>,
+) -> Result<ImportReport, OpsError> {
+    let platform = platform.clone();
     let components = [Component::KubeApiserver];
     if !matches!(platform, Platform::None) {
         restart::targets(root, &platform, &components, &opts.restart)
@@ -526,6 +627,12 @@ pub fn import_etcd_client(
         rolled_back: None,
     };
     if !matches!(platform, Platform::None) {
+        let Ok(_cluster_lock) =
+            crate::cluster::before_restart(root, session, &components, &opts.cluster, cluster)
+        else {
+            // The restart stays owed to the next pass.
+            return Ok(report);
+        };
         let (restarted, rolled_back) =
             restart_verified(root, &platform, &components, &backup_id, opts);
         if rolled_back.as_ref().is_none_or(|r| r.error.is_none()) {
@@ -563,16 +670,28 @@ pub fn daemon(root: &Path, opts: &RunOptions, interval: Duration) {
                     0
                 };
                 log::info!(
-                    "pass done: {renewed} renewed, {} restarted, platform {}{}",
+                    "pass done: {renewed} renewed, {} restarted, platform {}{}{}",
                     report.restarted.len(),
                     report.platform,
+                    report
+                        .cluster
+                        .as_ref()
+                        .map(|c| format!(
+                            ", cluster lock {} after {} ms{}",
+                            c.lock,
+                            c.waited_ms,
+                            if c.deferred { ", restarts put off" } else { "" }
+                        ))
+                        .unwrap_or_default(),
                     report
                         .rolled_back
                         .as_ref()
                         .map(|r| format!(", ROLLED BACK: {}", r.failure))
                         .unwrap_or_default()
                 );
-                if report.rolled_back.is_some() {
+                if report.rolled_back.is_some()
+                    || report.cluster.as_ref().is_some_and(|c| c.deferred)
+                {
                     failures += 1;
                     backoff(failures, interval)
                 } else {
@@ -599,13 +718,13 @@ pub fn daemon(root: &Path, opts: &RunOptions, interval: Duration) {
 }
 
 /// After `failures` failed passes: 1 min, 2 min, 4 min … capped at the interval.
-fn backoff(failures: u32, interval: Duration) -> Duration {
+pub(crate) fn backoff(failures: u32, interval: Duration) -> Duration {
     let secs = 60u64.saturating_mul(1u64 << failures.saturating_sub(1).min(10));
     jitter(Duration::from_secs(secs).min(interval))
 }
 
 /// `d` ± 10%, so that nodes renewed together do not restart together.
-fn jitter(d: Duration) -> Duration {
+pub(crate) fn jitter(d: Duration) -> Duration {
     use aws_lc_rs::rand::SecureRandom;
     let mut b = [0u8; 2];
     let _ = aws_lc_rs::rand::SystemRandom::new().fill(&mut b);

@@ -65,6 +65,23 @@ pub fn for_rollback(rolled_back: Option<&RolledBack>) -> u8 {
     }
 }
 
+/// `run`: as [`for_rollback`]; else 2 when the pair published through etcd was refused, 4
+/// when cluster mode put the restarts off to the next pass; an installed published pair counts
+/// as its own rollback.
+pub fn for_run(r: &crate::ops::RunReport) -> u8 {
+    let import = r
+        .import
+        .as_ref()
+        .map_or(EXIT_OK, |i| for_rollback(i.rolled_back.as_ref()));
+    let cluster = r.cluster.as_ref();
+    match &r.rolled_back {
+        None if import != EXIT_OK => import,
+        None if cluster.is_some_and(|c| c.pair_error.is_some()) => EXIT_FAILED,
+        None if cluster.is_some_and(|c| c.deferred) => EXIT_LOCKED,
+        rolled_back => for_rollback(rolled_back.as_ref()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

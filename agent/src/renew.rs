@@ -401,25 +401,53 @@ fn read(root: &Path, rel: &str) -> Result<Vec<u8>, IssueError> {
 /// Issues every planned certificate. New keys are generated in parallel (RSA key generation
 /// dominates the run time).
 pub fn issue_all(root: &Path, plan: &Plan) -> Result<Vec<Issued>, IssueError> {
+    // Each CA is read, parsed and checked once per run, not once per certificate.
+    let mut cas: Vec<(&str, Result<LoadedCa, IssueError>)> = Vec::new();
+    for item in &plan.items {
+        if !cas.iter().any(|(path, _)| *path == item.signer_cert_path) {
+            cas.push((item.signer_cert_path.as_str(), load_ca(root, item)));
+        }
+    }
+    let ca_of = |item: &Item| -> Result<&LoadedCa, IssueError> {
+        match cas.iter().find(|(path, _)| *path == item.signer_cert_path) {
+            Some((_, Ok(ca))) => Ok(ca),
+            Some((_, Err(e))) => Err(IssueError(format!("{}: {}", item.name, e.0))),
+            None => Err(IssueError(format!("{}: internal error: no CA", item.name))),
+        }
+    };
+    // Key generation dominates: the items are spread over the cores, each worker taking the
+    // next one as it finishes (an RSA key takes a variable time to find).
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
-        .min(8);
+        .min(8)
+        .min(plan.items.len().max(1));
+    let next = std::sync::atomic::AtomicUsize::new(0);
     let mut results: Vec<Option<Result<Issued, IssueError>>> =
         (0..plan.items.len()).map(|_| None).collect();
     std::thread::scope(|scope| {
-        let chunks: Vec<_> = results
-            .chunks_mut(plan.items.len().div_ceil(threads).max(1))
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(item) = plan.items.get(i) else { break };
+                        done.push((
+                            i,
+                            ca_of(item).and_then(|ca| issue_one(root, plan, item, ca)),
+                        ));
+                    }
+                    done
+                })
+            })
             .collect();
-        let mut start = 0;
-        for chunk in chunks {
-            let offset = start;
-            start += chunk.len();
-            scope.spawn(move || {
-                for (i, slot) in chunk.iter_mut().enumerate() {
-                    *slot = Some(issue_one(root, plan, &plan.items[offset + i]));
+        for w in workers {
+            if let Ok(done) = w.join() {
+                for (i, r) in done {
+                    results[i] = Some(r);
                 }
-            });
+            }
         }
     });
     results
@@ -430,16 +458,33 @@ pub fn issue_all(root: &Path, plan: &Plan) -> Result<Vec<Issued>, IssueError> {
         .collect()
 }
 
-fn issue_one(root: &Path, plan: &Plan, item: &Item) -> Result<Issued, IssueError> {
-    let ctx = |e: &dyn fmt::Display| IssueError(format!("{}: {e}", item.name));
-    let ca = Cert::from_pem(&read(root, &item.signer_cert_path)?).map_err(|e| ctx(&e))?;
-    let ca_key = PrivateKey::from_pem(&read(root, &item.signer_key_path)?).map_err(|e| ctx(&e))?;
-    if !ca_key.matches(&ca) {
+/// A signing CA, read and checked once per run.
+struct LoadedCa {
+    cert: Cert,
+    key: PrivateKey,
+}
+
+fn load_ca(root: &Path, item: &Item) -> Result<LoadedCa, IssueError> {
+    let ctx = |e: &dyn fmt::Display| IssueError(e.to_string());
+    let cert = Cert::from_pem(&read(root, &item.signer_cert_path)?).map_err(|e| ctx(&e))?;
+    let key = PrivateKey::from_pem(&read(root, &item.signer_key_path)?).map_err(|e| ctx(&e))?;
+    if !key.matches(&cert) {
         return Err(ctx(&format!(
             "CA key '{}' does not match '{}'",
             item.signer_key_path, item.signer_cert_path
         )));
     }
+    Ok(LoadedCa { cert, key })
+}
+
+fn issue_one(
+    root: &Path,
+    plan: &Plan,
+    item: &Item,
+    signer: &LoadedCa,
+) -> Result<Issued, IssueError> {
+    let ctx = |e: &dyn fmt::Display| IssueError(format!("{}: {e}", item.name));
+    let (ca, ca_key) = (&signer.cert, &signer.key);
     let (old, old_key, kubeconfig) = match item.kind {
         Kind::Kubeconfig => {
             let kc = Kubeconfig::parse(&read(root, &item.path)?).map_err(|e| ctx(&e))?;
@@ -480,8 +525,8 @@ fn issue_one(root: &Path, plan: &Plan, item: &Item) -> Result<Issued, IssueError
         &profile,
         &spki,
         Some(&Signer {
-            cert: &ca,
-            key: &ca_key,
+            cert: ca,
+            key: ca_key,
         }),
         &key,
         issuance,
@@ -515,7 +560,7 @@ fn issue_one(root: &Path, plan: &Plan, item: &Item) -> Result<Issued, IssueError
         old,
         new,
         key,
-        ca,
+        ca: ca.clone(),
         files,
         identity: IdentityCheck::SameAsOld,
     })

@@ -214,7 +214,28 @@ pub fn renew_table(r: &RenewReport, restart_hint: bool) -> String {
 /// The restart part of one `run` pass (after [`renew_table`]).
 pub fn run_table(r: &RunReport) -> String {
     let mut out = String::new();
+    if let Some(i) = &r.import {
+        out.push_str(&format!(
+            "Installed the apiserver-etcd-client pair published through etcd ({} files, backup {}); kube-apiserver: {}\n",
+            i.files.len(),
+            i.backup_id,
+            if i.rolled_back.is_some() {
+                "ROLLED BACK"
+            } else if i.restarted.is_empty() {
+                "restart put off"
+            } else {
+                "restarted and verified"
+            }
+        ));
+    }
     if r.components.is_empty() {
+        if let Some(c) = r
+            .cluster
+            .as_ref()
+            .filter(|c| c.pair.is_some() || c.pair_error.is_some() || c.error.is_some())
+        {
+            out.push_str(&cluster_table(c));
+        }
         return out;
     }
     let names = r
@@ -228,6 +249,15 @@ pub fn run_table(r: &RunReport) -> String {
             "Platform none: restart {names} so that they use the new certificates.\n"
         ));
         return out;
+    }
+    if let Some(c) = &r.cluster {
+        out.push_str(&cluster_table(c));
+        if c.deferred {
+            out.push_str(&format!(
+                "Restarts of {names} put off: they stay owed to the next pass.\n"
+            ));
+            return out;
+        }
     }
     out.push_str(&format!(
         "Restarted one at a time on platform {}:\n",
@@ -339,6 +369,41 @@ pub fn import_text(report: &ImportReport) -> String {
                 .map(|e| format!("; ROLLBACK INCOMPLETE: {e}"))
                 .unwrap_or_default()
         ));
+    }
+    out
+}
+
+/// The cluster part of a pass: the lock, the gates, what was waited for.
+pub fn cluster_table(c: &crate::cluster::ClusterReport) -> String {
+    let mut out = format!(
+        "Cluster: node {}, lock {} after {} ms (etcd {})\n",
+        c.node,
+        c.lock,
+        c.waited_ms,
+        c.endpoints.join(",")
+    );
+    if let Some(e) = &c.error {
+        out.push_str(&format!("  error: {e}\n"));
+    }
+    for g in &c.gates {
+        out.push_str(&format!(
+            "  gate {:<24} {:<6} {}\n",
+            g.name,
+            if g.passed { "passed" } else { "FAILED" },
+            g.detail
+        ));
+    }
+    for w in &c.waited_for {
+        out.push_str(&format!("  waited for: {w}\n"));
+    }
+    if let Some(p) = &c.pair {
+        out.push_str(&format!("  apiserver-etcd-client: {p}\n"));
+    }
+    if let Some(p) = &c.pair_error {
+        out.push_str(&format!("  REFUSED: {p}\n"));
+    }
+    if c.lock_lost {
+        out.push_str("  LOCK LOST while restarting (the lease expired)\n");
     }
     out
 }

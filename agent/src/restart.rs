@@ -199,7 +199,7 @@ pub fn components_for(cert_names: &[String]) -> Vec<Component> {
 }
 
 /// Finds the manifests of the platform: (pod name, parsed manifest).
-fn pods(platform: &Platform) -> Result<Vec<(String, PodInfo)>, RestartError> {
+pub fn pods(platform: &Platform) -> Result<Vec<(String, PodInfo)>, RestartError> {
     match platform {
         Platform::None => Ok(vec![]),
         Platform::Kubeadm { manifests } => {

@@ -313,6 +313,10 @@ pub fn lock(root: &Path, timeout: Duration) -> Result<Lock, TxnError> {
 /// as a process can tell). With `CERTROTOR_FAILPOINT_ACTION=pause` it prints
 /// `CERTROTOR-FAILPOINT <name>` to stderr and waits forever, so that a VM test can cut the power
 /// at that instant.
+///
+/// Only with the cargo feature `failpoints` (the tests enable it); the shipped binary has an
+/// empty function here and does not read the variable.
+#[cfg(feature = "failpoints")]
 pub fn failpoint(name: &str) {
     use std::sync::atomic::{AtomicUsize, Ordering};
     static COUNTER: AtomicUsize = AtomicUsize::new(0);
@@ -336,6 +340,11 @@ pub fn failpoint(name: &str) {
     let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGKILL);
     std::process::abort();
 }
+
+/// Without the `failpoints` feature: nothing.
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub fn failpoint(_name: &str) {}
 
 // === Applying ===
 
@@ -624,6 +633,24 @@ fn rel_of(root: &Path, path: &Path) -> String {
         .to_string()
 }
 
+/// The id of a new backup made at `stamp` (`clock::compact_stamp`), given the names in the
+/// backup folder. Ids sort in creation order (pruning and rollback rely on it): within one
+/// second, count on from the highest suffix present, counting `.incomplete-` ones (never reuse
+/// the id of a pruned backup), padded so that "-010" sorts after "-009".
+pub(crate) fn next_backup_id(stamp: &str, names: &[String]) -> String {
+    let suffix_of = |name: &str| -> Option<u32> {
+        let name = name.strip_prefix(".incomplete-").unwrap_or(name);
+        if name == stamp {
+            return Some(1);
+        }
+        name.strip_prefix(stamp)?.strip_prefix('-')?.parse().ok()
+    };
+    match names.iter().filter_map(|n| suffix_of(n)).max() {
+        None => stamp.to_string(),
+        Some(n) => format!("{stamp}-{:03}", n + 1),
+    }
+}
+
 fn write_backup(root: &Path, changes: &[Change], kind: &str, now: i64) -> Result<String, TxnError> {
     let backups = state_dir(root).join("backups");
     let prep = |step, path: &Path| {
@@ -633,35 +660,14 @@ fn write_backup(root: &Path, changes: &[Change], kind: &str, now: i64) -> Result
     fsutil::create_dir_all_mode(&backups, 0o700)
         .map_err(prep("create the backup folder", &backups))?;
     let stamp = crate::clock::compact_stamp(now);
-    // Ids must sort in creation order (pruning and rollback rely on it): within one second,
-    // count on from the highest suffix present (never reuse the id of a pruned backup), padded
-    // so that "-010" sorts after "-009".
-    let suffix_of = |name: &str| -> Option<u32> {
-        let name = name.strip_prefix(".incomplete-").unwrap_or(name);
-        if name == stamp {
-            return Some(1);
-        }
-        name.strip_prefix(stamp.as_str())?
-            .strip_prefix('-')?
-            .parse()
-            .ok()
-    };
-    let mut n = fs::read_dir(&backups)
+    let names: Vec<String> = fs::read_dir(&backups)
         .map(|list| {
             list.flatten()
-                .filter_map(|e| suffix_of(&e.file_name().to_string_lossy()))
-                .max()
-                .unwrap_or(0)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
         })
-        .unwrap_or(0);
-    let mut id = stamp.clone();
-    while n > 0 || backups.join(&id).exists() {
-        n = n.max(1) + 1;
-        id = format!("{stamp}-{n:03}");
-        if !backups.join(&id).exists() {
-            break;
-        }
-    }
+        .unwrap_or_default();
+    let id = next_backup_id(&stamp, &names);
     // Build in a temporary folder, renamed into place once the journal names it.
     let tmp = backups.join(format!(".incomplete-{id}"));
     fsutil::create_dir_all_mode(&tmp.join("files"), 0o700)

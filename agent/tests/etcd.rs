@@ -1,6 +1,6 @@
 //! A real etcd on a lab node's certificates: it serves and accepts the renewed certificates
 //! after a restart, keeps its data, and refuses a client certificate from another CA.
-//! Needs Debian's `etcd-server` and `etcd-client` (required when CI=true, else skipped).
+//! Needs Debian's `etcd-server` and `etcd-client` (without them the tests fail saying what to install).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -170,7 +170,7 @@ fn served_certificate(port: u16, ca: &Path, base: &Path) -> Vec<u8> {
 #[test]
 fn etcd_serves_and_accepts_the_renewed_certificates() {
     if !have("etcd", "--version") || !have("etcdctl", "version") {
-        return skip_or_fail(
+        prerequisite_missing(
             "real etcd",
             "etcd or etcdctl not installed (apt-get install -y etcd-server etcd-client)",
         );

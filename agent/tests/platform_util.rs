@@ -135,27 +135,14 @@ impl Served {
     }
 }
 
-/// Whether etcd and etcdctl are installed. Without them the tests are skipped loudly, except
-/// under CI (`CI=true`), where their absence fails the test.
+/// etcd and etcdctl must be installed: without them the test fails saying what to install.
+/// Returns true (kept as a predicate for the callers).
 pub fn etcd_available(test: &str) -> bool {
-    let in_path = |name: &str| {
-        std::env::var_os("PATH")
-            .map(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
-            .unwrap_or(false)
-    };
-    if in_path("etcd") && in_path("etcdctl") {
-        return true;
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "etcd or etcdctl is missing but CI=true: install them with \
-         'apt-get install -y etcd-server etcd-client'"
+    testkit::prereq::require_tools(
+        &format!("platform::{test}"),
+        &[("etcd", "etcd-server"), ("etcdctl", "etcd-client")],
     );
-    eprintln!(
-        "\n!!!!! SKIPPING platform::{test}: etcd/etcdctl are not installed \
-         (apt-get install -y etcd-server etcd-client) !!!!!\n"
-    );
-    false
+    true
 }
 
 /// A test double binary built next to certrotor.
@@ -172,25 +159,7 @@ fn sibling(name: &str) -> PathBuf {
     path
 }
 
-/// Polls `probe` every `every` until it returns `Ok`, panicking with the last error after
-/// `deadline`.
-pub fn wait_for<T>(
-    what: &str,
-    deadline: Duration,
-    every: Duration,
-    mut probe: impl FnMut() -> Result<T, String>,
-) -> T {
-    let end = Instant::now() + deadline;
-    loop {
-        match probe() {
-            Ok(v) => return v,
-            Err(last) if Instant::now() >= end => {
-                panic!("timed out after {deadline:?} waiting for {what}; last: {last}")
-            }
-            Err(_) => std::thread::sleep(every),
-        }
-    }
-}
+pub use testkit::wait_for;
 
 /// Reserves a port offset whose ports are free now and not used by another node of this
 /// process.

@@ -412,7 +412,7 @@ fn full_disk_fails_cleanly_and_the_pki_is_unchanged() {
     let fs = t.join("fs");
     std::fs::create_dir(&fs).unwrap();
     if let Err(out) = t.mount(&["-t", "tmpfs", "-o", "size=1m", "tmpfs", s(&fs)]) {
-        return skip_or_fail("full disk", &format!("cannot mount a tmpfs\n{out}"));
+        prerequisite_missing("full disk", &format!("cannot mount a tmpfs\n{out}"));
     }
     let root = expiring_ecdsa(&fs.join("node"));
     // Fill the disk, leaving 3 pages: staging runs out of space after a few files.
@@ -447,7 +447,7 @@ fn read_only_filesystem_fails_cleanly_and_the_pki_is_unchanged() {
     let root = expiring_ecdsa(&t.join("node"));
     let kdir = root.join(K);
     if let Err(out) = t.mount(&["--bind", s(&kdir), s(&kdir)]) {
-        return skip_or_fail("read-only filesystem", &format!("cannot bind-mount\n{out}"));
+        prerequisite_missing("read-only filesystem", &format!("cannot bind-mount\n{out}"));
     }
     t.mount(&["-o", "remount,ro,bind", s(&kdir)]).unwrap();
     refused(

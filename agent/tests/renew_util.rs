@@ -86,18 +86,32 @@ impl Drop for TempDir {
     }
 }
 
-/// Whether the tests run in CI, where every prerequisite must be present.
-pub fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
+/// A prerequisite is missing: the test fails saying what to install (never a silent pass).
+#[track_caller]
+pub fn prerequisite_missing(test: &str, why: &str) -> ! {
+    testkit::prereq::missing(test, why)
 }
 
-/// A prerequisite is missing: fail in CI, else print why the test is skipped.
-#[track_caller]
-pub fn skip_or_fail(test: &str, why: &str) {
-    if in_ci() {
-        panic!("{test}: {why} (required when CI=true)");
+/// Fails the test (never passes it silently) when `program` was built without the `failpoints`
+/// feature: such a binary ignores `CERTROTOR_FAILPOINT`, so a crash test would prove nothing.
+/// The failpoint code names its variable, so the binary holds the string exactly when it has
+/// the code.
+pub fn require_failpoints(program: &Path) {
+    static CHECKED: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+    let mut checked = CHECKED.lock().unwrap_or_else(|e| e.into_inner());
+    if checked.iter().any(|p| p == program) {
+        return;
     }
-    eprintln!("SKIPPED {test}: {why}");
+    let bytes = std::fs::read(program)
+        .unwrap_or_else(|e| panic!("cannot read '{}': {e}", program.display()));
+    let needle = b"CERTROTOR_FAILPOINT";
+    assert!(
+        bytes.windows(needle.len()).any(|w| w == needle),
+        "'{}' was built without failpoints, so this crash test cannot run: run the tests with \
+         `cargo test -p certrotor --features failpoints` (qemu-tests/test-all.sh does)",
+        program.display()
+    );
+    checked.push(program.to_path_buf());
 }
 
 /// A command to run.
@@ -123,6 +137,9 @@ impl Cmd {
         self
     }
     pub fn env(mut self, k: &str, v: &str) -> Cmd {
+        if k == "CERTROTOR_FAILPOINT" {
+            require_failpoints(Path::new(&self.program));
+        }
         self.envs.push((k.into(), v.into()));
         self
     }
@@ -593,23 +610,7 @@ pub fn validity(pem: &[u8]) -> (i64, i64) {
 }
 
 /// `YYYY-MM-DD HH:MM:SSZ` to Unix seconds.
-pub fn parse_iso(t: &str) -> i64 {
-    let n = |r: std::ops::Range<usize>| t[r].parse::<i64>().unwrap();
-    let (y, mo, d) = (n(0..4), n(5..7), n(8..10));
-    let (h, mi, s) = (n(11..13), n(14..16), n(17..19));
-    days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + s
-}
-
-/// Days since 1970-01-01 (Howard Hinnant's algorithm).
-pub fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146097 + doe - 719468
-}
+pub use testkit::date::parse_iso;
 
 /// Seconds since the epoch.
 pub fn unix_now() -> i64 {

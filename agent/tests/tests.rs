@@ -7,6 +7,8 @@
 mod util;
 // `check`: agreement with openssl, JSON fields, exit codes, one test per bad input.
 mod check;
+// Cluster mode: a real three-member etcd cluster, three nodes due together.
+mod cluster;
 // `lab init`: layouts, topologies, key algorithms, profiles and modes.
 mod daemon;
 mod engine;

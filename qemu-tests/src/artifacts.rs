@@ -2,7 +2,8 @@
 //! the VM images built from them by `images/build-vm.sh`. Built once per test process.
 //!
 //! Environment:
-//! * `CERTROTOR_BIN` — a static `certrotor` binary to use as is (no cargo build).
+//! * `CERTROTOR_BIN` — a static `certrotor` binary to use as is (no cargo build); the
+//!   power-loss scenario needs one built with `--features failpoints`.
 //! * `BR_SIM_DIR`    — a directory holding the static test doubles (`apiserver-sim`,
 //!   `kubelet-sim`, `k8s-sim`); each one found there goes into the image. Without it the
 //!   harness builds the `testbed` crate's binaries (`bottlerocket/testbed`) and takes those that exist.
@@ -21,6 +22,10 @@ use std::time::{Duration, Instant};
 
 /// Names of the Bottlerocket test doubles built from the `testbed` crate.
 pub const SIM_NAMES: [&str; 3] = ["apiserver-sim", "kubelet-sim", "k8s-sim"];
+
+/// The VM's certrotor has the test-only failpoints (the power-loss scenario stops it at one);
+/// the shipped build (`agent/build-static.sh`) does not.
+const CERTROTOR_BUILD: &[&str] = &["-p", "certrotor", "--features", "failpoints"];
 
 const MUSL: &str = "x86_64-unknown-linux-musl";
 const GNU: &str = "x86_64-unknown-linux-gnu";
@@ -179,12 +184,12 @@ fn binaries() -> Result<Binaries> {
         }
         None => {
             let mut t = static_triple();
-            let dir = match cargo_build_static(&t, &["-p", "certrotor"], "build certrotor") {
+            let dir = match cargo_build_static(&t, CERTROTOR_BUILD, "build certrotor") {
                 Ok(d) => d,
                 Err(e) if t == MUSL => {
                     eprintln!("qemu-tests: {e}; retrying with {GNU} +crt-static");
                     t = GNU.to_string();
-                    cargo_build_static(&t, &["-p", "certrotor"], "build certrotor")?
+                    cargo_build_static(&t, CERTROTOR_BUILD, "build certrotor")?
                 }
                 Err(e) => return Err(e),
             };

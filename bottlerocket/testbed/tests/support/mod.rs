@@ -14,7 +14,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -64,23 +64,11 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// Polls `probe` until it returns `Some`, panicking with `what` and the last observation after
-/// `deadline`.
-pub fn wait_for<T>(
-    what: &str,
-    deadline: Duration,
-    mut probe: impl FnMut() -> Result<T, String>,
-) -> T {
-    let end = Instant::now() + deadline;
-    loop {
-        match probe() {
-            Ok(value) => return value,
-            Err(last) if Instant::now() >= end => {
-                panic!("timed out after {deadline:?} waiting for {what}; last: {last}")
-            }
-            Err(_) => thread::sleep(Duration::from_millis(50)),
-        }
-    }
+/// Polls `probe` every 50 ms until it returns `Ok`, failing with `what` and the last
+/// observation after `deadline` (the shared [`testkit::wait_for`]).
+#[track_caller]
+pub fn wait_for<T>(what: &str, deadline: Duration, probe: impl FnMut() -> Result<T, String>) -> T {
+    testkit::wait_for(what, deadline, Duration::from_millis(50), probe)
 }
 
 /// Whether a process is gone (no /proc entry) or a zombie.
@@ -228,21 +216,11 @@ openssl verify -CAfile front-proxy-ca.crt front-proxy-client.crt
     );
 }
 
-/// Whether the real etcd is installed. Without it the etcd tests are skipped loudly, except
-/// under CI (`CI=true`), where its absence fails the test.
+/// The real etcd must be installed: without it the test fails saying what to install.
+/// Returns true (kept as a predicate for the callers).
 pub fn etcd_available(test: &str) -> bool {
-    if Path::new("/usr/bin/etcd").exists() {
-        return true;
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "/usr/bin/etcd is missing but CI=true: install it with 'apt-get install -y etcd-server'"
-    );
-    eprintln!(
-        "\n!!!!! SKIPPING {test}: /usr/bin/etcd is not installed \
-         (apt-get install -y etcd-server etcd-client) !!!!!\n"
-    );
-    false
+    testkit::prereq::require_tools(test, &[("etcd", "etcd-server")]);
+    true
 }
 
 /// A real etcd with TLS on both client and peer URLs and client-certificate auth.

@@ -1,0 +1,1729 @@
+//! Cluster mode against a real three-member etcd cluster on 127.0.0.1: the JSON gateway client,
+//! the lease lock (exclusion, release, expiry of a dead holder), the etcd health gate, and whole
+//! passes of three stacked control-plane nodes started at the same moment (kubelet-sim runs the
+//! real etcd members and the k8s-sim stand-ins), sampled every 100 ms.
+//! Needs Debian's `etcd-server` (required when CI=true, else skipped loudly).
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use certrotor::cluster::{self, Access, Client, LOCK_KEY};
+use certrotor::verify::{self, Probe};
+use testbed::kubelet_sim::PodState;
+
+use crate::renew_util::*;
+
+/// The etcd member names and the standard ports before a node's offset.
+const PORTS: [u16; 6] = [2379, 2380, 2381, 6443, 10257, 10259];
+
+fn etcd_installed(test: &str) -> bool {
+    testkit::prereq::require_tools(test, &[("etcd", "etcd-server"), ("etcdctl", "etcd-client")]);
+    true
+}
+
+/// Free ports for `n` nodes: each node gets an offset whose six ports are free now and not
+/// handed to another node of this test process (the tests run in parallel).
+fn offsets(n: usize) -> Vec<u16> {
+    static TAKEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
+    let mut out: Vec<u16> = Vec::new();
+    let mut candidate = (std::process::id() % 30_000) as u16;
+    while out.len() < n {
+        candidate = 1000 + (candidate.wrapping_mul(31).wrapping_add(7919) % 40_000);
+        let ports: Vec<u16> = PORTS.iter().map(|p| p + candidate).collect();
+        if ports.iter().any(|p| taken.contains(p)) {
+            continue;
+        }
+        if ports
+            .iter()
+            .all(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
+        {
+            taken.extend(ports);
+            out.push(candidate);
+        }
+    }
+    out
+}
+
+// === a bare three-member cluster, for the client, the lock and the gate ===
+
+/// Three etcd processes sharing one lab node's etcd PKI (the certificates name 127.0.0.1).
+struct Etcd3 {
+    dir: PathBuf,
+    pki: PathBuf,
+    args: Vec<Vec<String>>,
+    procs: Vec<Option<Background>>,
+    clients: Vec<u16>,
+}
+
+impl Etcd3 {
+    fn start(t: &TempDir) -> Etcd3 {
+        let root = lab(
+            &t.join("pki-node"),
+            &[
+                "--advertise-address",
+                "127.0.0.1",
+                "--key-algorithm",
+                "ecdsa-p256",
+            ],
+        );
+        let pki = root.join("etc/kubernetes/pki");
+        let f = |n: &str| pki.join("etcd").join(n).display().to_string();
+        let ports: Vec<(u16, u16)> = offsets(3).iter().map(|o| (2379 + o, 2380 + o)).collect();
+        let initial = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, p))| format!("m{i}=https://127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut args = Vec::new();
+        for (i, (c, p)) in ports.iter().enumerate() {
+            args.push(
+                [
+                    "--name",
+                    &format!("m{i}"),
+                    "--data-dir",
+                    s(&t.join(&format!("data-{i}"))),
+                    "--cert-file",
+                    &f("server.crt"),
+                    "--key-file",
+                    &f("server.key"),
+                    "--trusted-ca-file",
+                    &f("ca.crt"),
+                    "--client-cert-auth",
+                    "--peer-cert-file",
+                    &f("peer.crt"),
+                    "--peer-key-file",
+                    &f("peer.key"),
+                    "--peer-trusted-ca-file",
+                    &f("ca.crt"),
+                    "--peer-client-cert-auth",
+                    "--listen-client-urls",
+                    &format!("https://127.0.0.1:{c}"),
+                    "--advertise-client-urls",
+                    &format!("https://127.0.0.1:{c}"),
+                    "--listen-peer-urls",
+                    &format!("https://127.0.0.1:{p}"),
+                    "--initial-advertise-peer-urls",
+                    &format!("https://127.0.0.1:{p}"),
+                    "--initial-cluster",
+                    &initial,
+                ]
+                .map(String::from)
+                .to_vec(),
+            );
+        }
+        let mut e = Etcd3 {
+            dir: t.path.clone(),
+            pki,
+            args,
+            procs: vec![None, None, None],
+            clients: ports.iter().map(|(c, _)| *c).collect(),
+        };
+        for i in 0..3 {
+            e.start_member(i);
+        }
+        let c = e.client(&[0]);
+        wait_gate(&c, "3 healthy members");
+        e
+    }
+
+    fn start_member(&mut self, i: usize) {
+        self.procs[i] = Some(
+            Cmd::new("etcd")
+                .args(&self.args[i])
+                .spawn(&self.dir, &format!("etcd-m{i}-{}", now_ms())),
+        );
+    }
+
+    fn stop_member(&mut self, i: usize) {
+        if let Some(mut p) = self.procs[i].take() {
+            p.kill();
+        }
+    }
+
+    fn endpoint(&self, i: usize) -> String {
+        format!("https://127.0.0.1:{}", self.clients[i])
+    }
+
+    /// A client with the apiserver-etcd-client pair, knowing only `members`' endpoints.
+    fn client(&self, members: &[usize]) -> Client {
+        let read = |n: &str| fs::read(self.pki.join(n)).unwrap();
+        Client::new(&Access::new(
+            members.iter().map(|i| self.endpoint(*i)).collect(),
+            "apiserver-etcd-client.crt".into(),
+            read("etcd/ca.crt"),
+            read("apiserver-etcd-client.crt"),
+            read("apiserver-etcd-client.key"),
+        ))
+        .unwrap()
+    }
+}
+
+/// Polls the etcd gate until it passes (60 s), failing with its last detail.
+#[track_caller]
+fn wait_gate(c: &Client, what: &str) {
+    let end = Instant::now() + Duration::from_secs(60);
+    loop {
+        let g = cluster::etcd_gate(c);
+        if g.passed {
+            return;
+        }
+        assert!(Instant::now() < end, "timed out waiting for {what}: {g:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn now_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+}
+
+#[test]
+fn gateway_lock_and_gate_on_a_real_three_member_cluster() {
+    if !etcd_installed("cluster::gateway_lock_and_gate") {
+        return;
+    }
+    let t = TempDir::new("cluster-lock");
+    let mut etcd = Etcd3::start(&t);
+    let a = Arc::new(etcd.client(&[0]));
+    let b = Arc::new(etcd.client(&[1]));
+
+    // The gateway: members, put/get, prefix.
+    let members = a.members().unwrap();
+    assert_eq!(members.len(), 3, "{members:?}");
+    a.put("certrotor/v1/test/x", b"1", 0).unwrap();
+    assert_eq!(b.get("certrotor/v1/test/x").unwrap(), Some(b"1".to_vec()));
+    assert_eq!(b.get_prefix("certrotor/v1/test/").unwrap().len(), 1);
+
+    // Exclusion: A holds, B is told who.
+    let ttl = Duration::from_secs(3);
+    let held = cluster::try_lock(&a, "node-a", ttl).unwrap().unwrap();
+    let refused = cluster::try_lock(&b, "node-b", ttl).unwrap();
+    let who = refused.as_ref().err().cloned().unwrap_or_default();
+    assert!(who.contains("node-a"), "B took a held lock: {who:?}");
+    // The lease is refreshed: still held after twice the TTL.
+    std::thread::sleep(ttl * 2);
+    assert!(!held.lost());
+    assert!(cluster::try_lock(&b, "node-b", ttl).unwrap().is_err());
+    // Release: B gets it at once.
+    drop(held);
+    let b_held = cluster::try_lock(&b, "node-b", ttl)
+        .unwrap()
+        .expect("B gets the released lock");
+    drop(b_held);
+
+    // A dead holder: the key is attached to a lease nobody refreshes; it expires by itself.
+    let lease = a.grant(ttl).unwrap();
+    assert_eq!(
+        a.create(LOCK_KEY, b"{\"node\":\"dead\"}", lease).unwrap(),
+        None
+    );
+    let started = Instant::now();
+    assert!(cluster::try_lock(&b, "node-b", ttl).unwrap().is_err());
+    let got = wait_for("the dead holder's lease to expire", ttl * 4, || {
+        cluster::try_lock(&b, "node-b", ttl).unwrap().ok()
+    });
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(2) && waited <= ttl * 3,
+        "expiry after {waited:?} with a {ttl:?} TTL"
+    );
+    drop(got);
+
+    // The gate: a member down fails it and names the member; back up, it passes.
+    assert!(cluster::etcd_gate(&a).passed);
+    etcd.stop_member(2);
+    let gate = cluster::etcd_gate(&a);
+    assert!(!gate.passed, "{gate:?}");
+    assert!(gate.detail.contains("'m2'"), "{gate:?}");
+    assert!(gate.detail.contains(&etcd.endpoint(2)), "{gate:?}");
+    // The lock still works with quorum, through any member.
+    drop(cluster::try_lock(&a, "node-a", ttl).unwrap().unwrap());
+    etcd.start_member(2);
+    wait_gate(&a, "m2 back");
+
+    // An endpoint that is not etcd: the error names it and says what to do.
+    let dead = format!("https://127.0.0.1:{}", free_port());
+    let read = |n: &str| fs::read(etcd.pki.join(n)).unwrap();
+    let c = Client::new(&Access::new(
+        vec![dead.clone()],
+        "x".into(),
+        read("etcd/ca.crt"),
+        read("apiserver-etcd-client.crt"),
+        read("apiserver-etcd-client.key"),
+    ))
+    .unwrap();
+    let e = c.members().unwrap_err().0;
+    assert!(
+        e.contains(&dead) && e.contains("check that the member runs"),
+        "{e}"
+    );
+}
+
+// === three stacked control planes, one etcd cluster, whole passes ===
+
+/// A stacked control-plane node run by kubelet-sim.
+struct CpNode {
+    root: PathBuf,
+    offset: u16,
+    kubelet: Option<Background>,
+}
+
+impl CpNode {
+    fn states(&self) -> BTreeMap<String, PodState> {
+        let mut out = BTreeMap::new();
+        for pod in ["etcd", "kube-apiserver"] {
+            let p = self.root.join(format!("var/lib/kubelet-sim/{pod}.json"));
+            if let Ok(b) = fs::read(&p) {
+                out.insert(pod.to_string(), serde_json::from_slice(&b).unwrap());
+            }
+        }
+        out
+    }
+}
+
+/// Three copies of one lab node (same CAs, as in one cluster), each with its own ports; the
+/// etcd manifests form one three-member cluster.
+struct Stacked3 {
+    dir: PathBuf,
+    nodes: Vec<CpNode>,
+    ca: Vec<u8>,
+    etcd_client: (Vec<u8>, Vec<u8>),
+    api_ca: Vec<u8>,
+    api_client: (Vec<u8>, Vec<u8>),
+}
+
+/// kube-apiserver, kube-controller-manager and kube-scheduler for kubelet-sim: the k8s-sim
+/// stand-ins, or for kube-apiserver the real v1.20.2 binary (`CERTROTOR_K8S_BIN`, default
+/// /var/cache/certrotor/kubernetes-v1.20.2/bin, built by images/k8s/build.sh; missing, the test
+/// fails).
+fn link_control_plane_binaries(bin_dir: &Path, real_apiserver: bool) {
+    for n in [
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+    ] {
+        let target = if real_apiserver && n == "kube-apiserver" {
+            let dir = std::env::var("CERTROTOR_K8S_BIN")
+                .unwrap_or_else(|_| "/var/cache/certrotor/kubernetes-v1.20.2/bin".into());
+            let p = Path::new(&dir).join(n);
+            assert!(
+                p.is_file(),
+                "{} is missing: run images/k8s/build.sh (or set CERTROTOR_K8S_BIN)",
+                p.display()
+            );
+            p
+        } else {
+            sibling("k8s-sim")
+        };
+        std::os::unix::fs::symlink(target, bin_dir.join(n)).unwrap();
+    }
+}
+
+fn sibling(name: &str) -> PathBuf {
+    let p = Path::new(bin()).parent().unwrap().join(name);
+    assert!(
+        p.is_file(),
+        "{} missing: run `cargo build -p testbed` first",
+        p.display()
+    );
+    p
+}
+
+impl Stacked3 {
+    fn start(t: &TempDir) -> Stacked3 {
+        Stacked3::start_expiring(t, "2d", true, false)
+    }
+
+    /// Leaves expiring in `expires_in`; `healthy`: wait until every member and apiserver is;
+    /// `real_apiserver`: run the real kube-apiserver v1.20.2 instead of its k8s-sim stand-in.
+    fn start_expiring(
+        t: &TempDir,
+        expires_in: &str,
+        healthy: bool,
+        real_apiserver: bool,
+    ) -> Stacked3 {
+        let offs = offsets(3);
+        let first = t.join("node-0");
+        lab(
+            &first,
+            &[
+                "--advertise-address",
+                "127.0.0.1",
+                "--expires-in",
+                expires_in,
+                "--key-algorithm",
+                "ecdsa-p256",
+                "--port-offset",
+                &offs[0].to_string(),
+            ],
+        );
+        for i in 1..3 {
+            copy_tree(&first, &t.join(&format!("node-{i}")));
+        }
+        let peer = |i: usize| format!("https://127.0.0.1:{}", 2380 + offs[i]);
+        let initial = (0..3)
+            .map(|i| format!("cp-{i}={}", peer(i)))
+            .collect::<Vec<_>>()
+            .join(",");
+        let bin_dir = t.join("bin");
+        fs::create_dir_all(&bin_dir).unwrap();
+        link_control_plane_binaries(&bin_dir, real_apiserver);
+        let mut nodes = Vec::new();
+        for (i, off) in offs.iter().enumerate() {
+            let root = t.join(&format!("node-{i}"));
+            // Ports of the copies, in manifests and kubeconfigs.
+            let mut files: Vec<PathBuf> = fs::read_dir(root.join("etc/kubernetes/manifests"))
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .collect();
+            files.extend(
+                fs::read_dir(root.join("etc/kubernetes"))
+                    .unwrap()
+                    .map(|e| e.unwrap().path())
+                    .filter(|p| p.extension().is_some_and(|x| x == "conf")),
+            );
+            for f in files {
+                let mut text = fs::read_to_string(&f).unwrap();
+                for p in PORTS {
+                    for sep in [":", "="] {
+                        text = text.replace(
+                            &format!("{sep}{}", p + offs[0]),
+                            &format!("{sep}{}", p + off),
+                        );
+                    }
+                }
+                if f.ends_with("etcd.yaml") {
+                    text = text
+                        .replace("--name=cp-1", &format!("--name=cp-{i}"))
+                        .lines()
+                        .map(|l| {
+                            if l.trim_start().starts_with("- --initial-cluster=") {
+                                format!("    - --initial-cluster={initial}")
+                            } else {
+                                l.to_string()
+                            }
+                        })
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                        + "\n";
+                }
+                fs::write(&f, text).unwrap();
+            }
+            nodes.push(CpNode {
+                root,
+                offset: *off,
+                kubelet: None,
+            });
+        }
+        let pki = first.join("etc/kubernetes/pki");
+        let read = |n: &str| fs::read(pki.join(n)).unwrap();
+        let mut st = Stacked3 {
+            dir: t.path.clone(),
+            ca: read("etcd/ca.crt"),
+            etcd_client: (
+                read("etcd/healthcheck-client.crt"),
+                read("etcd/healthcheck-client.key"),
+            ),
+            api_ca: read("ca.crt"),
+            api_client: (
+                read("apiserver-kubelet-client.crt"),
+                read("apiserver-kubelet-client.key"),
+            ),
+            nodes,
+        };
+        let path = format!(
+            "{}:{}",
+            bin_dir.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let kubelet_sim = sibling("kubelet-sim");
+        for (i, n) in st.nodes.iter_mut().enumerate() {
+            n.kubelet = Some(
+                Cmd::new(&kubelet_sim)
+                    .args(&[
+                        "--manifests",
+                        s(&n.root.join("etc/kubernetes/manifests")),
+                        "--state-dir",
+                        s(&n.root.join("var/lib/kubelet-sim")),
+                        "--root",
+                        s(&n.root),
+                        "--log-dir",
+                        s(&n.root.join("var/log/pods")),
+                        "--start-delay-ms",
+                        "300",
+                        "--poll-ms",
+                        "100",
+                        "--grace-seconds",
+                        "5",
+                    ])
+                    .env("PATH", &path)
+                    .spawn(&st.dir, &format!("kubelet-sim-{i}")),
+            );
+        }
+        if healthy {
+            wait_for(
+                "three etcd members and three apiservers healthy",
+                Duration::from_secs(240),
+                || {
+                    let x = st.sample();
+                    (x.etcd.iter().all(|b| *b) && x.api.iter().all(|b| *b)).then_some(())
+                },
+            );
+        } else {
+            wait_for(
+                "three etcd processes running",
+                Duration::from_secs(60),
+                || {
+                    st.nodes
+                        .iter()
+                        .all(|n| n.states().get("etcd").is_some_and(|p| p.running))
+                        .then_some(())
+                },
+            );
+        }
+        st
+    }
+
+    /// Probes with node 0's client certificates as they are on disk now.
+    fn reload_credentials(&mut self) {
+        let pki = self.nodes[0].root.join("etc/kubernetes/pki");
+        let read = |n: &str| fs::read(pki.join(n)).unwrap();
+        self.etcd_client = (
+            read("etcd/healthcheck-client.crt"),
+            read("etcd/healthcheck-client.key"),
+        );
+        self.api_client = (
+            read("apiserver-kubelet-client.crt"),
+            read("apiserver-kubelet-client.key"),
+        );
+    }
+
+    fn probe(&self, port: u16, path: &str, ca: &[u8], pair: &(Vec<u8>, Vec<u8>)) -> (bool, bool) {
+        probe_state(port, path, ca, pair)
+    }
+
+    /// etcd `/health` and kube-apiserver `/readyz` of every node.
+    fn sample(&self) -> Sample {
+        let mut x = Sample {
+            at: Instant::now(),
+            etcd_up: vec![false; 3],
+            etcd: vec![false; 3],
+            api: vec![false; 3],
+        };
+        for (i, n) in self.nodes.iter().enumerate() {
+            let (up, healthy) = self.probe(2379 + n.offset, "/health", &self.ca, &self.etcd_client);
+            x.etcd_up[i] = up;
+            x.etcd[i] = healthy;
+            x.api[i] = self
+                .probe(6443 + n.offset, "/readyz", &self.api_ca, &self.api_client)
+                .1;
+        }
+        x
+    }
+
+    fn etcdctl(&self, args: &[&str]) -> Output {
+        let dir = self.dir.join("etcdctl");
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("ca.crt"), &self.ca).unwrap();
+        fs::write(dir.join("c.crt"), &self.etcd_client.0).unwrap();
+        fs::write(dir.join("c.key"), &self.etcd_client.1).unwrap();
+        let eps = self
+            .nodes
+            .iter()
+            .map(|n| format!("https://127.0.0.1:{}", 2379 + n.offset))
+            .collect::<Vec<_>>()
+            .join(",");
+        Cmd::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args(&[
+                "--endpoints",
+                &eps,
+                "--cacert",
+                s(&dir.join("ca.crt")),
+                "--cert",
+                s(&dir.join("c.crt")),
+                "--key",
+                s(&dir.join("c.key")),
+                "--command-timeout",
+                "5s",
+            ])
+            .args(args)
+            .run()
+    }
+
+    /// `run --once` on node `i` in the background, cluster mode on.
+    fn spawn_pass(&self, i: usize, tag: &str, extra: &[&str]) -> Background {
+        certrotor(&[
+            "run",
+            "--once",
+            "--root",
+            s(&self.nodes[i].root),
+            "--platform",
+            "kubeadm",
+            "--restart-timeout",
+            "60s",
+            "--poll-interval",
+            "100ms",
+            "--cluster-lease-ttl",
+            "4s",
+            "--output",
+            "json",
+        ])
+        .args(extra)
+        .spawn(&self.dir, &format!("pass-{tag}-node-{i}"))
+    }
+}
+
+impl Drop for Stacked3 {
+    fn drop(&mut self) {
+        for n in &mut self.nodes {
+            if let Some(mut k) = n.kubelet.take() {
+                // kubelet-sim stops its pods on SIGTERM.
+                let _ = std::process::Command::new("kill")
+                    .args(["-TERM", &k.pid().to_string()])
+                    .status();
+                let end = Instant::now() + Duration::from_secs(10);
+                while k.running() && Instant::now() < end {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                k.kill();
+            }
+        }
+        if std::thread::panicking() {
+            eprintln!("kept for inspection: {}", self.dir.display());
+        }
+    }
+}
+
+/// A finished background command: its exit code and output.
+struct Finished {
+    stdout: String,
+    text: String,
+}
+
+impl std::fmt::Display for Finished {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+fn finished(p: &mut Background) -> (Option<i32>, Finished) {
+    let text = p.describe();
+    let status = p.kill().and_then(|s| s.code());
+    (
+        status,
+        Finished {
+            stdout: fs::read_to_string(&p.stdout).unwrap_or_default(),
+            text,
+        },
+    )
+}
+
+#[derive(Debug, Clone)]
+struct Sample {
+    at: Instant,
+    /// Each member answers /health at all.
+    etcd_up: Vec<bool>,
+    /// Each member answers healthy (up, with a leader).
+    etcd: Vec<bool>,
+    api: Vec<bool>,
+}
+
+/// Samples every 100 ms until stopped.
+struct Sampler {
+    stop: Arc<AtomicBool>,
+    samples: Arc<Mutex<Vec<Sample>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Sampler {
+    fn start(sample: impl Fn() -> Sample + Send + 'static) -> Sampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let samples = Arc::new(Mutex::new(Vec::new()));
+        let thread = {
+            let (stop, samples) = (stop.clone(), samples.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    let next = Instant::now() + Duration::from_millis(100);
+                    let x = sample();
+                    samples.lock().unwrap().push(x);
+                    if let Some(d) = next.checked_duration_since(Instant::now()) {
+                        std::thread::sleep(d);
+                    }
+                }
+            })
+        };
+        Sampler {
+            stop,
+            samples,
+            thread: Some(thread),
+        }
+    }
+
+    fn finish(mut self) -> Vec<Sample> {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+        self.samples.lock().unwrap().clone()
+    }
+}
+
+/// The longest stretch of consecutive samples where `bad` holds.
+fn longest(samples: &[Sample], bad: impl Fn(&Sample) -> bool) -> Duration {
+    let (mut best, mut start) = (Duration::ZERO, None::<Instant>);
+    for (i, x) in samples.iter().enumerate() {
+        if bad(x) {
+            let s = *start.get_or_insert(x.at);
+            let end = samples.get(i + 1).map(|n| n.at).unwrap_or(x.at);
+            best = best.max(end - s);
+        } else {
+            start = None;
+        }
+    }
+    best
+}
+
+/// kubelet-sim's down windows of `pod` on a node: (stopped, next started), ms since epoch.
+fn down_windows(states: &BTreeMap<String, PodState>, pod: &str) -> Vec<(u64, u64)> {
+    let Some(st) = states.get(pod) else {
+        return vec![];
+    };
+    let h = &st.history;
+    (0..h.len().saturating_sub(1))
+        .filter_map(|i| Some((h[i].stopped_at_ms?, h[i + 1].started_at_ms)))
+        .collect()
+}
+
+fn overlap(a: (u64, u64), b: (u64, u64)) -> bool {
+    a.0 < b.1 && b.0 < a.1
+}
+
+#[test]
+fn three_stacked_nodes_due_together_restart_one_at_a_time() {
+    if !etcd_installed("cluster::three_stacked_nodes") {
+        return;
+    }
+    let t = TempDir::new("cluster-stacked");
+    // The real kube-apiserver v1.20.2 (controller-manager and scheduler: k8s-sim stand-ins).
+    let c = Arc::new(Stacked3::start_expiring(&t, "2d", true, true));
+    let put = c.etcdctl(&["put", "certrotor-test/kept", "before-rotation"]);
+    assert!(put.status.success(), "{put}");
+    let sampler = {
+        let c = c.clone();
+        Sampler::start(move || c.sample())
+    };
+    let started = Instant::now();
+    // The three passes start within the same second.
+    let mut passes: Vec<Background> = (0..3).map(|i| c.spawn_pass(i, "1", &[])).collect();
+    let deadline = Instant::now() + Duration::from_secs(240);
+    while passes.iter_mut().any(|p| p.running()) {
+        assert!(Instant::now() < deadline, "passes hung");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let whole = started.elapsed();
+    std::thread::sleep(Duration::from_millis(500));
+    let samples = sampler.finish();
+    let mut reports = Vec::new();
+    for (i, p) in passes.iter_mut().enumerate() {
+        let out = finished(p);
+        assert_eq!(out.0, Some(0), "node {i}\n{}", out.1);
+        let out = out.1;
+        let r: serde_json::Value = serde_json::from_str(&out.stdout)
+            .unwrap_or_else(|e| panic!("node {i}: not JSON ({e}):\n{}", out.text));
+        assert!(
+            r["renew"]["backup_id"].is_string(),
+            "node {i} renewed nothing\n{out}"
+        );
+        let restarted: Vec<&str> = r["restarted"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["component"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            restarted,
+            [
+                "etcd",
+                "kube-apiserver",
+                "kube-controller-manager",
+                "kube-scheduler"
+            ],
+            "node {i}\n{out}"
+        );
+        assert_eq!(r["cluster"]["lock"], "acquired", "node {i}\n{out}");
+        assert!(r["rolled_back"].is_null(), "node {i}\n{out}");
+        reports.push(r);
+    }
+    // Independent oracle: kubelet-sim's process history. No two etcd members down at once,
+    // no two nodes' restart sequences overlapping.
+    let states: Vec<_> = c.nodes.iter().map(|n| n.states()).collect();
+    let etcd_windows: Vec<Vec<(u64, u64)>> =
+        states.iter().map(|s| down_windows(s, "etcd")).collect();
+    for i in 0..3 {
+        assert_eq!(etcd_windows[i].len(), 1, "node {i}: {:?}", etcd_windows[i]);
+        for j in i + 1..3 {
+            assert!(
+                !overlap(etcd_windows[i][0], etcd_windows[j][0]),
+                "etcd members of nodes {i} and {j} were down together: {etcd_windows:?}"
+            );
+        }
+    }
+    let api_windows: Vec<(u64, u64)> = states
+        .iter()
+        .map(|s| down_windows(s, "kube-apiserver")[0])
+        .collect();
+    assert!(
+        !(overlap(api_windows[0], api_windows[1])
+            && overlap(api_windows[1], api_windows[2])
+            && overlap(api_windows[0], api_windows[2])),
+        "all apiservers down together: {api_windows:?}"
+    );
+    // The samples: never two members down, at least one apiserver ready at every sample.
+    assert!(samples.len() > 20, "only {} samples", samples.len());
+    for x in &samples {
+        let down = x.etcd_up.iter().filter(|u| !**u).count();
+        assert!(down <= 1, "two etcd members down at once: {x:?}");
+        assert!(x.api.iter().any(|u| *u), "no apiserver ready: {x:?}");
+    }
+    let any_member_down = longest(&samples, |x| x.etcd_up.iter().any(|u| !*u));
+    let any_member_unhealthy = longest(&samples, |x| x.etcd.iter().any(|u| !*u));
+    let no_api = longest(&samples, |x| x.api.iter().all(|u| !*u));
+    // Data written before is read back after.
+    let get = c.etcdctl(&["get", "certrotor-test/kept", "--print-value-only"]);
+    assert!(
+        get.status.success() && get.stdout.trim() == "before-rotation",
+        "{get}"
+    );
+    let waited: Vec<u128> = reports
+        .iter()
+        .map(|r| r["cluster"]["waited_ms"].as_u64().unwrap_or(0) as u128)
+        .collect();
+    eprintln!(
+        "FIGURES stacked x3: whole cluster rotated in {} ms; longest window with a member down \
+         {} ms (unhealthy, including elections, {} ms); longest window with no apiserver ready \
+         {} ms; lock waits {waited:?} ms; {} samples",
+        whole.as_millis(),
+        any_member_down.as_millis(),
+        any_member_unhealthy.as_millis(),
+        no_api.as_millis(),
+        samples.len()
+    );
+}
+
+// === external etcd: three etcdadm nodes, two control planes ===
+
+/// Rewrites a copied lab root's ports (manifests and kubeconfigs) from offset `from` to `to`.
+fn shift_ports(root: &Path, from: u16, to: u16) {
+    let mut files: Vec<PathBuf> = fs::read_dir(root.join("etc/kubernetes/manifests"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.extend(
+        fs::read_dir(root.join("etc/kubernetes"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "conf")),
+    );
+    for f in files {
+        let mut text = fs::read_to_string(&f).unwrap();
+        for p in PORTS {
+            for sep in [":", "="] {
+                text = text.replace(&format!("{sep}{}", p + from), &format!("{sep}{}", p + to));
+            }
+        }
+        fs::write(&f, text).unwrap();
+    }
+}
+
+/// Sets `--flag=value` in a manifest (the line must exist).
+fn set_flag(manifest: &Path, flag: &str, value: &str) {
+    let text = fs::read_to_string(manifest).unwrap();
+    let prefix = format!("- --{flag}=");
+    assert!(
+        text.contains(&prefix),
+        "{} has no --{flag}",
+        manifest.display()
+    );
+    let out: Vec<String> = text
+        .lines()
+        .map(|l| {
+            if l.trim_start().starts_with(&prefix) {
+                format!("    - --{flag}={value}")
+            } else {
+                l.to_string()
+            }
+        })
+        .collect();
+    fs::write(manifest, out.join("\n") + "\n").unwrap();
+}
+
+/// kubelet-sim for a node root.
+fn kubelet_for(root: &Path, dir: &Path, tag: &str, path: &str) -> Background {
+    Cmd::new(sibling("kubelet-sim"))
+        .args(&[
+            "--manifests",
+            s(&root.join("etc/kubernetes/manifests")),
+            "--state-dir",
+            s(&root.join("var/lib/kubelet-sim")),
+            "--root",
+            s(root),
+            "--log-dir",
+            s(&root.join("var/log/pods")),
+            "--start-delay-ms",
+            "300",
+            "--poll-ms",
+            "100",
+            "--grace-seconds",
+            "5",
+        ])
+        .env("PATH", path)
+        .spawn(dir, &format!("kubelet-sim-{tag}"))
+}
+
+fn stop_kubelet(k: &mut Option<Background>) {
+    if let Some(mut k) = k.take() {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &k.pid().to_string()])
+            .status();
+        let end = Instant::now() + Duration::from_secs(10);
+        while k.running() && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        k.kill();
+    }
+}
+
+fn tls_ok(port: u16, path: &str, ca: &[u8], pair: &(Vec<u8>, Vec<u8>)) -> bool {
+    probe_state(port, path, ca, pair).1
+}
+
+/// (answered at all, healthy). A member that answers without a leader (an election) is up but
+/// not healthy; one that does not answer is down.
+fn probe_state(port: u16, path: &str, ca: &[u8], pair: &(Vec<u8>, Vec<u8>)) -> (bool, bool) {
+    let p = Probe {
+        address: SocketAddr::from(([127, 0, 0, 1], port)),
+        path: path.into(),
+        ca_pem: Some(ca.to_vec()),
+        client_cert_pem: Some(pair.0.clone()),
+        client_key_pem: Some(pair.1.clone()),
+        timeout: Duration::from_secs(2),
+    };
+    match verify::probe(&p) {
+        Ok(o) => (true, o.healthy()),
+        Err(_) => (false, false),
+    }
+}
+
+/// Three etcdadm-layout etcd nodes forming one cluster and two external-etcd control planes,
+/// all copies of one lab cluster (same CAs), each run by its own kubelet-sim.
+struct External {
+    dir: PathBuf,
+    etcd: Vec<CpNode>,
+    cps: Vec<CpNode>,
+    ca: Vec<u8>,
+    etcd_client: (Vec<u8>, Vec<u8>),
+    api_ca: Vec<u8>,
+    api_client: (Vec<u8>, Vec<u8>),
+}
+
+impl External {
+    /// `real_apiserver`: the real kube-apiserver v1.20.2 on the control planes.
+    fn start(t: &TempDir, real_apiserver: bool) -> External {
+        let offs = offsets(5);
+        let template = t.join("template");
+        lab(
+            &template,
+            &[
+                "--topology",
+                "external-etcd",
+                "--advertise-address",
+                "127.0.0.1",
+                "--expires-in",
+                "2d",
+                "--key-algorithm",
+                "ecdsa-p256",
+                "--port-offset",
+                &offs[0].to_string(),
+            ],
+        );
+        let client_url = |o: u16| format!("https://127.0.0.1:{}", 2379 + o);
+        let initial = (0..3)
+            .map(|i| format!("e-{i}=https://127.0.0.1:{}", 2380 + offs[i]))
+            .collect::<Vec<_>>()
+            .join(",");
+        let servers = (0..3)
+            .map(|i| client_url(offs[i]))
+            .collect::<Vec<_>>()
+            .join(",");
+        let bin_dir = t.join("bin");
+        fs::create_dir_all(&bin_dir).unwrap();
+        link_control_plane_binaries(&bin_dir, real_apiserver);
+        let path = format!(
+            "{}:{}",
+            bin_dir.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let mut etcd = Vec::new();
+        for (i, off) in offs.iter().enumerate().take(3) {
+            let root = t.join(&format!("etcd-{i}"));
+            copy_tree(&template.join("etcd"), &root);
+            shift_ports(&root, offs[0], *off);
+            let m = root.join("etc/kubernetes/manifests/etcd.yaml");
+            set_flag(&m, "name", &format!("e-{i}"));
+            set_flag(&m, "initial-cluster", &initial);
+            etcd.push(CpNode {
+                kubelet: Some(kubelet_for(&root, &t.path, &format!("etcd-{i}"), &path)),
+                root,
+                offset: *off,
+            });
+        }
+        let mut cps = Vec::new();
+        for (j, off) in offs.iter().enumerate().skip(3) {
+            let root = t.join(&format!("cp-{}", j - 3));
+            copy_tree(&template.join("control-plane"), &root);
+            shift_ports(&root, offs[0], *off);
+            set_flag(
+                &root.join("etc/kubernetes/manifests/kube-apiserver.yaml"),
+                "etcd-servers",
+                &servers,
+            );
+            cps.push(CpNode {
+                kubelet: Some(kubelet_for(&root, &t.path, &format!("cp-{}", j - 3), &path)),
+                root,
+                offset: *off,
+            });
+        }
+        let e = template.join("etcd/etc/etcd/pki");
+        let k = template.join("control-plane/etc/kubernetes/pki");
+        let x = External {
+            dir: t.path.clone(),
+            etcd,
+            cps,
+            ca: fs::read(e.join("ca.crt")).unwrap(),
+            etcd_client: (
+                fs::read(e.join("etcdctl-etcd-client.crt")).unwrap(),
+                fs::read(e.join("etcdctl-etcd-client.key")).unwrap(),
+            ),
+            api_ca: fs::read(k.join("ca.crt")).unwrap(),
+            api_client: (
+                fs::read(k.join("apiserver-kubelet-client.crt")).unwrap(),
+                fs::read(k.join("apiserver-kubelet-client.key")).unwrap(),
+            ),
+        };
+        wait_for(
+            "three etcd members and two apiservers healthy",
+            Duration::from_secs(240),
+            || {
+                let s = x.sample();
+                (s.etcd.iter().all(|b| *b) && s.api.iter().all(|b| *b)).then_some(())
+            },
+        );
+        x
+    }
+
+    fn sample(&self) -> Sample {
+        let etcd: Vec<(bool, bool)> = self
+            .etcd
+            .iter()
+            .map(|n| probe_state(2379 + n.offset, "/health", &self.ca, &self.etcd_client))
+            .collect();
+        Sample {
+            at: Instant::now(),
+            etcd_up: etcd.iter().map(|e| e.0).collect(),
+            etcd: etcd.iter().map(|e| e.1).collect(),
+            api: self
+                .cps
+                .iter()
+                .map(|n| tls_ok(6443 + n.offset, "/readyz", &self.api_ca, &self.api_client))
+                .collect(),
+        }
+    }
+
+    fn pass(&self, root: &Path, tag: &str) -> Background {
+        certrotor(&[
+            "run",
+            "--once",
+            "--root",
+            s(root),
+            "--platform",
+            "kubeadm",
+            "--restart-timeout",
+            "60s",
+            "--poll-interval",
+            "100ms",
+            "--cluster-lease-ttl",
+            "4s",
+            "--output",
+            "json",
+        ])
+        .spawn(&self.dir, &format!("pass-{tag}"))
+    }
+
+    /// The etcd client pair a control plane holds (certificate, key).
+    fn cp_pair(&self, j: usize) -> (Vec<u8>, Vec<u8>) {
+        let pki = self.cps[j].root.join("etc/kubernetes/pki");
+        (
+            fs::read(pki.join("apiserver-etcd-client.crt")).unwrap(),
+            fs::read(pki.join("apiserver-etcd-client.key")).unwrap(),
+        )
+    }
+
+    /// `etcdctl get` of the published pair, as JSON.
+    fn published(&self) -> Option<serde_json::Value> {
+        let dir = self.dir.join("etcdctl");
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("ca.crt"), &self.ca).unwrap();
+        fs::write(dir.join("c.crt"), &self.etcd_client.0).unwrap();
+        fs::write(dir.join("c.key"), &self.etcd_client.1).unwrap();
+        let out = Cmd::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args(&[
+                "--endpoints",
+                &format!("https://127.0.0.1:{}", 2379 + self.etcd[0].offset),
+                "--cacert",
+                s(&dir.join("ca.crt")),
+                "--cert",
+                s(&dir.join("c.crt")),
+                "--key",
+                s(&dir.join("c.key")),
+                "get",
+                cluster::PAIR_KEY,
+                "--print-value-only",
+            ])
+            .run();
+        assert!(out.status.success(), "{out}");
+        let v = out.stdout.trim();
+        (!v.is_empty()).then(|| serde_json::from_str(v).unwrap())
+    }
+
+    /// Writes a value under the published pair's key (fault injection).
+    fn put_published(&self, value: &str) {
+        let dir = self.dir.join("etcdctl");
+        let out = Cmd::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .args(&[
+                "--endpoints",
+                &format!("https://127.0.0.1:{}", 2379 + self.etcd[0].offset),
+                "--cacert",
+                s(&dir.join("ca.crt")),
+                "--cert",
+                s(&dir.join("c.crt")),
+                "--key",
+                s(&dir.join("c.key")),
+                "put",
+                cluster::PAIR_KEY,
+            ])
+            .stdin(value.as_bytes())
+            .run();
+        assert!(out.status.success(), "{out}");
+    }
+}
+
+impl Drop for External {
+    fn drop(&mut self) {
+        for n in self.cps.iter_mut().chain(self.etcd.iter_mut()) {
+            stop_kubelet(&mut n.kubelet);
+        }
+        if std::thread::panicking() {
+            eprintln!("kept for inspection: {}", self.dir.display());
+        }
+    }
+}
+
+/// Runs passes to the end (4 min deadline); returns (exit code, JSON report or Null, text).
+fn wait_passes(mut passes: Vec<Background>) -> Vec<(Option<i32>, serde_json::Value, String)> {
+    let deadline = Instant::now() + Duration::from_secs(240);
+    while passes.iter_mut().any(|p| p.running()) {
+        assert!(Instant::now() < deadline, "passes hung");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    passes
+        .iter_mut()
+        .map(|p| {
+            let (code, f) = finished(p);
+            let json = serde_json::from_str(&f.stdout).unwrap_or(serde_json::Value::Null);
+            (code, json, f.text)
+        })
+        .collect()
+}
+
+#[test]
+fn external_etcd_pair_reaches_every_control_plane_without_a_person() {
+    if !etcd_installed("cluster::external_etcd_pair") {
+        return;
+    }
+    let t = TempDir::new("cluster-external");
+    // Real kube-apiservers v1.20.2 on both control planes.
+    let x = Arc::new(External::start(&t, true));
+    let old_pair = x.cp_pair(0);
+    let sampler = {
+        let x = x.clone();
+        Sampler::start(move || x.sample())
+    };
+    let started = Instant::now();
+    // Every node starts its pass in the same second.
+    let mut passes: Vec<Background> = Vec::new();
+    for (i, n) in x.etcd.iter().enumerate() {
+        passes.push(x.pass(&n.root, &format!("1-etcd-{i}")));
+    }
+    for (j, n) in x.cps.iter().enumerate() {
+        passes.push(x.pass(&n.root, &format!("1-cp-{j}")));
+    }
+    let first = wait_passes(passes);
+    for (code, r, text) in &first {
+        assert_eq!(*code, Some(0), "{text}");
+        assert!(
+            r["renew"]["backup_id"].is_string(),
+            "renewed nothing\n{text}"
+        );
+    }
+    let published_by: Vec<&String> = first[..3]
+        .iter()
+        .filter(|(_, r, _)| r["cluster"]["pair"].is_string())
+        .map(|(_, _, t)| t)
+        .collect();
+    assert_eq!(
+        published_by.len(),
+        1,
+        "not exactly one publisher: {first:#?}"
+    );
+    // A control plane whose pass ran before the publication picks it up on its next pass, as
+    // the daemon does.
+    let second = wait_passes(
+        x.cps
+            .iter()
+            .enumerate()
+            .map(|(j, n)| x.pass(&n.root, &format!("2-cp-{j}")))
+            .collect(),
+    );
+    for (code, _, text) in &second {
+        assert_eq!(*code, Some(0), "{text}");
+    }
+    let whole = started.elapsed();
+    std::thread::sleep(Duration::from_millis(500));
+    let samples = sampler.finish();
+    // One pair cluster-wide: both control planes hold the published pair, which is new.
+    let published = x.published().expect("a published pair");
+    let pub_cert = published["cert_pem"].as_str().unwrap().as_bytes().to_vec();
+    let (p0, p1) = (x.cp_pair(0), x.cp_pair(1));
+    assert_ne!(p0.0, old_pair.0, "control plane 0 still has the old pair");
+    assert_eq!(p0, p1, "the control planes hold different pairs");
+    assert_eq!(
+        fingerprint_of(&p0.0),
+        fingerprint_of(&pub_cert),
+        "control plane pair is not the published one"
+    );
+    let etcd_files: Vec<Vec<u8>> = x
+        .etcd
+        .iter()
+        .map(|n| fs::read(n.root.join("etc/etcd/pki/apiserver-etcd-client.crt")).unwrap())
+        .collect();
+    assert!(
+        etcd_files
+            .iter()
+            .any(|f| fingerprint_of(f) == fingerprint_of(&pub_cert)),
+        "the published pair is no etcd node's"
+    );
+    // Both apiservers were restarted after the pair was installed (kube-apiserver reads its
+    // etcd client pair only at start) and are ready (/readyz checks etcd with that pair).
+    for (j, n) in x.cps.iter().enumerate() {
+        let installed_ms = fs::metadata(n.root.join("etc/kubernetes/pki/apiserver-etcd-client.crt"))
+            .unwrap()
+            .modified()
+            .unwrap()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let api = &n.states()["kube-apiserver"];
+        let started = api.history.last().unwrap().started_at_ms;
+        assert!(
+            api.running && started >= installed_ms,
+            "control plane {j}: kube-apiserver last started at {started}, the pair was installed at \
+             {installed_ms}"
+        );
+    }
+    let last = samples.last().unwrap();
+    assert!(last.api.iter().all(|u| *u), "{last:?}");
+    // Never two members down, at least one apiserver ready at every sample.
+    for s in &samples {
+        assert!(s.etcd_up.iter().filter(|u| !**u).count() <= 1, "{s:?}");
+        assert!(s.api.iter().any(|u| *u), "no apiserver ready: {s:?}");
+    }
+    eprintln!(
+        "FIGURES external 3 etcd + 2 cp: whole cluster rotated in {} ms (two control-plane \
+         passes); longest window with a member down {} ms; longest with no apiserver ready {} ms",
+        whole.as_millis(),
+        longest(&samples, |s| s.etcd_up.iter().any(|u| !*u)).as_millis(),
+        longest(&samples, |s| s.api.iter().all(|u| !*u)).as_millis()
+    );
+
+    // Faults: a published pair that is corrupt, then one signed by another CA with a later
+    // expiry: refused on every control plane with a clear error, nothing installed.
+    let before: Vec<_> = (0..2).map(|j| x.cp_pair(j)).collect();
+    x.put_published("{\"version\":1,\"cert_pem\":\"garbage\"");
+    for (code, r, text) in wait_passes(
+        x.cps
+            .iter()
+            .enumerate()
+            .map(|(j, n)| x.pass(&n.root, &format!("corrupt-cp-{j}")))
+            .collect(),
+    ) {
+        assert_eq!(code, Some(2), "{text}");
+        let e = r["cluster"]["pair_error"].as_str().unwrap_or_default();
+        assert!(
+            e.contains("not readable") && e.contains("nothing was installed"),
+            "{text}"
+        );
+    }
+    let other = t.join("other-ca");
+    lab(
+        &other,
+        &["--topology", "external-etcd", "--expires-in", "1000d"],
+    );
+    let o = other.join("etcd/etc/etcd/pki");
+    let foreign = serde_json::json!({
+        "version": 1,
+        "cert_pem": fs::read_to_string(o.join("apiserver-etcd-client.crt")).unwrap(),
+        "key_pem": fs::read_to_string(o.join("apiserver-etcd-client.key")).unwrap(),
+        "published_by": "intruder",
+        "published_at": "2026-01-01T00:00:00Z",
+    });
+    x.put_published(&foreign.to_string());
+    for (code, r, text) in wait_passes(
+        x.cps
+            .iter()
+            .enumerate()
+            .map(|(j, n)| x.pass(&n.root, &format!("foreign-cp-{j}")))
+            .collect(),
+    ) {
+        assert_eq!(code, Some(2), "{text}");
+        let e = r["cluster"]["pair_error"].as_str().unwrap_or_default();
+        assert!(
+            e.contains("refused") && e.contains("nothing was changed"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("PRIVATE KEY"),
+            "key material in the output\n{text}"
+        );
+    }
+    let after: Vec<_> = (0..2).map(|j| x.cp_pair(j)).collect();
+    assert_eq!(before, after, "a refused pair changed files");
+    // The old pair is still used: the apiservers are ready and were not restarted.
+    let s = x.sample();
+    assert!(s.api.iter().all(|u| *u), "{s:?}");
+}
+
+fn fingerprint_of(pem: &[u8]) -> String {
+    openssl_in(pem, &["x509", "-noout", "-fingerprint", "-sha256"])
+}
+
+/// The JSON report of a finished pass, asserting its exit code.
+#[track_caller]
+fn report_of(p: &mut Background, code: i32) -> serde_json::Value {
+    let (got, f) = finished(p);
+    assert_eq!(got, Some(code), "{f}");
+    serde_json::from_str(&f.stdout).unwrap_or_else(|e| panic!("not JSON ({e}):\n{f}"))
+}
+
+#[test]
+fn a_member_down_before_the_pass_stops_every_restart_until_it_is_back() {
+    if !etcd_installed("cluster::a_member_down") {
+        return;
+    }
+    let t = TempDir::new("cluster-member-down");
+    let c = Stacked3::start(&t);
+    // Node 2's member goes down (its kubelet stops it when the manifest goes away).
+    let manifest = c.nodes[2].root.join("etc/kubernetes/manifests/etcd.yaml");
+    let aside = t.join("etcd.yaml.aside");
+    fs::rename(&manifest, &aside).unwrap();
+    wait_for("node 2's etcd down", Duration::from_secs(30), || {
+        (!c.sample().etcd[2]).then_some(())
+    });
+    let before: Vec<_> = c.nodes.iter().map(|n| n.states()).collect();
+    let mut passes: Vec<Background> = (0..2)
+        .map(|i| c.spawn_pass(i, "down", &["--cluster-wait", "3s"]))
+        .collect();
+    for (i, p) in passes.iter_mut().enumerate() {
+        while p.running() {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let r = report_of(p, 4);
+        // Files are renewed; restarts wait, and the report says for what.
+        assert!(r["renew"]["backup_id"].is_string(), "node {i}: {r:#}");
+        assert_eq!(
+            r["restarted"].as_array().unwrap().len(),
+            0,
+            "node {i}: {r:#}"
+        );
+        assert_eq!(r["cluster"]["deferred"], true, "node {i}: {r:#}");
+        assert_eq!(r["cluster"]["lock"], "not acquired", "node {i}: {r:#}");
+        let waited = r["cluster"]["waited_for"].to_string();
+        assert!(
+            waited.contains("member 'cp-2'") && waited.contains("etcd-members-healthy"),
+            "node {i}: {waited}"
+        );
+    }
+    // Nothing was restarted on nodes 0 and 1 (kubelet-sim's history).
+    for (i, before) in before.iter().enumerate().take(2) {
+        let after = c.nodes[i].states();
+        for pod in ["etcd", "kube-apiserver"] {
+            assert_eq!(
+                before[pod].history.len(),
+                after[pod].history.len(),
+                "node {i}: {pod} was restarted while a member was down"
+            );
+        }
+    }
+    // The table says the same, and what the node waited for.
+    let table = certrotor(&[
+        "run",
+        "--once",
+        "--root",
+        s(&c.nodes[0].root),
+        "--platform",
+        "kubeadm",
+        "--cluster-wait",
+        "2s",
+    ])
+    .run()
+    .expect_code(4)
+    .stdout;
+    for words in [
+        "Cluster: node cp-0, lock not acquired",
+        "gate etcd-members-healthy",
+        "FAILED",
+        "waited for: gate etcd-members-healthy: member 'cp-2'",
+        "put off: they stay owed to the next pass",
+    ] {
+        assert!(table.contains(words), "table lacks '{words}':\n{table}");
+    }
+    // The member is back: every node finishes (nodes 0 and 1 the restarts they owe).
+    fs::rename(&aside, &manifest).unwrap();
+    wait_for("node 2's etcd back", Duration::from_secs(60), || {
+        c.sample().etcd[2].then_some(())
+    });
+    let mut passes: Vec<Background> = (0..3).map(|i| c.spawn_pass(i, "back", &[])).collect();
+    let deadline = Instant::now() + Duration::from_secs(240);
+    while passes.iter_mut().any(|p| p.running()) {
+        assert!(Instant::now() < deadline, "passes hung");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut windows = Vec::new();
+    for (i, p) in passes.iter_mut().enumerate() {
+        let r = report_of(p, 0);
+        assert_eq!(
+            r["restarted"].as_array().unwrap().len(),
+            4,
+            "node {i}: {r:#}"
+        );
+        let w = down_windows(&c.nodes[i].states(), "etcd");
+        windows.push(*w.last().unwrap());
+    }
+    for i in 0..3 {
+        for j in i + 1..3 {
+            assert!(
+                !overlap(windows[i], windows[j]),
+                "members {i} and {j} down together: {windows:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn killing_the_lock_holder_mid_restart_lets_the_others_proceed_after_the_lease() {
+    if !etcd_installed("cluster::killing_the_lock_holder") {
+        return;
+    }
+    let t = TempDir::new("cluster-kill-holder");
+    let c = Stacked3::start(&t);
+    let mut passes: Vec<Background> = (0..3).map(|i| c.spawn_pass(i, "1", &[])).collect();
+    // The holder is in the middle of restarting kube-apiserver: its manifest is parked.
+    let parked = |i: usize| {
+        c.nodes[i]
+            .root
+            .join("etc/kubernetes/.certrotor-parked/kube-apiserver.yaml")
+            .exists()
+    };
+    let logs: Vec<PathBuf> = passes.iter().map(|p| p.stderr.clone()).collect();
+    let log = |i: usize| fs::read_to_string(&logs[i]).unwrap_or_default();
+    // Kill when another node is known to be waiting for this holder's lock.
+    let mut seen = Vec::new();
+    let end = Instant::now() + Duration::from_secs(120);
+    let victim = loop {
+        let hit = (0..3).find(|i| {
+            let p = parked(*i);
+            if p {
+                seen.push(*i);
+            }
+            p && (0..3).any(|j| j != *i && log(j).contains(&format!("lock held by cp-{i}")))
+        });
+        if let Some(v) = hit {
+            break v;
+        }
+        assert!(
+            Instant::now() < end,
+            "no node restarted kube-apiserver while another waited for its lock; parked seen: \
+             {seen:?}; logs: {:#?}",
+            (0..3).map(log).collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let acquired = |i: usize| log(i).matches("cluster lock acquired").count();
+    let before: Vec<usize> = (0..3).map(acquired).collect();
+    passes[victim].kill();
+    let killed_at = Instant::now();
+    // The next holder gets the lock only when the dead holder's lease (4 s, refreshed every
+    // 4/3 s) has expired.
+    let next_after = wait_for(
+        "another node to take the lock",
+        Duration::from_secs(60),
+        || {
+            (0..3)
+                .any(|i| i != victim && acquired(i) > before[i])
+                .then(|| killed_at.elapsed())
+        },
+    );
+    assert!(
+        next_after >= Duration::from_millis(2500),
+        "the lock was taken {next_after:?} after its holder died, before its lease expired"
+    );
+    let deadline = Instant::now() + Duration::from_secs(240);
+    while passes
+        .iter_mut()
+        .enumerate()
+        .any(|(i, p)| i != victim && p.running())
+    {
+        assert!(Instant::now() < deadline, "passes hung");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let survivors_done = killed_at.elapsed();
+    for (i, p) in passes.iter_mut().enumerate() {
+        if i == victim {
+            continue;
+        }
+        let r = report_of(p, 0);
+        assert_eq!(r["cluster"]["lock"], "acquired", "node {i}: {r:#}");
+        assert_eq!(
+            r["restarted"].as_array().unwrap().len(),
+            4,
+            "node {i}: {r:#}"
+        );
+    }
+    // The killed node's apiserver stayed down; its next pass finishes what it owed.
+    assert!(!c.sample().api[victim]);
+    let mut next = c.spawn_pass(victim, "2", &[]);
+    while next.running() {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let r = report_of(&mut next, 0);
+    let restarted: Vec<&str> = r["restarted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["component"].as_str().unwrap())
+        .collect();
+    assert!(
+        restarted.contains(&"kube-controller-manager") && restarted.contains(&"kube-scheduler"),
+        "{r:#}"
+    );
+    let s = c.sample();
+    assert!(
+        s.api.iter().all(|u| *u) && s.etcd.iter().all(|u| *u),
+        "{s:?}"
+    );
+    assert!(
+        !c.nodes[victim]
+            .root
+            .join("etc/kubernetes/.certrotor-parked/kube-apiserver.yaml")
+            .exists()
+    );
+    eprintln!(
+        "FIGURES kill -9 of the holder: the next node took the lock {} ms after the kill, the \
+         two other nodes finished {} ms after the kill (lease TTL 4 s)",
+        next_after.as_millis(),
+        survivors_done.as_millis()
+    );
+}
+
+#[test]
+fn no_other_apiserver_ready_holds_the_restarts() {
+    if !etcd_installed("cluster::no_other_apiserver_ready") {
+        return;
+    }
+    let t = TempDir::new("cluster-api-gate");
+    let c = Stacked3::start(&t);
+    // Nodes 1 and 2 register their apiservers (any pass does; a dry run changes nothing).
+    for i in 1..3 {
+        let mut p = c.spawn_pass(i, "register", &["--dry-run"]);
+        while p.running() {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        report_of(&mut p, 0);
+    }
+    // Their apiservers go down.
+    let aside = |i: usize| t.join(&format!("kube-apiserver-{i}.yaml"));
+    let manifest = |i: usize| {
+        c.nodes[i]
+            .root
+            .join("etc/kubernetes/manifests/kube-apiserver.yaml")
+    };
+    for i in 1..3 {
+        fs::rename(manifest(i), aside(i)).unwrap();
+    }
+    wait_for("apiservers 1 and 2 down", Duration::from_secs(30), || {
+        let s = c.sample();
+        (!s.api[1] && !s.api[2]).then_some(())
+    });
+    let before = c.nodes[0].states();
+    let mut p = c.spawn_pass(0, "gated", &["--cluster-wait", "3s"]);
+    while p.running() {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let r = report_of(&mut p, 4);
+    let waited = r["cluster"]["waited_for"].to_string();
+    assert!(
+        waited.contains("another-apiserver-ready") && waited.contains("no other apiserver ready"),
+        "{r:#}"
+    );
+    let after = c.nodes[0].states();
+    assert_eq!(
+        before["kube-apiserver"].history.len(),
+        after["kube-apiserver"].history.len(),
+        "the only ready apiserver was restarted"
+    );
+    // One comes back: the node proceeds.
+    fs::rename(aside(1), manifest(1)).unwrap();
+    wait_for("apiserver 1 back", Duration::from_secs(60), || {
+        c.sample().api[1].then_some(())
+    });
+    let mut p = c.spawn_pass(0, "ungated", &[]);
+    while p.running() {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let r = report_of(&mut p, 0);
+    assert_eq!(r["restarted"].as_array().unwrap().len(), 4, "{r:#}");
+    fs::rename(aside(2), manifest(2)).unwrap();
+}
+
+#[test]
+fn a_cluster_whose_certificates_all_expired_comes_back() {
+    if !etcd_installed("cluster::all_expired") {
+        return;
+    }
+    let t = TempDir::new("cluster-all-expired");
+    // Every leaf expired a day ago: the members reject each other, no apiserver is ready.
+    let mut c = Stacked3::start_expiring(&t, "-1d", false, false);
+    let mut passes: Vec<Background> = (0..3).map(|i| c.spawn_pass(i, "expired", &[])).collect();
+    let deadline = Instant::now() + Duration::from_secs(240);
+    while passes.iter_mut().any(|p| p.running()) {
+        assert!(Instant::now() < deadline, "passes hung");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    c.reload_credentials();
+    for (i, p) in passes.iter_mut().enumerate() {
+        let r = report_of(p, 0);
+        // The gates do not hold a node whose own components are down: nothing to protect.
+        assert_eq!(
+            r["restarted"].as_array().unwrap().len(),
+            4,
+            "node {i}: {r:#}"
+        );
+        assert!(r["rolled_back"].is_null(), "node {i}: {r:#}");
+    }
+    let s = c.sample();
+    assert!(
+        s.etcd.iter().all(|u| *u) && s.api.iter().all(|u| *u),
+        "{s:?}"
+    );
+    let put = c.etcdctl(&["put", "certrotor-test/after", "ok"]);
+    assert!(put.status.success(), "{put}");
+}
+
+#[test]
+fn three_daemons_started_in_the_same_second_take_turns() {
+    if !etcd_installed("cluster::three_daemons") {
+        return;
+    }
+    let t = TempDir::new("cluster-daemons");
+    let c = Arc::new(Stacked3::start(&t));
+    let sampler = {
+        let c = c.clone();
+        Sampler::start(move || c.sample())
+    };
+    let mut daemons: Vec<Background> = (0..3)
+        .map(|i| {
+            certrotor(&[
+                "daemon",
+                "--interval",
+                "1h",
+                "--root",
+                s(&c.nodes[i].root),
+                "--platform",
+                "kubeadm",
+                "--restart-timeout",
+                "60s",
+                "--poll-interval",
+                "100ms",
+                "--cluster-lease-ttl",
+                "4s",
+            ])
+            .spawn(&c.dir, &format!("daemon-{i}"))
+        })
+        .collect();
+    let log = |d: &Background| fs::read_to_string(&d.stderr).unwrap_or_default();
+    wait_for(
+        "every daemon's first pass",
+        Duration::from_secs(240),
+        || {
+            daemons
+                .iter()
+                .all(|d| log(d).contains("pass done"))
+                .then_some(())
+        },
+    );
+    let samples = sampler.finish();
+    for (i, d) in daemons.iter_mut().enumerate() {
+        let text = log(d);
+        assert!(
+            text.contains("4 restarted") && text.contains("cluster lock acquired after"),
+            "daemon {i}:\n{text}"
+        );
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &d.pid().to_string()])
+            .status();
+    }
+    let windows: Vec<(u64, u64)> = c
+        .nodes
+        .iter()
+        .map(|n| {
+            let w = down_windows(&n.states(), "etcd");
+            assert_eq!(w.len(), 1, "{w:?}");
+            w[0]
+        })
+        .collect();
+    for i in 0..3 {
+        for j in i + 1..3 {
+            assert!(!overlap(windows[i], windows[j]), "{windows:?}");
+        }
+    }
+    for x in &samples {
+        assert!(x.etcd_up.iter().filter(|u| !**u).count() <= 1, "{x:?}");
+        assert!(x.api.iter().any(|u| *u), "no apiserver ready: {x:?}");
+    }
+    for d in &mut daemons {
+        wait_for("daemon to stop on SIGTERM", Duration::from_secs(30), || {
+            (!d.running()).then_some(())
+        });
+    }
+}
