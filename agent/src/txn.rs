@@ -473,7 +473,9 @@ fn undo_failed_commit(root: &Path, result: Result<Outcome, TxnError>) -> Result<
                             .unwrap_or_default()
                     ));
                     let _ = fs::remove_file(&tmp);
-                    fsutil::write_new(&tmp, old, change.mode_if_new, None)
+                    // The replaced file kept the old owner; the restored one keeps it too.
+                    let owner = FileMeta::of(&live).ok().map(|m| (m.uid, m.gid));
+                    fsutil::write_new(&tmp, old, change.mode_if_new, owner)
                         .and_then(|()| fs::rename(&tmp, &live))
                         .and_then(|()| fsutil::sync_dir(parent))
                         .map_err(|e| format!("'{}': {e}", live.display()))?;
