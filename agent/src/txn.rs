@@ -473,7 +473,9 @@ fn undo_failed_commit(root: &Path, result: Result<Outcome, TxnError>) -> Result<
                             .unwrap_or_default()
                     ));
                     let _ = fs::remove_file(&tmp);
-                    fsutil::write_new(&tmp, old, change.mode_if_new, None)
+                    // The replaced file kept the old owner; the restored one keeps it too.
+                    let owner = FileMeta::of(&live).ok().map(|m| (m.uid, m.gid));
+                    fsutil::write_new(&tmp, old, change.mode_if_new, owner)
                         .and_then(|()| fs::rename(&tmp, &live))
                         .and_then(|()| fsutil::sync_dir(parent))
                         .map_err(|e| format!("'{}': {e}", live.display()))?;
@@ -1289,5 +1291,84 @@ fn prune_backups(root: &Path, retention: usize) {
         .skip(retention.max(1))
     {
         let _ = fs::remove_dir_all(backups_dir(root).join(old));
+    }
+}
+
+#[cfg(test)]
+mod hostile_tests {
+    use super::*;
+    use crate::lab::{LabLayout, LabOptions, Topology};
+    use crate::pki::KeyAlgorithm;
+
+    /// 15.3: a rename that fails after the journal (here: `etcd/peer.crt` made immutable after
+    /// the probe, which this test bypasses) rolls back the files already replaced, from the
+    /// backup, and says so; nothing is left for the next run to "complete".
+    #[test]
+    fn a_failed_rename_rolls_the_transaction_back() {
+        let root = std::env::temp_dir().join(format!("certrotor-undo-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let now = crate::clock::now();
+        crate::lab::init(
+            &root,
+            &LabOptions {
+                layout: LabLayout::Kubeadm,
+                topology: Topology::Stacked,
+                expires_in: 3 * 86_400,
+                key_algorithm: KeyAlgorithm::EcdsaP256,
+                node_name: "cp-1".into(),
+                advertise_address: [10, 0, 0, 10].into(),
+                cluster_name: "kubernetes".into(),
+                port_offset: 0,
+                now,
+            },
+        )
+        .unwrap();
+        let pki = "etc/kubernetes/pki/etcd";
+        let rels = [format!("{pki}/peer.key"), format!("{pki}/peer.crt")];
+        let before: Vec<Vec<u8>> = rels
+            .iter()
+            .map(|r| fs::read(root.join(r)).unwrap())
+            .collect();
+        // New content: the pair swapped with the server pair (valid PEM, different bytes).
+        let changes: Vec<Change> = ["server.key", "server.crt"]
+            .iter()
+            .zip(&rels)
+            .map(|(src, rel)| Change {
+                rel: rel.clone(),
+                content: Some(fs::read(root.join(pki).join(src)).unwrap()),
+                mode_if_new: 0o600,
+            })
+            .collect();
+        let crt = root.join(&rels[1]);
+        let chattr = |flag: &str| {
+            std::process::Command::new("chattr")
+                .args([flag, &crt.display().to_string()])
+                .status()
+                .expect("chattr (e2fsprogs) is needed")
+                .success()
+        };
+        assert!(chattr("+i"), "chattr +i failed: needs root on ext4/xfs");
+        let _lock = lock(&root, Duration::ZERO).unwrap();
+        let result = undo_failed_commit(
+            &root,
+            prepare_and_commit(&root, &changes, "renew", now, 5, "undo-test"),
+        );
+        chattr("-i");
+        let Err(err) = result else {
+            panic!("the rename must fail")
+        };
+        assert!(matches!(err, TxnError::RolledBack { .. }), "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains("peer.crt") && text.contains("restored from backup"),
+            "{text}"
+        );
+        assert!(!text.contains("run as root"), "{text}");
+        for (rel, old) in rels.iter().zip(&before) {
+            assert_eq!(&fs::read(root.join(rel)).unwrap(), old, "{rel} restored");
+        }
+        assert!(!state_dir(&root).join(JOURNAL).exists(), "journal removed");
+        assert!(matches!(recover(&root), Ok(Recovery::Clean)));
+        let _ = fs::remove_dir_all(&root);
     }
 }
