@@ -914,12 +914,25 @@ fn engine(f: &RenewFlags, api_socket: PathBuf) -> Result<Engine, CliError> {
         ("--containerd-namespace", f.containerd_namespace.is_some()),
     ];
     match f.engine {
-        EngineChoice::Native => match kubeadm_flags.iter().find(|(_, given)| *given) {
-            Some((flag, _)) => Err(CliError::usage(format!(
-                "{flag} applies to --engine kubeadm only"
-            ))),
-            None => Ok(Engine::Native),
-        },
+        EngineChoice::Native => {
+            // Ignored with a warning rather than refused: in the QEMU guest a `run` whose
+            // arguments had none of these flags intermittently saw one of them set (never on
+            // the host, in containerd on the host or under qemu-user; under investigation), and
+            // the native engine reads none of them.
+            let given: Vec<&str> = kubeadm_flags
+                .iter()
+                .filter(|(_, given)| *given)
+                .map(|(flag, _)| *flag)
+                .collect();
+            if !given.is_empty() {
+                log::warn!(
+                    "{} appl{} to --engine kubeadm only: ignored with the native engine",
+                    given.join(", "),
+                    if given.len() == 1 { "ies" } else { "y" }
+                );
+            }
+            Ok(Engine::Native)
+        }
         EngineChoice::Kubeadm if f.reuse_keys => Err(CliError::usage(
             "--reuse-keys: kubeadm and etcdadm always make new keys; use --engine native",
         )),
