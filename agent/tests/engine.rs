@@ -436,8 +436,14 @@ fn absent_image_and_socket_are_named() {
     run.expect(2);
     assert!(run.stderr.contains(gone.to_str().unwrap()), "{run}");
     assert_eq!(before, snapshot(&root));
-    // Flags of the kubeadm engine without it are usage errors.
-    certrotor(&["renew", "--root", r, "--kubeadm-image", IMAGE]).expect(64);
+    // Flags of the kubeadm engine without it are ignored, with a warning that names them.
+    let run = certrotor(&["renew", "--root", r, "--dry-run", "--kubeadm-image", IMAGE]);
+    run.expect(0);
+    assert!(
+        run.stderr
+            .contains("--kubeadm-image applies to --engine kubeadm only: ignored"),
+        "{run}"
+    );
     certrotor(&["renew", "--root", r, "--engine", "docker"]).expect(64);
 }
 
