@@ -123,6 +123,10 @@ fn platform(value: &str) -> Result<PlatformChoice, String> {
     PlatformChoice::parse(value).ok_or_else(|| "use auto, bottlerocket, kubeadm or none".into())
 }
 
+fn restart_mode(value: &str) -> Result<certrotor::reload::RestartMode, String> {
+    certrotor::reload::RestartMode::parse(value).ok_or_else(|| "use live or always".into())
+}
+
 fn endpoint(value: &str) -> Result<(Component, SocketAddr), String> {
     certrotor::restart::parse_endpoint(value)
 }
@@ -440,6 +444,8 @@ struct PassFlags {
     restart_timeout: Duration,
     poll_interval: Duration,
     cluster: certrotor::cluster::ClusterOptions,
+    restart: certrotor::reload::RestartMode,
+    reload_timeout: Duration,
 }
 
 /// Declares `run` and `daemon`: renew's flags plus the platform flags, and `pass_flags()` to
@@ -482,6 +488,15 @@ macro_rules! pass_command {
                 /// lease of the cluster lock: how long a dead holder blocks the others
                 /// (default 15s)
                 cluster_lease_ttl: Duration,
+                #[argh(option, default = "certrotor::reload::RestartMode::Live", from_str_fn(restart_mode))]
+                /// live (default: restart only the components that cannot reload a renewed
+                /// file, or did not within --reload-timeout) or always (restart every
+                /// component whose files changed)
+                restart: certrotor::reload::RestartMode,
+                #[argh(option, default = "certrotor::reload::DEFAULT_RELOAD_TIMEOUT", from_str_fn(interval))]
+                /// bound on the wait for a component to serve a renewed file by itself before
+                /// it is restarted (default 90s; kube-apiserver re-reads about once a minute)
+                reload_timeout: Duration,
             }
         }
 
@@ -499,6 +514,8 @@ macro_rules! pass_command {
                         wait: self.cluster_wait,
                         lease_ttl: self.cluster_lease_ttl,
                     },
+                    restart: self.restart,
+                    reload_timeout: self.reload_timeout,
                 }
             }
         }
@@ -966,6 +983,8 @@ fn restart_options(p: PassFlags) -> RestartOptions {
         timeout: p.restart_timeout,
         poll: p.poll_interval,
         endpoints: p.endpoint.into_iter().collect::<BTreeMap<_, _>>(),
+        mode: p.restart,
+        reload_timeout: p.reload_timeout,
     }
 }
 
@@ -1074,6 +1093,9 @@ fn etcd_import(c: EtcdImportCmd) -> Result<u8, CliError> {
                 mode: certrotor::cluster::Mode::Off,
                 ..Default::default()
             },
+            // The import changes apiserver-etcd-client, which kube-apiserver cannot reload.
+            restart: certrotor::reload::RestartMode::Always,
+            reload_timeout: certrotor::reload::DEFAULT_RELOAD_TIMEOUT,
         }),
         cluster: certrotor::cluster::ClusterOptions {
             mode: certrotor::cluster::Mode::Off,

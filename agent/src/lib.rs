@@ -24,6 +24,7 @@ pub mod manifests;
 pub mod ops;
 pub mod outcome;
 pub mod pki;
+pub mod reload;
 pub mod renew;
 pub mod report;
 pub mod restart;

@@ -10,8 +10,9 @@ use crate::clock;
 use crate::inventory;
 use crate::manifests::Component;
 use crate::renew::{self, Plan, Policy};
-use crate::restart::{self, Platform, RestartOptions, Restarted};
+use crate::restart::{self, Platform, Reloaded, RestartOptions, Restarted};
 use crate::txn::{self, Lock, Recovery, TxnError};
+use std::collections::BTreeMap;
 
 use std::fmt;
 
@@ -254,6 +255,9 @@ pub struct RunReport {
     pub platform: String,
     /// Components that read renewed files.
     pub components: Vec<Component>,
+    /// Components that served their renewed files without a restart (see `reload`).
+    pub reloaded: Vec<Reloaded>,
+    /// Components restarted, each with its reason.
     pub restarted: Vec<Restarted>,
     /// Set when verification failed and the backup was restored.
     pub rolled_back: Option<RolledBack>,
@@ -374,10 +378,62 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, OpsError> {
             },
         )?;
     }
+    // Live reload (reload.rs): a component whose renewed files all reload by themselves is
+    // waited for until it serves them; the others, and one that did not reload within the
+    // bound, are restarted, each with its reason.
+    let mut reasons = BTreeMap::new();
+    let mut reloaded = vec![];
+    let mut to_restart = vec![];
+    if !matches!(platform, Platform::None) {
+        for &c in &components {
+            let action = if owed.components.contains(&c) {
+                crate::reload::Action::Restart {
+                    because: "an earlier pass renewed its files and did not finish restarting it"
+                        .into(),
+                }
+            } else {
+                crate::reload::decide(c, &names, opts.restart.mode)
+            };
+            let reason = match action {
+                crate::reload::Action::Restart { because } => because,
+                crate::reload::Action::WaitLive => {
+                    match restart::targets(root, &platform, &[c], &opts.restart) {
+                        Ok(t) => match t
+                            .first()
+                            .and_then(|t| restart::wait_reloaded(root, t, &opts.restart))
+                        {
+                            Some(r) => {
+                                reloaded.push(r);
+                                continue;
+                            }
+                            None => format!(
+                                "it did not serve its renewed certificate within {} s",
+                                opts.restart.reload_timeout.as_secs()
+                            ),
+                        },
+                        Err(e) => format!("it could not be probed for a live reload: {e}"),
+                    }
+                }
+            };
+            reasons.insert(c, reason);
+            to_restart.push(c);
+        }
+        if to_restart != components {
+            write_pending(
+                root,
+                &Pending {
+                    components: to_restart.clone(),
+                    backup_id: Some(backup_id.clone()),
+                    ..Pending::default()
+                },
+            )?;
+        }
+    }
     let mut report = RunReport {
         renew: renewed,
         platform: platform.name().into(),
         components: components.clone(),
+        reloaded,
         restarted: vec![],
         rolled_back: None,
         cluster: cluster_report,
@@ -398,6 +454,13 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, OpsError> {
         report.duration_ms = started.elapsed().as_millis();
         return Ok(report);
     }
+    if to_restart.is_empty() {
+        // Everything reloaded live: no restart, so no cluster lock either.
+        clear_pending(root);
+        report.duration_ms = started.elapsed().as_millis();
+        return Ok(report);
+    }
+    let components = to_restart;
     // Cluster mode: one node at a time restarts, and only when the gates pass; else the
     // restarts stay owed to the next pass. A new session: the client pair may just be renewed.
     let session =
@@ -412,7 +475,8 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, OpsError> {
         report.duration_ms = started.elapsed().as_millis();
         return Ok(report);
     };
-    let (restarted, rolled_back) = restart_verified(root, &platform, &components, &backup_id, opts);
+    let (restarted, rolled_back) =
+        restart_verified(root, &platform, &components, &reasons, &backup_id, opts);
     if let (Some(g), Some(c)) = (&_cluster_lock, report.cluster.as_mut()) {
         c.lock_lost = g.lost();
     }
@@ -485,11 +549,20 @@ pub fn restart_verified(
     root: &Path,
     platform: &Platform,
     components: &[Component],
+    reasons: &BTreeMap<Component, String>,
     backup_id: &str,
     opts: &RunOptions,
 ) -> (Vec<Restarted>, Option<RolledBack>) {
     // Probes read the renewed client certificates, so targets are built after the change.
     let outcome = restart::targets(root, platform, components, &opts.restart)
+        .map(|mut targets| {
+            for t in &mut targets {
+                if let Some(r) = reasons.get(&t.component) {
+                    t.reason = r.clone();
+                }
+            }
+            targets
+        })
         .map_err(|e| (vec![], e))
         .and_then(|targets| restart::restart_all(root, platform, &targets, &opts.restart));
     let (done, error) = match outcome {
@@ -515,7 +588,13 @@ pub fn restart_verified(
     }
     again.sort();
     again.dedup();
-    match restart::targets(root, platform, &again, &opts.restart) {
+    let targets = restart::targets(root, platform, &again, &opts.restart).map(|mut targets| {
+        for t in &mut targets {
+            t.reason = format!("backup {backup_id} was restored");
+        }
+        targets
+    });
+    match targets {
         Err(e) => rolled.error = Some(format!("after restoring backup {backup_id}: {e}")),
         Ok(targets) => match restart::restart_all(root, platform, &targets, &opts.restart) {
             Ok(back) => {
@@ -633,8 +712,12 @@ fn import_locked(
             // The restart stays owed to the next pass.
             return Ok(report);
         };
+        let reasons = BTreeMap::from([(
+            Component::KubeApiserver,
+            "apiserver-etcd-client was imported and cannot be reloaded".to_string(),
+        )]);
         let (restarted, rolled_back) =
-            restart_verified(root, &platform, &components, &backup_id, opts);
+            restart_verified(root, &platform, &components, &reasons, &backup_id, opts);
         if rolled_back.as_ref().is_none_or(|r| r.error.is_none()) {
             // Only the apiserver restart is settled here; other owed restarts stay for `run`.
             let mut owed = read_pending(root)?;
@@ -670,8 +753,9 @@ pub fn daemon(root: &Path, opts: &RunOptions, interval: Duration) {
                     0
                 };
                 log::info!(
-                    "pass done: {renewed} renewed, {} restarted, platform {}{}{}",
+                    "pass done: {renewed} renewed, {} restarted, {} reloaded live, platform {}{}{}",
                     report.restarted.len(),
+                    report.reloaded.len(),
                     report.platform,
                     report
                         .cluster

@@ -259,19 +259,33 @@ pub fn run_table(r: &RunReport) -> String {
             return out;
         }
     }
-    out.push_str(&format!(
-        "Restarted one at a time on platform {}:\n",
-        r.platform
-    ));
+    for x in &r.reloaded {
+        out.push_str(&format!(
+            "  {:<24} reloaded live in {:.1} s, not restarted{}\n",
+            x.component.name(),
+            x.reloaded_after_ms as f64 / 1000.0,
+            x.served_sha256
+                .as_deref()
+                .map(|s| format!("; serves sha256 {s}"))
+                .unwrap_or_default()
+        ));
+    }
+    if !r.restarted.is_empty() || r.rolled_back.is_some() {
+        out.push_str(&format!(
+            "Restarted one at a time on platform {}:\n",
+            r.platform
+        ));
+    }
     for x in &r.restarted {
         out.push_str(&format!(
-            "  {:<24} unavailable {:>6} ms  {}\n",
+            "  {:<24} unavailable {:>6} ms  {}; restarted because {}\n",
             x.component.name(),
             x.unavailable_ms,
             x.served_sha256
                 .as_deref()
                 .map(|s| format!("serves sha256 {s}"))
-                .unwrap_or_else(|| "healthy".into())
+                .unwrap_or_else(|| "healthy".into()),
+            x.reason
         ));
     }
     if let Some(rb) = &r.rolled_back {
