@@ -176,12 +176,17 @@ pub fn decide(component: Component, names: &[String], mode: RestartMode) -> Acti
             because: format!("--restart always ({files} changed)"),
         };
     }
-    for n in &read {
-        if let Reload::Restart { why } = reload_of(component, n) {
-            return Action::Restart {
-                because: format!("{n} {why}"),
-            };
-        }
+    let cannot: Vec<String> = read
+        .iter()
+        .filter_map(|n| match reload_of(component, n) {
+            Reload::Restart { why } => Some(format!("{n} {why}")),
+            Reload::Live { .. } => None,
+        })
+        .collect();
+    if !cannot.is_empty() {
+        return Action::Restart {
+            because: cannot.join("; "),
+        };
     }
     if read.is_empty() {
         return Action::Restart {

@@ -25,8 +25,12 @@ fn files_now(node: &Node) -> Vec<String> {
 }
 
 /// The happy flow on `platform`: every served certificate is the new one, etcd's data
-/// survives, each component is restarted exactly once and never two at a time.
-fn happy_flow(test: &str, platform: Platform) {
+/// survives, and, with `--restart always`, each component is restarted exactly once and never
+/// two at a time; with the default live mode, etcd (real, which reloads its server and peer
+/// certificates on the next handshake) is not restarted and the three others are (the
+/// apiserver because apiserver-etcd-client cannot be reloaded, the controller-manager and
+/// scheduler because of their kubeconfigs).
+fn happy_flow(test: &str, platform: Platform, always: bool) {
     let Some(node) = Node::start(test, platform, None) else {
         return;
     };
@@ -41,11 +45,15 @@ fn happy_flow(test: &str, platform: Platform) {
     assert!(put.status.success(), "etcdctl put: {put:?}");
     let before = node.states();
 
-    let out = node.run_once(platform.name(), "30s", &["--output", "json"]);
+    let mode = if always { "always" } else { "live" };
+    let out = node.run_once(
+        platform.name(),
+        "30s",
+        &["--output", "json", "--restart", mode],
+    );
     out.expect(0);
     let report = out.json();
 
-    // The report: four components, restarted in order, on this platform.
     let names = |v: &serde_json::Value| -> Vec<String> {
         v.as_array()
             .unwrap_or_else(|| panic!("not an array: {v}\n{out}"))
@@ -57,9 +65,12 @@ fn happy_flow(test: &str, platform: Platform) {
             })
             .collect()
     };
+    let restarted_pods: &[&str] = if always { &PODS } else { &PODS[1..] };
     assert_eq!(report["platform"], platform.name(), "{out}");
     assert_eq!(names(&report["components"]), PODS, "{out}");
-    assert_eq!(names(&report["restarted"]), PODS, "{out}");
+    assert_eq!(names(&report["restarted"]), restarted_pods, "{out}");
+    let reloaded: &[&str] = if always { &[] } else { &PODS[..1] };
+    assert_eq!(names(&report["reloaded"]), reloaded, "{out}");
     assert!(report["rolled_back"].is_null(), "{out}");
 
     // Every served certificate is the new file, which differs from the old one.
@@ -73,8 +84,31 @@ fn happy_flow(test: &str, platform: Platform) {
         "the new certificates are served\n{out}"
     );
     let restarted = report["restarted"].as_array().unwrap();
-    assert_eq!(restarted[0]["served_sha256"], new[0].as_str(), "{out}");
-    assert_eq!(restarted[1]["served_sha256"], new[2].as_str(), "{out}");
+    let api = restarted
+        .iter()
+        .find(|r| r["component"] == "kube-apiserver")
+        .unwrap();
+    assert_eq!(api["served_sha256"], new[2].as_str(), "{out}");
+    let etcd = if always {
+        &restarted[0]
+    } else {
+        &report["reloaded"][0]
+    };
+    assert_eq!(etcd["served_sha256"], new[0].as_str(), "{out}");
+    // Every restart says why.
+    for r in restarted {
+        let reason = r["reason"].as_str().unwrap();
+        match (always, r["component"].as_str().unwrap()) {
+            (true, _) => assert!(reason.starts_with("--restart always"), "{out}"),
+            (false, "kube-apiserver") => {
+                assert!(
+                    reason.contains("apiserver-etcd-client cannot be reloaded"),
+                    "{reason}\n{out}"
+                )
+            }
+            (false, c) => assert!(reason.contains(".conf cannot be reloaded"), "{c}: {out}"),
+        }
+    }
 
     // etcd's data survived; the new client certificate reads it.
     assert_ne!(node.cert_sha("pki/etcd/healthcheck-client.crt"), old_client);
@@ -82,10 +116,17 @@ fn happy_flow(test: &str, platform: Platform) {
     assert!(get.status.success(), "etcdctl get: {get:?}");
     assert_eq!(String::from_utf8_lossy(&get.stdout).trim(), VALUE);
 
-    // Each component restarted exactly once, one at a time, in order; all healthy now.
+    // Each restarted component restarted exactly once, one at a time, in order; etcd, when
+    // reloaded live, kept its process (kubelet-sim's history is unchanged); all healthy now.
     let after = node.states();
-    let windows = restarted_once(&before, &after);
+    let windows = restarted_once(&before, &after, restarted_pods);
     one_at_a_time(&windows);
+    if !always {
+        assert_eq!(
+            before["etcd"].history, after["etcd"].history,
+            "etcd was restarted\n{out}"
+        );
+    }
     for pod in PODS {
         node.healthy(pod).unwrap();
     }
@@ -110,7 +151,7 @@ fn happy_flow(test: &str, platform: Platform) {
         .max_by_key(|r| r["unavailable_ms"].as_u64().unwrap())
         .unwrap();
     eprintln!(
-        "FIGURES platform {}: all 4 components verified {} ms after start (wall clock; report \
+        "FIGURES platform {} --restart {mode}: all components verified {} ms after start (wall clock; report \
          duration_ms {}). Longest unavailability, certrotor's stop request .. verified healthy: \
          {} ms ({}); per component: {}. Longest down window seen by kubelet-sim, old process \
          reaped .. new process started: {} ms ({}); per component: {}.",
@@ -127,13 +168,18 @@ fn happy_flow(test: &str, platform: Platform) {
 }
 
 #[test]
-fn bottlerocket_renews_restarts_one_at_a_time_and_verifies() {
-    happy_flow("bottlerocket-happy", Platform::Bottlerocket);
+fn bottlerocket_renews_reloads_etcd_live_restarts_the_rest_and_verifies() {
+    happy_flow("bottlerocket-happy", Platform::Bottlerocket, false);
 }
 
 #[test]
-fn kubeadm_renews_restarts_one_at_a_time_and_verifies() {
-    happy_flow("kubeadm-happy", Platform::Kubeadm);
+fn kubeadm_renews_reloads_etcd_live_restarts_the_rest_and_verifies() {
+    happy_flow("kubeadm-happy", Platform::Kubeadm, false);
+}
+
+#[test]
+fn kubeadm_restart_always_restarts_all_four_one_at_a_time() {
+    happy_flow("kubeadm-always", Platform::Kubeadm, true);
 }
 
 #[test]

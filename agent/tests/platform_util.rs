@@ -676,7 +676,8 @@ impl Node {
     /// Starts `run --once` in the background.
     pub fn spawn_run_once(&self, platform: &str) -> Proc {
         let mut cmd = Command::new(CERTROTOR);
-        cmd.args(self.run_args(platform, "30s", &[]));
+        // Restarts every component (etcd too), so that a crash can hit etcd's restart.
+        cmd.args(self.run_args(platform, "30s", &["--restart", "always"]));
         Proc::spawn(
             "certrotor run --once",
             cmd,
@@ -797,9 +798,10 @@ impl Downtime {
 pub fn restarted_once(
     before: &BTreeMap<String, PodState>,
     after: &BTreeMap<String, PodState>,
+    pods: &[&str],
 ) -> Vec<Downtime> {
     let mut out = Vec::new();
-    for pod in PODS {
+    for &pod in pods {
         let (b, a) = (&before[pod], &after[pod]);
         let ctx = || format!("{pod}: before {b:#?}\nafter {a:#?}");
         assert_eq!(
