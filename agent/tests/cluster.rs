@@ -708,23 +708,73 @@ fn overlap(a: (u64, u64), b: (u64, u64)) -> bool {
     a.0 < b.1 && b.0 < a.1
 }
 
+/// `--restart always` (every component restarted, etcd members one at a time under the lock).
 #[test]
 fn three_stacked_nodes_due_together_restart_one_at_a_time() {
-    if !etcd_installed("cluster::three_stacked_nodes") {
+    stacked_rotation("cluster::three_stacked_nodes", true);
+}
+
+/// Live rotation (the default): the real etcd members reload their renewed server and peer
+/// certificates without a restart, so no member goes down and the raft leader and term do not
+/// change; the real kube-apiserver is restarted (apiserver-etcd-client cannot be reloaded),
+/// one node at a time under the cluster lock.
+#[test]
+fn etcd_peer_renewal_keeps_the_leader() {
+    stacked_rotation("cluster::etcd_peer_renewal_keeps_the_leader", false);
+}
+
+/// The raft leader and term, as every member reports them (all must agree).
+fn leader_and_term(c: &Stacked3) -> (u64, u64) {
+    let out = c.etcdctl(&["endpoint", "status", "--write-out", "json"]);
+    assert!(out.status.success(), "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let all: Vec<(u64, u64)> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["Status"]["leader"]
+                    .as_u64()
+                    .unwrap_or_else(|| panic!("no leader: {}", out.stdout)),
+                e["Status"]["raftTerm"]
+                    .as_u64()
+                    .unwrap_or_else(|| panic!("no raftTerm: {}", out.stdout)),
+            )
+        })
+        .collect();
+    assert_eq!(all.len(), 3, "{out}");
+    assert!(
+        all.iter().all(|x| *x == all[0]),
+        "members disagree: {all:?}"
+    );
+    all[0]
+}
+
+fn stacked_rotation(test: &str, always: bool) {
+    if !etcd_installed(test) {
         return;
     }
-    let t = TempDir::new("cluster-stacked");
+    let t = TempDir::new(if always {
+        "cluster-stacked"
+    } else {
+        "cluster-live"
+    });
     // The real kube-apiserver v1.20.2 (controller-manager and scheduler: k8s-sim stand-ins).
     let c = Arc::new(Stacked3::start_expiring(&t, "2d", true, true));
     let put = c.etcdctl(&["put", "certrotor-test/kept", "before-rotation"]);
     assert!(put.status.success(), "{put}");
+    let leader_before = leader_and_term(&c);
+    let mode = if always { "always" } else { "live" };
     let sampler = {
         let c = c.clone();
         Sampler::start(move || c.sample())
     };
     let started = Instant::now();
     // The three passes start within the same second.
-    let mut passes: Vec<Background> = (0..3).map(|i| c.spawn_pass(i, "1", &[])).collect();
+    let mut passes: Vec<Background> = (0..3)
+        .map(|i| c.spawn_pass(i, "1", &["--restart", mode]))
+        .collect();
     let deadline = Instant::now() + Duration::from_secs(240);
     while passes.iter_mut().any(|p| p.running()) {
         assert!(Instant::now() < deadline, "passes hung");
@@ -750,16 +800,25 @@ fn three_stacked_nodes_due_together_restart_one_at_a_time() {
             .iter()
             .map(|x| x["component"].as_str().unwrap())
             .collect();
-        assert_eq!(
-            restarted,
-            [
-                "etcd",
-                "kube-apiserver",
-                "kube-controller-manager",
-                "kube-scheduler"
-            ],
-            "node {i}\n{out}"
-        );
+        let all = [
+            "etcd",
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+        ];
+        let reloaded: Vec<&str> = r["reloaded"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["component"].as_str().unwrap())
+            .collect();
+        if always {
+            assert_eq!(restarted, all, "node {i}\n{out}");
+            assert!(reloaded.is_empty(), "node {i}\n{out}");
+        } else {
+            assert_eq!(restarted, all[1..], "node {i}\n{out}");
+            assert_eq!(reloaded, ["etcd"], "node {i}\n{out}");
+        }
         assert_eq!(r["cluster"]["lock"], "acquired", "node {i}\n{out}");
         assert!(r["rolled_back"].is_null(), "node {i}\n{out}");
         reports.push(r);
@@ -769,7 +828,19 @@ fn three_stacked_nodes_due_together_restart_one_at_a_time() {
     let states: Vec<_> = c.nodes.iter().map(|n| n.states()).collect();
     let etcd_windows: Vec<Vec<(u64, u64)>> =
         states.iter().map(|s| down_windows(s, "etcd")).collect();
-    for i in 0..3 {
+    if !always {
+        // No member was ever stopped, and no election happened.
+        assert!(
+            etcd_windows.iter().all(|w| w.is_empty()),
+            "an etcd member was restarted: {etcd_windows:?}"
+        );
+        assert_eq!(
+            leader_and_term(&c),
+            leader_before,
+            "the raft leader or term changed"
+        );
+    }
+    for i in (0..3).filter(|_| always) {
         assert_eq!(etcd_windows[i].len(), 1, "node {i}: {:?}", etcd_windows[i]);
         for j in i + 1..3 {
             assert!(
@@ -793,6 +864,7 @@ fn three_stacked_nodes_due_together_restart_one_at_a_time() {
     for x in &samples {
         let down = x.etcd_up.iter().filter(|u| !**u).count();
         assert!(down <= 1, "two etcd members down at once: {x:?}");
+        assert!(always || down == 0, "an etcd member down: {x:?}");
         assert!(x.api.iter().any(|u| *u), "no apiserver ready: {x:?}");
     }
     let any_member_down = longest(&samples, |x| x.etcd_up.iter().any(|u| !*u));
@@ -809,13 +881,20 @@ fn three_stacked_nodes_due_together_restart_one_at_a_time() {
         .map(|r| r["cluster"]["waited_ms"].as_u64().unwrap_or(0) as u128)
         .collect();
     eprintln!(
-        "FIGURES stacked x3: whole cluster rotated in {} ms; longest window with a member down \
+        "FIGURES stacked x3 --restart {mode}: whole cluster rotated in {} ms; longest window with a member down \
          {} ms (unhealthy, including elections, {} ms); longest window with no apiserver ready \
-         {} ms; lock waits {waited:?} ms; {} samples",
+         {} ms; per node, longest window its apiserver was not ready {:?} ms and its etcd \
+         member down {:?} ms (health polled every 100 ms); lock waits {waited:?} ms; {} samples",
         whole.as_millis(),
         any_member_down.as_millis(),
         any_member_unhealthy.as_millis(),
         no_api.as_millis(),
+        (0..3)
+            .map(|i| longest(&samples, |x| !x.api[i]).as_millis())
+            .collect::<Vec<_>>(),
+        (0..3)
+            .map(|i| longest(&samples, |x| !x.etcd_up[i]).as_millis())
+            .collect::<Vec<_>>(),
         samples.len()
     );
 }
