@@ -714,7 +714,9 @@ fn import_locked(
         };
         let reasons = BTreeMap::from([(
             Component::KubeApiserver,
-            "apiserver-etcd-client was imported and cannot be reloaded".to_string(),
+            "an imported apiserver-etcd-client pair is verified by a restart (import does not wait \
+             for a live reload)"
+                .to_string(),
         )]);
         let (restarted, rolled_back) =
             restart_verified(root, &platform, &components, &reasons, &backup_id, opts);

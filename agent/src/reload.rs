@@ -6,11 +6,11 @@
 //!
 //! | Component | File (catalog name) | Reloads by itself? | Proof |
 //! |---|---|---|---|
-//! | etcd | `etcd-server`, `etcdadm-server` | yes, on the next TLS handshake | `reload_table::etcd_serves_renewed_server_cert_without_restart` |
-//! | etcd | `etcd-peer`, `etcdadm-peer` | yes, on the next peer handshake | `cluster::etcd_peer_renewal_keeps_the_leader` (3 members, leader unchanged) |
-//! | (none: the probe, etcdctl) | `etcd-healthcheck-client`, `etcdadm-etcdctl-etcd-client` | read per connection by the client | `reload_table::etcd_serves_renewed_server_cert_without_restart` (etcdctl with the new pair) |
-//! | kube-apiserver | `apiserver` (serving) | yes, within about a minute (dynamic serving certificate controller) | `reload_table::apiserver_serves_renewed_cert_without_restart` |
-//! | kube-apiserver | `apiserver-etcd-client` | no: read once when the etcd client is built | `reload_table::apiserver_keeps_its_etcd_client_pair_in_memory` |
+//! | etcd | `etcd-server`, `etcdadm-server` | yes, on the next TLS handshake | `platform::kubeadm_renews_reloads_etcd_live_restarts_the_rest_and_verifies` (and the bottlerocket twin) |
+//! | etcd | `etcd-peer`, `etcdadm-peer` | yes, on the next peer handshake | the same (peer port serves the new file) and `cluster::etcd_peer_renewal_keeps_the_leader` (3 members, leader and term unchanged) |
+//! | (none: the probe, etcdctl) | `etcd-healthcheck-client`, `etcdadm-etcdctl-etcd-client` | read per connection by the client | `platform::kubeadm_renews_reloads_etcd_live_restarts_the_rest_and_verifies` (etcdctl with the new pair) |
+//! | kube-apiserver | `apiserver` (serving) | yes, within about a minute (dynamic serving certificate controller) | `cluster::apiserver_serves_renewed_cert_without_restart` |
+//! | kube-apiserver | `apiserver-etcd-client` | yes, at every new connection to etcd; open connections keep the pair they were opened with (etcd checks a client certificate at the handshake only) | `cluster::apiserver_serves_renewed_cert_without_restart` (a refused pair on disk is presented at the next reconnection) |
 //! | kube-apiserver | `apiserver-kubelet-client` | not proven here: restart | upstream (client-go reloads it for new connections, kubernetes#79083; open connections keep the old one, kubernetes#114588); no real kubelet runs here |
 //! | kube-apiserver | `front-proxy-client` | not proven here: restart | no aggregated API server runs here |
 //! | kube-controller-manager | `controller-manager.conf` | no: embedded data, read at start | kubeconfig with `client-certificate-data` |
@@ -78,7 +78,7 @@ pub const TABLE: &[Row] = &[
         reload: Reload::Live {
             typical: Duration::from_secs(0),
         },
-        proof: "reload_table::etcd_serves_renewed_server_cert_without_restart",
+        proof: "platform::kubeadm_renews_reloads_etcd_live_restarts_the_rest_and_verifies",
     },
     Row {
         component: Component::Etcd,
@@ -94,15 +94,17 @@ pub const TABLE: &[Row] = &[
         reload: Reload::Live {
             typical: Duration::from_secs(60),
         },
-        proof: "reload_table::apiserver_serves_renewed_cert_without_restart",
+        proof: "cluster::apiserver_serves_renewed_cert_without_restart",
     },
     Row {
         component: Component::KubeApiserver,
         files: &["apiserver-etcd-client"],
-        reload: Reload::Restart {
-            why: "cannot be reloaded (the etcd client reads it once, at start)",
+        // Read at every new connection to etcd; open connections stay authenticated with the
+        // pair they were opened with (etcd checks a client certificate at the handshake only).
+        reload: Reload::Live {
+            typical: Duration::from_secs(0),
         },
-        proof: "reload_table::apiserver_keeps_its_etcd_client_pair_in_memory",
+        proof: "cluster::apiserver_serves_renewed_cert_without_restart",
     },
     Row {
         component: Component::KubeApiserver,
@@ -233,6 +235,7 @@ mod tests {
             "etcd-healthcheck-client",
             "apiserver",
             "apiserver-etcd-client",
+            "apiserver-kubelet-client",
         ]);
         assert_eq!(
             decide(Component::Etcd, &all, RestartMode::Live),
@@ -241,7 +244,7 @@ mod tests {
         match decide(Component::KubeApiserver, &all, RestartMode::Live) {
             Action::Restart { because } => {
                 assert!(
-                    because.starts_with("apiserver-etcd-client cannot"),
+                    because.starts_with("apiserver-kubelet-client is not proven"),
                     "{because}"
                 )
             }
@@ -250,7 +253,7 @@ mod tests {
         assert_eq!(
             decide(
                 Component::KubeApiserver,
-                &s(&["apiserver"]),
+                &s(&["apiserver", "apiserver-etcd-client"]),
                 RestartMode::Live
             ),
             Action::WaitLive

@@ -1839,10 +1839,11 @@ fn three_daemons_started_in_the_same_second_take_turns() {
 /// Rows `apiserver` and `apiserver-etcd-client` of the reload table. The real kube-apiserver
 /// serves a renewed serving certificate without a restart (its dynamic serving certificate
 /// controller re-reads the files about once a minute): `run --once --cert apiserver` waits for
-/// it and restarts nothing. It does not re-read its etcd client pair: with a pair on disk that
-/// etcd refuses, and its etcd member restarted so that it must reconnect, it is ready again
-/// (it reconnects with the pair it read at start). Up to ~90 s of waiting for the reload loop:
-/// the row cannot be proven faster.
+/// it and restarts nothing. It also re-reads its etcd client pair for every new connection to
+/// etcd (etcd's client TLS loads the files at each handshake): with a pair on disk that etcd
+/// refuses and its etcd member restarted, etcd refuses its reconnections; with the right pair
+/// back it is ready again, never restarted. Up to ~90 s of waiting for the reload loop: the
+/// row cannot be proven faster.
 #[test]
 fn apiserver_serves_renewed_cert_without_restart() {
     if !etcd_installed("cluster::apiserver_serves_renewed_cert_without_restart") {
@@ -1876,7 +1877,7 @@ fn apiserver_serves_renewed_cert_without_restart() {
     assert_eq!(reloaded.len(), 1, "{r:#}");
     assert_eq!(reloaded[0]["component"], "kube-apiserver", "{r:#}");
     let file = fs::read(pki.join("apiserver.crt")).unwrap();
-    let want = fingerprint_of(&file).replace(':', "").to_lowercase();
+    let want = fingerprint_of(&file).replace(':', "").trim().to_lowercase();
     assert!(
         want.ends_with(reloaded[0]["served_sha256"].as_str().unwrap()),
         "served {} but the file is {want}",
@@ -1922,10 +1923,26 @@ fn apiserver_serves_renewed_cert_without_restart() {
         Duration::from_secs(60),
         || c.sample().etcd[0].then_some(()),
     );
-    // Ready again through its reconnected etcd client: the pair it uses is the one in memory.
+    // On reconnecting, the apiserver presents the pair now on disk, which etcd refuses (etcd's
+    // log names the apiserver's handshake): it re-reads the files for every new connection.
+    let etcd_log = n0.root.join("var/log/pods/etcd.log");
     wait_for(
-        "node 0's apiserver ready with the pair it read at start",
+        "etcd to refuse the pair now on disk",
         Duration::from_secs(60),
+        || {
+            fs::read_to_string(&etcd_log)
+                .unwrap_or_default()
+                .contains("certificate signed by unknown authority")
+                .then_some(())
+        },
+    );
+    assert!(!c.sample().api[0], "ready with a pair etcd refuses");
+    // The right pair back on disk: ready again, without a restart.
+    fs::write(pki.join("apiserver-etcd-client.crt"), &saved.0).unwrap();
+    fs::write(pki.join("apiserver-etcd-client.key"), &saved.1).unwrap();
+    wait_for(
+        "node 0's apiserver ready again with the pair on disk",
+        Duration::from_secs(90),
         || c.sample().api[0].then_some(()),
     );
     assert_eq!(
@@ -1933,6 +1950,4 @@ fn apiserver_serves_renewed_cert_without_restart() {
         n0.states()["kube-apiserver"].history,
         "kube-apiserver was restarted"
     );
-    fs::write(pki.join("apiserver-etcd-client.crt"), &saved.0).unwrap();
-    fs::write(pki.join("apiserver-etcd-client.key"), &saved.1).unwrap();
 }

@@ -102,7 +102,7 @@ fn happy_flow(test: &str, platform: Platform, always: bool) {
             (true, _) => assert!(reason.starts_with("--restart always"), "{out}"),
             (false, "kube-apiserver") => {
                 assert!(
-                    reason.contains("apiserver-etcd-client cannot be reloaded"),
+                    reason.contains("apiserver-kubelet-client is not proven to reload"),
                     "{reason}\n{out}"
                 )
             }
