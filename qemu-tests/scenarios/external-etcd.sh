@@ -41,7 +41,7 @@ node_pki_sums etcd-before.sha $E
 
 # 1. renew the etcd node
 node_certrotor --superpowered certrotor-etcd etcd-run \
-  "run --once --root $CR$E --platform bottlerocket --api-socket $CR/run/etcd-node/api.sock --restart-timeout 120s --poll-interval 200ms --output json"
+  "run --once --root $CR$E --platform bottlerocket --api-socket $CR/run/etcd-node/api.sock --restart-timeout 120s --poll-interval 200ms --restart always --output json"
 e2e_check "etcd node run exit 0" [ "$(cat "$E2E_OUT/etcd-run.rc")" = 0 ]
 e2e_check "etcd healthy after renewal" e2e_wait_for 60 etcd_ok endpoint health
 e2e_save etcd-served "$(node_served_sha $((2379 + O)) -cert $EP/etcdctl-etcd-client.crt -key $EP/etcdctl-etcd-client.key) $(node_file_sha $EP/server.crt)"

@@ -24,7 +24,7 @@ node_pki_sums pki-before.sha /
 node_served served-before.txt / 0
 
 node_certrotor --superpowered certrotor run \
-  "run --once --platform bottlerocket --restart-timeout 120s --poll-interval 200ms --output json $EXTRA"
+  "run --once --platform bottlerocket --restart-timeout 120s --poll-interval 200ms --restart always --output json $EXTRA"
 e2e_check "certrotor run exit 0" [ "$(cat "$E2E_OUT/run.rc")" = 0 ]
 
 e2e_check "control plane healthy after" node_wait_healthy / 0 60
