@@ -433,6 +433,10 @@ struct LabInitCmd {
     /// side (default 0)
     #[argh(option, default = "0")]
     port_offset: u16,
+    /// also write a kube-vip-like static pod that mounts admin.conf as a single file (as EKS
+    /// Anywhere control planes run)
+    #[argh(switch)]
+    kube_vip: bool,
 }
 
 /// The platform flags `run`, `daemon` and `etcd-client import` share, once parsed.
@@ -892,6 +896,11 @@ fn lab_init(c: LabInitCmd) -> Result<u8, CliError> {
         now: clock::now(),
     };
     let summary = lab::init(&c.dir, &opts).map_err(CliError::Lab)?;
+    if c.kube_vip {
+        for root in &summary.roots {
+            lab::add_kube_vip(root, c.layout).map_err(CliError::Lab)?;
+        }
+    }
     for root in &summary.roots {
         println!("lab node written: {}", root.display());
     }

@@ -705,6 +705,22 @@ fn write_etcd_node(
 /// Where `lab init` writes static pod manifests: the kubelet's folder on a kubeadm host; on
 /// Bottlerocket the manifests live in API settings, and EKS Anywhere keeps copies in
 /// `/var/lib/kubeadm/manifests`, which tests load into the API emulator.
+/// Adds a kube-vip-like static pod (`manifests::kube_vip`) to a control-plane node written by
+/// [`init`]; an etcd-only node (no admin.conf) gets none.
+pub fn add_kube_vip(root: &Path, layout: LabLayout) -> Result<(), LabError> {
+    let kdir = match layout {
+        LabLayout::Kubeadm => crate::catalog::paths::KUBEADM_DIR,
+        LabLayout::Bottlerocket => crate::catalog::paths::BOTTLEROCKET_KUBEADM_DIR,
+    };
+    if !root.join(kdir).join("admin.conf").is_file() {
+        return Ok(());
+    }
+    let (file, yaml) = crate::manifests::kube_vip(&format!("/{kdir}"));
+    let path = root.join(manifest_dir(layout)).join(file);
+    crate::fsutil::write_atomic(&path, yaml.as_bytes(), 0o600)
+        .map_err(|e| LabError(format!("cannot write '{}': {e}", path.display())))
+}
+
 pub fn manifest_dir(layout: LabLayout) -> &'static str {
     match layout {
         LabLayout::Kubeadm => crate::catalog::paths::KUBEADM_MANIFESTS,

@@ -291,12 +291,91 @@ pub fn etcdadm_etcd(
     )
 }
 
+/// A kube-vip-like static pod, as EKS Anywhere runs on control planes to hold the API VIP: it
+/// mounts the admin kubeconfig (`admin.conf`; `super-admin.conf` on newer releases) as a
+/// single-file hostPath. The lab's process is a stand-in that runs while the mounted kubeconfig
+/// is readable (kubelet-sim rewrites the last argument to the node's file).
+pub fn kube_vip(kubeadm_dir: &str) -> (String, String) {
+    let conf = "/etc/kubernetes/admin.conf";
+    let cmd: Vec<String> = vec![
+        "sh".into(),
+        "-c".into(),
+        "'while test -r \"$0\"; do sleep 1; done'".into(),
+        conf.into(),
+    ];
+    let host = format!("{kubeadm_dir}/admin.conf");
+    (
+        "kube-vip.yaml".into(),
+        pod("kube-vip", &cmd, &[("kubeconfig", &host, conf)]),
+    )
+}
+
+/// A static pod (other than the four control-plane components, which the reload table covers)
+/// that mounts a renewed file.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Consumer {
+    /// The static pod (Bottlerocket: its setting name; kubeadm: its manifest file).
+    pub pod: String,
+    /// The renewed file, relative to the node root.
+    pub file: String,
+    /// Mounted as a single file (a bind mount of the inode: a rename never reaches it).
+    pub single_file: bool,
+    /// What the pod sees, and what to do.
+    pub reason: String,
+}
+
+/// The static pods in `pods` other than the four components whose hostPath volumes hold a
+/// renewed file (`renewed`: paths relative to `root`): the volume is the file itself, or a
+/// folder above it.
+pub fn other_consumers(
+    root: &std::path::Path,
+    pods: &[(String, PodInfo)],
+    renewed: &[String],
+) -> Vec<Consumer> {
+    let mut out = Vec::new();
+    for (pod, info) in pods.iter().filter(|(_, i)| i.component().is_none()) {
+        for file in renewed {
+            let hit = info.host_paths.iter().find_map(|hp| {
+                let hp = hp.trim_start_matches('/').trim_end_matches('/');
+                if hp == file {
+                    Some(true)
+                } else if hp.is_empty() || file.starts_with(&format!("{hp}/")) {
+                    Some(root.join(hp).is_file())
+                } else {
+                    None
+                }
+            });
+            let Some(single_file) = hit else { continue };
+            let reason = if single_file {
+                format!(
+                    "static pod '{pod}' mounts {file} as a single file: after the renewal's \
+                     rename it keeps the old file until it is restarted; restart it"
+                )
+            } else {
+                format!(
+                    "static pod '{pod}' mounts the folder of {file}; whether it reloads the file \
+                     is unknown: restart it"
+                )
+            };
+            out.push(Consumer {
+                pod: pod.clone(),
+                file: file.clone(),
+                single_file,
+                reason,
+            });
+        }
+    }
+    out
+}
+
 /// A static pod manifest, read back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodInfo {
     pub name: String,
     /// The first container's command and args.
     pub argv: Vec<String>,
+    /// The paths of its hostPath volumes (on the node).
+    pub host_paths: Vec<String>,
 }
 
 impl PodInfo {
@@ -312,7 +391,22 @@ impl PodInfo {
                 argv.extend(list.iter().filter_map(Value::as_str).map(str::to_string));
             }
         }
-        Some(PodInfo { name, argv })
+        let host_paths = doc
+            .get("spec")?
+            .get("volumes")
+            .and_then(Value::as_sequence)
+            .map(|v| {
+                v.iter()
+                    .filter_map(|vol| vol.get("hostPath")?.get("path")?.as_str())
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default();
+        Some(PodInfo {
+            name,
+            argv,
+            host_paths,
+        })
     }
 
     /// The component this pod runs, by its binary or pod name.
@@ -438,5 +532,43 @@ mod tests {
             Some(Component::KubeApiserver)
         );
         assert_eq!(Component::reading("admin.conf"), None);
+    }
+
+    #[test]
+    fn kube_vip_is_a_consumer_of_admin_conf() {
+        let dir = std::env::temp_dir().join(format!("certrotor-kv-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("var/lib/kubeadm/pki")).unwrap();
+        std::fs::write(dir.join("var/lib/kubeadm/admin.conf"), b"x").unwrap();
+        let p = ManifestParams {
+            kubeadm_dir: "/var/lib/kubeadm",
+            node_name: "cp-1",
+            advertise_address: [10, 0, 0, 10].into(),
+            port_offset: 0,
+            external_etcd: None,
+            etcd_client_cert: "apiserver-etcd-client.crt",
+        };
+        let mut pods: Vec<(String, PodInfo)> = control_plane(&p)
+            .into_iter()
+            .chain([kube_vip("/var/lib/kubeadm")])
+            .map(|(f, y)| (f, PodInfo::parse(y.as_bytes()).unwrap()))
+            .collect();
+        let kv = &pods.last().unwrap().1;
+        assert_eq!(kv.component(), None);
+        assert_eq!(kv.host_paths, ["/var/lib/kubeadm/admin.conf"]);
+        let renewed = vec![
+            "var/lib/kubeadm/admin.conf".to_string(),
+            "var/lib/kubeadm/pki/apiserver.crt".to_string(),
+        ];
+        let c = other_consumers(&dir, &pods, &renewed);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert_eq!(c[0].pod, "kube-vip.yaml");
+        assert!(c[0].single_file);
+        // A pod mounting the folder holding a renewed file is a consumer too.
+        pods[4].1.host_paths = vec!["/var/lib/kubeadm/pki".into()];
+        let c = other_consumers(&dir, &pods, &renewed);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert_eq!(c[0].file, "var/lib/kubeadm/pki/apiserver.crt");
+        assert!(!c[0].single_file);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

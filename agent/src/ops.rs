@@ -259,6 +259,8 @@ pub struct RunReport {
     pub reloaded: Vec<Reloaded>,
     /// Components restarted, each with its reason.
     pub restarted: Vec<Restarted>,
+    /// Other static pods that mount a renewed file (from their manifests), with what to do.
+    pub other_consumers: Vec<crate::manifests::Consumer>,
     /// Set when verification failed and the backup was restored.
     pub rolled_back: Option<RolledBack>,
     /// Cluster mode: the lock, the gates and what was waited for.
@@ -353,6 +355,22 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, OpsError> {
         }
     }
     let names: Vec<String> = renewed.plan.items.iter().map(|i| i.name.clone()).collect();
+    // Consumers from the manifests: static pods other than the four components that mount a
+    // renewed file (kube-vip mounts admin.conf as a single file).
+    let other_consumers = if renewed.files_written.is_empty() {
+        vec![]
+    } else {
+        match restart::pods(&platform) {
+            Ok(pods) => crate::manifests::other_consumers(root, &pods, &renewed.files_written),
+            Err(e) => {
+                log::warn!("cannot list the static pods that mount renewed files: {e}");
+                vec![]
+            }
+        }
+    };
+    for c in &other_consumers {
+        log::warn!("{}", c.reason);
+    }
     let mut components = if renewed.backup_id.is_some() {
         restart::components_for(&names)
     } else {
@@ -434,6 +452,7 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, OpsError> {
         platform: platform.name().into(),
         components: components.clone(),
         reloaded,
+        other_consumers,
         restarted: vec![],
         rolled_back: None,
         cluster: cluster_report,

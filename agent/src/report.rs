@@ -214,6 +214,9 @@ pub fn renew_table(r: &RenewReport, restart_hint: bool) -> String {
 /// The restart part of one `run` pass (after [`renew_table`]).
 pub fn run_table(r: &RunReport) -> String {
     let mut out = String::new();
+    for c in &r.other_consumers {
+        out.push_str(&format!("NOTE: {}\n", c.reason));
+    }
     if let Some(i) = &r.import {
         out.push_str(&format!(
             "Installed the apiserver-etcd-client pair published through etcd ({} files, backup {}); kube-apiserver: {}\n",

@@ -427,3 +427,49 @@ fn dry_run_changes_and_restarts_nothing() {
     assert_eq!(served_now(&node), old);
     assert!(node.backup_kinds().is_empty(), "{out}");
 }
+
+/// Consumers from the manifests (issue 11 point 2): a kube-vip-like static pod (what `lab init
+/// --kube-vip` adds) mounts admin.conf as a single file. After a renewal of admin.conf the pass
+/// finds it from its manifest and reports it with what to do. Its process is a stand-in (a
+/// shell loop that runs while the mounted kubeconfig is readable), not kube-vip; certrotor does
+/// not restart it yet (it has no health endpoint to verify it by): that is reported.
+#[test]
+fn kubeadm_finds_kube_vip_mounting_admin_conf() {
+    let Some(node) = Node::start("kubeadm-kube-vip", Platform::Kubeadm, None) else {
+        return;
+    };
+    certrotor::lab::add_kube_vip(&node.root, certrotor::lab::LabLayout::Kubeadm).unwrap();
+    let state = node.state_dir().join("kube-vip.json");
+    wait_for(
+        "the kube-vip stand-in running",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || {
+            let s: testbed::kubelet_sim::PodState =
+                serde_json::from_slice(&std::fs::read(&state).map_err(|e| e.to_string())?)
+                    .map_err(|e| e.to_string())?;
+            s.running.then_some(()).ok_or(format!("{s:?}"))
+        },
+    );
+    let out = node.run_once("kubeadm", "30s", &["--output", "json"]);
+    out.expect(0);
+    let r = out.json();
+    let c = r["other_consumers"].as_array().unwrap();
+    assert_eq!(c.len(), 1, "{out}");
+    assert_eq!(c[0]["pod"], "kube-vip.yaml", "{out}");
+    assert_eq!(c[0]["file"], "etc/kubernetes/admin.conf", "{out}");
+    assert_eq!(c[0]["single_file"], true, "{out}");
+    assert!(
+        out.stderr
+            .contains("mounts etc/kubernetes/admin.conf as a single file"),
+        "{out}"
+    );
+    // The text report says it too.
+    let text = node.run_once("kubeadm", "30s", &["--all"]);
+    text.expect(0);
+    assert!(
+        text.stdout
+            .contains("NOTE: static pod 'kube-vip.yaml' mounts etc/kubernetes/admin.conf"),
+        "{text}"
+    );
+}
