@@ -898,7 +898,7 @@ fn lab_init(c: LabInitCmd) -> Result<u8, CliError> {
     let summary = lab::init(&c.dir, &opts).map_err(CliError::Lab)?;
     if c.kube_vip {
         for root in &summary.roots {
-            lab::add_kube_vip(root, c.layout).map_err(CliError::Lab)?;
+            lab::add_kube_vip(root, c.layout, c.port_offset).map_err(CliError::Lab)?;
         }
     }
     for root in &summary.roots {

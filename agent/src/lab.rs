@@ -707,7 +707,7 @@ fn write_etcd_node(
 /// `/var/lib/kubeadm/manifests`, which tests load into the API emulator.
 /// Adds a kube-vip-like static pod (`manifests::kube_vip`) to a control-plane node written by
 /// [`init`]; an etcd-only node (no admin.conf) gets none.
-pub fn add_kube_vip(root: &Path, layout: LabLayout) -> Result<(), LabError> {
+pub fn add_kube_vip(root: &Path, layout: LabLayout, port_offset: u16) -> Result<(), LabError> {
     let kdir = match layout {
         LabLayout::Kubeadm => crate::catalog::paths::KUBEADM_DIR,
         LabLayout::Bottlerocket => crate::catalog::paths::BOTTLEROCKET_KUBEADM_DIR,
@@ -715,7 +715,7 @@ pub fn add_kube_vip(root: &Path, layout: LabLayout) -> Result<(), LabError> {
     if !root.join(kdir).join("admin.conf").is_file() {
         return Ok(());
     }
-    let (file, yaml) = crate::manifests::kube_vip(&format!("/{kdir}"));
+    let (file, yaml) = crate::manifests::kube_vip(&format!("/{kdir}"), port_offset);
     let path = root.join(manifest_dir(layout)).join(file);
     crate::fsutil::write_atomic(&path, yaml.as_bytes(), 0o600)
         .map_err(|e| LabError(format!("cannot write '{}': {e}", path.display())))

@@ -17,6 +17,8 @@ pub mod ports {
     pub const APISERVER: u16 = 6443;
     pub const CONTROLLER_MANAGER: u16 = 10257;
     pub const SCHEDULER: u16 = 10259;
+    /// The lab's kube-vip stand-in's health port.
+    pub const KUBE_VIP_HEALTH: u16 = 2112;
 }
 
 /// The control-plane components certrotor restarts, in restart order.
@@ -293,21 +295,22 @@ pub fn etcdadm_etcd(
 
 /// A kube-vip-like static pod, as EKS Anywhere runs on control planes to hold the API VIP: it
 /// mounts the admin kubeconfig (`admin.conf`; `super-admin.conf` on newer releases) as a
-/// single-file hostPath. The lab's process is a stand-in that runs while the mounted kubeconfig
-/// is readable (kubelet-sim rewrites the last argument to the node's file).
-pub fn kube_vip(kubeadm_dir: &str) -> (String, String) {
-    let conf = "/etc/kubernetes/admin.conf";
-    let cmd: Vec<String> = vec![
-        "sh".into(),
-        "-c".into(),
-        "'while test -r \"$0\"; do sleep 1; done'".into(),
-        conf.into(),
-    ];
-    let host = format!("{kubeadm_dir}/admin.conf");
-    (
-        "kube-vip.yaml".into(),
-        pod("kube-vip", &cmd, &[("kubeconfig", &host, conf)]),
-    )
+/// single-file hostPath. In the lab its command is the k8s-sim kube-vip stand-in (it reads the
+/// kubeconfig at start and is healthy only while its client certificate reaches the apiserver);
+/// its liveness probe is what certrotor verifies it by.
+pub fn kube_vip(kubeadm_dir: &str, port_offset: u16) -> (String, String) {
+    let port = ports::KUBE_VIP_HEALTH + port_offset;
+    let yaml = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: kube-vip\n  namespace: kube-system\nspec:\n  \
+         containers:\n  - command:\n    - kube-vip\n    - --kubeconfig=/etc/kubernetes/admin.conf\n    \
+         - --bind-address=127.0.0.1\n    - --secure-port={port}\n    \
+         image: ghcr.io/kube-vip/kube-vip:v0.8.9\n    livenessProbe:\n      httpGet:\n        \
+         host: 127.0.0.1\n        path: /healthz\n        port: {port}\n        scheme: HTTPS\n    \
+         name: kube-vip\n    volumeMounts:\n    - mountPath: /etc/kubernetes/admin.conf\n      \
+         name: kubeconfig\n  hostNetwork: true\n  volumes:\n  - hostPath:\n      \
+         path: {kubeadm_dir}/admin.conf\n      type: FileOrCreate\n    name: kubeconfig\n"
+    );
+    ("kube-vip.yaml".into(), yaml)
 }
 
 /// A static pod (other than the four control-plane components, which the reload table covers)
@@ -349,12 +352,12 @@ pub fn other_consumers(
             let reason = if single_file {
                 format!(
                     "static pod '{pod}' mounts {file} as a single file: after the renewal's \
-                     rename it keeps the old file until it is restarted; restart it"
+                     rename it keeps the old file until it is restarted"
                 )
             } else {
                 format!(
                     "static pod '{pod}' mounts the folder of {file}; whether it reloads the file \
-                     is unknown: restart it"
+                     is unknown"
                 )
             };
             out.push(Consumer {
@@ -376,6 +379,8 @@ pub struct PodInfo {
     pub argv: Vec<String>,
     /// The paths of its hostPath volumes (on the node).
     pub host_paths: Vec<String>,
+    /// Its first container's HTTPS liveness (else readiness) probe: address and path.
+    pub health: Option<(SocketAddr, String)>,
 }
 
 impl PodInfo {
@@ -402,10 +407,28 @@ impl PodInfo {
                     .collect()
             })
             .unwrap_or_default();
+        let health = ["livenessProbe", "readinessProbe"].iter().find_map(|k| {
+            let get = container.get(k)?.get("httpGet")?;
+            if get.get("scheme").and_then(Value::as_str) != Some("HTTPS") {
+                return None;
+            }
+            let port = u16::try_from(get.get("port")?.as_u64()?).ok()?;
+            let ip: IpAddr = match get.get("host").and_then(Value::as_str) {
+                Some(h) => h.parse().ok()?,
+                None => IpAddr::from([127, 0, 0, 1]),
+            };
+            let path = get
+                .get("path")
+                .and_then(Value::as_str)
+                .unwrap_or("/")
+                .to_string();
+            Some((SocketAddr::new(ip, port), path))
+        });
         Some(PodInfo {
             name,
             argv,
             host_paths,
+            health,
         })
     }
 
@@ -549,12 +572,16 @@ mod tests {
         };
         let mut pods: Vec<(String, PodInfo)> = control_plane(&p)
             .into_iter()
-            .chain([kube_vip("/var/lib/kubeadm")])
+            .chain([kube_vip("/var/lib/kubeadm", 0)])
             .map(|(f, y)| (f, PodInfo::parse(y.as_bytes()).unwrap()))
             .collect();
         let kv = &pods.last().unwrap().1;
         assert_eq!(kv.component(), None);
         assert_eq!(kv.host_paths, ["/var/lib/kubeadm/admin.conf"]);
+        assert_eq!(
+            kv.health,
+            Some(("127.0.0.1:2112".parse().unwrap(), "/healthz".to_string()))
+        );
         let renewed = vec![
             "var/lib/kubeadm/admin.conf".to_string(),
             "var/lib/kubeadm/pki/apiserver.crt".to_string(),

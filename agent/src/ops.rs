@@ -259,8 +259,13 @@ pub struct RunReport {
     pub reloaded: Vec<Reloaded>,
     /// Components restarted, each with its reason.
     pub restarted: Vec<Restarted>,
-    /// Other static pods that mount a renewed file (from their manifests), with what to do.
+    /// Other static pods that mount a renewed file (from their manifests), and why they need a
+    /// restart.
     pub other_consumers: Vec<crate::manifests::Consumer>,
+    /// Those restarted and healthy again.
+    pub restarted_pods: Vec<restart::RestartedPod>,
+    /// Those that could not be restarted or did not come back healthy: a person must look.
+    pub pod_errors: Vec<String>,
     /// Set when verification failed and the backup was restored.
     pub rolled_back: Option<RolledBack>,
     /// Cluster mode: the lock, the gates and what was waited for.
@@ -453,13 +458,17 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, OpsError> {
         components: components.clone(),
         reloaded,
         other_consumers,
+        restarted_pods: vec![],
+        pod_errors: vec![],
         restarted: vec![],
         rolled_back: None,
         cluster: cluster_report,
         import: imported,
         duration_ms: 0,
     };
-    if components.is_empty() || matches!(platform, Platform::None) {
+    if (components.is_empty() && report.other_consumers.is_empty())
+        || matches!(platform, Platform::None)
+    {
         if !components.is_empty() {
             log::warn!(
                 "platform none: restart {} so that they use the new certificates",
@@ -473,7 +482,18 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, OpsError> {
         report.duration_ms = started.elapsed().as_millis();
         return Ok(report);
     }
-    if to_restart.is_empty() {
+    // One restart per consumer pod, even when it mounts several renewed files.
+    let mut pods_to_restart: Vec<crate::manifests::Consumer> = Vec::new();
+    for c in &report.other_consumers {
+        match pods_to_restart.iter_mut().find(|p| p.pod == c.pod) {
+            Some(p) => {
+                p.file = format!("{}, {}", p.file, c.file);
+                p.reason = format!("{}; {}", p.reason, c.reason);
+            }
+            None => pods_to_restart.push(c.clone()),
+        }
+    }
+    if to_restart.is_empty() && pods_to_restart.is_empty() {
         // Everything reloaded live: no restart, so no cluster lock either.
         clear_pending(root);
         report.duration_ms = started.elapsed().as_millis();
@@ -496,6 +516,18 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, OpsError> {
     };
     let (restarted, rolled_back) =
         restart_verified(root, &platform, &components, &reasons, &backup_id, opts);
+    // Then the other consumers, one at a time, each verified by its health.
+    if rolled_back.is_none() {
+        for c in &pods_to_restart {
+            match restart::restart_pod(root, &platform, c, &opts.restart) {
+                Ok(r) => report.restarted_pods.push(r),
+                Err(e) => {
+                    log::error!("{e}");
+                    report.pod_errors.push(e.to_string());
+                }
+            }
+        }
+    }
     if let (Some(g), Some(c)) = (&_cluster_lock, report.cluster.as_mut()) {
         c.lock_lost = g.lost();
     }

@@ -215,7 +215,17 @@ pub fn renew_table(r: &RenewReport, restart_hint: bool) -> String {
 pub fn run_table(r: &RunReport) -> String {
     let mut out = String::new();
     for c in &r.other_consumers {
-        out.push_str(&format!("NOTE: {}\n", c.reason));
+        let done = r.restarted_pods.iter().find(|p| p.pod == c.pod);
+        out.push_str(&match done {
+            Some(p) => format!(
+                "  {:<24} unavailable {:>6} ms  healthy; restarted because {}\n",
+                c.pod, p.unavailable_ms, c.reason
+            ),
+            None => format!("NOTE: {}: restart it\n", c.reason),
+        });
+    }
+    for e in &r.pod_errors {
+        out.push_str(&format!("NOT RESTARTED: {e}\n"));
     }
     if let Some(i) = &r.import {
         out.push_str(&format!(

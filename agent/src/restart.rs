@@ -798,3 +798,73 @@ pub fn parse_endpoint(text: &str) -> Result<(Component, SocketAddr), String> {
         .map_err(|_| format!("--endpoint '{text}': '{addr}' is not IP:PORT"))?;
     Ok((component, addr))
 }
+
+/// A static pod other than the four components, restarted because it mounts a renewed file.
+#[derive(Debug, Clone, Serialize)]
+pub struct RestartedPod {
+    pub pod: String,
+    pub file: String,
+    /// From stop to healthy.
+    pub unavailable_ms: u128,
+    pub reason: String,
+}
+
+/// Restarts the static pod of `consumer` (see [`crate::manifests::other_consumers`]) and
+/// verifies it by its HTTPS liveness or readiness probe (its health, from its manifest). A pod
+/// without such a probe is not restarted: nothing could prove that the kubelet stopped it and
+/// that it came back; the error says to restart it by hand.
+pub fn restart_pod(
+    root: &Path,
+    platform: &Platform,
+    consumer: &crate::manifests::Consumer,
+    opts: &RestartOptions,
+) -> Result<RestartedPod, RestartError> {
+    let pod = &consumer.pod;
+    let found = pods(platform)?;
+    let info = found
+        .iter()
+        .find(|(p, _)| p == pod)
+        .map(|(_, i)| i)
+        .ok_or_else(|| fail(None, format!("static pod '{pod}' is gone")))?;
+    let (address, path) = info.health.clone().ok_or_else(|| {
+        fail(
+            None,
+            format!(
+                "static pod '{pod}' has no HTTPS liveness or readiness probe to verify a restart \
+                 by; restart it yourself"
+            ),
+        )
+    })?;
+    // Its own serving certificate is not certrotor's: any is accepted, health is what counts.
+    let probe = Probe {
+        address,
+        path,
+        ca_pem: None,
+        client_cert_pem: None,
+        client_key_pem: None,
+        timeout: opts.timeout.min(Duration::from_secs(5)),
+    };
+    log::info!(
+        "restarting static pod '{pod}' (platform {}) because {}",
+        platform.name(),
+        consumer.reason
+    );
+    let t0 = Instant::now();
+    stop(root, platform, pod, None)?;
+    let stopped = verify::wait_closed(address, opts.timeout, opts.poll)
+        .map_err(|e| fail(None, format!("static pod '{pod}': {}", e.0)));
+    let started = start(root, platform, pod, None);
+    stopped?;
+    started?;
+    clear_marker(root);
+    verify::wait_for(&probe, opts.timeout, opts.poll, |o| o.healthy())
+        .map_err(|e| fail(None, format!("static pod '{pod}': {}", e.0)))?;
+    let unavailable_ms = t0.elapsed().as_millis();
+    log::info!("static pod '{pod}' healthy again after {unavailable_ms} ms");
+    Ok(RestartedPod {
+        pod: pod.clone(),
+        file: consumer.file.clone(),
+        unavailable_ms,
+        reason: consumer.reason.clone(),
+    })
+}

@@ -429,28 +429,33 @@ fn dry_run_changes_and_restarts_nothing() {
 }
 
 /// Consumers from the manifests (issue 11 point 2): a kube-vip-like static pod (what `lab init
-/// --kube-vip` adds) mounts admin.conf as a single file. After a renewal of admin.conf the pass
-/// finds it from its manifest and reports it with what to do. Its process is a stand-in (a
-/// shell loop that runs while the mounted kubeconfig is readable), not kube-vip; certrotor does
-/// not restart it yet (it has no health endpoint to verify it by): that is reported.
+/// --kube-vip` adds: the k8s-sim kube-vip stand-in, which reads its kubeconfig at start) mounts
+/// admin.conf as a single file. After a renewal the pass finds it from its manifest, restarts it
+/// (after the components, one at a time) with its reason, and verifies it by its liveness
+/// probe; on a second pass that renews only admin.conf, no component reads it: only kube-vip is
+/// restarted.
 #[test]
-fn kubeadm_finds_kube_vip_mounting_admin_conf() {
+fn kubeadm_restarts_kube_vip_mounting_admin_conf() {
     let Some(node) = Node::start("kubeadm-kube-vip", Platform::Kubeadm, None) else {
         return;
     };
-    certrotor::lab::add_kube_vip(&node.root, certrotor::lab::LabLayout::Kubeadm).unwrap();
+    certrotor::lab::add_kube_vip(&node.root, certrotor::lab::LabLayout::Kubeadm, node.offset)
+        .unwrap();
     let state = node.state_dir().join("kube-vip.json");
+    let read_state = || -> Result<testbed::kubelet_sim::PodState, String> {
+        serde_json::from_slice(&std::fs::read(&state).map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())
+    };
     wait_for(
         "the kube-vip stand-in running",
         Duration::from_secs(30),
         Duration::from_millis(100),
         || {
-            let s: testbed::kubelet_sim::PodState =
-                serde_json::from_slice(&std::fs::read(&state).map_err(|e| e.to_string())?)
-                    .map_err(|e| e.to_string())?;
+            let s = read_state()?;
             s.running.then_some(()).ok_or(format!("{s:?}"))
         },
     );
+    let before = read_state().unwrap();
     let out = node.run_once("kubeadm", "30s", &["--output", "json"]);
     out.expect(0);
     let r = out.json();
@@ -459,17 +464,39 @@ fn kubeadm_finds_kube_vip_mounting_admin_conf() {
     assert_eq!(c[0]["pod"], "kube-vip.yaml", "{out}");
     assert_eq!(c[0]["file"], "etc/kubernetes/admin.conf", "{out}");
     assert_eq!(c[0]["single_file"], true, "{out}");
+    let pods = r["restarted_pods"].as_array().unwrap();
+    assert_eq!(pods.len(), 1, "{out}");
+    assert_eq!(pods[0]["pod"], "kube-vip.yaml", "{out}");
     assert!(
-        out.stderr
+        pods[0]["reason"]
+            .as_str()
+            .unwrap()
             .contains("mounts etc/kubernetes/admin.conf as a single file"),
         "{out}"
     );
-    // The text report says it too.
-    let text = node.run_once("kubeadm", "30s", &["--all"]);
+    assert_eq!(r["pod_errors"], serde_json::json!([]), "{out}");
+    // kubelet-sim saw it restarted once, after the components.
+    let after = read_state().unwrap();
+    assert_eq!(after.history.len(), before.history.len() + 1, "{after:?}");
+    assert!(after.running, "{after:?}");
+    let sched = &node.states()["kube-scheduler"];
+    assert!(
+        after.history.last().unwrap().started_at_ms >= sched.history.last().unwrap().started_at_ms,
+        "kube-vip restarted before the scheduler"
+    );
+
+    // admin.conf alone: no component reads it, kube-vip alone is restarted.
+    let text = node.run_once("kubeadm", "30s", &["--cert", "admin.conf"]);
     text.expect(0);
     assert!(
-        text.stdout
-            .contains("NOTE: static pod 'kube-vip.yaml' mounts etc/kubernetes/admin.conf"),
+        text.stdout.contains("kube-vip.yaml")
+            && text
+                .stdout
+                .contains("restarted because static pod 'kube-vip.yaml' mounts"),
         "{text}"
+    );
+    assert_eq!(
+        read_state().unwrap().history.len(),
+        before.history.len() + 2
     );
 }

@@ -342,7 +342,8 @@ impl Node {
         };
         let bin = node.dir.join("bin");
         fs::create_dir_all(&bin).unwrap();
-        for name in &PODS[1..] {
+        // kube-vip: the stand-in of `lab init --kube-vip`'s pod, for the tests that add it.
+        for name in PODS[1..].iter().chain(&["kube-vip"]) {
             std::os::unix::fs::symlink(&k8s_sim, bin.join(name)).unwrap();
         }
         let root = node.root.to_str().unwrap().to_string();
