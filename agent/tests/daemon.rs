@@ -149,10 +149,11 @@ fn daemon_survives_a_closed_stderr() {
     // More passes (and log lines) after the renewal; still alive.
     std::thread::sleep(Duration::from_secs(3));
     assert!(child.try_wait().unwrap().is_none(), "the daemon died");
-    // SAFETY: kill(2) on a child pid we own.
-    unsafe {
-        libc::kill(child.id() as i32, libc::SIGTERM);
-    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {
