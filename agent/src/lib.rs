@@ -11,6 +11,7 @@ pub mod clock;
 pub mod demo;
 pub mod engine;
 pub mod etcd_client;
+pub mod foreign_ca;
 pub mod fsutil;
 pub mod inventory;
 pub mod kubeconfig;

@@ -128,11 +128,15 @@ fn renew_locked(
         return Ok(report);
     }
     before_write(&report.plan)?;
-    let crate::engine::Output { issued, validity } =
-        crate::engine::issue(root, &report.plan, &opts.engine)
-            .map_err(|e| Failure::failed(format!("{e}; nothing was changed")))?;
+    let crate::engine::Output {
+        mut issued,
+        validity,
+    } = crate::engine::issue(root, &report.plan, &opts.engine)
+        .map_err(|e| Failure::failed(format!("{e}; nothing was changed")))?;
     renew::validate_with(&issued, &report.plan, validity)
         .map_err(|e| Failure::failed(e.to_string()))?;
+    // Test-only: breaks a certificate after validation (CERTROTOR_FAILPOINT=foreign-ca:NAME).
+    crate::foreign_ca::apply(&mut issued).map_err(Failure::failed)?;
     let changes = renew::changes(&issued);
     let outcome = txn::apply(root, &changes, "renew", now, opts.retention).map_err(txn_failure)?;
     report.backup_id = Some(outcome.backup_id);
