@@ -447,3 +447,38 @@ fn dry_run_changes_and_restarts_nothing() {
     assert_eq!(served_now(&node), old);
     assert!(node.backup_kinds().is_empty(), "{out}");
 }
+
+/// The failpoint itself, without a control plane: `renew` with
+/// `CERTROTOR_FAILPOINT=foreign-ca:apiserver-etcd-client` writes an apiserver-etcd-client that
+/// the etcd CA does not sign (openssl says so) but whose key matches, and every other
+/// certificate as usual.
+#[test]
+fn foreign_ca_failpoint_resigns_one_certificate_after_validation() {
+    use crate::util::{TestDir, openssl_verify, public_keys};
+    let dir = TestDir::new("foreign-ca");
+    let root = dir.lab(
+        "node",
+        &["--expires-in", "2d", "--key-algorithm", "ecdsa-p256"],
+    );
+    let out = std::process::Command::new(platform_util::CERTROTOR)
+        .args(["renew", "--root", root.to_str().unwrap()])
+        .env("CERTROTOR_FAILPOINT", "foreign-ca:apiserver-etcd-client")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("CERTROTOR-FAILPOINT foreign-ca:apiserver-etcd-client"),
+        "{stderr}"
+    );
+    let pki = root.join("etc/kubernetes/pki");
+    let client = pki.join("apiserver-etcd-client.crt");
+    let refused = openssl_verify(&pki.join("etcd/ca.crt"), &client, true);
+    assert!(refused.is_err(), "the etcd CA still signs it: {stderr}");
+    let (cert_key, key) = public_keys(&client, &pki.join("apiserver-etcd-client.key"));
+    assert_eq!(cert_key, key, "the key no longer matches");
+    openssl_verify(&pki.join("etcd/ca.crt"), &pki.join("etcd/server.crt"), true)
+        .expect("the other certificates are renewed as usual");
+    openssl_verify(&pki.join("ca.crt"), &pki.join("apiserver.crt"), true)
+        .expect("the other certificates are renewed as usual");
+}
