@@ -12,7 +12,7 @@
 #   vm.env              KEY=VALUE description of the above (paths, kernel version, cache keys)
 # Usage: build-vm.sh OUT_DIR [--add SRC:DEST]... [--kver KVER] [--force]
 #   --add SRC:DEST  copy host file SRC into the image at DEST (absolute; a DEST ending in "/"
-#                   gets SRC's file name); mode 0755. Repeatable.
+#                   gets SRC's file name); mode 0755, with its shared libraries. Repeatable.
 #   --kver KVER     kernel version under /lib/modules (default: newest non-cloud one)
 #   --force         rebuild everything
 # Concurrent runs on the same OUT_DIR are serialised with flock.
@@ -189,6 +189,10 @@ else
     case "$dest" in */) dest=$dest$(basename "$src") ;; esac
     mkdir -p "$(dirname "$R$dest")"
     rm -f "$R$dest"; cp "$src" "$R$dest"; chmod 0755 "$R$dest"
+    # a dynamically linked addition brings its shared libraries (static ones list none)
+    for lib in $(ldd "$src" 2>/dev/null | grep -o '/[^ ]*' || true); do
+      [ -e "$R$lib" ] || install -D -m 0755 "$(readlink -f "$lib")" "$R$lib"
+    done
   done
   size_mb=$(( $(du -sm "$R" | cut -f1) * 12 / 10 + 32 ))
   rm -f "$OUT/rootfs.ext4.tmp"; truncate -s "${size_mb}M" "$OUT/rootfs.ext4.tmp"

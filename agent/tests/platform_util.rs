@@ -482,7 +482,38 @@ impl Node {
             &node.dir.join("kubelet-sim.log"),
         ));
         node.wait_all_healthy();
+        node.grant_cluster_admins();
         Some(node)
+    }
+
+    /// What `kubeadm init` (v1.29 and later, whose layout the lab writes) does once the apiserver
+    /// is up: binds the group `kubeadm:cluster-admins` of admin.conf to `cluster-admin`, with
+    /// super-admin.conf (`system:masters`). A node without super-admin.conf has an admin.conf in
+    /// `system:masters` (kubeadm before v1.29) and needs nothing.
+    fn grant_cluster_admins(&self) {
+        let super_admin = self.kfile("super-admin.conf");
+        if !super_admin.exists() {
+            return;
+        }
+        let out = Command::new(kubectl_path())
+            .arg(format!("--kubeconfig={}", super_admin.display()))
+            .args([
+                "--request-timeout=20s",
+                "create",
+                "clusterrolebinding",
+                "kubeadm:cluster-admins",
+                "--clusterrole=cluster-admin",
+                "--group=kubeadm:cluster-admins",
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .expect("kubectl runs");
+        assert!(
+            out.status.success(),
+            "kubectl create clusterrolebinding kubeadm:cluster-admins: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     fn start_apiserver_sim(&mut self, binary: &Path) {

@@ -13,7 +13,10 @@ e2e_check "apiserver-sim on /run/api.sock" node_api / /run/api.sock node
 node_certrotor --bootstrap certrotor bootstrap ""
 e2e_save bootstrap-done-ms "$(node_now_ms)"
 node_kubelet / node
-e2e_check "control plane healthy" node_wait_healthy / 0 120
+e2e_check "control plane healthy" node_wait_healthy / 0 "$NODE_UP_S"
+e2e_check "cluster-admins bound (kubeadm init)" node_grant_admins /
+e2e_check "kubectl get namespaces (after)" sh -c \
+  "kubectl --kubeconfig /var/lib/kubeadm/admin.conf --request-timeout=60s get namespaces -o name > '$E2E_OUT/after-namespaces.txt'"
 node_pki_sums pki-after.sha /
 node_served served.txt / 0
 node_check check-after /

@@ -16,9 +16,6 @@ etcd_ok() {
     --cert=$EP/etcdctl-etcd-client.crt --key=$EP/etcdctl-etcd-client.key \
     --dial-timeout=3s --command-timeout=5s "$@"
 }
-apiserver_etcd_serial() {  # the last etcd client certificate the apiserver stand-in loaded
-  grep 'etcd client certificate' /var/log/pods/kube-apiserver.log | tail -n1 | sed 's/.* serial //'
-}
 
 e2e_check "certrotor image imported" node_image
 lab=/var/tmp/lab-x
@@ -32,21 +29,21 @@ e2e_check "etcd node API" node_api $E /run/etcd-node/api.sock etcd-node
 e2e_check "control-plane API" node_api / /run/api.sock cp
 node_kubelet $E etcd-node
 node_kubelet / cp
-e2e_check "etcd node healthy" e2e_wait_for 120 etcd_ok endpoint health
-e2e_check "control plane healthy (apiserver reaches etcd)" node_wait_healthy / $O 120 0
+e2e_check "etcd node healthy" e2e_wait_for "$NODE_UP_S" etcd_ok endpoint health
+e2e_check "control plane healthy (apiserver reaches etcd)" node_wait_healthy / $O "$NODE_UP_S" 0
 e2e_check "etcd put before" etcd_ok put /e2e/before "$(cat "$E2E_SHARE/token")"
-e2e_save apiserver-etcd-serial-before "$(apiserver_etcd_serial)"
+node_kubectl_before /
 node_pki_sums cp-before.sha /
 node_pki_sums etcd-before.sha $E
 
 # 1. renew the etcd node
 node_certrotor --superpowered certrotor-etcd etcd-run \
-  "run --once --root $CR$E --platform bottlerocket --api-socket $CR/run/etcd-node/api.sock --restart-timeout 120s --poll-interval 200ms --output json"
+  "run --once --root $CR$E --platform bottlerocket --api-socket $CR/run/etcd-node/api.sock --restart-timeout ${NODE_RESTART_S}s --poll-interval 200ms --output json"
 e2e_check "etcd node run exit 0" [ "$(cat "$E2E_OUT/etcd-run.rc")" = 0 ]
 e2e_check "etcd healthy after renewal" e2e_wait_for 60 etcd_ok endpoint health
 e2e_save etcd-served "$(node_served_sha $((2379 + O)) -cert $EP/etcdctl-etcd-client.crt -key $EP/etcdctl-etcd-client.key) $(node_file_sha $EP/server.crt)"
 # the old client certificate is still valid: the apiserver keeps working until the import
-e2e_check "control plane still healthy before the import" node_wait_healthy / $O 60 0
+e2e_check "control plane still healthy before the import" node_wait_healthy / $O "$NODE_UP_S" 0
 
 # 2. export on the etcd node, copy to the control plane
 mkdir -p /var/tmp/transfer
@@ -59,13 +56,16 @@ e2e_save bundle-sha "$(node_file_sha /var/tmp/transfer/etcd-client.pem)"
 e2e_save etcd-node-client-sha "$(node_file_sha $EP/apiserver-etcd-client.crt)"
 
 # 3. import on the control plane
-e2e_save import-begin-ms "$(node_now_ms)"
-node_certrotor --superpowered certrotor import \
-  "etcd-client import --from $CR/var/tmp/transfer/etcd-client.pem --platform bottlerocket --restart-timeout 120s --poll-interval 200ms"
-e2e_check "import exit 0" [ "$(cat "$E2E_OUT/import.rc")" = 0 ]
-e2e_check "control plane healthy after the import" node_wait_healthy / $O 60 0
-e2e_save apiserver-etcd-serial-after "$(apiserver_etcd_serial)"
 certfile=$(sed -n 's/.*--etcd-certfile=\/etc\/kubernetes\/pki\///p' /var/lib/kubeadm/manifests/kube-apiserver.yaml)
+e2e_save cp-client-sha-before "$(node_file_sha /var/lib/kubeadm/pki/$certfile)"
+e2e_save import-begin-ms "$(node_now_ms)"
+node_readyz_start / $O readyz.txt
+node_certrotor --superpowered certrotor import \
+  "etcd-client import --from $CR/var/tmp/transfer/etcd-client.pem --platform bottlerocket --restart-timeout ${NODE_RESTART_S}s --poll-interval 200ms"
+e2e_check "import exit 0" [ "$(cat "$E2E_OUT/import.rc")" = 0 ]
+e2e_check "control plane healthy after the import" node_wait_healthy / $O "$NODE_UP_S" 0
+node_readyz_stop
+node_kubectl_after / after-import
 e2e_save cp-client-file "$certfile"
 e2e_save cp-client-sha "$(node_file_sha /var/lib/kubeadm/pki/$certfile)"
 e2e_save etcd-after "$(etcd_ok get --print-value-only /e2e/before)"

@@ -5,12 +5,18 @@
 # node (var/lib/kubeadm, var/lib/kubelet, var/lib/etcd). It runs like a Bottlerocket node:
 # apiserver-sim (the Bottlerocket API) renders the static pods from
 # settings.kubernetes.static-pods.<name> into R/etc/kubernetes/static-pods, kubelet-sim runs
-# them as host processes (etcd = Debian's etcd, the rest = k8s-sim), certrotor runs from its
-# OCI image through containerd as a host or bootstrap container (e2e_host_ctr_run).
+# them as host processes: Debian's etcd and the real kube-apiserver, kube-controller-manager
+# and kube-scheduler v1.20.2 (/usr/bin), with the flags kubeadm v1.20.2 writes. certrotor runs
+# from its OCI image through containerd as a host or bootstrap container (e2e_host_ctr_run).
+# kubectl v1.20.2 (/usr/bin/kubectl) talks to the apiserver with the node's admin.conf.
 # Every wait is a polled condition with a deadline.
 
 NODE_IMG=localhost/certrotor:e2e
-NODE_BIN=/run/e2e-bin
+# Under TCG the real control plane is slow: the longest wait for it to be healthy, and certrotor's
+# --restart-timeout (a healthy component ends the wait as soon as it answers). From the share
+# (files up-s / restart-s) when the harness writes them.
+NODE_UP_S=$(cat "$E2E_SHARE/up-s" 2> /dev/null || echo 600)
+NODE_RESTART_S=$(cat "$E2E_SHARE/restart-s" 2> /dev/null || echo 300)
 
 # node_image: imports the certrotor image unless containerd has it (it persists in /var)
 node_image() {
@@ -52,14 +58,11 @@ node_api() {
 }
 
 # node_kubelet ROOT NAME [ENV=VALUE...]   starts kubelet-sim on ROOT's static pods (the pods
-# inherit the environment, e.g. K8S_SIM_REJECT_SERVING_CERT_ISSUED_AFTER)
+# inherit the environment)
 node_kubelet() {
   _root=$1 _name=$2; shift 2
-  mkdir -p "$NODE_BIN" "$_root/var/log/pods"
-  for _n in kube-apiserver kube-controller-manager kube-scheduler; do
-    ln -sf /usr/bin/k8s-sim "$NODE_BIN/$_n"
-  done
-  env PATH="$NODE_BIN:$PATH" "$@" kubelet-sim --manifests "$_root/etc/kubernetes/static-pods" \
+  mkdir -p "$_root/var/log/pods"
+  env "$@" kubelet-sim --manifests "$_root/etc/kubernetes/static-pods" \
     --state-dir "$_root/var/lib/kubelet-sim" --root "$_root" --log-dir "$_root/var/log/pods" \
     --start-delay-ms 300 >> "$E2E_OUT/$_name-kubelet-sim.log" 2>&1 &
   e2e_save "$_name-kubelet-started-ms" "$(node_now_ms)"
@@ -109,6 +112,52 @@ node_wait_healthy() {
   e2e_wait_for "$3" node_cp_healthy "$1" "$2" "${4:-1}" || return 1
   e2e_log "control plane at $1 healthy after $(awk "BEGIN{print $(e2e_uptime) - $_t0}") s"
 }
+
+# ---- kubectl v1.20.2 against the real apiserver ------------------------------------------
+# node_kubectl ROOT ARGS...   kubectl with ROOT's admin.conf as it is on disk now
+node_kubectl() {
+  _r=$1; shift
+  kubectl --kubeconfig "$_r/var/lib/kubeadm/admin.conf" --request-timeout=60s "$@"
+}
+# node_grant_admins ROOT   what `kubeadm init` v1.29+ (the lab's layout) does once the apiserver
+# is up: bind admin.conf's group kubeadm:cluster-admins to cluster-admin, with super-admin.conf
+# (system:masters). Idempotent (the binding persists in etcd across boots).
+node_grant_admins() {
+  _sa=$1/var/lib/kubeadm/super-admin.conf
+  [ -f "$_sa" ] || return 0
+  kubectl --kubeconfig "$_sa" --request-timeout=60s get clusterrolebinding \
+    kubeadm:cluster-admins > /dev/null 2>&1 && return 0
+  kubectl --kubeconfig "$_sa" --request-timeout=60s create clusterrolebinding \
+    kubeadm:cluster-admins --clusterrole=cluster-admin --group=kubeadm:cluster-admins
+}
+# node_kubectl_before ROOT   writes the ConfigMap certrotor-e2e (data.token = the share's token)
+# through the apiserver, before a renewal
+node_kubectl_before() {
+  e2e_check "cluster-admins bound (kubeadm init)" node_grant_admins "$1"
+  e2e_check "kubectl: ConfigMap written before the renewal" node_kubectl "$1" create configmap \
+    certrotor-e2e --namespace=default --from-literal=token="$(cat "$E2E_SHARE/token")"
+}
+# node_kubectl_after ROOT NAME   with the admin.conf on disk now: kubectl lists the namespaces
+# ($E2E_OUT/NAME-namespaces.txt) and reads the ConfigMap back ($E2E_OUT/NAME-configmap.txt)
+node_kubectl_after() {
+  e2e_check "kubectl get namespaces ($2)" sh -c \
+    "kubectl --kubeconfig '$1/var/lib/kubeadm/admin.conf' --request-timeout=60s get namespaces -o name > '$E2E_OUT/$2-namespaces.txt'"
+  e2e_check "kubectl reads the ConfigMap back ($2)" sh -c \
+    "kubectl --kubeconfig '$1/var/lib/kubeadm/admin.conf' --request-timeout=60s get configmap certrotor-e2e --namespace=default -o jsonpath='{.data.token}' > '$E2E_OUT/$2-configmap.txt'"
+}
+
+# ---- control-plane unavailability: the real apiserver's /readyz, polled ------------------------
+# node_readyz_start ROOT O NAME   polls https://127.0.0.1:(6443+O)/readyz every 0.5 s in the
+# background; one line per poll in $E2E_OUT/NAME: "<uptime seconds> <1 ready | 0 not>"
+node_readyz_start() {
+  ( while :; do
+      if node_apiserver_ok "$1" "$2"; then _r=1; else _r=0; fi
+      echo "$(e2e_uptime) $_r" >> "$E2E_OUT/$3"
+      sleep 0.5
+    done ) &
+  NODE_READYZ_PID=$!
+}
+node_readyz_stop() { kill "$NODE_READYZ_PID" 2> /dev/null; wait "$NODE_READYZ_PID" 2> /dev/null; true; }
 
 # node_served NAME ROOT O   writes $E2E_OUT/NAME: "<component> <served sha> <file sha>" lines
 node_served() {

@@ -9,15 +9,16 @@
 #   due before any pod runs), kubelet, then the host container's `run --once`.
 . /usr/lib/certrotor-e2e/lib.sh
 . "$E2E_SHARE/node-lib.sh"
-HC="run --once --platform bottlerocket --restart-timeout 120s --poll-interval 200ms --output json"
+HC="run --once --platform bottlerocket --restart-timeout ${NODE_RESTART_S}s --poll-interval 200ms --output json"
 
 if [ "$E2E_BOOT" = 1 ]; then
   e2e_check "certrotor image imported" node_image
   e2e_check "lab node (expires in 2d)" node_lab / --expires-in 2d
   e2e_check "apiserver-sim on /run/api.sock" node_api / /run/api.sock node
   node_kubelet / node
-  e2e_check "control plane healthy before" node_wait_healthy / 0 120
+  e2e_check "control plane healthy before" node_wait_healthy / 0 "$NODE_UP_S"
   e2e_check "etcd put before renewal" node_etcdctl / 0 put /e2e/before "$(cat "$E2E_SHARE/token")"
+  node_kubectl_before /
   node_pki_sums pki-before.sha /
   e2e_finish; echo "$?" > "$E2E_OUT/checks-rc"; sync
   fp=$(cat "$E2E_SHARE/failpoint")
@@ -38,11 +39,12 @@ node_kubelet / node
 # after a bootstrap container the PKI is consistent before any pod starts; without one the
 # kubelet and the host container start together (Bottlerocket does not order them)
 if [ "$(cat "$E2E_SHARE/bootstrap")" = yes ]; then
-  e2e_check "control plane healthy at boot" node_wait_healthy / 0 120
+  e2e_check "control plane healthy at boot" node_wait_healthy / 0 "$NODE_UP_S"
 fi
 node_certrotor --superpowered certrotor run "$HC"
 e2e_check "host container exit 0" [ "$(cat "$E2E_OUT/run.rc")" = 0 ]
-e2e_check "control plane healthy after" node_wait_healthy / 0 90
+e2e_check "control plane healthy after" node_wait_healthy / 0 "$NODE_UP_S"
+node_kubectl_after / after
 e2e_save etcd-after "$(node_etcdctl / 0 get --print-value-only /e2e/before)"
 node_pki_sums pki-after.sha /
 node_served served-after.txt / 0

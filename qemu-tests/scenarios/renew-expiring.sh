@@ -18,16 +18,20 @@ fi
 e2e_check "lab node (expires in 2d)" node_lab / --expires-in 2d
 e2e_check "apiserver-sim on /run/api.sock" node_api / /run/api.sock node
 node_kubelet / node
-e2e_check "control plane healthy before" node_wait_healthy / 0 120
+e2e_check "control plane healthy before" node_wait_healthy / 0 "$NODE_UP_S"
 e2e_check "etcd put before renewal" node_etcdctl / 0 put /e2e/before "$(cat "$E2E_SHARE/token")"
+node_kubectl_before /
 node_pki_sums pki-before.sha /
 node_served served-before.txt / 0
 
+node_readyz_start / 0 readyz.txt
 node_certrotor --superpowered certrotor run \
-  "run --once --platform bottlerocket --restart-timeout 120s --poll-interval 200ms --output json $EXTRA"
+  "run --once --platform bottlerocket --restart-timeout ${NODE_RESTART_S}s --poll-interval 200ms --output json $EXTRA"
 e2e_check "certrotor run exit 0" [ "$(cat "$E2E_OUT/run.rc")" = 0 ]
 
-e2e_check "control plane healthy after" node_wait_healthy / 0 60
+e2e_check "control plane healthy after" node_wait_healthy / 0 "$NODE_UP_S"
+node_readyz_stop
+node_kubectl_after / after
 e2e_save etcd-after "$(node_etcdctl / 0 get --print-value-only /e2e/before)"
 node_pki_sums pki-after.sha /
 node_served served-after.txt / 0

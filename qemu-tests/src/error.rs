@@ -3,8 +3,17 @@
 use std::fmt;
 
 /// An error with a human-readable message (paths to logs included where useful).
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// `Debug` prints the message as it is (not `Error("...")` with escaped newlines), so that a
+/// test that unwraps a setup or boot error shows the person reading it the message itself.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Error(pub String);
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
 
 impl Error {
     /// Builds an error from anything printable.

@@ -11,7 +11,7 @@
 //!   and inputs; the guest writes `share/out/boot-N/` (`rc`, `results.txt`, logs, values)
 //!
 //! Environment: `QEMU_TESTS_SMP` (default 1: measured faster than 2 under TCG here),
-//! `QEMU_TESTS_MEM` (MiB, default 1024), `QEMU_TESTS_JOBS` (VMs at once across all test
+//! `QEMU_TESTS_MEM` (MiB, default 2048: the real control plane), `QEMU_TESTS_JOBS` (VMs at once across all test
 //! processes, default 1), `QEMU_TESTS_TIMEOUT_FACTOR` (multiplies every boot timeout, default 1),
 //! `QEMU` (the qemu-system-x86_64 binary).
 
@@ -277,7 +277,7 @@ impl Scenario {
     fn qemu_command(&self, index: u32, opts: &BootOptions) -> Command {
         let img = &self.artifacts.images;
         let smp = env_num("QEMU_TESTS_SMP", 1);
-        let mem = env_num("QEMU_TESTS_MEM", 1024);
+        let mem = env_num("QEMU_TESTS_MEM", 2048);
         let qemu = std::env::var_os("QEMU").unwrap_or_else(|| "qemu-system-x86_64".into());
         let mut c = Command::new(qemu);
         c.args([

@@ -68,5 +68,10 @@ fn host_container_renews_with_the_kubeadm_engine() {
         &report,
         Some("state"),
     );
+    f.readyz(
+        &b,
+        "host container run --once --engine kubeadm",
+        "readyz.txt",
+    );
     f.finish(&sc, t0);
 }

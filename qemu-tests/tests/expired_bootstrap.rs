@@ -8,7 +8,6 @@ mod common;
 
 use common::*;
 use qemu_tests::BootOptions;
-use std::time::Duration;
 
 #[test]
 fn bootstrap_container_renews_expired_node_before_pods_start() {
@@ -18,7 +17,7 @@ fn bootstrap_container_renews_expired_node_before_pods_start() {
     );
     let b = sc
         .boot(&BootOptions {
-            timeout: Duration::from_secs(360),
+            timeout: boot_timeout(1),
             ..BootOptions::default()
         })
         .unwrap();
@@ -77,6 +76,7 @@ fn bootstrap_container_renews_expired_node_before_pods_start() {
     renewed.extend(KUBECONFIGS);
     assert_expiries(&b, &check, &renewed, 365);
     assert_served_equals_files(&b, "served.txt");
+    assert_kubectl_after(&b, &sc, "after", false);
     let done: i64 = b.read_out("bootstrap-done-ms").unwrap().parse().unwrap();
     for pod in PODS {
         let state = json(&b, &format!("state-{pod}.json"));

@@ -16,7 +16,8 @@ fn quick() -> BootOptions {
 
 #[test]
 fn guest_rc_and_outputs_reach_the_host() {
-    let mut sc = Scenario::new("harness-rc").unwrap();
+    let mut sc = Scenario::new("harness-rc")
+        .unwrap_or_else(|e| panic!("scenario harness-rc: setup failed:\n{e}"));
     sc.set_script(
         ". /usr/lib/certrotor-e2e/lib.sh\n\
          e2e_save boot \"$E2E_BOOT\"\n\
@@ -42,7 +43,8 @@ fn guest_rc_and_outputs_reach_the_host() {
 
 #[test]
 fn hanging_boot_times_out_with_the_log_tail() {
-    let mut sc = Scenario::new("harness-timeout").unwrap();
+    let mut sc = Scenario::new("harness-timeout")
+        .unwrap_or_else(|e| panic!("scenario harness-timeout: setup failed:\n{e}"));
     sc.set_script("echo about-to-hang\nwhile :; do read -r _ < /dev/zero; done\n")
         .unwrap();
     let opts = BootOptions {

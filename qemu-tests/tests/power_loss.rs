@@ -10,7 +10,6 @@ mod common;
 
 use common::*;
 use qemu_tests::{Boot, BootOptions};
-use std::time::Duration;
 
 struct Case {
     name: &'static str,
@@ -31,7 +30,7 @@ fn run(case: &Case) {
     // ---- boot 1: power loss at the failpoint
     let b1 = sc
         .boot(&BootOptions {
-            timeout: Duration::from_secs(300),
+            timeout: boot_timeout(1),
             kill_at: Some(format!("CERTROTOR-FAILPOINT {} (", case.failpoint)),
             ..BootOptions::default()
         })
@@ -49,7 +48,7 @@ fn run(case: &Case) {
     // ---- boot 2: recovery
     let b2 = sc
         .boot(&BootOptions {
-            timeout: Duration::from_secs(420),
+            timeout: boot_timeout(3),
             ..BootOptions::default()
         })
         .unwrap();
@@ -115,8 +114,9 @@ fn run(case: &Case) {
         b2.failure("no backup")
     );
 
-    // served = files, etcd data intact
+    // served = files, etcd data intact, kubectl reads back what was written before
     assert_served_equals_files(&b2, "served-after.txt");
+    assert_kubectl_after(&b2, &sc, "after", true);
     assert_eq!(
         b2.read_out("etcd-after").unwrap(),
         std::fs::read_to_string(sc.share_dir().join("token")).unwrap(),

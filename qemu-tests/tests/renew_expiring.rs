@@ -3,7 +3,7 @@
 //! it renews, restarts each static pod once through the Bottlerocket API and verifies.
 //! Asserted: new expiries about a year away, CAs untouched, an etcd key written before still
 //! readable, served certificates equal to the files, a backup holding the old files.
-//! Guest side: `qemu-tests/scenarios/renew-expiring.sh` (1 boot, ~1 min under TCG).
+//! Guest side: `qemu-tests/scenarios/renew-expiring.sh` (1 boot).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -58,5 +58,6 @@ fn host_container_renews_an_expiring_stacked_node() {
     let mut f = Figures::new("a renew-expiring");
     f.boot(&b);
     f.unavailability(&b, "host container run --once", &report, Some("state"));
+    f.readyz(&b, "host container run --once", "readyz.txt");
     f.finish(&sc, t0);
 }

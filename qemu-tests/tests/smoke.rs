@@ -44,7 +44,8 @@ fn assert_no_failed_checks(b: &Boot) {
 #[test]
 fn smoke_boot_container_etcd_power_loss_reboot() {
     let t0 = std::time::Instant::now();
-    let mut sc = Scenario::new("smoke").unwrap();
+    let mut sc =
+        Scenario::new("smoke").unwrap_or_else(|e| panic!("scenario smoke: setup failed:\n{e}"));
     let arts = sc.artifacts();
     let token = format!(
         "token-{}-{}",
