@@ -153,6 +153,11 @@ fn happy_flow(test: &str, platform: Platform) {
         .iter()
         .map(|w| format!("{} {} ms", w.pod, w.ms()))
         .collect();
+    let crashes: Vec<String> = windows
+        .iter()
+        .filter(|w| w.crashes > 0)
+        .map(|w| format!("{} {}", w.pod, w.crashes))
+        .collect();
     let worst = restarted
         .iter()
         .max_by_key(|r| r["unavailable_ms"].as_u64().unwrap())
@@ -161,7 +166,8 @@ fn happy_flow(test: &str, platform: Platform) {
         "FIGURES platform {}: all 4 components verified {} ms after start (wall clock; report \
          duration_ms {}). Longest unavailability, certrotor's stop request .. verified healthy: \
          {} ms ({}); per component: {}. Longest down window seen by kubelet-sim, old process \
-         reaped .. new process started: {} ms ({}); per component: {}.",
+         reaped .. new process started: {} ms ({}); per component: {}. Crash restarts by \
+         kubelet-sim (leader election lost while the apiserver or etcd was down): {}.",
         platform.name(),
         out.elapsed.as_millis(),
         report["duration_ms"],
@@ -170,7 +176,12 @@ fn happy_flow(test: &str, platform: Platform) {
         reported.join(", "),
         longest.ms(),
         longest.pod,
-        kubelet.join(", ")
+        kubelet.join(", "),
+        if crashes.is_empty() {
+            "none".to_string()
+        } else {
+            crashes.join(", ")
+        }
     );
 }
 
