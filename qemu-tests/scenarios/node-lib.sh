@@ -61,11 +61,57 @@ node_api() {
 # inherit the environment)
 node_kubelet() {
   _root=$1 _name=$2; shift 2
+  if [ "$(cat "$E2E_SHARE/real-kubelet" 2> /dev/null)" = yes ]; then
+    node_real_kubelet "$_root" "$_name"
+    return
+  fi
   mkdir -p "$_root/var/log/pods"
   env "$@" kubelet-sim --manifests "$_root/etc/kubernetes/static-pods" \
     --state-dir "$_root/var/lib/kubelet-sim" --root "$_root" --log-dir "$_root/var/log/pods" \
     --start-delay-ms 300 >> "$E2E_OUT/$_name-kubelet-sim.log" 2>&1 &
   e2e_save "$_name-kubelet-started-ms" "$(node_now_ms)"
+}
+
+# node_real_kubelet ROOT NAME   instead of kubelet-sim (share file `real-kubelet` = yes): the real
+# kubelet v1.20.2 ($E2E_SHARE/kubelet), standalone, with containerd's CRI. containerd is
+# restarted with the CRI plugin on; the component images ($E2E_SHARE/k8s-images/*.tar, built
+# without docker: kube-apiserver, kube-controller-manager, kube-scheduler, etcd, pause) are
+# imported into namespace k8s.io; staticPodPath is ROOT/etc/kubernetes/static-pods, where the
+# Bottlerocket API renders the manifests. Times in $E2E_OUT/NAME-kubelet-times.txt.
+node_real_kubelet() {
+  _root=$1 _name=$2
+  _t0=$(e2e_uptime)
+  mkdir -p /var/lib/e2e-bin /var/lib/kubelet "$_root/etc/kubernetes/static-pods"
+  cp "$E2E_SHARE/kubelet" /var/lib/e2e-bin/kubelet && chmod 0755 /var/lib/e2e-bin/kubelet || return 1
+  cat > /etc/containerd/cri.toml << 'TOML'
+version = 2
+root = "/var/lib/containerd"
+state = "/run/containerd"
+[grpc]
+  address = "/run/containerd/containerd.sock"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "k8s.gcr.io/pause:3.2"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+TOML
+  for _p in $(pidof containerd); do kill "$_p"; done
+  e2e_wait_for 30 sh -c '! pidof containerd' || return 1
+  containerd --config /etc/containerd/cri.toml >> "$E2E_OUT/$_name-containerd-cri.log" 2>&1 &
+  e2e_wait_for 60 ctr version || return 1
+  for _t in "$E2E_SHARE"/k8s-images/*.tar; do
+    ctr -n k8s.io images import "$_t" > /dev/null || return 1
+  done
+  _t1=$(e2e_uptime)
+  /var/lib/e2e-bin/kubelet --container-runtime=remote \
+    --container-runtime-endpoint=unix:///run/containerd/containerd.sock \
+    --pod-manifest-path="$_root/etc/kubernetes/static-pods" --cgroup-driver=cgroupfs \
+    --fail-swap-on=false --cgroups-per-qos=false --enforce-node-allocatable= \
+    --make-iptables-util-chains=false --root-dir=/var/lib/kubelet \
+    --hostname-override=certrotor-e2e --v=2 >> "$E2E_OUT/$_name-kubelet.log" 2>&1 &
+  echo "containerd-cri+images $(awk "BEGIN{print $_t1 - $_t0}") s" > "$E2E_OUT/$_name-kubelet-times.txt"
 }
 
 node_now_ms() { echo $(( $(date +%s) * 1000 )); }
@@ -110,7 +156,9 @@ node_cp_healthy() {
 node_wait_healthy() {
   _t0=$(e2e_uptime)
   e2e_wait_for "$3" node_cp_healthy "$1" "$2" "${4:-1}" || return 1
-  e2e_log "control plane at $1 healthy after $(awk "BEGIN{print $(e2e_uptime) - $_t0}") s"
+  _dt=$(awk "BEGIN{print $(e2e_uptime) - $_t0}")
+  e2e_log "control plane at $1 healthy after $_dt s"
+  echo "$1 $_dt" >> "$E2E_OUT/healthy-times.txt"
 }
 
 # ---- kubectl v1.20.2 against the real apiserver ------------------------------------------

@@ -357,6 +357,18 @@ impl Figures {
             }
         }
         self.line(l);
+        // how long each wait for a healthy control plane took in the VM (`node_wait_healthy`)
+        if let Ok(text) = b.read_out("healthy-times.txt") {
+            let times: Vec<&str> = text
+                .lines()
+                .filter_map(|l| l.rsplit_once(' ').map(|(_, t)| t))
+                .collect();
+            self.line(format!(
+                "  waits for a healthy control plane (etcd, apiserver /readyz, controller-manager, \
+                 scheduler), in order: {} s",
+                times.join(" s, ")
+            ));
+        }
     }
 
     pub fn finish(mut self, sc: &Scenario, t0: Instant) {
