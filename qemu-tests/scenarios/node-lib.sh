@@ -15,8 +15,8 @@ NODE_IMG=localhost/certrotor:e2e
 # Under TCG the real control plane is slow: the longest wait for it to be healthy, and certrotor's
 # --restart-timeout (a healthy component ends the wait as soon as it answers). From the share
 # (files up-s / restart-s) when the harness writes them.
-NODE_UP_S=$(cat "$E2E_SHARE/up-s" 2> /dev/null || echo 600)
-NODE_RESTART_S=$(cat "$E2E_SHARE/restart-s" 2> /dev/null || echo 300)
+NODE_UP_S=$(cat "$E2E_SHARE/up-s" 2> /dev/null || echo 900)
+NODE_RESTART_S=$(cat "$E2E_SHARE/restart-s" 2> /dev/null || echo 600)
 
 # node_image: imports the certrotor image unless containerd has it (it persists in /var)
 node_image() {

@@ -61,7 +61,7 @@ const DAY: i64 = 86_400;
 /// start plus one per round of restarts): under TCG one start of the four components takes
 /// minutes, not seconds (figures in README).
 pub fn boot_timeout(starts: u64) -> Duration {
-    Duration::from_secs(240 + 300 * starts)
+    Duration::from_secs(300 + 720 * starts)
 }
 
 /// A fresh scenario running `script`, with `node-lib.sh`, a token and the certrotor image in
