@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds a static `certrotor` (and, with --all, the static test doubles of bottlerocket/).
+# Builds a static `certrotor` (and, with --all, the static test doubles of bottlerocket/testbed/).
 # musl where the target can be installed, else glibc with +crt-static. Prints the binary path.
 #   agent/build-static.sh [--all] [--print-dir]
 set -euo pipefail
@@ -8,7 +8,7 @@ packages=(-p certrotor)
 print_dir=false
 for arg in "$@"; do
   case "$arg" in
-    --all) packages+=(-p bottlerocket) ;;
+    --all) packages+=(-p testbed) ;;
     --print-dir) print_dir=true ;;
     *) echo "usage: $0 [--all] [--print-dir]" >&2; exit 64 ;;
   esac

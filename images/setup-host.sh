@@ -20,6 +20,7 @@ PKGS=(
   time iproute2                     # /usr/bin/time for peak RSS; ip netns
   golang-go make rsync gcc libc6-dev # building Kubernetes v1.20.2 from Debian's source package
   dpkg-dev                          # apt-get source
+  golang-github-modern-go-reflect2-dev # reflect2 1.0.2 replacing the vendored 1.0.1 (Go >= 1.18)
 )
 
 # tool -> package that provides it; checked after installing.

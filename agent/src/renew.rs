@@ -590,7 +590,11 @@ pub fn validate_with(
             ValidityCheck::ToolChosen { started, finished } => {
                 let wanted = plan.not_after_unix - plan.not_before_unix - BACKDATE;
                 let (nb, na) = (i.new.not_before(), i.new.not_after());
-                let backdated = i.item.flavor == Flavor::Etcdadm || nb >= started - BACKDATE - 2;
+                // kubeadm >= 1.31 backdates 5 min; kubeadm <= 1.30 (and etcdadm) copy the CA's
+                // notBefore (reference/pki-profiles.md §1.4), measured with kubeadm v1.20.2.
+                let backdated = i.item.flavor == Flavor::Etcdadm
+                    || nb >= started - BACKDATE - 2
+                    || nb == i.ca.not_before();
                 if na < started + wanted - 2
                     || na > finished + wanted + 2
                     || nb > finished + 1

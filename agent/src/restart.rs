@@ -248,7 +248,7 @@ fn pods(platform: &Platform) -> Result<Vec<(String, PodInfo)>, RestartError> {
                     let Some(b64) = pod.get("manifest").and_then(|m| m.as_str()) else {
                         continue;
                     };
-                    if let Ok(bytes) = bottlerocket::base64::decode(b64)
+                    if let Ok(bytes) = <base64ct::Base64 as base64ct::Encoding>::decode_vec(b64)
                         && let Some(info) = PodInfo::parse(&bytes)
                     {
                         out.push((name.clone(), info));

@@ -29,8 +29,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use bottlerocket::kubelet_sim::PodState;
 use certrotor::verify::{self, Probe};
+use testbed::kubelet_sim::PodState;
 
 /// The binary under test.
 pub const CERTROTOR: &str = env!("CARGO_BIN_EXE_certrotor");
@@ -227,7 +227,7 @@ fn sibling(name: &str) -> PathBuf {
         .join(name);
     assert!(
         path.is_file(),
-        "{} is missing: run `cargo build -p bottlerocket` first",
+        "{} is missing: run `cargo build -p testbed` first",
         path.display()
     );
     path
@@ -524,7 +524,7 @@ impl Node {
             pods.insert(
                 pod.into(),
                 serde_json::json!({
-                    "manifest": bottlerocket::base64::encode(&bytes),
+                    "manifest": testbed::base64::encode(&bytes),
                     "enabled": true,
                 }),
             );

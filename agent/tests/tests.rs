@@ -10,6 +10,9 @@ mod check;
 mod daemon;
 mod engine;
 mod etcd;
+// Parity with the real kubeadm v1.20.2 (images/k8s/build.sh).
+mod kubeadm_parity;
+mod kubeadm_parity_util;
 mod lab;
 mod platform;
 mod renew;

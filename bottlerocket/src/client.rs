@@ -1,4 +1,5 @@
-//! Client for the Bottlerocket API: HTTP/1.1 over the Unix socket `/run/api.sock`, std only.
+//! Client for the Bottlerocket API: HTTP/1.1 over the Unix socket `/run/api.sock`, through
+//! ureq with a Unix-socket transport ([`crate::transport`]).
 //!
 //! certrotor changes settings the way `apiclient set --json` does, which works on every
 //! Bottlerocket version (bottlerocket-api.md §1.5, §6): PATCH `/settings?tx=<private name>`,
@@ -6,28 +7,29 @@
 //! from committing another writer's pending changes in the shared `default` transaction.
 //!
 //! Every call goes through [`ApiClient::raw_request_unchecked`]: one connection per request
-//! (`Connection: close`), `Content-Type: application/json` on every request as apiclient sends
-//! it, a bounded response (16 MiB), and one deadline covering connect, write and read.
+//! (no pooled connection outlives a call), `Content-Type: application/json` on every request as
+//! apiclient sends it, a bounded response (16 MiB), and one deadline covering connect, write and
+//! read.
 //!
 //! What this does not do: it does not wait for an apply to take effect. `commit_and_apply`
 //! returns once the server has committed and forked its config applier; callers observe the
 //! effect (a static-pod manifest appearing or disappearing, a container restarting) themselves.
-//!
-//! Decision: std instead of hyper/ureq keeps the static agent small and its dependency tree
-//! auditable; the API needs only a few fixed requests (reference rust-stack notes, p3-uds proof).
 
-use std::io::{self, BufReader, Read, Write};
-use std::os::unix::net::UnixStream;
+use std::io;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use base64ct::{Base64, Encoding};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::{Value, json};
+use ureq::Agent;
+use ureq::http::Response;
 
 use crate::api_error::{ApiError, ApiResult};
-use crate::http::{self, FrameError};
-use crate::{base64, percent, uds};
+use crate::transport::{NoResolve, UnixConnector};
 
 /// Where the API server listens on a Bottlerocket host (and, bind-mounted, in host containers).
+/// The one definition of this path: the agent's flags and catalog use it from here.
 pub const DEFAULT_SOCKET: &str = "/run/api.sock";
 /// Default bound on one whole request: apiclient has none, but a commit on a healthy node takes
 /// milliseconds, so 30 s only trips on a hung server.
@@ -35,6 +37,18 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Largest response body accepted: a full settings dump is tens of KiB; static-pod manifests are
 /// the largest values and stay far below actix's 2 MiB request limit each.
 pub const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
+
+/// Query values: RFC 3986 unreserved characters pass through, every other byte becomes `%XX`
+/// (what actix's `web::Query` decodes).
+const QUERY_VALUE: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+fn encode(value: &str) -> String {
+    utf8_percent_encode(value, QUERY_VALUE).to_string()
+}
 
 /// A handle on one API socket. Cheap to clone; holds no connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,14 +97,14 @@ impl ApiClient {
     /// Live settings for full key names such as `settings.motd` (`GET /settings?keys=a,b`).
     /// The server silently skips keys that have no value.
     pub fn settings_by_keys(&self, keys: &[&str]) -> ApiResult<Value> {
-        let keys: Vec<String> = keys.iter().map(|key| percent::encode(key)).collect();
+        let keys: Vec<String> = keys.iter().map(|key| encode(key)).collect();
         self.get_json(&format!("/settings?keys={}", keys.join(",")))
     }
 
     /// Live settings whose key names start with `prefix`; the server prepends `settings.`
     /// unless the prefix already starts with it (`GET /settings?prefix=`).
     pub fn settings_by_prefix(&self, prefix: &str) -> ApiResult<Value> {
-        self.get_json(&format!("/settings?prefix={}", percent::encode(prefix)))
+        self.get_json(&format!("/settings?prefix={}", encode(prefix)))
     }
 
     /// OS release information (`GET /os`): `pretty_name`, `variant_id`, `version_id`, ...
@@ -101,7 +115,7 @@ impl ApiClient {
     /// Stages `body` (partial settings, no `settings` wrapper) in transaction `tx`
     /// (`PATCH /settings?tx=`); the server answers 204.
     pub fn patch_settings(&self, tx: &str, body: &Value) -> ApiResult<()> {
-        let uri = format!("/settings?tx={}", percent::encode(tx));
+        let uri = format!("/settings?tx={}", encode(tx));
         let bytes = serde_json::to_vec(body).map_err(|source| ApiError::Json {
             method: "PATCH".into(),
             uri: uri.clone(),
@@ -113,7 +127,7 @@ impl ApiClient {
 
     /// Pending (uncommitted) settings of transaction `tx`; `{}` if it has none (`GET /tx?tx=`).
     pub fn pending(&self, tx: &str) -> ApiResult<Value> {
-        self.get_json(&format!("/tx?tx={}", percent::encode(tx)))
+        self.get_json(&format!("/tx?tx={}", encode(tx)))
     }
 
     /// Names of the transactions that have pending changes (`GET /tx/list`).
@@ -124,7 +138,7 @@ impl ApiClient {
 
     /// Drops the pending changes of `tx`; returns the key names removed (`DELETE /tx?tx=`).
     pub fn discard(&self, tx: &str) -> ApiResult<Vec<String>> {
-        let uri = format!("/tx?tx={}", percent::encode(tx));
+        let uri = format!("/tx?tx={}", encode(tx));
         let (_, body) = self.raw_request("DELETE", &uri, None)?;
         parse_json("DELETE", &uri, &body)
     }
@@ -133,7 +147,7 @@ impl ApiClient {
     /// (`POST /tx/commit?tx=`). An empty transaction fails with a 422
     /// ([`ApiError::is_empty_commit`]).
     pub fn commit(&self, tx: &str) -> ApiResult<Vec<String>> {
-        let uri = format!("/tx/commit?tx={}", percent::encode(tx));
+        let uri = format!("/tx/commit?tx={}", encode(tx));
         let (_, body) = self.raw_request("POST", &uri, None)?;
         parse_json("POST", &uri, &body)
     }
@@ -144,7 +158,7 @@ impl ApiClient {
         let uri = match keys {
             None => "/tx/apply".to_string(),
             Some(keys) => {
-                let keys: Vec<String> = keys.iter().map(|key| percent::encode(key)).collect();
+                let keys: Vec<String> = keys.iter().map(|key| encode(key)).collect();
                 format!("/tx/apply?keys={}", keys.join(","))
             }
         };
@@ -156,7 +170,7 @@ impl ApiClient {
     /// (`POST /tx/commit_and_apply?tx=`). Returns before the change takes effect: the applier
     /// runs asynchronously on the host.
     pub fn commit_and_apply(&self, tx: &str) -> ApiResult<Vec<String>> {
-        let uri = format!("/tx/commit_and_apply?tx={}", percent::encode(tx));
+        let uri = format!("/tx/commit_and_apply?tx={}", encode(tx));
         let (_, body) = self.raw_request("POST", &uri, None)?;
         parse_json("POST", &uri, &body)
     }
@@ -177,7 +191,7 @@ impl ApiClient {
         enabled: bool,
     ) -> ApiResult<()> {
         let body = json!({"kubernetes": {"static-pods": {pod_name: {
-            "manifest": base64::encode(manifest),
+            "manifest": Base64::encode_string(manifest),
             "enabled": enabled,
         }}}});
         self.patch_settings(tx, &body)
@@ -205,51 +219,65 @@ impl ApiClient {
     }
 
     /// Sends one request and returns whatever status and body came back. Every call of this
-    /// client ends up here.
+    /// client ends up here. `path_and_query` must already be percent-encoded.
     pub fn raw_request_unchecked(
         &self,
         method: &str,
         path_and_query: &str,
         body: Option<&[u8]>,
     ) -> ApiResult<(u16, Vec<u8>)> {
-        let deadline = Instant::now() + self.timeout;
-        let io_error = |source: io::Error| self.io_error(method, path_and_query, source);
-        let stream = uds::connect(&self.socket, self.timeout).map_err(|source| {
-            if is_timeout(&source) {
-                self.timeout_error(method, path_and_query)
-            } else {
-                ApiError::Connect {
-                    socket: self.socket.clone(),
-                    source,
-                }
-            }
-        })?;
-        let request = http::encode_request(method, path_and_query, body);
-        let written = write_before(&stream, &request, deadline);
-        let mut reader = BufReader::new(DeadlineReader {
-            stream: &stream,
-            deadline,
-        });
-        match (
-            written,
-            http::read_response(&mut reader, method, MAX_RESPONSE_BYTES),
-        ) {
-            (_, Ok(response)) => Ok(response),
-            // The server may answer and close before reading the whole request (e.g. a 413);
-            // only when there is no answer is the write failure what the caller needs.
-            (Err(source), Err(_)) => Err(io_error(source)),
-            (Ok(()), Err(FrameError::Io(source))) => Err(io_error(source)),
-            (Ok(()), Err(FrameError::TooLarge { limit })) => Err(ApiError::BadResponse {
-                method: method.to_string(),
-                uri: path_and_query.to_string(),
-                reason: format!("body exceeds the limit of {limit} bytes"),
-            }),
-            (Ok(()), Err(FrameError::Malformed(reason))) => Err(ApiError::BadResponse {
-                method: method.to_string(),
-                uri: path_and_query.to_string(),
-                reason,
-            }),
+        let bad = |reason: String| ApiError::BadResponse {
+            method: method.to_string(),
+            uri: path_and_query.to_string(),
+            reason,
+        };
+        // The host part is never resolved or connected to (the transport always dials the
+        // socket); HTTP/1.1 requires a Host header, and the API server ignores it.
+        let url = format!("http://localhost{path_and_query}");
+        let request = ureq::http::Request::builder()
+            .method(method)
+            .uri(&url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json")
+            .body(body.unwrap_or_default().to_vec())
+            .map_err(|error| bad(format!("cannot build the request: {error}")))?;
+        let mut response: Response<ureq::Body> = self
+            .agent()
+            .run(request)
+            .map_err(|error| self.error(method, path_and_query, error))?;
+        let status = response.status().as_u16();
+        // Refuse a declared oversized body before reading it; ureq's limit catches the rest
+        // (chunked or undeclared bodies) while reading.
+        let declared = response
+            .headers()
+            .get("content-length")
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.trim().parse::<u64>().ok());
+        if declared.is_some_and(|length| length > MAX_RESPONSE_BYTES as u64) {
+            return Err(bad(format!(
+                "body exceeds the limit of {MAX_RESPONSE_BYTES} bytes"
+            )));
         }
+        let bytes = response
+            .body_mut()
+            .with_config()
+            .limit(MAX_RESPONSE_BYTES as u64)
+            .read_to_vec()
+            .map_err(|error| self.error(method, path_and_query, error))?;
+        Ok((status, bytes))
+    }
+
+    /// One agent per call: nothing pooled outlives the request, and the deadline is the
+    /// client's.
+    fn agent(&self) -> Agent {
+        let config = Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(self.timeout))
+            .max_idle_connections(0)
+            .max_redirects(0)
+            .user_agent(concat!("certrotor/", env!("CARGO_PKG_VERSION")))
+            .build();
+        Agent::with_parts(config, UnixConnector::new(&self.socket), NoResolve)
     }
 
     fn get_json(&self, uri: &str) -> ApiResult<Value> {
@@ -257,25 +285,42 @@ impl ApiClient {
         parse_json("GET", uri, &body)
     }
 
-    fn io_error(&self, method: &str, uri: &str, source: io::Error) -> ApiError {
-        if is_timeout(&source) {
-            self.timeout_error(method, uri)
-        } else {
-            ApiError::Io {
+    /// Maps ureq's error to the step that failed.
+    fn error(&self, method: &str, uri: &str, error: ureq::Error) -> ApiError {
+        let bad = |reason: String| ApiError::BadResponse {
+            method: method.to_string(),
+            uri: uri.to_string(),
+            reason,
+        };
+        match error {
+            ureq::Error::Timeout(_) => ApiError::Timeout {
                 socket: self.socket.clone(),
                 method: method.to_string(),
                 uri: uri.to_string(),
-                source,
+                timeout: self.timeout,
+            },
+            ureq::Error::Io(source) => match crate::transport::connect_error(source) {
+                Ok(source) => ApiError::Connect {
+                    socket: self.socket.clone(),
+                    source,
+                },
+                Err(source) if is_timeout(&source) => ApiError::Timeout {
+                    socket: self.socket.clone(),
+                    method: method.to_string(),
+                    uri: uri.to_string(),
+                    timeout: self.timeout,
+                },
+                Err(source) => ApiError::Io {
+                    socket: self.socket.clone(),
+                    method: method.to_string(),
+                    uri: uri.to_string(),
+                    source,
+                },
+            },
+            ureq::Error::BodyExceedsLimit(limit) => {
+                bad(format!("body exceeds the limit of {limit} bytes"))
             }
-        }
-    }
-
-    fn timeout_error(&self, method: &str, uri: &str) -> ApiError {
-        ApiError::Timeout {
-            socket: self.socket.clone(),
-            method: method.to_string(),
-            uri: uri.to_string(),
-            timeout: self.timeout,
+            other => bad(other.to_string()),
         }
     }
 }
@@ -311,43 +356,14 @@ fn is_timeout(error: &io::Error) -> bool {
     )
 }
 
-fn remaining(deadline: Instant) -> io::Result<Duration> {
-    let left = deadline.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        Err(io::Error::from(io::ErrorKind::TimedOut))
-    } else {
-        Ok(left)
-    }
-}
-
-fn write_before(mut stream: &UnixStream, bytes: &[u8], deadline: Instant) -> io::Result<()> {
-    stream.set_write_timeout(Some(remaining(deadline)?))?;
-    stream.write_all(bytes)?;
-    stream.flush()
-}
-
-/// Reads from the stream with each read's timeout set to what is left of the deadline, so a
-/// server that trickles bytes cannot stretch a request past the client's timeout.
-struct DeadlineReader<'a> {
-    stream: &'a UnixStream,
-    deadline: Instant,
-}
-
-impl Read for DeadlineReader<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.stream
-            .set_read_timeout(Some(remaining(self.deadline)?))?;
-        let mut stream = self.stream;
-        stream.read(buf)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{BufRead, BufReader, Read, Write};
     use std::os::unix::net::UnixListener;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::thread::JoinHandle;
+    use std::time::Instant;
 
     /// A scripted in-process server: answers each connection with the next canned reply and
     /// hands back the requests it received.
@@ -383,15 +399,7 @@ mod tests {
                 for reply in replies {
                     let (stream, _) = listener.accept().expect("accept");
                     let mut reader = BufReader::new(&stream);
-                    let (method, target, head) = http::read_request_head(&mut reader)
-                        .expect("head")
-                        .expect("request");
-                    let body = http::read_request_body(&mut reader, &head, 1 << 20).expect("body");
-                    let mut headers = String::new();
-                    for (name, value) in &head.headers {
-                        headers.push_str(&format!("{name}: {value}\n"));
-                    }
-                    seen.push((format!("{method} {target}"), headers, body));
+                    seen.push(read_request(&mut reader));
                     match reply {
                         Reply::Raw(raw) => (&stream).write_all(raw.as_bytes()).expect("reply"),
                         Reply::Silent => {
@@ -422,6 +430,37 @@ mod tests {
         }
     }
 
+    /// Reads one request the way a test needs it: request line, lower-cased header lines, and a
+    /// `Content-Length` body (the client never sends another framing). Deliberately not a
+    /// general parser: the API server emulator has its own, in the `testbed` crate.
+    fn read_request(reader: &mut impl BufRead) -> Seen {
+        let mut line = String::new();
+        reader.read_line(&mut line).expect("request line");
+        let request_line = line
+            .trim_end()
+            .strip_suffix(" HTTP/1.1")
+            .expect("HTTP/1.1 request line")
+            .to_string();
+        let mut headers = String::new();
+        let mut length = 0;
+        loop {
+            line.clear();
+            reader.read_line(&mut line).expect("header line");
+            let header = line.trim_end().to_ascii_lowercase();
+            if header.is_empty() {
+                break;
+            }
+            if let Some(value) = header.strip_prefix("content-length:") {
+                length = value.trim().parse().expect("content-length");
+            }
+            headers.push_str(&header);
+            headers.push('\n');
+        }
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body).expect("body");
+        (request_line, headers, body)
+    }
+
     impl Drop for TestServer {
         fn drop(&mut self) {
             let _ = std::fs::remove_dir_all(&self.dir);
@@ -444,11 +483,7 @@ mod tests {
         let requests = server.requests();
         assert_eq!(requests[0].0, "PATCH /settings?tx=certrotor%201%2F2");
         assert_eq!(requests[0].2, br#"{"motd":"hi"}"#);
-        for header in [
-            "host: localhost\n",
-            "connection: close\n",
-            "content-type: application/json\n",
-        ] {
+        for header in ["host: localhost\n", "content-type: application/json\n"] {
             assert!(requests[0].1.contains(header), "missing {header}");
             assert!(requests[1].1.contains(header), "missing {header}");
         }

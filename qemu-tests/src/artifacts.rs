@@ -4,8 +4,8 @@
 //! Environment:
 //! * `CERTROTOR_BIN` — a static `certrotor` binary to use as is (no cargo build).
 //! * `BR_SIM_DIR`    — a directory holding the static test doubles (`apiserver-sim`,
-//!   `kubelet-sim`, `k8s-sim`); each one found there goes into the image. Without it the
-//!   harness builds the `bottlerocket` crate's binaries and takes those that exist.
+//!   `kubelet-sim`); each one found there goes into the image. Without it the
+//!   harness builds the `testbed` crate's binaries (`bottlerocket/testbed`) and takes those that exist.
 //! * `QEMU_TESTS_RUST_TARGET` — target triple for the static builds (default: musl, falling
 //!   back to `x86_64-unknown-linux-gnu` with `+crt-static` when the musl target is missing).
 //! * `QEMU_TESTS_CARGO_TARGET_DIR` — cargo target dir for those builds (default: the target
@@ -25,7 +25,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-/// Names of the Bottlerocket test doubles the VM uses, built from the `bottlerocket` crate
+/// Names of the Bottlerocket test doubles the VM uses, built from the `testbed` crate
 /// (k8s-sim is no longer among them: the control plane in the VM is the real one).
 pub const SIM_NAMES: [&str; 2] = ["apiserver-sim", "kubelet-sim"];
 
@@ -245,14 +245,14 @@ fn binaries() -> Result<Binaries> {
             Some(t) => t,
             None => static_triple(),
         };
-        match cargo_build_static(&t, &["-p", "bottlerocket", "--bins"], "build test doubles") {
+        match cargo_build_static(&t, &["-p", "testbed", "--bins"], "build test doubles") {
             Ok(dir) => {
                 for n in SIM_NAMES {
                     let p = dir.join(n);
                     if p.is_file() {
                         sims.insert(n.to_string(), p);
                     } else {
-                        notes.push(format!("crate bottlerocket has no binary {n} yet"));
+                        notes.push(format!("crate testbed has no binary {n} yet"));
                     }
                 }
             }

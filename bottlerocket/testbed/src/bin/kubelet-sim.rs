@@ -2,13 +2,13 @@
 //!
 //! It imitates how a kubelet runs static pods from a manifest folder, but runs each pod's first
 //! container as a plain host process and emulates hostPath mounts by rewriting paths; see
-//! `bottlerocket::kubelet_sim` for the full list of differences from a real kubelet.
+//! `testbed::kubelet_sim` for the full list of differences from a real kubelet.
 //!
 //! Exit codes: 0 after SIGTERM/SIGINT with every pod stopped, 1 runtime error, 2 usage error.
 
 use std::process::ExitCode;
 
-use bottlerocket::kubelet_sim::{self, Error, Invocation};
+use testbed::kubelet_sim::{self, Error, Invocation};
 
 fn main() -> ExitCode {
     match run() {

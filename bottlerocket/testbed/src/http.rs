@@ -1,9 +1,10 @@
-//! HTTP/1.1 message framing over any byte stream, shared by the API client and the API server
-//! emulator so that both ends agree on one small, bounded reading of the protocol.
+//! The API server emulator's HTTP/1.1 server side: read a request, write a response. Only the
+//! emulator uses it; the client (`bottlerocket` crate) speaks HTTP through ureq, so the two ends
+//! of the socket do not share a parser.
 //!
-//! It covers what the Bottlerocket API uses: a request line or status line, headers, and a body
-//! delimited by `Content-Length`, `Transfer-Encoding: chunked`, or (responses only) end of
-//! stream. Every read is bounded: line length, header count and body size.
+//! It covers what the Bottlerocket API uses: a request line, headers, and a body delimited by
+//! `Content-Length` or `Transfer-Encoding: chunked`. Every read is bounded: line length, header
+//! count and body size.
 //!
 //! Not covered: pipelining beyond sequential keep-alive, trailers (read and dropped), `Upgrade`
 //! (the API's `/exec` WebSocket), compression.
@@ -72,54 +73,6 @@ impl Head {
                 .map(Some)
                 .map_err(|_| FrameError::Malformed(format!("invalid Content-Length '{value}'"))),
         }
-    }
-}
-
-/// Builds the bytes of a request. Every request carries `Host: localhost` (the server ignores
-/// it, HTTP/1.1 requires it), `Connection: close`, and `Content-Type: application/json` as
-/// apiclient sends it; `Content-Length` is sent with a body and on bodiless POST/PATCH/PUT.
-pub(crate) fn encode_request(method: &str, target: &str, body: Option<&[u8]>) -> Vec<u8> {
-    let mut out = format!(
-        "{method} {target} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\
-         Accept: application/json\r\nContent-Type: application/json\r\n"
-    );
-    match body {
-        Some(body) => out.push_str(&format!("Content-Length: {}\r\n", body.len())),
-        None if matches!(method, "POST" | "PATCH" | "PUT") => out.push_str("Content-Length: 0\r\n"),
-        None => {}
-    }
-    out.push_str("\r\n");
-    let mut bytes = out.into_bytes();
-    bytes.extend_from_slice(body.unwrap_or_default());
-    bytes
-}
-
-/// Reads one response; returns the status code and the body (at most `limit` bytes).
-/// Interim `1xx` responses are skipped; `204`, `304` and responses to `HEAD` have no body.
-pub(crate) fn read_response(
-    reader: &mut impl BufRead,
-    method: &str,
-    limit: usize,
-) -> Result<(u16, Vec<u8>), FrameError> {
-    loop {
-        let head = read_head(reader)?.ok_or_else(|| {
-            FrameError::Malformed("connection closed before a response arrived".to_string())
-        })?;
-        let status = parse_status_line(&head.start_line)?;
-        if (100..200).contains(&status) {
-            continue;
-        }
-        if status == 204 || status == 304 || method == "HEAD" {
-            return Ok((status, Vec::new()));
-        }
-        let body = if head.is_chunked() {
-            read_chunked(reader, limit)?
-        } else if let Some(length) = head.content_length()? {
-            read_exact_body(reader, length, limit)?
-        } else {
-            read_to_end_limited(reader, limit)?
-        };
-        return Ok((status, body));
     }
 }
 
@@ -262,18 +215,6 @@ fn read_line(reader: &mut impl BufRead) -> Result<Option<String>, FrameError> {
         .map_err(|_| FrameError::Malformed("line is not UTF-8".to_string()))
 }
 
-fn parse_status_line(line: &str) -> Result<u16, FrameError> {
-    let mut parts = line.splitn(3, ' ');
-    match (parts.next(), parts.next()) {
-        (Some(version), Some(code)) if version.starts_with("HTTP/1.") && code.len() == 3 => code
-            .parse::<u16>()
-            .map_err(|_| FrameError::Malformed(format!("invalid status line '{line}'"))),
-        _ => Err(FrameError::Malformed(format!(
-            "invalid status line '{line}'"
-        ))),
-    }
-}
-
 fn read_exact_body(
     reader: &mut impl Read,
     length: usize,
@@ -290,15 +231,6 @@ fn read_exact_body(
             FrameError::Io(source)
         }
     })?;
-    Ok(body)
-}
-
-fn read_to_end_limited(reader: &mut impl Read, limit: usize) -> Result<Vec<u8>, FrameError> {
-    let mut body = Vec::new();
-    reader.take(limit as u64 + 1).read_to_end(&mut body)?;
-    if body.len() > limit {
-        return Err(FrameError::TooLarge { limit });
-    }
     Ok(body)
 }
 
@@ -342,104 +274,72 @@ fn read_chunked(reader: &mut impl BufRead, limit: usize) -> Result<Vec<u8>, Fram
 mod tests {
     use super::*;
 
-    fn response(raw: &str, limit: usize) -> Result<(u16, Vec<u8>), FrameError> {
-        read_response(&mut raw.as_bytes(), "GET", limit)
+    fn request(raw: &str, limit: usize) -> Result<(String, String, Vec<u8>), FrameError> {
+        let mut reader = raw.as_bytes();
+        let (method, target, head) = read_request_head(&mut reader)?.expect("a request");
+        let body = read_request_body(&mut reader, &head, limit)?;
+        Ok((method, target, body))
     }
 
     #[test]
-    fn reads_content_length_body() {
-        let (status, body) =
-            response("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}extra", 10).expect("ok");
-        assert_eq!((status, body.as_slice()), (200, &b"{}"[..]));
-    }
-
-    #[test]
-    fn reads_chunked_body_with_extensions_and_trailers() {
-        let raw = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n\
-                   4;ext=1\r\n{\"a\"\r\n3\r\n:1}\r\n0\r\nX-Trailer: y\r\n\r\n";
-        let (_, body) = response(raw, 100).expect("ok");
-        assert_eq!(body, b"{\"a\":1}");
-    }
-
-    #[test]
-    fn reads_until_eof_without_framing() {
-        let (_, body) = response("HTTP/1.0 200 OK\r\n\r\nhello", 10).expect("ok");
-        assert_eq!(body, b"hello");
-    }
-
-    #[test]
-    fn skips_interim_and_bodiless_statuses() {
-        let raw =
-            "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n";
-        assert_eq!(response(raw, 10).expect("ok"), (204, Vec::new()));
+    fn reads_content_length_and_chunked_bodies() {
+        let (method, target, body) = request(
+            "PATCH /settings HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}extra",
+            10,
+        )
+        .expect("ok");
+        assert_eq!(
+            (method.as_str(), target.as_str(), body.as_slice()),
+            ("PATCH", "/settings", &b"{}"[..])
+        );
+        let chunked = "POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n\
+                       4;ext=1\r\n{\"a\"\r\n3\r\n:1}\r\n0\r\nX-Trailer: y\r\n\r\n";
+        assert_eq!(request(chunked, 100).expect("ok").2, b"{\"a\":1}");
+        let bodiless = "GET /os HTTP/1.1\r\nHost: localhost\r\n\r\n";
+        assert!(request(bodiless, 10).expect("ok").2.is_empty());
     }
 
     #[test]
     fn enforces_limits() {
-        let too_long = "HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\nhello world";
+        let too_long = "PATCH /s HTTP/1.1\r\nContent-Length: 11\r\n\r\nhello world";
         assert!(matches!(
-            response(too_long, 10),
+            request(too_long, 10),
             Err(FrameError::TooLarge { limit: 10 })
         ));
-        let chunked = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n6\r\nhello \r\n5\r\nworld\r\n0\r\n\r\n";
+        let chunked = "PATCH /s HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n\
+                       6\r\nhello \r\n5\r\nworld\r\n0\r\n\r\n";
         assert!(matches!(
-            response(chunked, 10),
+            request(chunked, 10),
             Err(FrameError::TooLarge { limit: 10 })
         ));
-        let eof = "HTTP/1.1 200 OK\r\n\r\nhello world";
+        let long_line = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(MAX_LINE));
         assert!(matches!(
-            response(eof, 10),
-            Err(FrameError::TooLarge { limit: 10 })
-        ));
-        let long_line = format!("HTTP/1.1 200 OK\r\nX: {}\r\n\r\n", "a".repeat(MAX_LINE));
-        assert!(matches!(
-            response(&long_line, 10),
+            request(&long_line, 10),
             Err(FrameError::Malformed(_))
         ));
     }
 
     #[test]
-    fn rejects_malformed_responses() {
+    fn rejects_malformed_requests() {
         for raw in [
-            "",
             "garbage\r\n\r\n",
-            "HTTP/1.1 2000 OK\r\n\r\n",
-            "HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n",
-            "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nab",
-            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
-            "HTTP/1.1 200 OK\r\nno-colon\r\n\r\n",
+            "GET noslash HTTP/1.1\r\n\r\n",
+            "GET / SSH-2.0\r\n\r\n",
+            "PATCH / HTTP/1.1\r\nContent-Length: x\r\n\r\n",
+            "PATCH / HTTP/1.1\r\nContent-Length: 5\r\n\r\nab",
+            "PATCH / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+            "GET / HTTP/1.1\r\nno-colon\r\n\r\n",
         ] {
             assert!(
-                matches!(response(raw, 100), Err(FrameError::Malformed(_))),
+                matches!(request(raw, 100), Err(FrameError::Malformed(_))),
                 "accepted {raw:?}"
             );
         }
-    }
-
-    #[test]
-    fn encodes_requests() {
-        let bytes = encode_request("PATCH", "/settings?tx=a", Some(b"{}"));
-        let text = String::from_utf8(bytes).expect("utf8");
-        assert!(text.starts_with("PATCH /settings?tx=a HTTP/1.1\r\nHost: localhost\r\n"));
-        assert!(text.contains("Content-Type: application/json\r\n"));
-        assert!(text.contains("Connection: close\r\n"));
-        assert!(text.ends_with("Content-Length: 2\r\n\r\n{}"));
-        let post = String::from_utf8(encode_request("POST", "/tx/commit", None)).expect("utf8");
-        assert!(post.ends_with("Content-Length: 0\r\n\r\n"));
-        let get = String::from_utf8(encode_request("GET", "/os", None)).expect("utf8");
-        assert!(!get.contains("Content-Length"));
-    }
-
-    #[test]
-    fn round_trips_a_request() {
-        let raw = encode_request("PATCH", "/settings", Some(b"{\"motd\":\"x\"}"));
-        let mut reader = raw.as_slice();
-        let (method, target, head) = read_request_head(&mut reader).expect("ok").expect("some");
-        let body = read_request_body(&mut reader, &head, 100).expect("body");
-        assert_eq!((method.as_str(), target.as_str()), ("PATCH", "/settings"));
-        assert_eq!(head.header("content-type"), Some("application/json"));
-        assert_eq!(body, b"{\"motd\":\"x\"}");
-        assert!(read_request_head(&mut reader).expect("ok").is_none());
+        assert!(
+            read_request_head(&mut &b""[..])
+                .expect("clean end")
+                .is_none()
+        );
     }
 
     #[test]
@@ -449,7 +349,10 @@ mod tests {
         assert_eq!(out, b"HTTP/1.1 204 No Content\r\n\r\n");
         let mut out = Vec::new();
         write_response(&mut out, 422, "text/plain", b"no", true).expect("write");
-        let (status, body) = read_response(&mut out.as_slice(), "POST", 10).expect("read");
-        assert_eq!((status, body.as_slice()), (422, &b"no"[..]));
+        assert_eq!(
+            out,
+            b"HTTP/1.1 422 Unprocessable Entity\r\ncontent-length: 2\r\n\
+              content-type: text/plain\r\nconnection: close\r\n\r\nno"
+        );
     }
 }

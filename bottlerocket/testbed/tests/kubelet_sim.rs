@@ -11,8 +11,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use bottlerocket::kubelet_sim::{PodState, state_path};
 use support::*;
+use testbed::kubelet_sim::{PodState, state_path};
 
 /// A running kubelet-sim with its folders.
 struct Kubelet {
@@ -250,7 +250,7 @@ fn sigterm_stops_every_pod_and_exits() {
                 .unwrap()
         })
         .collect();
-    kubelet.process.signal(libc::SIGTERM);
+    kubelet.process.signal(nix::sys::signal::Signal::SIGTERM);
     let status = kubelet.process.wait_exit(DEADLINE);
     assert!(status.success(), "{status}");
     for (pod, pid) in ["one", "two"].iter().zip(pids) {
@@ -273,7 +273,7 @@ fn children_do_not_outlive_a_killed_kubelet_sim() {
         .wait_state("orphan", "running", |state| state.running)
         .pid
         .unwrap();
-    kubelet.process.signal(libc::SIGKILL);
+    kubelet.process.signal(nix::sys::signal::Signal::SIGKILL);
     kubelet.process.wait_exit(DEADLINE);
     wait_for("the orphan to die", DEADLINE, || {
         if process_gone(pid) {

@@ -3,14 +3,14 @@
 //! Busybox-style: it imitates the component named by `argv[0]`'s file name (tests put symlinks
 //! named `kube-apiserver` etc. first on `PATH`) or by its first argument. It loads and checks the
 //! certificates a real component would, serves the health endpoints over HTTPS, and ignores the
-//! rest of the real flags; see `bottlerocket::k8s_sim` for where it differs from the real thing.
+//! rest of the real flags; see `testbed::k8s_sim` for where it differs from the real thing.
 //!
 //! Exit codes: 1 failed to start (missing file, key mismatch, expired certificate, test switch),
 //! 2 usage error; otherwise it serves until killed.
 
 use std::process::ExitCode;
 
-use bottlerocket::k8s_sim::{self, Error};
+use testbed::k8s_sim::{self, Error};
 
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().collect();

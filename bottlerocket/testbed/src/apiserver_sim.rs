@@ -659,7 +659,7 @@ mod tests {
         ));
         let handle = sim.shutdown_handle();
         let server = std::thread::spawn(move || sim.serve());
-        let client = crate::ApiClient::new(&config.socket);
+        let client = bottlerocket::ApiClient::new(&config.socket);
         assert_eq!(client.os().expect("os")["build_id"], "sim");
         assert_eq!(
             client.settings().expect("settings")["motd"],

@@ -14,8 +14,9 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use bottlerocket::{ApiClient, ApiError, base64};
+use bottlerocket::{ApiClient, ApiError};
 use serde_json::json;
+use testbed::base64;
 
 /// Generous bound for things that take milliseconds on an idle machine.
 const DEADLINE: Duration = Duration::from_secs(20);
@@ -450,9 +451,12 @@ impl Sim {
 
     /// SIGTERM, then wait for the exit status.
     fn stop(mut self) -> ExitStatus {
-        let pid = libc::pid_t::try_from(self.child.id()).expect("pid");
-        // SAFETY: signalling our own child process by its id.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+        let pid = i32::try_from(self.child.id()).expect("pid");
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .expect("SIGTERM our own child");
         let started = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait().expect("try_wait") {

@@ -50,6 +50,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use nix::sys::prctl;
+use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, kill, sigaction};
+use nix::unistd::{Pid, getppid};
 use serde::{Deserialize, Serialize};
 
 /// Command-line help, printed for `--help` and after usage errors.
@@ -261,13 +264,18 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Invocation,
 
 /// Installs SIGTERM and SIGINT handlers that set the returned flag, which [`run`] watches.
 pub fn install_signal_handlers() -> Result<&'static AtomicBool, Error> {
-    for signal in [libc::SIGTERM, libc::SIGINT] {
-        let handler = on_shutdown_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+    // A handler, not a blocked set and sigwait: a blocked mask would be inherited by every pod
+    // this process starts. nix has no safe way to install a handler.
+    let action = SigAction::new(
+        SigHandler::Handler(on_shutdown_signal),
+        SaFlags::SA_RESTART,
+        SigSet::empty(),
+    );
+    for signal in [Signal::SIGTERM, Signal::SIGINT] {
         // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-        let previous = unsafe { libc::signal(signal, handler) };
-        if previous == libc::SIG_ERR {
-            return Err(Error::InstallSignalHandler(io::Error::last_os_error()));
-        }
+        #[allow(unsafe_code)]
+        unsafe { sigaction(signal, &action) }
+            .map_err(|errno| Error::InstallSignalHandler(errno.into()))?;
     }
     Ok(&SHUTDOWN)
 }
@@ -740,7 +748,7 @@ impl Pod {
                     self.state.name,
                     child.id()
                 ));
-                send_signal(&child, libc::SIGTERM);
+                send_signal(&child, Signal::SIGTERM);
                 self.phase = Phase::Stopping {
                     child,
                     kill_at: now + config.grace,
@@ -828,7 +836,7 @@ impl Pod {
                             self.state.name,
                             child.id()
                         ));
-                        send_signal(&child, libc::SIGKILL);
+                        send_signal(&child, Signal::SIGKILL);
                         killed = true;
                     }
                     self.phase = Phase::Stopping {
@@ -995,16 +1003,15 @@ fn spawn(spec: &PodSpec, log_dir: Option<&Path>) -> io::Result<Child> {
         command.stdout(file.try_clone()?).stderr(file);
     }
     let parent = std::process::id();
-    // SAFETY: the closure runs between fork and exec and only calls async-signal-safe functions
-    // (prctl, getppid). PR_SET_PDEATHSIG kills the child when the forking thread (kubelet-sim's
-    // only thread that spawns) dies; the getppid check closes the race where kubelet-sim died
-    // before prctl ran.
+    // SAFETY (`pre_exec` has no safe form): the closure runs between fork and exec and only
+    // calls async-signal-safe functions (prctl, getppid) without allocating. PR_SET_PDEATHSIG
+    // kills the child when the forking thread (kubelet-sim's only thread that spawns) dies; the
+    // getppid check closes the race where kubelet-sim died before prctl ran.
+    #[allow(unsafe_code)]
     unsafe {
         command.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            if u32::try_from(libc::getppid()).ok() != Some(parent) {
+            prctl::set_pdeathsig(Signal::SIGKILL)?;
+            if u32::try_from(getppid().as_raw()).ok() != Some(parent) {
                 return Err(io::Error::other("kubelet-sim exited during start"));
             }
             Ok(())
@@ -1013,15 +1020,12 @@ fn spawn(spec: &PodSpec, log_dir: Option<&Path>) -> io::Result<Child> {
     command.spawn()
 }
 
-fn send_signal(child: &Child, signal: libc::c_int) {
-    let Ok(pid) = libc::pid_t::try_from(child.id()) else {
+/// Signals a child that is not yet reaped, so its pid still names it.
+fn send_signal(child: &Child, signal: Signal) {
+    let Ok(pid) = i32::try_from(child.id()) else {
         return;
     };
-    // SAFETY: kill has no memory-safety preconditions; the child is not yet reaped, so the pid
-    // still names it.
-    unsafe {
-        libc::kill(pid, signal);
-    }
+    let _ = kill(Pid::from_raw(pid), signal);
 }
 
 fn now_ms() -> u64 {
@@ -1037,7 +1041,7 @@ fn log(message: fmt::Arguments<'_>) {
 
 static SHUTDOWN: AtomicBool = AtomicBool::new(false);
 
-extern "C" fn on_shutdown_signal(_signal: libc::c_int) {
+extern "C" fn on_shutdown_signal(_signal: nix::libc::c_int) {
     SHUTDOWN.store(true, Ordering::SeqCst);
 }
 

@@ -16,8 +16,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
-use bottlerocket::k8s_sim::{self, HttpResponse};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 use rustls::ClientConfig;
+use testbed::k8s_sim::{self, HttpResponse};
 
 /// Default deadline for things that should happen within a few seconds.
 pub const DEADLINE: Duration = Duration::from_secs(20);
@@ -134,11 +136,10 @@ impl Proc {
         })
     }
 
-    pub fn signal(&self, signal: libc::c_int) {
-        // SAFETY: plain kill(2) on our own, not yet reaped child.
-        unsafe {
-            libc::kill(self.pid() as libc::pid_t, signal);
-        }
+    /// Signals our own, not yet reaped child.
+    pub fn signal(&self, signal: Signal) {
+        let pid = i32::try_from(self.pid()).expect("pid");
+        kill(Pid::from_raw(pid), signal).expect("kill");
     }
 
     pub fn kill(&mut self) {

@@ -532,7 +532,7 @@ mod tests {
         );
         check_error(
             r#"{"kubernetes":{"static-pods":{"etcd":{"manifest":"!!"}}}}"#,
-            "Invalid base64 input: Invalid byte 33, offset 0 at line 1 column 53",
+            "Invalid base64 input: invalid Base64 encoding at line 1 column 53",
         );
         check_error(
             r#"{"kubernetes":{"static-pods":{"a.b":{}}}}"#,
