@@ -1226,18 +1226,16 @@ pub fn start_for_pass(
 /// still reaches etcd.
 pub fn prefer_reachable(after: Option<Session>, before: Option<Session>) -> Option<Session> {
     match (after, before) {
-        (Some(a), Some(b)) => {
-            if let Err(e) = a.client.members() {
-                if b.client.members().is_ok() {
-                    log::warn!(
-                        "cluster mode: etcd refuses the client pair as it is now ({e}); \
+        (Some(a), Some(b)) => match a.client.members() {
+            Err(e) if b.client.members().is_ok() => {
+                log::warn!(
+                    "cluster mode: etcd refuses the client pair as it is now ({e}); \
                          coordinating with the pair this pass started with"
-                    );
-                    return Some(b);
-                }
+                );
+                Some(b)
             }
-            Some(a)
-        }
+            _ => Some(a),
+        },
         (a, b) => a.or(b),
     }
 }
