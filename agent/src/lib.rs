@@ -15,6 +15,7 @@ pub mod cluster;
 pub mod demo;
 pub mod engine;
 pub mod etcd_client;
+pub mod events;
 pub mod fsutil;
 pub mod inventory;
 pub mod kubeconfig;
@@ -28,6 +29,7 @@ pub mod renew;
 pub mod report;
 pub mod restart;
 pub mod state;
+pub mod status;
 pub mod txn;
 pub mod verify;
 

@@ -676,7 +676,8 @@ impl Node {
     /// Starts `run --once` in the background.
     pub fn spawn_run_once(&self, platform: &str) -> Proc {
         let mut cmd = Command::new(CERTROTOR);
-        cmd.args(self.run_args(platform, "30s", &[]));
+        cmd.args(self.run_args(platform, "30s", &[]))
+            .env("CERTROTOR_EVENTS", "off");
         Proc::spawn(
             "certrotor run --once",
             cmd,
@@ -695,6 +696,7 @@ impl Node {
         let started = Instant::now();
         let mut child = Command::new(CERTROTOR)
             .args(args)
+            .env("CERTROTOR_EVENTS", "off")
             .stdin(Stdio::null())
             .stdout(fs::File::create(&out_path).unwrap())
             .stderr(fs::File::create(&err_path).unwrap())
