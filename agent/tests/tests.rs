@@ -25,4 +25,6 @@ mod renew_util;
 // State files as untrusted input: damaged, hostile or future-version journal, marker, owed
 // restarts, backup manifests (issues 13.1, 14).
 mod state;
+// `status` (issue 12.3): last pass, next renewal, owed restarts, locks, backups.
+mod status;
 mod verify;
