@@ -98,6 +98,22 @@ if [ ${#missing[@]} -gt 0 ] || ! check_tools >/dev/null 2>&1; then
 else
   echo "setup-host: all ${#PKGS[@]} packages already installed"
 fi
+# kubectl v1.20.2 for the Kubernetes Events test (agent/tests/events.rs): Debian bookworm's
+# kubernetes-client, unpacked (not installed: /usr/bin/kubectl may belong to another package,
+# such as the Google Cloud SDK's wrapper). The marker names the version unpacked.
+KUBECTL_DIR=/var/cache/certrotor/kubernetes-client
+kv=$(apt-cache policy kubernetes-client | awk '/Candidate:/{print $2}')
+if [ -n "$kv" ] && [ "$kv" != "(none)" ] && [ "$(cat "$KUBECTL_DIR/.complete" 2>/dev/null || true)" != "$kv" ]; then
+  tmp=$(mktemp -d)
+  (cd "$tmp" && apt-get download -q "kubernetes-client=$kv")
+  $SUDO rm -rf "$KUBECTL_DIR"
+  $SUDO mkdir -p "$KUBECTL_DIR"
+  $SUDO dpkg-deb -x "$tmp"/kubernetes-client_*.deb "$KUBECTL_DIR"
+  echo "$kv" | $SUDO tee "$KUBECTL_DIR/.complete" >/dev/null
+  rm -rf "$tmp"
+fi
+[ -x "$KUBECTL_DIR/usr/bin/kubectl" ] || { echo "setup-host: $KUBECTL_DIR/usr/bin/kubectl is missing: apt-get download kubernetes-client and dpkg-deb -x it there" >&2; exit 1; }
+
 # Debian starts etcd and containerd on install where systemd runs; the tests start their own.
 $SUDO systemctl stop etcd 2>/dev/null || true
 check_tools

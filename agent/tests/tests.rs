@@ -13,6 +13,8 @@ mod cluster;
 mod daemon;
 mod engine;
 mod etcd;
+// Kubernetes Events on the Node, read back with the real kubectl from the real kube-apiserver.
+mod events;
 // Hostile input: damaged, malicious or unusual nodes (issue 15, 13.8).
 mod hostile;
 // Parity with the real kubeadm v1.20.2 (images/k8s/build.sh).
