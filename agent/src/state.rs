@@ -1,6 +1,6 @@
 //! certrotor's own state files, read as untrusted input and written atomically.
 //!
-//! Four files record what certrotor is doing or did (ARCHITECTURE.md, "State files", lists them
+//! Five files record what certrotor is doing or did (ARCHITECTURE.md, "State files", lists them
 //! with their schemas):
 //! - the journal (`var/lib/certrotor/journal.json`), while a transaction commits;
 //! - the restart marker (`var/lib/certrotor/restart.json`), while a static pod is stopped;

@@ -24,6 +24,8 @@ mod lab;
 mod platform;
 mod renew;
 mod renew_util;
+// No private-key material in anything printed, by every command at every log level and format.
+mod secrets;
 // State files as untrusted input: damaged, hostile or future-version journal, marker, owed
 // restarts, backup manifests (issues 13.1, 14).
 mod state;
