@@ -16,6 +16,8 @@ pub mod demo;
 pub mod engine;
 pub mod etcd_client;
 pub mod events;
+#[cfg(feature = "failpoints")]
+pub mod foreign_ca;
 pub mod fsutil;
 pub mod inventory;
 pub mod kubeconfig;

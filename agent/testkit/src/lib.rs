@@ -46,31 +46,6 @@ pub mod prereq {
         }
     }
 
-    /// Where the test command puts kubectl v1.20.2: Debian bookworm's `kubernetes-client`
-    /// unpacked by `images/setup-host.sh` (`/usr/bin/kubectl` may be another kubectl, such as
-    /// the Google Cloud SDK's wrapper). `CERTROTOR_KUBECTL` overrides it.
-    pub const KUBECTL: &str = "/var/cache/certrotor/kubernetes-client/usr/bin/kubectl";
-
-    /// kubectl for `test`, or a failure saying how to provide it.
-    #[track_caller]
-    pub fn kubectl(test: &str) -> std::path::PathBuf {
-        let path = std::env::var_os("CERTROTOR_KUBECTL")
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| KUBECTL.into());
-        if !path.is_file() {
-            missing(
-                test,
-                &format!(
-                    "kubectl v1.20.2 at '{}': images/setup-host.sh unpacks Debian's \
-                     kubernetes-client package there (apt-get download kubernetes-client; \
-                     dpkg-deb -x kubernetes-client_*.deb /var/cache/certrotor/kubernetes-client)",
-                    path.display()
-                ),
-            );
-        }
-        path
-    }
-
     /// Whether the tests run as root.
     pub fn is_root() -> bool {
         nix::unistd::geteuid().is_root()
