@@ -193,6 +193,7 @@ enum Command {
     Daemon(DaemonCmd),
     Demo(DemoCmd),
     Version(VersionCmd),
+    Status(StatusCmd),
 }
 
 /// The flags `renew`, `run` and `daemon` share, once parsed.
@@ -617,6 +618,64 @@ struct DemoCmd {
     keep: bool,
 }
 
+// === status (issue 12.3) ===
+
+#[derive(FromArgs, Debug)]
+#[argh(
+    subcommand,
+    name = "status",
+    note = "Reads var/lib/certrotor/last-pass.json, written at the end of every 'run' and 'daemon' pass. A record that cannot be read, or from a newer certrotor, is an error (exit 2).",
+    error_code(0, "status shown"),
+    error_code(2, "a state file cannot be read; nothing was changed"),
+    error_code(64, "usage error")
+)]
+/// the last pass, the next certificate due and its renewal, owed restarts, locks and backups
+struct StatusCmd {
+    #[argh(option)]
+    /// the node's root filesystem
+    root: Option<PathBuf>,
+    #[argh(option, default = "Format::Table", from_str_fn(format))]
+    /// output format: table (default) or json
+    output: Format,
+    #[argh(option, from_str_fn(seconds))]
+    /// the renewal window to compute the next renewal with (default: the last pass's, else 90d)
+    within: Option<i64>,
+    #[argh(
+        option,
+        default = "certrotor::cluster::Mode::Auto",
+        from_str_fn(cluster_mode)
+    )]
+    /// auto (default: ask etcd who holds the cluster lock, where the manifests give etcd
+    /// endpoints; at most 5 s per endpoint) or off
+    cluster: certrotor::cluster::Mode,
+    #[argh(option, from_str_fn(etcd_endpoints))]
+    /// etcd endpoint(s) https://IP:PORT, overriding the manifests; repeatable
+    etcd_endpoint: Vec<Vec<String>>,
+}
+
+fn status_cmd(c: StatusCmd) -> Result<u8, CliError> {
+    let root = root_flag(c.root)?;
+    let opts = certrotor::status::StatusOptions {
+        within: c.within,
+        cluster: certrotor::cluster::ClusterOptions {
+            mode: c.cluster,
+            endpoints: c.etcd_endpoint.concat(),
+            ..Default::default()
+        },
+        restart: Some(restart_options(PassFlags {
+            platform: PlatformChoice::Auto,
+            api_socket: PathBuf::from(certrotor::catalog::paths::API_SOCKET),
+            endpoint: vec![],
+            restart_timeout: Duration::from_secs(5),
+            poll_interval: Duration::from_millis(500),
+            cluster: certrotor::cluster::ClusterOptions::default(),
+        })),
+    };
+    let report = certrotor::status::status(&root, &opts).map_err(CliError::Status)?;
+    print!("{}", render(c.output, &report, report::status_table)?);
+    Ok(outcome::EXIT_OK)
+}
+
 #[derive(FromArgs, Debug)]
 #[argh(subcommand, name = "version")]
 /// print the version
@@ -642,6 +701,8 @@ enum CliError {
     },
     /// Reading the etcd client bundle file.
     ReadBundle(ReadError),
+    /// `status` could not read a state file.
+    Status(certrotor::status::StatusError),
 }
 
 impl CliError {
@@ -674,6 +735,7 @@ impl std::fmt::Display for CliError {
             CliError::Json(e) => write!(f, "cannot serialise the report as JSON: {e}"),
             CliError::Bundle { what, source } => write!(f, "{what}: {source}"),
             CliError::ReadBundle(e) => write!(f, "{e}"),
+            CliError::Status(e) => write!(f, "{e}"),
         }
     }
 }
@@ -689,6 +751,7 @@ impl std::error::Error for CliError {
             CliError::Json(e) => Some(e),
             CliError::Bundle { source, .. } => Some(source),
             CliError::ReadBundle(e) => Some(e),
+            CliError::Status(e) => Some(e),
         }
     }
 }
@@ -826,6 +889,7 @@ fn run(top: Top) -> Result<u8, CliError> {
             certrotor::demo::run(c.keep).map_err(CliError::Demo)?;
             Ok(outcome::EXIT_OK)
         }
+        Command::Status(c) => status_cmd(c),
         Command::Version(_) => {
             println!("certrotor {}", env!("CARGO_PKG_VERSION"));
             Ok(outcome::EXIT_OK)
@@ -1111,7 +1175,8 @@ fn run_cmd(c: RunCmd) -> Result<u8, CliError> {
     let f = c.renew_flags();
     let opts = run_options(&f, c.pass_flags())?;
     let root = root_flag(f.root)?;
-    let done = certrotor::ops::run_once(&root, &opts)?;
+    // The pass as `status` and the Kubernetes Event see it (status.rs).
+    let done = certrotor::status::run_pass(&root, &opts, None)?;
     print!(
         "{}",
         render(c.output, &done, |r| format!(

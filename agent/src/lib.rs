@@ -15,6 +15,7 @@ pub mod cluster;
 pub mod demo;
 pub mod engine;
 pub mod etcd_client;
+pub mod events;
 #[cfg(feature = "failpoints")]
 pub mod foreign_ca;
 pub mod fsutil;
@@ -30,6 +31,7 @@ pub mod renew;
 pub mod report;
 pub mod restart;
 pub mod state;
+pub mod status;
 pub mod txn;
 pub mod verify;
 

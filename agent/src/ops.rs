@@ -471,6 +471,12 @@ fn read_pending(root: &Path) -> Result<Pending, OpsError> {
     Ok(pending)
 }
 
+/// The restarts owed to the node and the backup they would roll back to (`status`).
+pub fn owed_restarts(root: &Path) -> Result<(Vec<Component>, Option<String>), OpsError> {
+    let p = read_pending(root)?;
+    Ok((p.components, p.backup_id))
+}
+
 fn write_pending(root: &Path, pending: &Pending) -> Result<(), OpsError> {
     let dir = txn::state_dir(root);
     let path = dir.join(PENDING);
@@ -674,7 +680,7 @@ pub fn daemon(root: &Path, opts: &RunOptions, interval: Duration) {
         interval.as_secs()
     );
     while !stop_requested() {
-        let wait = match run_once(root, opts) {
+        let wait = match crate::status::run_pass(root, opts, Some(interval)) {
             Ok(report) => {
                 let renewed = if report.renew.backup_id.is_some() {
                     report.renew.plan.items.len()

@@ -1,11 +1,12 @@
 //! certrotor's own state files, read as untrusted input and written atomically.
 //!
-//! Four files record what certrotor is doing or did (ARCHITECTURE.md, "State files", lists them
+//! Five files record what certrotor is doing or did (ARCHITECTURE.md, "State files", lists them
 //! with their schemas):
 //! - the journal (`var/lib/certrotor/journal.json`), while a transaction commits;
 //! - the restart marker (`var/lib/certrotor/restart.json`), while a static pod is stopped;
 //! - the owed restarts (`var/lib/certrotor/pending-restarts.json`);
-//! - each backup's manifest (`var/lib/certrotor/backups/<id>/manifest.json`).
+//! - each backup's manifest (`var/lib/certrotor/backups/<id>/manifest.json`);
+//! - the last pass of `run`/`daemon` (`var/lib/certrotor/last-pass.json`), for `status`.
 //!
 //! Every one carries a `version`, checked when read: a version this build does not know is
 //! refused, never guessed. Reading distinguishes "absent" (the file does not exist: `Ok(None)`)
@@ -41,6 +42,8 @@ pub enum Kind {
     RestartMarker,
     OwedRestarts,
     BackupManifest,
+    /// The record of the last `run`/`daemon` pass (`status.rs`).
+    LastPass,
 }
 
 impl Kind {
@@ -51,13 +54,14 @@ impl Kind {
             Kind::RestartMarker => "restart marker",
             Kind::OwedRestarts => "owed-restarts record",
             Kind::BackupManifest => "backup manifest",
+            Kind::LastPass => "last-pass record",
         }
     }
 
     /// The version this build writes.
     pub fn current(self) -> u32 {
         match self {
-            Kind::Journal | Kind::RestartMarker | Kind::OwedRestarts => 1,
+            Kind::Journal | Kind::RestartMarker | Kind::OwedRestarts | Kind::LastPass => 1,
             // 2: `version` and each file's `size`; 1 had neither (SHA-256 only).
             Kind::BackupManifest => 2,
         }
@@ -68,7 +72,8 @@ impl Kind {
     /// The journal always had one.
     fn unversioned(self) -> Option<u32> {
         match self {
-            Kind::Journal => None,
+            // The last-pass record always had one.
+            Kind::Journal | Kind::LastPass => None,
             Kind::RestartMarker | Kind::OwedRestarts | Kind::BackupManifest => Some(1),
         }
     }

@@ -803,7 +803,8 @@ impl Node {
     /// Starts `run --once` in the background.
     pub fn spawn_run_once(&self, platform: &str) -> Proc {
         let mut cmd = Command::new(CERTROTOR);
-        cmd.args(self.run_args(platform, RESTART_TIMEOUT, &[]));
+        cmd.args(self.run_args(platform, RESTART_TIMEOUT, &[]))
+            .env("CERTROTOR_EVENTS", "off");
         Proc::spawn(
             "certrotor run --once",
             cmd,
@@ -827,6 +828,7 @@ impl Node {
         let started = Instant::now();
         let mut child = Command::new(CERTROTOR)
             .args(args)
+            .env("CERTROTOR_EVENTS", "off")
             .env_remove("CERTROTOR_FAILPOINT")
             .envs(env.iter().copied())
             .stdin(Stdio::null())
