@@ -70,7 +70,7 @@ fn get(addr: &str, path: &str) -> Result<(String, String), String> {
     s.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n"
     )
     .map_err(|e| e.to_string())?;
     let mut buf = Vec::new();
