@@ -76,24 +76,19 @@ pub fn certificate_gauges(root: &Path, inv: &Inventory, now: i64) -> String {
         series.extend(record_series(root, r));
     }
     let mut out = String::new();
-    let families: [(&str, &str, fn(&Series) -> String); 3] = [
-        ("x509_cert_not_before", NOT_BEFORE_HELP, |s| {
-            s.not_before.to_string()
-        }),
-        ("x509_cert_not_after", NOT_AFTER_HELP, |s| {
-            s.not_after.to_string()
-        }),
-        ("x509_cert_expired", EXPIRED_HELP, |_| String::new()),
-    ];
-    for (name, help, value) in families {
+    for (name, help) in [
+        ("x509_cert_not_before", NOT_BEFORE_HELP),
+        ("x509_cert_not_after", NOT_AFTER_HELP),
+        ("x509_cert_expired", EXPIRED_HELP),
+    ] {
         header(&mut out, name, help, "gauge");
         for s in &series {
-            let v = if name == "x509_cert_expired" {
-                u8::from(now > s.not_after).to_string()
-            } else {
-                value(s)
+            let v = match name {
+                "x509_cert_not_before" => s.not_before,
+                "x509_cert_not_after" => s.not_after,
+                _ => i64::from(now > s.not_after),
             };
-            sample(&mut out, name, &s.labels, &v);
+            sample(&mut out, name, &s.labels, &v.to_string());
         }
     }
     header(&mut out, "x509_read_errors", READ_ERRORS_HELP, "gauge");

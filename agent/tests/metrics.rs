@@ -68,11 +68,7 @@ fn get(addr: &str, path: &str) -> Result<(String, String), String> {
     let mut s = TcpStream::connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n"
-    )
-    .map_err(|e| e.to_string())?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").map_err(|e| e.to_string())?;
     let mut buf = Vec::new();
     s.take(64 << 20)
         .read_to_end(&mut buf)
@@ -561,7 +557,7 @@ fn metrics_daemon_memory_does_not_grow_over_passes() {
     let passes: u64 = std::env::var("CERTROTOR_METRICS_PASSES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(150);
+        .unwrap_or(1000);
     let dir = TempDir::new("metrics-rss");
     let root = lab(&dir, "200d");
     let (mut d, addr) = daemon(&dir, &root, "1ms");
