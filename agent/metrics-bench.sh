@@ -18,17 +18,21 @@ cleanup() { [ -n "$PID" ] && kill "$PID" 2>/dev/null && wait "$PID" 2>/dev/null;
 trap cleanup EXIT
 
 "$BIN" lab init "$WORK/node" --expires-in 200d --key-algorithm ecdsa-p256 >/dev/null
-"$BIN" daemon --root "$WORK/node" --platform none --cluster off --interval 1ms \
-  --metrics-address 127.0.0.1:0 2>"$WORK/daemon.log" &
-PID=$!
-ADDR=""
-for _ in $(seq 1 100); do
-  ADDR="$(sed -n 's|.*metrics served on http://\([^/]*\)/metrics.*|\1|p' "$WORK/daemon.log" | head -1)"
-  [ -n "$ADDR" ] && break
-  sleep 0.1
-done
-[ -n "$ADDR" ] || { echo "error: the daemon did not serve metrics" >&2; cat "$WORK/daemon.log" >&2; exit 1; }
-URL="http://$ADDR/metrics"
+# start_daemon INTERVAL: a daemon on the lab node; sets PID and URL.
+start_daemon() {
+  "$BIN" daemon --root "$WORK/node" --platform none --cluster off --interval "$1" \
+    --metrics-address 127.0.0.1:0 2>"$WORK/daemon.log" &
+  PID=$!
+  local addr="" i
+  for i in $(seq 1 100); do
+    addr="$(sed -n 's|.*metrics served on http://\([^/]*\)/metrics.*|\1|p' "$WORK/daemon.log" | head -1)"
+    [ -n "$addr" ] && break
+    sleep 0.1
+  done
+  [ -n "$addr" ] || { echo "error: the daemon did not serve metrics" >&2; cat "$WORK/daemon.log" >&2; exit 1; }
+  URL="http://$addr/metrics"
+}
+stop_daemon() { kill "$PID" 2>/dev/null; wait "$PID" 2>/dev/null || true; PID=""; }
 passes() { curl -s --max-time 10 "$URL" | awk '/^certrotor_passes_total/ {s += $2} END {print s + 0}'; }
 rss() { awk '/^VmRSS:/ {print $2}' "/proc/$PID/status"; }
 wait_passes() {
@@ -38,8 +42,21 @@ wait_passes() {
     sleep 0.2
   done
 }
+# Response time: an idle daemon (its pass done), as between hourly passes; then while it passes
+# back to back.
+start_daemon 1h
+wait_passes 1
+echo "idle daemon:"
+for _ in $(seq 1 "$REQUESTS"); do
+  curl -s -o /dev/null --max-time 10 -w '%{time_total}\n' "$URL"
+done | sort -n | awk '{a[NR] = $1} END {
+  printf "metrics endpoint: %d requests, median %.2f ms, p99 %.2f ms, max %.2f ms\n",
+    NR, a[int(NR / 2) + 1] * 1000, a[int(NR * 0.99)] * 1000, a[NR] * 1000 }'
+stop_daemon
+start_daemon 1ms
 wait_passes 100
 RSS_100="$(rss)"
+echo "daemon passing back to back:"
 for _ in $(seq 1 "$REQUESTS"); do
   curl -s -o /dev/null --max-time 10 -w '%{time_total}\n' "$URL"
 done | sort -n | awk '{a[NR] = $1} END {
