@@ -677,6 +677,11 @@ enum CliError {
     },
     /// Reading the etcd client bundle file.
     ReadBundle(ReadError),
+    /// `--metrics-address` cannot be bound.
+    Metrics {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
 }
 
 impl CliError {
@@ -709,6 +714,11 @@ impl std::fmt::Display for CliError {
             CliError::Json(e) => write!(f, "cannot serialise the report as JSON: {e}"),
             CliError::Bundle { what, source } => write!(f, "{what}: {source}"),
             CliError::ReadBundle(e) => write!(f, "{e}"),
+            CliError::Metrics { addr, source } => write!(
+                f,
+                "cannot serve metrics on {addr}: {source}; give a free local address with \
+                 --metrics-address, or leave it out"
+            ),
         }
     }
 }
@@ -724,6 +734,7 @@ impl std::error::Error for CliError {
             CliError::Json(e) => Some(e),
             CliError::Bundle { source, .. } => Some(source),
             CliError::ReadBundle(e) => Some(e),
+            CliError::Metrics { source, .. } => Some(source),
         }
     }
 }
@@ -1186,13 +1197,8 @@ fn daemon_cmd(c: DaemonCmd) -> Result<u8, CliError> {
         return Ok(outcome::EXIT_OK);
     };
     let shared = certrotor::metrics::Shared::new(&root);
-    let bound =
-        certrotor::metrics::serve(addr, std::sync::Arc::clone(&shared)).map_err(|source| {
-            CliError::Bundle {
-                what: format!("cannot serve metrics on {addr} (--metrics-address)"),
-                source,
-            }
-        })?;
+    let bound = certrotor::metrics::serve(addr, std::sync::Arc::clone(&shared))
+        .map_err(|source| CliError::Metrics { addr, source })?;
     log::info!("metrics served on http://{bound}/metrics");
     certrotor::ops::daemon_observed(&root, &opts, c.interval, &mut |result, took| {
         shared.update(|m| m.record_pass(result, clock::now(), took));

@@ -608,3 +608,36 @@ fn metrics_daemon_memory_does_not_grow_over_passes() {
     );
     d.kill();
 }
+
+#[test]
+fn metrics_address_in_use_or_malformed_is_a_clear_error() {
+    let dir = TempDir::new("metrics-addr");
+    let root = lab(&dir, "200d");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let root = root.to_str().unwrap();
+    let daemon = |a: &str| {
+        certrotor(&[
+            "daemon",
+            "--root",
+            root,
+            "--platform",
+            "none",
+            "--cluster",
+            "off",
+            "--metrics-address",
+            a,
+        ])
+        .run()
+    };
+    daemon(&addr)
+        .expect_code(2)
+        .says(&["cannot serve metrics on", &addr, "--metrics-address"]);
+    daemon("localhost")
+        .expect_code(64)
+        .says(&["--metrics-address", "IP:PORT"]);
+    certrotor(&["check", "--root", root, "--output", "xml"])
+        .run()
+        .expect_code(64)
+        .says(&["table, json or prometheus"]);
+}
