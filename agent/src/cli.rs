@@ -43,6 +43,33 @@ fn format(value: &str) -> Result<Format, String> {
     }
 }
 
+// --- metrics (issue 12.1): check's output formats, the metrics address ---
+
+/// `check --output`: the common formats, or the Prometheus text format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CheckOutput {
+    Plain(Format),
+    Prometheus,
+}
+
+fn check_output(value: &str) -> Result<CheckOutput, String> {
+    match value {
+        "prometheus" => Ok(CheckOutput::Prometheus),
+        _ => format(value)
+            .map(CheckOutput::Plain)
+            .map_err(|_| "use table, json or prometheus".into()),
+    }
+}
+
+/// `--metrics-address`: IP:PORT.
+fn metrics_address(value: &str) -> Result<SocketAddr, String> {
+    value
+        .parse()
+        .map_err(|_| "give IP:PORT (127.0.0.1:9793, or 0.0.0.0:9793 for every address)".into())
+}
+
+// --- end metrics ---
+
 /// `--engine`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum EngineChoice {
@@ -371,9 +398,14 @@ struct CheckCmd {
     /// container, else /)
     #[argh(option)]
     root: Option<PathBuf>,
-    /// output format: table (default) or json
-    #[argh(option, default = "Format::Table", from_str_fn(format))]
-    output: Format,
+    /// output format: table (default), json, or prometheus (x509-certificate-exporter's
+    /// gauges, for node-exporter's textfile collector)
+    #[argh(
+        option,
+        default = "CheckOutput::Plain(Format::Table)",
+        from_str_fn(check_output)
+    )]
+    output: CheckOutput,
     /// report certificates expiring within this duration as expiring (default 30d)
     #[argh(option, default = "30 * clock::DAY", from_str_fn(seconds))]
     warn_within: i64,
@@ -538,6 +570,9 @@ pass_command! {
         #[argh(option, default = "Duration::from_secs(3600)", from_str_fn(interval))]
         /// time between passes (default 1h, ±10% jitter); after a failure, retries sooner
         interval: Duration,
+        #[argh(option, from_str_fn(metrics_address))]
+        /// serve Prometheus metrics on http://IP:PORT/metrics (default: off)
+        metrics_address: Option<SocketAddr>,
     }
 }
 
@@ -703,6 +738,11 @@ enum CliError {
     ReadBundle(ReadError),
     /// `status` could not read a state file.
     Status(certrotor::status::StatusError),
+    /// `--metrics-address` cannot be bound.
+    Metrics {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
 }
 
 impl CliError {
@@ -736,6 +776,11 @@ impl std::fmt::Display for CliError {
             CliError::Bundle { what, source } => write!(f, "{what}: {source}"),
             CliError::ReadBundle(e) => write!(f, "{e}"),
             CliError::Status(e) => write!(f, "{e}"),
+            CliError::Metrics { addr, source } => write!(
+                f,
+                "cannot serve metrics on {addr}: {source}; give a free local address with \
+                 --metrics-address, or leave it out"
+            ),
         }
     }
 }
@@ -752,6 +797,7 @@ impl std::error::Error for CliError {
             CliError::Bundle { source, .. } => Some(source),
             CliError::ReadBundle(e) => Some(e),
             CliError::Status(e) => Some(e),
+            CliError::Metrics { source, .. } => Some(source),
         }
     }
 }
@@ -921,8 +967,15 @@ fn render<T: serde::Serialize>(
 fn check(c: CheckCmd) -> Result<u8, CliError> {
     let root = root_flag(c.root)?;
     certrotor::recover_before_reading(&root)?;
-    let inv = inventory::take(&root, clock::now(), c.warn_within);
-    print!("{}", render(c.output, &inv, report::table)?);
+    let now = clock::now();
+    let inv = inventory::take(&root, now, c.warn_within);
+    match c.output {
+        CheckOutput::Plain(f) => print!("{}", render(f, &inv, report::table)?),
+        CheckOutput::Prometheus => print!(
+            "{}",
+            certrotor::metrics::certificate_gauges(&root, &inv, now)
+        ),
+    }
     Ok(outcome::for_inventory(&inv))
 }
 
@@ -1203,8 +1256,20 @@ fn daemon_cmd(c: DaemonCmd) -> Result<u8, CliError> {
             nix::sys::signal::SigHandler::SigIgn,
         )
     };
-    certrotor::ops::daemon(&root, &opts, c.interval);
+    // --- metrics (issue 12.1) ---
+    let Some(addr) = c.metrics_address else {
+        certrotor::ops::daemon(&root, &opts, c.interval);
+        return Ok(outcome::EXIT_OK);
+    };
+    let shared = certrotor::metrics::Shared::new(&root);
+    let bound = certrotor::metrics::serve(addr, std::sync::Arc::clone(&shared))
+        .map_err(|source| CliError::Metrics { addr, source })?;
+    log::info!("metrics served on http://{bound}/metrics");
+    certrotor::ops::daemon_observed(&root, &opts, c.interval, &mut |result, took| {
+        shared.update(|m| m.record_pass(result, clock::now(), took));
+    });
     Ok(outcome::EXIT_OK)
+    // --- end metrics ---
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ pub mod kubeconfig;
 pub mod lab;
 pub mod logging;
 pub mod manifests;
+pub mod metrics;
 pub mod ops;
 pub mod outcome;
 pub mod pki;

@@ -672,6 +672,16 @@ fn import_locked(
 /// The daemon: `run_once` every `interval` (± 10% jitter); after a failure, again sooner with
 /// capped back-off. Stops on SIGTERM or SIGINT between passes.
 pub fn daemon(root: &Path, opts: &RunOptions, interval: Duration) {
+    daemon_observed(root, opts, interval, &mut |_, _| {});
+}
+
+/// [`daemon`], handing each pass's result and duration to `observe` (the metrics counters).
+pub fn daemon_observed(
+    root: &Path,
+    opts: &RunOptions,
+    interval: Duration,
+    observe: &mut dyn FnMut(&Result<RunReport, OpsError>, Duration),
+) {
     install_stop_handler();
     let mut failures: u32 = 0;
     log::info!(
@@ -680,7 +690,10 @@ pub fn daemon(root: &Path, opts: &RunOptions, interval: Duration) {
         interval.as_secs()
     );
     while !stop_requested() {
-        let wait = match crate::status::run_pass(root, opts, Some(interval)) {
+        let started = std::time::Instant::now();
+        let result = crate::status::run_pass(root, opts, Some(interval));
+        observe(&result, started.elapsed());
+        let wait = match result {
             Ok(report) => {
                 let renewed = if report.renew.backup_id.is_some() {
                     report.renew.plan.items.len()

@@ -21,6 +21,8 @@ mod hostile;
 mod kubeadm_parity;
 mod kubeadm_parity_util;
 mod lab;
+// Metrics: promtool, a real Prometheus, the alert rule, memory over passes (issue 12).
+mod metrics;
 mod platform;
 mod renew;
 mod renew_util;
