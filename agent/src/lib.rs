@@ -18,6 +18,7 @@ pub mod etcd_client;
 pub mod fsutil;
 pub mod inventory;
 pub mod kubeconfig;
+pub mod kubelet;
 pub mod lab;
 pub mod logging;
 pub mod manifests;
