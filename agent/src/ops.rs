@@ -184,6 +184,16 @@ fn renew_locked(
     for why in &kubelet.refused {
         log::warn!("not renewed {why}");
     }
+    // Asked for by name and refused: an error, as for any named certificate.
+    if let Some(why) = kubelet
+        .refused
+        .iter()
+        .find(|_| policy.names.iter().any(|n| n == crate::kubelet::CLIENT))
+    {
+        return Err(OpsError::Plan(renew::PlanError(format!(
+            "cannot renew; nothing was changed:\n  not renewed {why}"
+        ))));
+    }
     let mut report = RenewReport {
         root: root.display().to_string(),
         dry_run,

@@ -18,6 +18,8 @@ mod hostile;
 // Parity with the real kubeadm v1.20.2 (images/k8s/build.sh).
 mod kubeadm_parity;
 mod kubeadm_parity_util;
+// The kubelet's client and serving certificates (issue 11.4), with the real kube-apiserver.
+mod kubelet;
 mod lab;
 mod platform;
 mod renew;
