@@ -910,9 +910,12 @@ pub fn recover(root: &Path) -> Result<Recovery, TxnError> {
         finalize_backup(root, &journal.backup_id)?;
         commit(root, &journal)?;
         // Verify that the live files are what the journal promised.
+        let node = NodeFiles::of(root);
         for file in &journal.files {
             if let Some(want) = &file.new_sha256 {
-                let got = fs::read(root.join(&file.rel)).map(|b| sha256_hex(&b)).ok();
+                // A link holds its target.
+                let got = live_content(&root.join(&file.rel), node.is_link(&file.rel))
+                    .map(|b| sha256_hex(&b));
                 if got.as_deref() != Some(want.as_str()) {
                     return Err(TxnError::State {
                         path: file.rel.clone(),
@@ -1009,7 +1012,13 @@ fn check_journal(root: &Path, path: &Path, journal: &Journal) -> Result<(), Stat
             })?;
         state::check_relative(staged).map_err(|d| bad(staged, d))?;
         let staged_path = root.join(staged);
-        state::check_inside_root(root, &staged_path).map_err(|d| bad(staged, d))?;
+        // A staged link is never followed: its folder must be inside the root.
+        let inside = if node.is_link(&file.rel) {
+            staged_path.parent().unwrap_or(root).to_path_buf()
+        } else {
+            staged_path.clone()
+        };
+        state::check_inside_root(root, &inside).map_err(|d| bad(staged, d))?;
         match fs::symlink_metadata(&staged_path) {
             Ok(m) if m.file_type().is_symlink() && node.is_link(&file.rel) => {}
             Ok(m) if !m.is_file() => {

@@ -390,6 +390,21 @@ fn a_version_1_manifest_is_verified_by_sha256_and_restored() {
         .says(&["manifest version 1", &format!("Restored backup {id}")]);
     for f in m["files"].as_array().unwrap() {
         let path = f["path"].as_str().unwrap();
+        if f["existed"] == false {
+            assert!(
+                std::fs::symlink_metadata(root.join(path)).is_err(),
+                "{path}"
+            );
+            continue;
+        }
+        if let Some(target) = f["link"].as_str() {
+            assert_eq!(
+                std::fs::read_link(root.join(path)).unwrap(),
+                Path::new(target),
+                "{path}"
+            );
+            continue;
+        }
         assert_eq!(
             std::fs::read(root.join(path)).unwrap(),
             std::fs::read(backup_dir(&root, &id).join("files").join(path)).unwrap(),
