@@ -398,7 +398,8 @@ impl NodeFiles {
     /// Checks a node path read from a state file: see the module documentation.
     pub fn check(&self, rel: &str) -> Result<(), String> {
         check_relative(rel)?;
-        if !self.known.contains(rel) && !(self.kubelet && crate::kubelet::is_node_file(rel)) {
+        let kubelet_file = self.kubelet && crate::kubelet::is_node_file(rel);
+        if !(self.known.contains(rel) || kubelet_file) {
             return Err(format!(
                 "the path is not a file certrotor renews on this node's layouts ({})",
                 catalog::layout_summary()

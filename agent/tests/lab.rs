@@ -234,11 +234,7 @@ fn subject(cn: &str, o: Option<&str>) -> String {
     }
 }
 
-fn by_path(found: &[Found]) -> BTreeMap<&str, &Found> {
-    found.iter().map(|f| (f.path.as_str(), f)).collect()
-}
-
-fn by_path_refs<'a>(found: &[&'a Found]) -> BTreeMap<&'a str, &'a Found> {
+fn by_path<'a>(found: &[&'a Found]) -> BTreeMap<&'a str, &'a Found> {
     found.iter().map(|f| (f.path.as_str(), *f)).collect()
 }
 
@@ -378,7 +374,7 @@ fn assert_profiles(
         .iter()
         .filter(|f| !f.path.starts_with("var/lib/kubelet/"))
         .collect();
-    let map = by_path_refs(&kubeadms);
+    let map = by_path(&kubeadms);
     let mut expected: Vec<&str> = wants
         .iter()
         .map(|w| w.path.as_str())
