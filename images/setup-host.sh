@@ -49,6 +49,7 @@ check_tools() {
 }
 
 if [ "${1:-}" = --check-only ]; then
+  [ -x /var/cache/certrotor/kubernetes-client/usr/bin/kubectl ] || echo "setup-host: kubectl v1.20.2 is not unpacked in /var/cache/certrotor/kubernetes-client: run images/setup-host.sh as root (it unpacks Debian's kubernetes-client there)" >&2
   check_tools
   exit
 fi
@@ -98,6 +99,18 @@ if [ ${#missing[@]} -gt 0 ] || ! check_tools >/dev/null 2>&1; then
 else
   echo "setup-host: all ${#PKGS[@]} packages already installed"
 fi
+# kubectl v1.20.2 for agent/tests/kubelet.rs: Debian's kubernetes-client, unpacked (not
+# installed: /usr/bin/kubectl may belong to another package, e.g. the Cloud SDK's) into
+# /var/cache/certrotor/kubernetes-client (the test's default; CERTROTOR_KUBECTL overrides).
+KUBECTL_DIR=/var/cache/certrotor/kubernetes-client
+if [ ! -x "$KUBECTL_DIR/usr/bin/kubectl" ]; then
+  tmp=$(mktemp -d)
+  (cd "$tmp" && apt-get download -q kubernetes-client) || { $SUDO apt-get update -q && (cd "$tmp" && apt-get download -q kubernetes-client); }
+  $SUDO mkdir -p "$KUBECTL_DIR"
+  $SUDO dpkg-deb -x "$tmp"/kubernetes-client_*.deb "$KUBECTL_DIR"
+  rm -rf "$tmp"
+fi
+"$KUBECTL_DIR/usr/bin/kubectl" version --client --short 2>/dev/null || "$KUBECTL_DIR/usr/bin/kubectl" version --client
 # Debian starts etcd and containerd on install where systemd runs; the tests start their own.
 $SUDO systemctl stop etcd 2>/dev/null || true
 check_tools
