@@ -114,4 +114,26 @@ fi
 # Debian starts etcd and containerd on install where systemd runs; the tests start their own.
 $SUDO systemctl stop etcd 2>/dev/null || true
 check_tools
+
+# kubectl v1.20.2, the client of the control plane under test (the platform tests and the QEMU
+# scenarios list namespaces and read objects back with it): Debian's kubernetes-client package,
+# unpacked into a cache rather than installed, because /usr/bin/kubectl may belong to another
+# package (Google's Cloud SDK ships one). The tests find it there (CERTROTOR_KUBECTL overrides).
+KUBECTL_DIR=/var/cache/certrotor/kubernetes-client
+kc_version=$(apt-cache policy kubernetes-client | awk '/Candidate:/{print $2}')
+case "$kc_version" in
+  *1.20.2*) ;;
+  *) echo "setup-host: apt offers kubernetes-client '$kc_version', not 1.20.2 (is bookworm main in the sources?)" >&2; exit 1 ;;
+esac
+if [ "$(cat "$KUBECTL_DIR/.version" 2>/dev/null)" != "$kc_version" ] || ! [ -x "$KUBECTL_DIR/usr/bin/kubectl" ]; then
+  echo "setup-host: unpacking kubernetes-client $kc_version into $KUBECTL_DIR"
+  kc_tmp=$(mktemp -d); chmod 0755 "$kc_tmp"
+  (cd "$kc_tmp" && $SUDO apt-get download -q "kubernetes-client=$kc_version")
+  $SUDO rm -rf "$KUBECTL_DIR"; $SUDO mkdir -p "$KUBECTL_DIR"
+  $SUDO dpkg-deb -x "$kc_tmp"/kubernetes-client_*.deb "$KUBECTL_DIR"
+  echo "$kc_version" | $SUDO tee "$KUBECTL_DIR/.version" > /dev/null
+  rm -rf "$kc_tmp"
+fi
+"$KUBECTL_DIR/usr/bin/kubectl" version --client > /dev/null ||
+  { echo "setup-host: $KUBECTL_DIR/usr/bin/kubectl does not run" >&2; exit 1; }
 echo "setup-host: done"

@@ -1221,6 +1221,25 @@ pub fn start_for_pass(
     }
 }
 
+/// The session to coordinate restarts with after a renewal: `after` (opened on the files as they
+/// are now) unless etcd refuses it while `before` (opened on the pair of the start of the pass)
+/// still reaches etcd.
+pub fn prefer_reachable(after: Option<Session>, before: Option<Session>) -> Option<Session> {
+    match (after, before) {
+        (Some(a), Some(b)) => match a.client.members() {
+            Err(e) if b.client.members().is_ok() => {
+                log::warn!(
+                    "cluster mode: etcd refuses the client pair as it is now ({e}); \
+                         coordinating with the pair this pass started with"
+                );
+                Some(b)
+            }
+            _ => Some(a),
+        },
+        (a, b) => a.or(b),
+    }
+}
+
 /// The hook `ops::run_once` calls before restarting `components`: `Ok(None)` when cluster mode
 /// is off (act alone); `Ok(Some(guard))` with the lock; `Err(())` when the restarts must wait
 /// (the report says why).

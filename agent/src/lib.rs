@@ -15,6 +15,8 @@ pub mod cluster;
 pub mod demo;
 pub mod engine;
 pub mod etcd_client;
+#[cfg(feature = "failpoints")]
+pub mod foreign_ca;
 pub mod fsutil;
 pub mod inventory;
 pub mod kubeconfig;

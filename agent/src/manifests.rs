@@ -88,6 +88,14 @@ fn url(ip: IpAddr, port: u16) -> String {
     format!("https://{}", crate::lab::socket_text(ip, port))
 }
 
+/// The images kubeadm v1.20.2 writes (`k8s.gcr.io`, etcd 3.4.13-0).
+fn image(name: &str) -> String {
+    match name {
+        "etcd" => "k8s.gcr.io/etcd:3.4.13-0".into(),
+        _ => format!("k8s.gcr.io/{name}:v1.20.2"),
+    }
+}
+
 fn pod(name: &str, command: &[String], mounts: &[(&str, &str, &str)]) -> String {
     let mut y = format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  labels:\n    component: {name}\n    tier: control-plane\n  name: {name}\n  namespace: kube-system\nspec:\n  containers:\n  - command:\n"
@@ -96,7 +104,8 @@ fn pod(name: &str, command: &[String], mounts: &[(&str, &str, &str)]) -> String 
         y.push_str(&format!("    - {c}\n"));
     }
     y.push_str(&format!(
-        "    image: registry.k8s.io/{name}:v1.31.0\n    name: {name}\n    volumeMounts:\n"
+        "    image: {}\n    name: {name}\n    volumeMounts:\n",
+        image(name)
     ));
     for (vol, _, mount) in mounts {
         y.push_str(&format!("    - mountPath: {mount}\n      name: {vol}\n"));
@@ -111,7 +120,11 @@ fn pod(name: &str, command: &[String], mounts: &[(&str, &str, &str)]) -> String 
 }
 
 /// The four control-plane manifests of a kubeadm node (three with external etcd), as
-/// `(file name, YAML)`.
+/// `(file name, YAML)`: the command lines kubeadm v1.20.2 writes
+/// (`cmd/kubeadm/app/phases/controlplane/manifests.go`, `phases/etcd/local.go`), so that the
+/// real binaries run them, plus `--secure-port` of the controller-manager and scheduler when the
+/// lab shifts ports. Insecure ports are off (`--insecure-port=0`, `--port=0`), as kubeadm sets
+/// them, so that lab nodes can run side by side.
 pub fn control_plane(p: &ManifestParams<'_>) -> Vec<(String, String)> {
     let adv = p.advertise_address;
     let off = p.port_offset;
@@ -177,6 +190,7 @@ pub fn control_plane(p: &ManifestParams<'_>) -> Vec<(String, String)> {
         format!("--etcd-certfile={pki}/{}", p.etcd_client_cert),
         format!("--etcd-keyfile={pki}/apiserver-etcd-client.key"),
         format!("--etcd-servers={etcd_servers}"),
+        "--insecure-port=0".into(),
         format!("--kubelet-client-certificate={pki}/apiserver-kubelet-client.crt"),
         format!("--kubelet-client-key={pki}/apiserver-kubelet-client.key"),
         "--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname".into(),
@@ -216,6 +230,7 @@ pub fn control_plane(p: &ManifestParams<'_>) -> Vec<(String, String)> {
             "--bind-address=127.0.0.1".into(),
             format!("--kubeconfig={kubeconfig}"),
             "--leader-elect=true".into(),
+            "--port=0".into(),
             format!("--secure-port={port}"),
         ];
         if name == "kube-controller-manager" {
@@ -224,11 +239,15 @@ pub fn control_plane(p: &ManifestParams<'_>) -> Vec<(String, String)> {
                 "--cluster-name=kubernetes".into(),
                 format!("--cluster-signing-cert-file={pki}/ca.crt"),
                 format!("--cluster-signing-key-file={pki}/ca.key"),
+                "--controllers=*,bootstrapsigner,tokencleaner".into(),
+                format!("--requestheader-client-ca-file={pki}/front-proxy-ca.crt"),
                 format!("--root-ca-file={pki}/ca.crt"),
                 format!("--service-account-private-key-file={pki}/sa.key"),
                 "--use-service-account-credentials=true".into(),
             ]);
         }
+        // kubeadm writes the flags sorted by name.
+        cmd[1..].sort();
         let host_conf = format!("{k}/{conf}");
         out.push((
             format!("{name}.yaml"),

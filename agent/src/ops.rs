@@ -213,6 +213,15 @@ fn renew_locked(
         let crate::engine::Output { issued, validity } =
             crate::engine::issue(root, &report.plan, &opts.engine).map_err(OpsError::Issue)?;
         renew::validate_with(&issued, &report.plan, validity).map_err(OpsError::Invalid)?;
+        // Test-only (feature `failpoints`): CERTROTOR_FAILPOINT=foreign-ca:NAME breaks a
+        // certificate after validation, so that the live tests meet a genuine failure.
+        #[cfg(feature = "failpoints")]
+        let issued = {
+            let mut issued = issued;
+            crate::foreign_ca::apply(&mut issued)
+                .map_err(|e| OpsError::Issue(renew::IssueError(e)))?;
+            issued
+        };
         changes = renew::changes(&issued);
     }
     // The kubelet's files join the same transaction (one backup, one rollback).
@@ -424,9 +433,13 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, OpsError> {
         return Ok(report);
     }
     // Cluster mode: one node at a time restarts, and only when the gates pass; else the
-    // restarts stay owed to the next pass. A new session: the client pair may just be renewed.
-    let session =
+    // restarts stay owed to the next pass. A new session: the client pair may just be renewed
+    // (the old one may have expired); if etcd refuses the new pair while the session opened
+    // before the renewal still reaches it, the old one holds the lock and checks the gates, and
+    // verification finds what is wrong with the new pair.
+    let renewed_session =
         crate::cluster::start_for_pass(root, &platform, &opts.cluster, &mut report.cluster);
+    let session = crate::cluster::prefer_reachable(renewed_session, session);
     let Ok(_cluster_lock) = crate::cluster::before_restart(
         root,
         session.as_ref(),

@@ -18,6 +18,9 @@ use testbed::kubelet_sim::PodState;
 
 use crate::renew_util::*;
 
+/// The longest a single pass may take in these tests (its own waits are bounded below this).
+const PASS_BOUND: Duration = Duration::from_secs(300);
+
 /// The etcd member names and the standard ports before a node's offset.
 const PORTS: [u16; 6] = [2379, 2380, 2381, 6443, 10257, 10259];
 
@@ -670,11 +673,23 @@ impl Sampler {
     }
 
     fn finish(mut self) -> Vec<Sample> {
+        self.halt();
+        self.samples.lock().unwrap().clone()
+    }
+
+    fn halt(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
         if let Some(t) = self.thread.take() {
-            t.join().unwrap();
+            let _ = t.join();
         }
-        self.samples.lock().unwrap().clone()
+    }
+}
+
+/// A test that fails while sampling still stops the thread, which releases its hold on the
+/// cluster, so that the cluster's processes are stopped too.
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.halt();
     }
 }
 
@@ -1355,9 +1370,7 @@ fn a_member_down_before_the_pass_stops_every_restart_until_it_is_back() {
         .map(|i| c.spawn_pass(i, "down", &["--cluster-wait", "3s"]))
         .collect();
     for (i, p) in passes.iter_mut().enumerate() {
-        while p.running() {
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        p.finish_within(PASS_BOUND);
         let r = report_of(p, 4);
         // Files are renewed; restarts wait, and the report says for what.
         assert!(r["renew"]["backup_id"].is_string(), "node {i}: {r:#}");
@@ -1525,9 +1538,7 @@ fn killing_the_lock_holder_mid_restart_lets_the_others_proceed_after_the_lease()
     // The killed node's apiserver stayed down; its next pass finishes what it owed.
     assert!(!c.sample().api[victim]);
     let mut next = c.spawn_pass(victim, "2", &[]);
-    while next.running() {
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    next.finish_within(PASS_BOUND);
     let r = report_of(&mut next, 0);
     let restarted: Vec<&str> = r["restarted"]
         .as_array()
@@ -1568,9 +1579,7 @@ fn no_other_apiserver_ready_holds_the_restarts() {
     // Nodes 1 and 2 register their apiservers (any pass does; a dry run changes nothing).
     for i in 1..3 {
         let mut p = c.spawn_pass(i, "register", &["--dry-run"]);
-        while p.running() {
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        p.finish_within(PASS_BOUND);
         report_of(&mut p, 0);
     }
     // Their apiservers go down.
@@ -1589,9 +1598,7 @@ fn no_other_apiserver_ready_holds_the_restarts() {
     });
     let before = c.nodes[0].states();
     let mut p = c.spawn_pass(0, "gated", &["--cluster-wait", "3s"]);
-    while p.running() {
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    p.finish_within(PASS_BOUND);
     let r = report_of(&mut p, 4);
     let waited = r["cluster"]["waited_for"].to_string();
     assert!(
@@ -1610,9 +1617,7 @@ fn no_other_apiserver_ready_holds_the_restarts() {
         c.sample().api[1].then_some(())
     });
     let mut p = c.spawn_pass(0, "ungated", &[]);
-    while p.running() {
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    p.finish_within(PASS_BOUND);
     let r = report_of(&mut p, 0);
     assert_eq!(r["restarted"].as_array().unwrap().len(), 4, "{r:#}");
     fs::rename(aside(2), manifest(2)).unwrap();

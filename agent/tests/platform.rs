@@ -1,7 +1,9 @@
-//! `run --once` on a node whose control plane really runs: apiserver-sim (Bottlerocket API),
-//! kubelet-sim, the real etcd and the k8s-sim stand-ins. Restart one at a time, verification of
-//! the served certificates, automatic rollback, repair after a crash, `--platform none` and
-//! `--dry-run`. The harness is in `platform_util`.
+//! `run --once` on a node whose control plane really runs: Debian's etcd and the real
+//! Kubernetes v1.20.2 kube-apiserver, kube-controller-manager and kube-scheduler, as static pods
+//! under kubelet-sim, with apiserver-sim for the Bottlerocket API. Restart one at a time,
+//! verification of the served certificates, kubectl with the renewed admin.conf, automatic
+//! rollback after a real failure (etcd refusing the apiserver's client certificate), repair
+//! after a crash, `--platform none` and `--dry-run`. The harness is in `platform_util`.
 
 use std::time::Duration;
 
@@ -9,7 +11,8 @@ use std::time::Duration;
 mod platform_util;
 
 use platform_util::{
-    Node, PODS, Platform, Served, changed_pods, one_at_a_time, restarted_once, wait_for,
+    Node, PODS, Platform, RESTART_TIMEOUT, Served, changed_pods, one_at_a_time, restarted_once,
+    wait_for,
 };
 
 /// A key written to etcd before a run, read back after it.
@@ -24,10 +27,44 @@ fn files_now(node: &Node) -> Vec<String> {
     Served::ALL.iter().map(|s| node.file_sha(*s)).collect()
 }
 
+/// The ConfigMap written through the apiserver before a run and read back after it.
+const CONFIGMAP: &str = "certrotor-before-the-run";
+
+/// Writes [`CONFIGMAP`] (in etcd, through the real apiserver) with kubectl and admin.conf.
+fn kubectl_write_before(node: &Node) {
+    node.kubectl_ok(&[
+        "create",
+        "configmap",
+        CONFIGMAP,
+        "--namespace=default",
+        &format!("--from-literal=token={VALUE}"),
+    ]);
+}
+
+/// With the admin.conf on disk now: kubectl lists the namespaces and reads [`CONFIGMAP`] back.
+fn kubectl_reads_back(node: &Node, context: &dyn std::fmt::Display) {
+    let namespaces = node.kubectl_ok(&["get", "namespaces", "-o", "name"]);
+    for ns in ["namespace/default", "namespace/kube-system"] {
+        assert!(
+            namespaces.lines().any(|l| l.trim() == ns),
+            "kubectl get namespaces: no {ns} in {namespaces:?}\n{context}"
+        );
+    }
+    let token = node.kubectl_ok(&[
+        "get",
+        "configmap",
+        CONFIGMAP,
+        "--namespace=default",
+        "-o",
+        "jsonpath={.data.token}",
+    ]);
+    assert_eq!(token, VALUE, "the ConfigMap written before\n{context}");
+}
+
 /// The happy flow on `platform`: every served certificate is the new one, etcd's data
 /// survives, each component is restarted exactly once and never two at a time.
 fn happy_flow(test: &str, platform: Platform) {
-    let Some(node) = Node::start(test, platform, None) else {
+    let Some(node) = Node::start(test, platform) else {
         return;
     };
     let old = files_now(&node);
@@ -39,9 +76,11 @@ fn happy_flow(test: &str, platform: Platform) {
     let old_client = node.cert_sha("pki/etcd/healthcheck-client.crt");
     let put = node.etcdctl(&["put", KEY, VALUE]);
     assert!(put.status.success(), "etcdctl put: {put:?}");
+    kubectl_write_before(&node);
+    let admin_before = std::fs::read(node.kfile("admin.conf")).unwrap();
     let before = node.states();
 
-    let out = node.run_once(platform.name(), "30s", &["--output", "json"]);
+    let out = node.run_once(platform.name(), RESTART_TIMEOUT, &["--output", "json"]);
     out.expect(0);
     let report = out.json();
 
@@ -90,6 +129,15 @@ fn happy_flow(test: &str, platform: Platform) {
         node.healthy(pod).unwrap();
     }
 
+    // The renewed admin.conf works: kubectl lists namespaces and reads back what was written
+    // through the apiserver before the renewal.
+    assert_ne!(
+        std::fs::read(node.kfile("admin.conf")).unwrap(),
+        admin_before,
+        "admin.conf was not renewed\n{out}"
+    );
+    kubectl_reads_back(&node, &out);
+
     let longest = windows.iter().max_by_key(|w| w.ms()).unwrap();
     let reported: Vec<String> = restarted
         .iter()
@@ -105,6 +153,11 @@ fn happy_flow(test: &str, platform: Platform) {
         .iter()
         .map(|w| format!("{} {} ms", w.pod, w.ms()))
         .collect();
+    let crashes: Vec<String> = windows
+        .iter()
+        .filter(|w| w.crashes > 0)
+        .map(|w| format!("{} {}", w.pod, w.crashes))
+        .collect();
     let worst = restarted
         .iter()
         .max_by_key(|r| r["unavailable_ms"].as_u64().unwrap())
@@ -113,7 +166,8 @@ fn happy_flow(test: &str, platform: Platform) {
         "FIGURES platform {}: all 4 components verified {} ms after start (wall clock; report \
          duration_ms {}). Longest unavailability, certrotor's stop request .. verified healthy: \
          {} ms ({}); per component: {}. Longest down window seen by kubelet-sim, old process \
-         reaped .. new process started: {} ms ({}); per component: {}.",
+         reaped .. new process started: {} ms ({}); per component: {}. Crash restarts by \
+         kubelet-sim (leader election lost while the apiserver or etcd was down): {}.",
         platform.name(),
         out.elapsed.as_millis(),
         report["duration_ms"],
@@ -122,7 +176,12 @@ fn happy_flow(test: &str, platform: Platform) {
         reported.join(", "),
         longest.ms(),
         longest.pod,
-        kubelet.join(", ")
+        kubelet.join(", "),
+        if crashes.is_empty() {
+            "none".to_string()
+        } else {
+            crashes.join(", ")
+        }
     );
 }
 
@@ -136,23 +195,41 @@ fn kubeadm_renews_restarts_one_at_a_time_and_verifies() {
     happy_flow("kubeadm-happy", Platform::Kubeadm);
 }
 
+/// A real failure: the failpoint re-signs the renewed apiserver-etcd-client with a throwaway CA
+/// after validation; the real etcd refuses the real apiserver, which never becomes ready, and
+/// certrotor must roll back and bring it back.
 #[test]
-fn bottlerocket_rolls_back_when_the_apiserver_rejects_the_new_certificate() {
-    let one_hour_ago = certrotor::clock::rfc3339(certrotor::clock::now() - 3600);
-    let Some(node) = Node::start(
-        "bottlerocket-rollback",
-        Platform::Bottlerocket,
-        Some(&one_hour_ago),
-    ) else {
+fn bottlerocket_rolls_back_when_etcd_refuses_the_apiservers_new_client_certificate() {
+    let Some(node) = Node::start("bottlerocket-rollback", Platform::Bottlerocket) else {
         return;
     };
     let old = files_now(&node);
     assert_eq!(served_now(&node), old);
+    kubectl_write_before(&node);
     let files_before = node.snapshot();
+    let etcd_log_before = node.pod_log("etcd").len();
 
-    // etcd restarts and verifies with the new certificates; kube-apiserver refuses to start.
-    let out = node.run_once("bottlerocket", "12s", &[]);
+    // etcd restarts and verifies with the new certificates; kube-apiserver cannot reach etcd.
+    let out = node.run_once_env(
+        "bottlerocket",
+        "60s",
+        &[],
+        &[("CERTROTOR_FAILPOINT", "foreign-ca:apiserver-etcd-client")],
+    );
     out.expect(3);
+    assert!(
+        out.stderr
+            .contains("CERTROTOR-FAILPOINT foreign-ca:apiserver-etcd-client"),
+        "the failpoint did not fire\n{out}"
+    );
+    // The refusal is etcd's own: it rejected the apiserver's client certificate.
+    let etcd_log = node.pod_log("etcd");
+    assert!(
+        etcd_log[etcd_log_before..].contains("certificate signed by unknown authority"),
+        "etcd never refused a client certificate: the test proves nothing\n{out}\n\
+         --- etcd log since the run ---\n{}",
+        &etcd_log[etcd_log_before..]
+    );
     assert!(
         out.stdout.contains("VERIFICATION FAILED: kube-apiserver"),
         "{out}"
@@ -187,11 +264,13 @@ fn bottlerocket_rolls_back_when_the_apiserver_rejects_the_new_certificate() {
     assert!(kinds.iter().any(|k| k == "rollback"), "backups: {kinds:?}");
     assert!(kinds.iter().any(|k| k == "renew"), "backups: {kinds:?}");
     node.wait_all_healthy();
+    // The apiserver is back on etcd: the object written before is read back.
+    kubectl_reads_back(&node, &out);
 }
 
 /// SIGKILL certrotor while etcd is stopped; any later command starts it again.
 fn crash_is_repaired(test: &str, platform: Platform) {
-    let Some(node) = Node::start(test, platform, None) else {
+    let Some(node) = Node::start(test, platform) else {
         return;
     };
     let manifest = node.kubelet_manifest("etcd");
@@ -200,7 +279,7 @@ fn crash_is_repaired(test: &str, platform: Platform) {
     let mut run = node.spawn_run_once(platform.name());
     wait_for(
         "the restart marker and etcd's manifest gone",
-        Duration::from_secs(60),
+        Duration::from_secs(120),
         Duration::from_millis(2),
         || {
             if let Some(status) = run.exited() {
@@ -263,7 +342,7 @@ fn crash_is_repaired(test: &str, platform: Platform) {
     }
     wait_for(
         "etcd running and healthy",
-        Duration::from_secs(60),
+        platform_util::UP_DEADLINE,
         Duration::from_millis(100),
         || {
             let s = &node.states()["etcd"];
@@ -286,7 +365,7 @@ fn crash_is_repaired(test: &str, platform: Platform) {
         node.file_sha(Served::Apiserver),
         "the apiserver still serves the old file"
     );
-    let next = node.run_once(platform.name(), "60s", &["--output", "json"]);
+    let next = node.run_once(platform.name(), RESTART_TIMEOUT, &["--output", "json"]);
     assert_eq!(next.code, Some(0), "{next}");
     let report: serde_json::Value = serde_json::from_str(&next.stdout).unwrap();
     let restarted: Vec<&str> = report["restarted"]
@@ -331,12 +410,12 @@ fn bottlerocket_restart_interrupted_by_a_crash_is_repaired() {
 
 #[test]
 fn platform_none_renews_and_restarts_nothing() {
-    let Some(node) = Node::start("none", Platform::Kubeadm, None) else {
+    let Some(node) = Node::start("none", Platform::Kubeadm) else {
         return;
     };
     let old = files_now(&node);
     let before = node.states();
-    let out = node.run_once("none", "30s", &[]);
+    let out = node.run_once("none", RESTART_TIMEOUT, &[]);
     out.expect(0);
     assert!(
         out.stdout.contains(
@@ -352,25 +431,23 @@ fn platform_none_renews_and_restarts_nothing() {
         changed_pods(&before, &node.states()).is_empty(),
         "a pod was restarted\n{out}"
     );
-    // The apiserver (stand-in) reads its serving certificate at start only; etcd reloads its
-    // certificate files on every handshake, so it serves the new one without a restart.
-    assert_eq!(
-        node.served_sha(Served::Apiserver),
-        old[2],
-        "nothing restarted, so the apiserver serves the old certificate"
-    );
+    // etcd reloads its certificate files on every handshake, so it serves the new one without
+    // a restart. (The real kube-apiserver v1.20 re-reads its serving certificate every minute,
+    // kubernetes PR #84200, so what it serves right now depends on timing: not asserted. Its
+    // etcd client pair and the other files are read at start only; hence the restarts `run`
+    // does.)
     assert_eq!(node.served_sha(Served::EtcdClient), new[0]);
 }
 
 #[test]
 fn dry_run_changes_and_restarts_nothing() {
-    let Some(node) = Node::start("dry-run", Platform::Kubeadm, None) else {
+    let Some(node) = Node::start("dry-run", Platform::Kubeadm) else {
         return;
     };
     let old = files_now(&node);
     let files = node.snapshot();
     let before = node.states();
-    let out = node.run_once("kubeadm", "30s", &["--dry-run"]);
+    let out = node.run_once("kubeadm", RESTART_TIMEOUT, &["--dry-run"]);
     out.expect(0);
     assert!(out.stdout.contains("Would renew"), "{out}");
     assert!(node.snapshot() == files, "files changed\n{out}");
@@ -380,4 +457,39 @@ fn dry_run_changes_and_restarts_nothing() {
     );
     assert_eq!(served_now(&node), old);
     assert!(node.backup_kinds().is_empty(), "{out}");
+}
+
+/// The failpoint itself, without a control plane: `renew` with
+/// `CERTROTOR_FAILPOINT=foreign-ca:apiserver-etcd-client` writes an apiserver-etcd-client that
+/// the etcd CA does not sign (openssl says so) but whose key matches, and every other
+/// certificate as usual.
+#[test]
+fn foreign_ca_failpoint_resigns_one_certificate_after_validation() {
+    use crate::util::{TestDir, openssl_verify, public_keys};
+    let dir = TestDir::new("foreign-ca");
+    let root = dir.lab(
+        "node",
+        &["--expires-in", "2d", "--key-algorithm", "ecdsa-p256"],
+    );
+    let out = std::process::Command::new(platform_util::CERTROTOR)
+        .args(["renew", "--root", root.to_str().unwrap()])
+        .env("CERTROTOR_FAILPOINT", "foreign-ca:apiserver-etcd-client")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("CERTROTOR-FAILPOINT foreign-ca:apiserver-etcd-client"),
+        "{stderr}"
+    );
+    let pki = root.join("etc/kubernetes/pki");
+    let client = pki.join("apiserver-etcd-client.crt");
+    let refused = openssl_verify(&pki.join("etcd/ca.crt"), &client, true);
+    assert!(refused.is_err(), "the etcd CA still signs it: {stderr}");
+    let (cert_key, key) = public_keys(&client, &pki.join("apiserver-etcd-client.key"));
+    assert_eq!(cert_key, key, "the key no longer matches");
+    openssl_verify(&pki.join("etcd/ca.crt"), &pki.join("etcd/server.crt"), true)
+        .expect("the other certificates are renewed as usual");
+    openssl_verify(&pki.join("ca.crt"), &pki.join("apiserver.crt"), true)
+        .expect("the other certificates are renewed as usual");
 }

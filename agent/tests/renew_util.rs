@@ -303,6 +303,19 @@ impl Background {
             self.stderr_text()
         )
     }
+    /// Waits until it exits, at most `within`; past that it is killed and the test fails
+    /// showing its output.
+    #[track_caller]
+    pub fn finish_within(&mut self, within: Duration) {
+        let end = Instant::now() + within;
+        while self.running() {
+            if Instant::now() >= end {
+                self.kill();
+                panic!("did not finish within {within:?}: {}", self.describe());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
     /// SIGKILLs it and waits; returns its exit status.
     pub fn kill(&mut self) -> Option<ExitStatus> {
         let mut child = self.child.take()?;

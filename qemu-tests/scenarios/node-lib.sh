@@ -17,14 +17,15 @@ node_image() {
   e2e_image_present "$NODE_IMG" || e2e_import_image "$E2E_SHARE/certrotor.oci.tar" > /dev/null
 }
 
-# node_lab ROOT LAB-INIT-ARGS...   writes a Bottlerocket-layout lab node (ECDSA P-256, node IP
-# 127.0.0.1) into ROOT: lab init needs an empty folder, so it goes to /var/tmp first.
+# node_lab ROOT LAB-INIT-ARGS...   writes a Bottlerocket-layout lab node (ECDSA P-256 unless
+# NODE_KEY_ALG says otherwise, node IP 127.0.0.1) into ROOT: lab init needs an empty folder, so
+# it goes to /var/tmp first.
 node_lab() {
   _root=$1; shift
   _tmp=/var/tmp/lab.$$
   rm -rf "$_tmp"
   certrotor lab init "$_tmp" --layout bottlerocket --advertise-address 127.0.0.1 \
-    --key-algorithm ecdsa-p256 "$@" > /dev/null || return 1
+    --key-algorithm "${NODE_KEY_ALG:-ecdsa-p256}" "$@" > /dev/null || return 1
   mkdir -p "$_root/var/lib"
   cp -a "$_tmp/var/lib/." "$_root/var/lib/" && rm -rf "$_tmp"
 }
