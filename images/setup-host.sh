@@ -50,6 +50,7 @@ check_tools() {
 }
 
 if [ "${1:-}" = --check-only ]; then
+  [ -x /var/cache/certrotor/kubernetes-client/usr/bin/kubectl ] || echo "setup-host: kubectl v1.20.2 is not unpacked in /var/cache/certrotor/kubernetes-client: run images/setup-host.sh as root (it unpacks Debian's kubernetes-client there)" >&2
   check_tools
   exit
 fi
@@ -112,6 +113,10 @@ check_tools
 # package (Google's Cloud SDK ships one). The tests find it there (CERTROTOR_KUBECTL overrides).
 KUBECTL_DIR=/var/cache/certrotor/kubernetes-client
 kc_version=$(apt-cache policy kubernetes-client | awk '/Candidate:/{print $2}')
+if [ -z "$kc_version" ] || [ "$kc_version" = "(none)" ]; then
+  $SUDO apt-get update -q
+  kc_version=$(apt-cache policy kubernetes-client | awk '/Candidate:/{print $2}')
+fi
 case "$kc_version" in
   *1.20.2*) ;;
   *) echo "setup-host: apt offers kubernetes-client '$kc_version', not 1.20.2 (is bookworm main in the sources?)" >&2; exit 1 ;;

@@ -21,6 +21,7 @@ pub mod foreign_ca;
 pub mod fsutil;
 pub mod inventory;
 pub mod kubeconfig;
+pub mod kubelet;
 pub mod lab;
 pub mod logging;
 pub mod manifests;

@@ -165,7 +165,9 @@ pub fn renew_table(r: &RenewReport, restart_hint: bool) -> String {
     let mut out = String::new();
     let plan = &r.plan;
     if plan.items.is_empty() {
-        out.push_str("Nothing to renew.\n");
+        if r.kubelet.is_empty() {
+            out.push_str("Nothing to renew.\n");
+        }
     } else {
         let verb = if r.dry_run { "Would renew" } else { "Renewed" };
         out.push_str(&format!(
@@ -197,6 +199,8 @@ pub fn renew_table(r: &RenewReport, restart_hint: bool) -> String {
     for s in &plan.skipped {
         out.push_str(&format!("  skipped {}: {}\n", s.name, s.why));
     }
+    // The kubelet's files (kubelet.rs).
+    out.push_str(&crate::kubelet::plan_text(&r.kubelet, r.dry_run));
     if let Some(id) = &r.backup_id {
         out.push_str(&format!(
             "Backup: {id} (undo with 'certrotor rollback --backup {id}')\n"

@@ -341,6 +341,8 @@ pub struct NodeFiles {
     /// Certificate path → key path (the key is embedded for kubeconfigs: not listed).
     pairs: Vec<(String, String)>,
     kubeconfigs: BTreeSet<String>,
+    /// The kubelet's files ([`crate::kubelet`]) on a node with a kubeadm layout.
+    kubelet: bool,
 }
 
 impl NodeFiles {
@@ -380,22 +382,39 @@ impl NodeFiles {
                 }
             }
         }
+        let kubelet = layouts
+            .iter()
+            .any(|l| matches!(l.name, "kubeadm" | "bottlerocket"));
+        if kubelet {
+            pairs.push((
+                crate::kubelet::SERVING_CERT.to_string(),
+                crate::kubelet::SERVING_KEY.to_string(),
+            ));
+        }
         NodeFiles {
             root: root.to_path_buf(),
             known,
             pairs,
             kubeconfigs,
+            kubelet,
         }
     }
 
     /// Checks a node path read from a state file: see the module documentation.
     pub fn check(&self, rel: &str) -> Result<(), String> {
         check_relative(rel)?;
-        if !self.known.contains(rel) {
+        let kubelet_file = self.kubelet && crate::kubelet::is_node_file(rel);
+        if !(self.known.contains(rel) || kubelet_file) {
             return Err(format!(
                 "the path is not a file certrotor renews on this node's layouts ({})",
                 catalog::layout_summary()
             ));
+        }
+        if self.is_link(rel) {
+            // The link itself is replaced, never followed: its folder must be inside the root,
+            // and its target is checked on its own (`check_link_target`).
+            let folder = rel.rsplit_once('/').map_or("", |(f, _)| f);
+            return check_inside_root(&self.root, &self.root.join(folder));
         }
         check_inside_root(&self.root, &self.root.join(rel))
     }
@@ -406,6 +425,26 @@ impl NodeFiles {
             .iter()
             .find(|(c, _)| c == cert)
             .map(|(_, k)| k.as_str())
+    }
+
+    /// Whether a path is a symbolic link certrotor swaps (the kubelet's current client pair).
+    pub fn is_link(&self, rel: &str) -> bool {
+        self.kubelet && rel == crate::kubelet::CLIENT_CURRENT
+    }
+
+    /// Whether a path is one of the kubelet's dated client files (certificate and key in one).
+    pub fn is_kubelet_pair_file(&self, rel: &str) -> bool {
+        self.kubelet
+            && rel != crate::kubelet::CLIENT_CURRENT
+            && rel.starts_with(crate::kubelet::PKI_DIR)
+            && crate::kubelet::is_node_file(rel)
+            && rel.ends_with(".pem")
+    }
+
+    /// Checks a link target read from a state file.
+    pub fn check_link_target(&self, target: &str) -> Result<(), String> {
+        crate::kubelet::check_link_target(target)?;
+        check_inside_root(&self.root, &self.root.join(target.trim_start_matches('/')))
     }
 
     /// Whether a path is a kubeconfig.

@@ -20,6 +20,8 @@ mod hostile;
 // Parity with the real kubeadm v1.20.2 (images/k8s/build.sh).
 mod kubeadm_parity;
 mod kubeadm_parity_util;
+// The kubelet's client and serving certificates (issue 11.4), with the real kube-apiserver.
+mod kubelet;
 mod lab;
 // Metrics: promtool, a real Prometheus, the alert rule, memory over passes (issue 12).
 mod metrics;

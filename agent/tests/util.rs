@@ -654,6 +654,17 @@ pub fn find_certificates(root: &Path, scratch: &Path) -> Vec<Found> {
                 cert_file: file,
                 path: rel,
             });
+        } else if rel == "var/lib/kubelet/pki/kubelet-client-current.pem" {
+            // The kubelet's link to its combined certificate-and-key file (the dated files
+            // behind it are reached through it only).
+            let pem = node_path(root, &format!("/{rel}"));
+            out.push(Found {
+                ossl: Ossl::read(&pem),
+                key_pubkey: Some(key_public_key(&pem)),
+                key_file: Some(pem.clone()),
+                cert_file: pem,
+                path: rel,
+            });
         } else if rel.ends_with(".conf") {
             let text = std::fs::read_to_string(&file).unwrap();
             let stem = rel.replace('/', "_");
