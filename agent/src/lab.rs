@@ -557,6 +557,42 @@ fn write_control_plane(
         root.join("var/lib/kubelet/pki/kubelet-client-current.pem"),
     )
     .map_err(|e| LabError(format!("cannot link the kubelet client certificate: {e}")))?;
+    // The kubelet's self-signed serving pair (it writes one at start when there is none, with
+    // CN `<host>@<unix time>`; the real one is signed by a throw-away `<host>-ca@<time>` CA and
+    // holds both certificates, which the lab leaves out: only its validity matters here).
+    let serving_key = PrivateKey::generate(KeyAlgorithm::Rsa(2048))?;
+    let serving = pki::issue(
+        &Profile {
+            subject: pki::kubeadm_subject(&format!("{node}@{}", clock.birth), &[])?,
+            dns_names: vec![node.to_string()],
+            ip_addresses: vec![],
+            other_sans: vec![],
+            san_order: SanOrder::Kubeadm,
+            key_usage: pki::leaf_key_usage(),
+            ext_key_usage: vec![pki::oid::SERVER_AUTH],
+            basic_constraints: Some(false),
+            subject_key_id: false,
+        },
+        &serving_key.spki()?,
+        None,
+        &serving_key,
+        Issuance {
+            serial: pki::random_serial()?,
+            ..clock.leaf()
+        },
+    )?;
+    w.file(
+        root,
+        crate::kubelet::SERVING_CERT,
+        serving.to_pem()?.as_bytes(),
+        0o644,
+    )?;
+    w.file(
+        root,
+        crate::kubelet::SERVING_KEY,
+        serving_key.to_pem(serving_key.encoding)?.0.as_bytes(),
+        0o600,
+    )?;
     let kubelet_conf = kubelet_kubeconfig(&opts.cluster_name, &server_url, ca_pem.as_bytes());
     w.file(
         root,

@@ -147,6 +147,8 @@ pub struct RenewReport {
     pub plan: Plan,
     pub backup_id: Option<String>,
     pub files_written: Vec<String>,
+    /// The kubelet's client and serving certificates ([`crate::kubelet`]).
+    pub kubelet: crate::kubelet::Plan,
     pub duration_ms: u128,
 }
 
@@ -179,31 +181,55 @@ fn renew_locked(
     let now = clock::now();
     let inv = inventory::take(root, now, policy.within);
     let plan = renew::plan(&inv, policy, now).map_err(OpsError::Plan)?;
+    let kubelet = crate::kubelet::plan(&inv, policy, now);
+    for why in &kubelet.refused {
+        log::warn!("not renewed {why}");
+    }
+    // Asked for by name and refused: an error, as for any named certificate.
+    if let Some(why) = kubelet
+        .refused
+        .iter()
+        .find(|_| policy.names.iter().any(|n| n == crate::kubelet::CLIENT))
+    {
+        return Err(OpsError::Plan(renew::PlanError(format!(
+            "cannot renew; nothing was changed:\n  not renewed {why}"
+        ))));
+    }
     let mut report = RenewReport {
         root: root.display().to_string(),
         dry_run,
         plan,
         backup_id: None,
         files_written: vec![],
+        kubelet,
         duration_ms: 0,
     };
-    if dry_run || report.plan.items.is_empty() {
+    if dry_run || (report.plan.items.is_empty() && report.kubelet.is_empty()) {
         report.duration_ms = started.elapsed().as_millis();
         return Ok(report);
     }
     before_write(&report.plan)?;
-    let crate::engine::Output { issued, validity } =
-        crate::engine::issue(root, &report.plan, &opts.engine).map_err(OpsError::Issue)?;
-    renew::validate_with(&issued, &report.plan, validity).map_err(OpsError::Invalid)?;
-    // Test-only (feature `failpoints`): CERTROTOR_FAILPOINT=foreign-ca:NAME breaks a certificate
-    // after validation, so that the live tests meet a genuine failure.
-    #[cfg(feature = "failpoints")]
-    let issued = {
-        let mut issued = issued;
-        crate::foreign_ca::apply(&mut issued).map_err(|e| OpsError::Issue(renew::IssueError(e)))?;
-        issued
-    };
-    let changes = renew::changes(&issued);
+    let mut changes = Vec::new();
+    if !report.plan.items.is_empty() {
+        let crate::engine::Output { issued, validity } =
+            crate::engine::issue(root, &report.plan, &opts.engine).map_err(OpsError::Issue)?;
+        renew::validate_with(&issued, &report.plan, validity).map_err(OpsError::Invalid)?;
+        // Test-only (feature `failpoints`): CERTROTOR_FAILPOINT=foreign-ca:NAME breaks a
+        // certificate after validation, so that the live tests meet a genuine failure.
+        #[cfg(feature = "failpoints")]
+        let issued = {
+            let mut issued = issued;
+            crate::foreign_ca::apply(&mut issued)
+                .map_err(|e| OpsError::Issue(renew::IssueError(e)))?;
+            issued
+        };
+        changes = renew::changes(&issued);
+    }
+    // The kubelet's files join the same transaction (one backup, one rollback).
+    changes.extend(
+        crate::kubelet::changes(root, &mut report.kubelet, now)
+            .map_err(|e| OpsError::Issue(renew::IssueError(e)))?,
+    );
     let outcome = txn::apply(root, &changes, "renew", now, opts.retention)?;
     report.backup_id = Some(outcome.backup_id);
     report.files_written = outcome.files;
@@ -586,6 +612,12 @@ fn read_pending(root: &Path) -> Result<Pending, OpsError> {
     Ok(pending)
 }
 
+/// The restarts owed to the node and the backup they would roll back to (`status`).
+pub fn owed_restarts(root: &Path) -> Result<(Vec<Component>, Option<String>), OpsError> {
+    let p = read_pending(root)?;
+    Ok((p.components, p.backup_id))
+}
+
 fn write_pending(root: &Path, pending: &Pending) -> Result<(), OpsError> {
     let dir = txn::state_dir(root);
     let path = dir.join(PENDING);
@@ -802,6 +834,16 @@ fn import_locked(
 /// The daemon: `run_once` every `interval` (± 10% jitter); after a failure, again sooner with
 /// capped back-off. Stops on SIGTERM or SIGINT between passes.
 pub fn daemon(root: &Path, opts: &RunOptions, interval: Duration) {
+    daemon_observed(root, opts, interval, &mut |_, _| {});
+}
+
+/// [`daemon`], handing each pass's result and duration to `observe` (the metrics counters).
+pub fn daemon_observed(
+    root: &Path,
+    opts: &RunOptions,
+    interval: Duration,
+    observe: &mut dyn FnMut(&Result<RunReport, OpsError>, Duration),
+) {
     install_stop_handler();
     let mut failures: u32 = 0;
     log::info!(
@@ -810,7 +852,10 @@ pub fn daemon(root: &Path, opts: &RunOptions, interval: Duration) {
         interval.as_secs()
     );
     while !stop_requested() {
-        let wait = match run_once(root, opts) {
+        let started = std::time::Instant::now();
+        let result = crate::status::run_pass(root, opts, Some(interval));
+        observe(&result, started.elapsed());
+        let wait = match result {
             Ok(report) => {
                 let renewed = if report.renew.backup_id.is_some() {
                     report.renew.plan.items.len()

@@ -165,7 +165,9 @@ pub fn renew_table(r: &RenewReport, restart_hint: bool) -> String {
     let mut out = String::new();
     let plan = &r.plan;
     if plan.items.is_empty() {
-        out.push_str("Nothing to renew.\n");
+        if r.kubelet.is_empty() {
+            out.push_str("Nothing to renew.\n");
+        }
     } else {
         let verb = if r.dry_run { "Would renew" } else { "Renewed" };
         out.push_str(&format!(
@@ -197,6 +199,8 @@ pub fn renew_table(r: &RenewReport, restart_hint: bool) -> String {
     for s in &plan.skipped {
         out.push_str(&format!("  skipped {}: {}\n", s.name, s.why));
     }
+    // The kubelet's files (kubelet.rs).
+    out.push_str(&crate::kubelet::plan_text(&r.kubelet, r.dry_run));
     if let Some(id) = &r.backup_id {
         out.push_str(&format!(
             "Backup: {id} (undo with 'certrotor rollback --backup {id}')\n"
@@ -432,5 +436,113 @@ pub fn cluster_table(c: &crate::cluster::ClusterReport) -> String {
     if c.lock_lost {
         out.push_str("  LOCK LOST while restarting (the lease expired)\n");
     }
+    out
+}
+
+// === status (issue 12.3) ===
+
+/// `certrotor status`: the last pass, what comes next, what is owed, the locks, the backups.
+pub fn status_table(r: &crate::status::StatusReport) -> String {
+    let mut out = format!("Node root '{}' at {}\n\n", r.root, r.generated_at);
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    let mut field = |k: &str, v: String| rows.push(vec![k.to_string(), v]);
+    match &r.last_pass {
+        None => field(
+            "LAST PASS",
+            "none recorded yet ('run --once' or 'daemon' records one)".into(),
+        ),
+        Some(p) => {
+            field(
+                "LAST PASS",
+                format!(
+                    "{} ({}), {} to {}",
+                    p.result, p.command, p.started_at, p.finished_at
+                ),
+            );
+            field("  exit code", p.exit_code.to_string());
+            if !p.renewed.is_empty() {
+                field(
+                    "  renewed",
+                    format!(
+                        "{} (until {})",
+                        p.renewed.join(", "),
+                        p.new_not_after.as_deref().unwrap_or("?")
+                    ),
+                );
+            }
+            if let Some(b) = &p.backup_id {
+                field("  backup", b.clone());
+            }
+            if !p.restarted.is_empty() {
+                field("  restarted", p.restarted.join(", "));
+            }
+            if let Some(reason) = &p.rollback_reason {
+                field("  rolled back", reason.clone());
+            }
+            if let Some(e) = &p.error {
+                field("  error", e.clone());
+            }
+        }
+    }
+    if let Some(n) = &r.next_pass_at {
+        field("NEXT PASS", format!("around {n} (daemon interval, ±10%)"));
+    }
+    match &r.next_due {
+        None => field("NEXT DUE", "no renewable certificate found".into()),
+        Some(d) => {
+            field(
+                "NEXT DUE",
+                format!(
+                    "{} expires {} ({})",
+                    d.name,
+                    d.not_after,
+                    d.residual_seconds.map(human_duration).unwrap_or_default()
+                ),
+            );
+            field(
+                "NEXT RENEWAL",
+                format!(
+                    "first pass from {} (within {}, from {})",
+                    d.renewal_at,
+                    crate::clock::format_duration(d.within_seconds),
+                    d.within_from
+                ),
+            );
+        }
+    }
+    field(
+        "OWED RESTARTS",
+        if r.owed_restarts.components.is_empty() {
+            "none".into()
+        } else {
+            r.owed_restarts.components.join(", ")
+        },
+    );
+    field(
+        "LOCK",
+        if r.lock.held {
+            format!(
+                "held by {} ({})",
+                r.lock.holder.as_deref().unwrap_or("?"),
+                r.lock.path
+            )
+        } else {
+            format!("free ({})", r.lock.path)
+        },
+    );
+    if let Some(c) = &r.cluster_lock {
+        field(
+            "CLUSTER LOCK",
+            match (&c.holder, &c.error) {
+                (Some(h), _) => format!("held by {h}"),
+                (None, None) => "free".into(),
+                (None, Some(e)) => e.clone(),
+            },
+        );
+    }
+    out.push_str(&align(&rows));
+    out.push_str("\nBACKUPS\n");
+    let dir = format!("{}/var/lib/certrotor/backups", r.root.trim_end_matches('/'));
+    out.push_str(&backups_table(&r.backups, &dir));
     out
 }

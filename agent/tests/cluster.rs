@@ -24,14 +24,14 @@ const PASS_BOUND: Duration = Duration::from_secs(300);
 /// The etcd member names and the standard ports before a node's offset.
 const PORTS: [u16; 6] = [2379, 2380, 2381, 6443, 10257, 10259];
 
-fn etcd_installed(test: &str) -> bool {
+pub(crate) fn etcd_installed(test: &str) -> bool {
     testkit::prereq::require_tools(test, &[("etcd", "etcd-server"), ("etcdctl", "etcd-client")]);
     true
 }
 
 /// Free ports for `n` nodes: each node gets an offset whose six ports are free now and not
 /// handed to another node of this test process (the tests run in parallel).
-fn offsets(n: usize) -> Vec<u16> {
+pub(crate) fn offsets(n: usize) -> Vec<u16> {
     static TAKEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
     let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
     let mut out: Vec<u16> = Vec::new();
@@ -308,7 +308,7 @@ struct Stacked3 {
 /// stand-ins, or for kube-apiserver the real v1.20.2 binary (`CERTROTOR_K8S_BIN`, default
 /// /var/cache/certrotor/kubernetes-v1.20.2/bin, built by images/k8s/build.sh; missing, the test
 /// fails).
-fn link_control_plane_binaries(bin_dir: &Path, real_apiserver: bool) {
+pub(crate) fn link_control_plane_binaries(bin_dir: &Path, real_apiserver: bool) {
     for n in [
         "kube-apiserver",
         "kube-controller-manager",
@@ -962,7 +962,7 @@ fn set_flag(manifest: &Path, flag: &str, value: &str) {
 }
 
 /// kubelet-sim for a node root.
-fn kubelet_for(root: &Path, dir: &Path, tag: &str, path: &str) -> Background {
+pub(crate) fn kubelet_for(root: &Path, dir: &Path, tag: &str, path: &str) -> Background {
     Cmd::new(sibling("kubelet-sim"))
         .args(&[
             "--manifests",
@@ -984,7 +984,7 @@ fn kubelet_for(root: &Path, dir: &Path, tag: &str, path: &str) -> Background {
         .spawn(dir, &format!("kubelet-sim-{tag}"))
 }
 
-fn stop_kubelet(k: &mut Option<Background>) {
+pub(crate) fn stop_kubelet(k: &mut Option<Background>) {
     if let Some(mut k) = k.take() {
         let _ = std::process::Command::new("kill")
             .args(["-TERM", &k.pid().to_string()])
@@ -1003,7 +1003,12 @@ fn tls_ok(port: u16, path: &str, ca: &[u8], pair: &(Vec<u8>, Vec<u8>)) -> bool {
 
 /// (answered at all, healthy). A member that answers without a leader (an election) is up but
 /// not healthy; one that does not answer is down.
-fn probe_state(port: u16, path: &str, ca: &[u8], pair: &(Vec<u8>, Vec<u8>)) -> (bool, bool) {
+pub(crate) fn probe_state(
+    port: u16,
+    path: &str,
+    ca: &[u8],
+    pair: &(Vec<u8>, Vec<u8>),
+) -> (bool, bool) {
     let p = Probe {
         address: SocketAddr::from(([127, 0, 0, 1], port)),
         path: path.into(),

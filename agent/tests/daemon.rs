@@ -28,6 +28,8 @@ fn daemon_repeats_passes_logs_decisions_and_stops_on_sigterm() {
         .arg("--root")
         .arg(&root)
         .args(["--interval", "2s", "--platform", "none"])
+        // The lab node's admin.conf names 10.0.0.10: no Kubernetes Events (events.rs tests them).
+        .env("CERTROTOR_EVENTS", "off")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -114,6 +116,8 @@ fn daemon_survives_a_closed_stderr() {
         .args(["--log-level", "debug", "daemon", "--root"])
         .arg(&root)
         .args(["--interval", "1s", "--platform", "none"])
+        // The lab node's admin.conf names 10.0.0.10: no Kubernetes Events (events.rs tests them).
+        .env("CERTROTOR_EVENTS", "off")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

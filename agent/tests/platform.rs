@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 #[path = "platform_util.rs"]
-mod platform_util;
+pub(crate) mod platform_util;
 
 use platform_util::{
     Node, PODS, Platform, RESTART_TIMEOUT, Served, changed_pods, one_at_a_time, restarted_once,
@@ -260,7 +260,11 @@ fn bottlerocket_rolls_back_when_etcd_refuses_the_apiservers_new_client_certifica
         "bottlerocket",
         "60s",
         &[],
-        &[("CERTROTOR_FAILPOINT", "foreign-ca:apiserver-etcd-client")],
+        &[
+            ("CERTROTOR_FAILPOINT", "foreign-ca:apiserver-etcd-client"),
+            // This node's admin.conf is the real apiserver's on 127.0.0.1: Events on.
+            ("CERTROTOR_EVENTS", "on"),
+        ],
     );
     out.expect(3);
     assert!(
@@ -312,6 +316,37 @@ fn bottlerocket_rolls_back_when_etcd_refuses_the_apiservers_new_client_certifica
     node.wait_all_healthy();
     // The apiserver is back on etcd: the object written before is read back.
     kubectl_reads_back(&node, &out);
+    // The rollback is a Warning Event on the Node, posted once the old certificates were back.
+    assert!(
+        out.stderr
+            .contains("posted Kubernetes Event CertificatesRolledBack"),
+        "{out}"
+    );
+    let events: serde_json::Value = serde_json::from_str(&node.kubectl_ok(&[
+        "get",
+        "events",
+        "--namespace",
+        "default",
+        "-o",
+        "json",
+    ]))
+    .unwrap();
+    let rolled: Vec<&serde_json::Value> = events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["reason"] == "CertificatesRolledBack")
+        .collect();
+    assert_eq!(rolled.len(), 1, "{events:#}");
+    let e = rolled[0];
+    assert_eq!(e["type"], "Warning");
+    assert_eq!(e["involvedObject"]["kind"], "Node");
+    assert_eq!(e["source"]["component"], "certrotor");
+    let message = e["message"].as_str().unwrap();
+    assert!(
+        message.contains("verification failed") && message.contains("kube-apiserver"),
+        "{message}"
+    );
 }
 
 /// SIGKILL certrotor while etcd is stopped; any later command starts it again.

@@ -807,7 +807,8 @@ impl Node {
     pub fn spawn_run_once(&self, platform: &str) -> Proc {
         let mut cmd = Command::new(CERTROTOR);
         // Restarts every component (etcd too), so that a crash can hit etcd's restart.
-        cmd.args(self.run_args(platform, RESTART_TIMEOUT, &["--restart", "always"]));
+        cmd.args(self.run_args(platform, RESTART_TIMEOUT, &["--restart", "always"]))
+            .env("CERTROTOR_EVENTS", "off");
         Proc::spawn(
             "certrotor run --once",
             cmd,
@@ -831,6 +832,7 @@ impl Node {
         let started = Instant::now();
         let mut child = Command::new(CERTROTOR)
             .args(args)
+            .env("CERTROTOR_EVENTS", "off")
             .env_remove("CERTROTOR_FAILPOINT")
             .envs(env.iter().copied())
             .stdin(Stdio::null())

@@ -57,6 +57,15 @@ pub const PODS: [&str; 4] = [
 
 const DAY: i64 = 86_400;
 
+/// A certificate serial as openssl or a log prints it, for comparison (lower case, no leading
+/// zeros).
+pub fn serial(s: &str) -> String {
+    s.trim()
+        .to_ascii_lowercase()
+        .trim_start_matches('0')
+        .to_string()
+}
+
 /// A fresh scenario running `script`, with `node-lib.sh`, a token and the certrotor image in
 /// its share.
 pub fn scenario(name: &str, script: &str) -> (Scenario, Instant) {
