@@ -255,6 +255,9 @@ fn status_after_a_failed_pass_and_a_failed_rollback_shows_owed_restarts() {
         "off",
         "--restart-timeout",
         "1s",
+        // Nothing runs: the live-reload wait (etcd) is bounded like the restarts.
+        "--reload-timeout",
+        "1s",
         "--poll-interval",
         "100ms",
     ])
