@@ -304,7 +304,7 @@ fn usage_errors_exit_64() {
         ),
         (
             vec!["check", "--root", root, "--output", "yaml"],
-            "'--output' with value 'yaml': use table or json",
+            "'--output' with value 'yaml': use table, json or prometheus",
         ),
         (vec!["no-such-command"], "no-such-command"),
     ] {

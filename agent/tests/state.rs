@@ -57,9 +57,16 @@ fn write_manifest(root: &Path, id: &str, m: &Value) {
 }
 
 /// Everything under the test folder (node root and its parent), except the lock file, whose
-/// content (the holder's pid) every command rewrites.
+/// content (the holder's pid) every command rewrites, and the record of the last pass, which a
+/// refused `run` writes to say it failed (for `status`).
 fn everything(t: &TempDir) -> Snapshot {
-    snapshot(&t.path, &["node/var/lib/certrotor/lock"])
+    snapshot(
+        &t.path,
+        &[
+            "node/var/lib/certrotor/lock",
+            "node/var/lib/certrotor/last-pass.json",
+        ],
+    )
 }
 
 /// Runs `args`, which must fail with exit 2 saying every one of `words`, and change nothing
