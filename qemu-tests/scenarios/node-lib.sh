@@ -231,7 +231,8 @@ node_grant_admins() {
     kubeadm:cluster-admins --clusterrole=cluster-admin --group=kubeadm:cluster-admins
 }
 # node_readyz_start ROOT O NAME   polls the real apiserver's https://127.0.0.1:(6443+O)/readyz
-# every 100 ms in the background; one line per poll in $E2E_OUT/NAME: "<uptime> <1|0>"
+# in the background, 100 ms between probes (each probe, an openssl s_client, itself takes ~0.8 s
+# under TCG: that is the resolution); one line per poll in $E2E_OUT/NAME: "<uptime> <1|0>"
 node_readyz_start() {
   ( while :; do
       if node_apiserver_ok "$1" "$2"; then _r=1; else _r=0; fi

@@ -138,7 +138,7 @@ fn host_container_renews_an_expiring_stacked_node() {
     }
     f.unavailability(&b, "host container run --once", &report, Some("state"));
     f.line(format!(
-        "real apiserver /readyz (polled every 100 ms, {polls} polls): longest outage {longest:.1}s, \
+        "real apiserver /readyz ({polls} polls, 100 ms apart plus the openssl probe itself): longest outage {longest:.1}s, \
          total {total:.1}s; exits restarted by kubelet-sim:{crashes}"
     ));
     f.finish(&sc, t0);
