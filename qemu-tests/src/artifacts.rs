@@ -15,7 +15,8 @@
 //!   [`DEFAULT_K8S_BIN`], where `images/k8s/build.sh` puts them): kube-apiserver,
 //!   kube-controller-manager and kube-scheduler go into the image as `/usr/lib/k8s/<name>`,
 //!   where the real-control-plane scenario's kubelet-sim runs them as the static pods (the
-//!   other scenarios keep k8s-sim).
+//!   other scenarios keep k8s-sim); the kubelet too, for the real-kubelet scenario, whose
+//!   pause image is built from the same folder's `pause`.
 //! * `CERTROTOR_KUBECTL` — kubectl v1.20.2 for the image's `/usr/bin/kubectl` (default: the
 //!   one `images/setup-host.sh` unpacks from Debian's kubernetes-client package).
 
@@ -30,12 +31,16 @@ use std::time::{Duration, Instant};
 /// Where `images/k8s/build.sh` puts the real Kubernetes v1.20.2 binaries.
 pub const DEFAULT_K8S_BIN: &str = "/var/cache/certrotor/kubernetes-v1.20.2/bin";
 
-/// The real control-plane binaries (in the image at `/usr/lib/k8s/<name>`).
-pub const K8S_NAMES: [&str; 3] = [
+/// The real control-plane binaries and the kubelet (in the image at `/usr/lib/k8s/<name>`).
+pub const K8S_NAMES: [&str; 4] = [
     "kube-apiserver",
     "kube-controller-manager",
     "kube-scheduler",
+    "kubelet",
 ];
+
+/// The pod sandbox binary `images/k8s/build.sh` builds (the real kubelet's pause image).
+pub const K8S_PAUSE: &str = "pause";
 
 /// kubectl v1.20.2 unpacked by `images/setup-host.sh`.
 pub const DEFAULT_KUBECTL: &str = "/var/cache/certrotor/kubernetes-client/usr/bin/kubectl";
@@ -365,6 +370,21 @@ fn build_images(bins: &Binaries) -> Result<Images> {
         kver: kv.get("KVER").map(|s| (*s).to_string()).unwrap_or_default(),
         build_time,
     })
+}
+
+/// The real pause binary (`<CERTROTOR_K8S_BIN>/pause`), or an error saying how to build it.
+pub fn k8s_pause() -> Result<PathBuf> {
+    let dir =
+        paths::path_from_env("CERTROTOR_K8S_BIN").unwrap_or_else(|| PathBuf::from(DEFAULT_K8S_BIN));
+    let p = dir.join(K8S_PAUSE);
+    if p.is_file() {
+        Ok(p)
+    } else {
+        Err(Error(format!(
+            "missing {}: build Kubernetes v1.20.2 with images/k8s/build.sh (or set CERTROTOR_K8S_BIN)",
+            p.display()
+        )))
+    }
 }
 
 /// Builds an OCI image archive (`ctr images import`-able) holding `binary` at `dest` (an
