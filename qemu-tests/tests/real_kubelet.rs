@@ -37,7 +37,7 @@ fn real_kubelet_runs_a_rendered_static_pod_with_containerd_cri() {
 
     assert_eq!(
         b.read_out("static-pods.txt").unwrap(),
-        "probe.yaml",
+        "probe",
         "{}",
         b.failure("the Bottlerocket API's rendering")
     );
