@@ -235,7 +235,7 @@ fn load(root: &Path, entry: &Entry) -> Loaded {
         let key_read = read(root, key_path);
         out.key_present = !matches!(key_read, Ok(None));
         match key_read {
-            Ok(Some(kb)) => match PrivateKey::from_pem(&kb) {
+            Ok(Some(kb)) => match PrivateKey::read_pem(&kb) {
                 Ok(k) => {
                     out.key = Some(k);
                     out.warnings.extend(key_mode_warning(root, key_path));
@@ -298,7 +298,7 @@ fn load_kubeconfig(root: &Path, entry: &Entry, bytes: &[u8], out: &mut Loaded) {
         Source::Embedded(_) => entry.path.clone(),
         Source::File(p) => p.trim_start_matches('/').to_string(),
     };
-    match fetch(&creds.client_key, "client key").map(|(b, _)| PrivateKey::from_pem(&b)) {
+    match fetch(&creds.client_key, "client key").map(|(b, _)| PrivateKey::read_pem(&b)) {
         Ok(Ok(k)) => {
             out.key = Some(k);
             out.warnings.extend(key_mode_warning(root, &key_file));
@@ -584,7 +584,7 @@ fn service_account(root: &Path, layout: &Layout) -> Option<KeyRecord> {
             rec.status = Status::Invalid;
             rec.error = Some(e.to_string());
         }
-        Ok(Some(bytes)) => match PrivateKey::from_pem(&bytes) {
+        Ok(Some(bytes)) => match PrivateKey::read_pem(&bytes) {
             Err(e) => {
                 rec.status = Status::Invalid;
                 rec.error = Some(format!("'{key_path}': {e}"));

@@ -497,17 +497,20 @@ fn issue_one(
                 ));
             };
             let old = Cert::from_pem(cert).map_err(|e| ctx(&e))?;
-            let key = PrivateKey::from_pem(key).map_err(|e| ctx(&e))?;
+            let key = PrivateKey::read_pem(key).map_err(|e| ctx(&e))?;
             (old, key, Some(kc))
         }
         _ => {
             let old = Cert::from_pem(&read(root, &item.path)?).map_err(|e| ctx(&e))?;
             let key_path = item.key_path.as_deref().unwrap_or_default();
-            let key = PrivateKey::from_pem(&read(root, key_path)?).map_err(|e| ctx(&e))?;
+            let key = PrivateKey::read_pem(&read(root, key_path)?).map_err(|e| ctx(&e))?;
             (old, key, None)
         }
     };
+    // The old key is read for its encoding; checked in full only when it is carried into the
+    // new certificate.
     let key = if plan.reuse_keys {
+        old_key.validate().map_err(|e| ctx(&e))?;
         old_key
     } else {
         let mut k = PrivateKey::generate(old.public_key_algorithm()).map_err(|e| ctx(&e))?;
