@@ -442,7 +442,14 @@ fn pem_error_text(e: &rustls_pki_types::pem::Error) -> String {
 /// Whether PEM text holds a passphrase-protected private key: PKCS#8 `ENCRYPTED PRIVATE KEY`,
 /// or OpenSSL's legacy `Proc-Type: 4,ENCRYPTED` header.
 fn is_encrypted_key(bytes: &[u8]) -> bool {
-    let has = |needle: &[u8]| bytes.windows(needle.len()).any(|w| w == needle);
+    // Compares only where the first byte matches: a slice comparison at every offset of a key
+    // file was a tenth of the cost of reading a key.
+    let has = |needle: &[u8]| match needle.split_first() {
+        Some((first, rest)) => {
+            (0..bytes.len()).any(|i| bytes[i] == *first && bytes[i + 1..].starts_with(rest))
+        }
+        None => true,
+    };
     has(b"-----BEGIN ENCRYPTED PRIVATE KEY-----") || has(b"Proc-Type: 4,ENCRYPTED")
 }
 
