@@ -348,6 +348,18 @@ impl FileMeta {
 /// fsynced, owner set when given. The parent folder is not synced: callers that rename the file
 /// into place sync the folder afterwards.
 pub fn write_new(path: &Path, data: &[u8], mode: u32, owner: Option<(u32, u32)>) -> io::Result<()> {
+    write_new_unsynced(path, data, mode, owner)?.sync_all()
+}
+
+/// [`write_new`] without the fsync: returns the open file, which the caller syncs (`sync_all`)
+/// before anything depends on its content, so that a batch of files is written first and then
+/// synced.
+pub fn write_new_unsynced(
+    path: &Path,
+    data: &[u8],
+    mode: u32,
+    owner: Option<(u32, u32)>,
+) -> io::Result<File> {
     let mut file = OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -359,7 +371,7 @@ pub fn write_new(path: &Path, data: &[u8], mode: u32, owner: Option<(u32, u32)>)
         std::os::unix::fs::fchown(&file, Some(uid), Some(gid))?;
     }
     file.write_all(data)?;
-    file.sync_all()
+    Ok(file)
 }
 
 /// Replaces (or creates) `path` atomically: the data goes to a temporary file in the same folder
