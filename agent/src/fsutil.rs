@@ -198,12 +198,15 @@ pub fn read_in_root(root: &Path, rel: &str, limit: u64) -> Result<Option<Vec<u8>
     read_in_root_with_mode(root, rel, limit).map(|read| read.map(|(bytes, _)| bytes))
 }
 
-/// [`read_in_root`], with the file's permission bits (`0o7777`).
+/// A file's bytes and permission bits (`0o7777`); `None` when it does not exist.
+pub type ReadWithMode = Option<(Vec<u8>, u32)>;
+
+/// [`read_in_root`], with the file's permission bits.
 pub fn read_in_root_with_mode(
     root: &Path,
     rel: &str,
     limit: u64,
-) -> Result<Option<(Vec<u8>, u32)>, ReadError> {
+) -> Result<ReadWithMode, ReadError> {
     if let Some(read) = read_beneath(root, rel, limit) {
         return read;
     }
@@ -226,11 +229,7 @@ pub fn read_in_root_with_mode(
 /// for reading, so a FIFO or device named like a certificate is never opened. `None` when the
 /// fast path does not apply (a symlink or `..` on the way, a kernel without `openat2`, any
 /// error): the caller resolves step by step, which also words the errors.
-fn read_beneath(
-    root: &Path,
-    rel: &str,
-    limit: u64,
-) -> Option<Result<Option<(Vec<u8>, u32)>, ReadError>> {
+fn read_beneath(root: &Path, rel: &str, limit: u64) -> Option<Result<ReadWithMode, ReadError>> {
     use nix::errno::Errno;
     use nix::fcntl::{OFlag, OpenHow, ResolveFlag, open, openat2};
     let rel_path = rel.trim_start_matches('/');

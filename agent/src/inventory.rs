@@ -269,14 +269,15 @@ fn load_kubeconfig(root: &Path, entry: &Entry, bytes: &[u8], mode: u32, out: &mu
             return;
         }
     };
-    // The bytes, the file they are in when not embedded, and that file's permission bits.
+    /// The bytes, the file they are in when not embedded, and that file's permission bits.
+    type Fetched<'a> = (std::borrow::Cow<'a, [u8]>, Option<String>, u32);
     fn fetch<'a>(
         root: &Path,
         entry: &Entry,
         mode: u32,
         source: &'a Source,
         what: &str,
-    ) -> Result<(std::borrow::Cow<'a, [u8]>, Option<String>, u32), String> {
+    ) -> Result<Fetched<'a>, String> {
         match source {
             Source::Embedded(b) => Ok((b.as_slice().into(), None, mode)),
             Source::File(p) => match read_with_mode(root, p) {
