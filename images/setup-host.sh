@@ -22,6 +22,7 @@ PKGS=(
   golang-go make rsync gcc libc6-dev # building Kubernetes v1.20.2 from Debian's source package
   dpkg-dev                          # apt-get source
   golang-github-modern-go-reflect2-dev # reflect2 1.0.2 replacing the vendored 1.0.1 (Go >= 1.18)
+  prometheus                        # promtool + a real Prometheus for the metrics tests (bookworm main only)
 )
 
 # tool -> package that provides it; checked after installing.
@@ -30,7 +31,7 @@ TOOLS=(
   runc:runc etcd:etcd-server etcdctl:etcd-client openssl:openssl mkfs.ext4:e2fsprogs
   busybox:busybox-static cpio:cpio zstd:zstd depmod:kmod python3:python3 musl-gcc:musl-tools
   go:golang-go make:make rsync:rsync gcc:gcc ip:iproute2 dpkg-source:dpkg-dev
-  hyperfine:hyperfine strings:binutils
+  hyperfine:hyperfine strings:binutils promtool:prometheus prometheus:prometheus
   chattr:e2fsprogs lsattr:e2fsprogs flock:util-linux setpriv:util-linux mount:mount findmnt:util-linux
 )
 
@@ -49,6 +50,7 @@ check_tools() {
 }
 
 if [ "${1:-}" = --check-only ]; then
+  [ -x /var/cache/certrotor/kubernetes-client/usr/bin/kubectl ] || echo "setup-host: kubectl v1.20.2 is not unpacked in /var/cache/certrotor/kubernetes-client: run images/setup-host.sh as root (it unpacks Debian's kubernetes-client there)" >&2
   check_tools
   exit
 fi
@@ -100,5 +102,34 @@ else
 fi
 # Debian starts etcd and containerd on install where systemd runs; the tests start their own.
 $SUDO systemctl stop etcd 2>/dev/null || true
+# Likewise Prometheus (it would listen on every address); the metrics tests start their own on
+# loopback.
+$SUDO systemctl disable --now prometheus 2>/dev/null || true
 check_tools
+
+# kubectl v1.20.2, the client of the control plane under test (the platform tests and the QEMU
+# scenarios list namespaces and read objects back with it): Debian's kubernetes-client package,
+# unpacked into a cache rather than installed, because /usr/bin/kubectl may belong to another
+# package (Google's Cloud SDK ships one). The tests find it there (CERTROTOR_KUBECTL overrides).
+KUBECTL_DIR=/var/cache/certrotor/kubernetes-client
+kc_version=$(apt-cache policy kubernetes-client | awk '/Candidate:/{print $2}')
+if [ -z "$kc_version" ] || [ "$kc_version" = "(none)" ]; then
+  $SUDO apt-get update -q
+  kc_version=$(apt-cache policy kubernetes-client | awk '/Candidate:/{print $2}')
+fi
+case "$kc_version" in
+  *1.20.2*) ;;
+  *) echo "setup-host: apt offers kubernetes-client '$kc_version', not 1.20.2 (is bookworm main in the sources?)" >&2; exit 1 ;;
+esac
+if [ "$(cat "$KUBECTL_DIR/.version" 2>/dev/null)" != "$kc_version" ] || ! [ -x "$KUBECTL_DIR/usr/bin/kubectl" ]; then
+  echo "setup-host: unpacking kubernetes-client $kc_version into $KUBECTL_DIR"
+  kc_tmp=$(mktemp -d); chmod 0755 "$kc_tmp"
+  (cd "$kc_tmp" && $SUDO apt-get download -q "kubernetes-client=$kc_version")
+  $SUDO rm -rf "$KUBECTL_DIR"; $SUDO mkdir -p "$KUBECTL_DIR"
+  $SUDO dpkg-deb -x "$kc_tmp"/kubernetes-client_*.deb "$KUBECTL_DIR"
+  echo "$kc_version" | $SUDO tee "$KUBECTL_DIR/.version" > /dev/null
+  rm -rf "$kc_tmp"
+fi
+"$KUBECTL_DIR/usr/bin/kubectl" version --client > /dev/null ||
+  { echo "setup-host: $KUBECTL_DIR/usr/bin/kubectl does not run" >&2; exit 1; }
 echo "setup-host: done"

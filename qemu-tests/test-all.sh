@@ -5,8 +5,38 @@
 # `.ci/run` calls this script; so does a developer: `sudo qemu-tests/test-all.sh`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-step() { printf '\n=== %s\n' "$*"; }
 started=$(date +%s)
+step() { printf '\n=== [%ss] %s\n' "$(( $(date +%s) - started ))" "$*"; }
+
+# Every process this run starts carries this mark in its environment. When the run ends, however
+# it ends, whatever still carries it (a test's leftover etcd, daemon or VM) is named and killed:
+# nothing outlives the run, holds its output open or takes the next run's ports.
+export CERTROTOR_TEST_RUN="test-all-$$-$started"
+leftovers() {
+  local pid found=0
+  for pid in $(grep -lsz "^CERTROTOR_TEST_RUN=$CERTROTOR_TEST_RUN\$" /proc/[0-9]*/environ 2>/dev/null |
+               cut -d/ -f3); do
+    [ "$pid" = "$$" ] || [ "$pid" = "$BASHPID" ] && continue
+    grep -qs . "/proc/$pid/cmdline" || continue
+    echo "test-all: left running by a test, killed: $pid $(tr '\0' ' ' < "/proc/$pid/cmdline" | cut -c1-160)" >&2
+    kill -KILL "$pid" 2>/dev/null || true
+    found=1
+  done
+  return $found
+}
+trap 'leftovers || true' EXIT
+
+# Each phase is bounded (timeout signals its whole process group), so that a hung test fails
+# the run with a message naming the phase instead of running into CI's limit.
+bounded() {
+  local minutes=$1; shift
+  local rc=0
+  timeout --kill-after=30 "${minutes}m" "$@" || rc=$?
+  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+    echo "test-all: '$*' did not finish within ${minutes} min; stopped (see the last test named above)" >&2
+  fi
+  return "$rc"
+}
 
 step "install test dependencies (Debian packages)"
 if [ "$(id -u)" = 0 ]; then
@@ -43,7 +73,7 @@ cargo clippy --workspace --all-targets --locked --features certrotor/failpoints 
 step "cargo test (agent, bottlerocket; certrotor built with its test-only failpoints)"
 # The integration tests run the binary and crash it at failpoints: it must have them (a crash
 # test against a binary without them fails, naming the feature).
-cargo test --locked --features certrotor/failpoints
+bounded 40 cargo test --locked --features certrotor/failpoints
 
 step "static build (musl, under 4 MiB, no failpoint code: checked by build-static.sh)"
 bin=$(agent/build-static.sh --all)
@@ -59,7 +89,13 @@ step "certrotor demo"
 
 if [ "${CERTROTOR_SKIP_QEMU:-0}" != 1 ]; then
   step "QEMU end-to-end suite (TCG)"
-  cargo test --locked -p qemu-tests -- --test-threads=1
+  bounded 45 cargo test --locked -p qemu-tests -- --test-threads=1
+fi
+
+step "no test left a process running"
+if ! leftovers; then
+  echo "test-all: the tests above left processes running (listed above): a test must stop what it starts" >&2
+  exit 1
 fi
 
 echo

@@ -221,6 +221,20 @@ pub fn entries(root: &Path, layouts: &[Layout]) -> Vec<Entry> {
         }
         out.extend(these);
     }
+    // The kubelet's own files (one cert dir per node), signed by the first kubeadm layout's CA.
+    if let Some(layout) = layouts
+        .iter()
+        .find(|l| matches!(l.name, "kubeadm" | "bottlerocket"))
+    {
+        let ca = out
+            .iter()
+            .find(|e| {
+                e.layout == layout.name && e.kind == Kind::Ca && e.name.starts_with(names::CA)
+            })
+            .map(|e| e.name.clone())
+            .unwrap_or_else(|| names::CA.into());
+        out.extend(crate::kubelet::entries(root, &ca, layout.name));
+    }
     out
 }
 

@@ -43,6 +43,33 @@ fn format(value: &str) -> Result<Format, String> {
     }
 }
 
+// --- metrics (issue 12.1): check's output formats, the metrics address ---
+
+/// `check --output`: the common formats, or the Prometheus text format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CheckOutput {
+    Plain(Format),
+    Prometheus,
+}
+
+fn check_output(value: &str) -> Result<CheckOutput, String> {
+    match value {
+        "prometheus" => Ok(CheckOutput::Prometheus),
+        _ => format(value)
+            .map(CheckOutput::Plain)
+            .map_err(|_| "use table, json or prometheus".into()),
+    }
+}
+
+/// `--metrics-address`: IP:PORT.
+fn metrics_address(value: &str) -> Result<SocketAddr, String> {
+    value
+        .parse()
+        .map_err(|_| "give IP:PORT (127.0.0.1:9793, or 0.0.0.0:9793 for every address)".into())
+}
+
+// --- end metrics ---
+
 /// `--engine`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum EngineChoice {
@@ -123,6 +150,10 @@ fn platform(value: &str) -> Result<PlatformChoice, String> {
     PlatformChoice::parse(value).ok_or_else(|| "use auto, bottlerocket, kubeadm or none".into())
 }
 
+fn restart_mode(value: &str) -> Result<certrotor::reload::RestartMode, String> {
+    certrotor::reload::RestartMode::parse(value).ok_or_else(|| "use live or always".into())
+}
+
 fn endpoint(value: &str) -> Result<(Component, SocketAddr), String> {
     certrotor::restart::parse_endpoint(value)
 }
@@ -193,6 +224,7 @@ enum Command {
     Daemon(DaemonCmd),
     Demo(DemoCmd),
     Version(VersionCmd),
+    Status(StatusCmd),
 }
 
 /// The flags `renew`, `run` and `daemon` share, once parsed.
@@ -370,9 +402,14 @@ struct CheckCmd {
     /// container, else /)
     #[argh(option)]
     root: Option<PathBuf>,
-    /// output format: table (default) or json
-    #[argh(option, default = "Format::Table", from_str_fn(format))]
-    output: Format,
+    /// output format: table (default), json, or prometheus (x509-certificate-exporter's
+    /// gauges, for node-exporter's textfile collector)
+    #[argh(
+        option,
+        default = "CheckOutput::Plain(Format::Table)",
+        from_str_fn(check_output)
+    )]
+    output: CheckOutput,
     /// report certificates expiring within this duration as expiring (default 30d)
     #[argh(option, default = "30 * clock::DAY", from_str_fn(seconds))]
     warn_within: i64,
@@ -429,6 +466,10 @@ struct LabInitCmd {
     /// side (default 0)
     #[argh(option, default = "0")]
     port_offset: u16,
+    /// also write a kube-vip-like static pod that mounts admin.conf as a single file (as EKS
+    /// Anywhere control planes run)
+    #[argh(switch)]
+    kube_vip: bool,
 }
 
 /// The platform flags `run`, `daemon` and `etcd-client import` share, once parsed.
@@ -440,6 +481,8 @@ struct PassFlags {
     restart_timeout: Duration,
     poll_interval: Duration,
     cluster: certrotor::cluster::ClusterOptions,
+    restart: certrotor::reload::RestartMode,
+    reload_timeout: Duration,
 }
 
 /// Declares `run` and `daemon`: renew's flags plus the platform flags, and `pass_flags()` to
@@ -482,6 +525,15 @@ macro_rules! pass_command {
                 /// lease of the cluster lock: how long a dead holder blocks the others
                 /// (default 15s)
                 cluster_lease_ttl: Duration,
+                #[argh(option, default = "certrotor::reload::RestartMode::Live", from_str_fn(restart_mode))]
+                /// live (default: restart only the components that cannot reload a renewed
+                /// file, or did not within --reload-timeout) or always (restart every
+                /// component whose files changed)
+                restart: certrotor::reload::RestartMode,
+                #[argh(option, default = "certrotor::reload::DEFAULT_RELOAD_TIMEOUT", from_str_fn(interval))]
+                /// bound on the wait for a component to serve a renewed file by itself before
+                /// it is restarted (default 90s; kube-apiserver re-reads about once a minute)
+                reload_timeout: Duration,
             }
         }
 
@@ -499,6 +551,8 @@ macro_rules! pass_command {
                         wait: self.cluster_wait,
                         lease_ttl: self.cluster_lease_ttl,
                     },
+                    restart: self.restart,
+                    reload_timeout: self.reload_timeout,
                 }
             }
         }
@@ -537,6 +591,9 @@ pass_command! {
         #[argh(option, default = "Duration::from_secs(3600)", from_str_fn(interval))]
         /// time between passes (default 1h, ±10% jitter); after a failure, retries sooner
         interval: Duration,
+        #[argh(option, from_str_fn(metrics_address))]
+        /// serve Prometheus metrics on http://IP:PORT/metrics (default: off)
+        metrics_address: Option<SocketAddr>,
     }
 }
 
@@ -617,6 +674,66 @@ struct DemoCmd {
     keep: bool,
 }
 
+// === status (issue 12.3) ===
+
+#[derive(FromArgs, Debug)]
+#[argh(
+    subcommand,
+    name = "status",
+    note = "Reads var/lib/certrotor/last-pass.json, written at the end of every 'run' and 'daemon' pass. A record that cannot be read, or from a newer certrotor, is an error (exit 2).",
+    error_code(0, "status shown"),
+    error_code(2, "a state file cannot be read; nothing was changed"),
+    error_code(64, "usage error")
+)]
+/// the last pass, the next certificate due and its renewal, owed restarts, locks and backups
+struct StatusCmd {
+    #[argh(option)]
+    /// the node's root filesystem
+    root: Option<PathBuf>,
+    #[argh(option, default = "Format::Table", from_str_fn(format))]
+    /// output format: table (default) or json
+    output: Format,
+    #[argh(option, from_str_fn(seconds))]
+    /// the renewal window to compute the next renewal with (default: the last pass's, else 90d)
+    within: Option<i64>,
+    #[argh(
+        option,
+        default = "certrotor::cluster::Mode::Auto",
+        from_str_fn(cluster_mode)
+    )]
+    /// auto (default: ask etcd who holds the cluster lock, where the manifests give etcd
+    /// endpoints; at most 5 s per endpoint) or off
+    cluster: certrotor::cluster::Mode,
+    #[argh(option, from_str_fn(etcd_endpoints))]
+    /// etcd endpoint(s) https://IP:PORT, overriding the manifests; repeatable
+    etcd_endpoint: Vec<Vec<String>>,
+}
+
+fn status_cmd(c: StatusCmd) -> Result<u8, CliError> {
+    let root = root_flag(c.root)?;
+    let opts = certrotor::status::StatusOptions {
+        within: c.within,
+        cluster: certrotor::cluster::ClusterOptions {
+            mode: c.cluster,
+            endpoints: c.etcd_endpoint.concat(),
+            ..Default::default()
+        },
+        restart: Some(restart_options(PassFlags {
+            platform: PlatformChoice::Auto,
+            api_socket: PathBuf::from(certrotor::catalog::paths::API_SOCKET),
+            endpoint: vec![],
+            restart_timeout: Duration::from_secs(5),
+            poll_interval: Duration::from_millis(500),
+            cluster: certrotor::cluster::ClusterOptions::default(),
+            restart: certrotor::reload::RestartMode::Live,
+            reload_timeout: certrotor::reload::DEFAULT_RELOAD_TIMEOUT,
+        })),
+    };
+    let report = certrotor::status::status(&root, &opts).map_err(CliError::Status)?;
+    print!("{}", render(c.output, &report, report::status_table)?);
+    Ok(outcome::EXIT_OK)
+}
+
 #[derive(FromArgs, Debug)]
 #[argh(subcommand, name = "version")]
 /// print the version
@@ -642,6 +759,13 @@ enum CliError {
     },
     /// Reading the etcd client bundle file.
     ReadBundle(ReadError),
+    /// `status` could not read a state file.
+    Status(certrotor::status::StatusError),
+    /// `--metrics-address` cannot be bound.
+    Metrics {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
 }
 
 impl CliError {
@@ -674,6 +798,12 @@ impl std::fmt::Display for CliError {
             CliError::Json(e) => write!(f, "cannot serialise the report as JSON: {e}"),
             CliError::Bundle { what, source } => write!(f, "{what}: {source}"),
             CliError::ReadBundle(e) => write!(f, "{e}"),
+            CliError::Status(e) => write!(f, "{e}"),
+            CliError::Metrics { addr, source } => write!(
+                f,
+                "cannot serve metrics on {addr}: {source}; give a free local address with \
+                 --metrics-address, or leave it out"
+            ),
         }
     }
 }
@@ -689,6 +819,8 @@ impl std::error::Error for CliError {
             CliError::Json(e) => Some(e),
             CliError::Bundle { source, .. } => Some(source),
             CliError::ReadBundle(e) => Some(e),
+            CliError::Status(e) => Some(e),
+            CliError::Metrics { source, .. } => Some(source),
         }
     }
 }
@@ -826,6 +958,7 @@ fn run(top: Top) -> Result<u8, CliError> {
             certrotor::demo::run(c.keep).map_err(CliError::Demo)?;
             Ok(outcome::EXIT_OK)
         }
+        Command::Status(c) => status_cmd(c),
         Command::Version(_) => {
             println!("certrotor {}", env!("CARGO_PKG_VERSION"));
             Ok(outcome::EXIT_OK)
@@ -857,8 +990,15 @@ fn render<T: serde::Serialize>(
 fn check(c: CheckCmd) -> Result<u8, CliError> {
     let root = root_flag(c.root)?;
     certrotor::recover_before_reading(&root)?;
-    let inv = inventory::take(&root, clock::now(), c.warn_within);
-    print!("{}", render(c.output, &inv, report::table)?);
+    let now = clock::now();
+    let inv = inventory::take(&root, now, c.warn_within);
+    match c.output {
+        CheckOutput::Plain(f) => print!("{}", render(f, &inv, report::table)?),
+        CheckOutput::Prometheus => print!(
+            "{}",
+            certrotor::metrics::certificate_gauges(&root, &inv, now)
+        ),
+    }
     Ok(outcome::for_inventory(&inv))
 }
 
@@ -875,6 +1015,11 @@ fn lab_init(c: LabInitCmd) -> Result<u8, CliError> {
         now: clock::now(),
     };
     let summary = lab::init(&c.dir, &opts).map_err(CliError::Lab)?;
+    if c.kube_vip {
+        for root in &summary.roots {
+            lab::add_kube_vip(root, c.layout, c.port_offset).map_err(CliError::Lab)?;
+        }
+    }
     for root in &summary.roots {
         println!("lab node written: {}", root.display());
     }
@@ -966,6 +1111,8 @@ fn restart_options(p: PassFlags) -> RestartOptions {
         timeout: p.restart_timeout,
         poll: p.poll_interval,
         endpoints: p.endpoint.into_iter().collect::<BTreeMap<_, _>>(),
+        mode: p.restart,
+        reload_timeout: p.reload_timeout,
     }
 }
 
@@ -1074,6 +1221,9 @@ fn etcd_import(c: EtcdImportCmd) -> Result<u8, CliError> {
                 mode: certrotor::cluster::Mode::Off,
                 ..Default::default()
             },
+            // The import changes apiserver-etcd-client, which kube-apiserver cannot reload.
+            restart: certrotor::reload::RestartMode::Always,
+            reload_timeout: certrotor::reload::DEFAULT_RELOAD_TIMEOUT,
         }),
         cluster: certrotor::cluster::ClusterOptions {
             mode: certrotor::cluster::Mode::Off,
@@ -1111,7 +1261,8 @@ fn run_cmd(c: RunCmd) -> Result<u8, CliError> {
     let f = c.renew_flags();
     let opts = run_options(&f, c.pass_flags())?;
     let root = root_flag(f.root)?;
-    let done = certrotor::ops::run_once(&root, &opts)?;
+    // The pass as `status` and the Kubernetes Event see it (status.rs).
+    let done = certrotor::status::run_pass(&root, &opts, None)?;
     print!(
         "{}",
         render(c.output, &done, |r| format!(
@@ -1138,8 +1289,20 @@ fn daemon_cmd(c: DaemonCmd) -> Result<u8, CliError> {
             nix::sys::signal::SigHandler::SigIgn,
         )
     };
-    certrotor::ops::daemon(&root, &opts, c.interval);
+    // --- metrics (issue 12.1) ---
+    let Some(addr) = c.metrics_address else {
+        certrotor::ops::daemon(&root, &opts, c.interval);
+        return Ok(outcome::EXIT_OK);
+    };
+    let shared = certrotor::metrics::Shared::new(&root);
+    let bound = certrotor::metrics::serve(addr, std::sync::Arc::clone(&shared))
+        .map_err(|source| CliError::Metrics { addr, source })?;
+    log::info!("metrics served on http://{bound}/metrics");
+    certrotor::ops::daemon_observed(&root, &opts, c.interval, &mut |result, took| {
+        shared.update(|m| m.record_pass(result, clock::now(), took));
+    });
     Ok(outcome::EXIT_OK)
+    // --- end metrics ---
 }
 
 #[cfg(test)]

@@ -247,6 +247,46 @@ fn hostname() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
+/// A ureq agent for mutual TLS over rustls (aws-lc-rs): trusts only `ca_pem`, presents the
+/// client pair, bounds the connection by `connect` and the whole request by `global`, and hands
+/// back HTTP error statuses as responses. Shared by the etcd client (here) and the Kubernetes
+/// Events client (`events`). The error names the part at fault, never its bytes.
+pub fn mtls_agent(
+    ca_pem: &[u8],
+    cert_pem: &[u8],
+    key_pem: &[u8],
+    connect: Duration,
+    global: Duration,
+) -> Result<ureq::Agent, String> {
+    use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig, TlsProvider};
+    let certs = |pem: &[u8], what: &str| -> Result<Vec<Certificate<'static>>, String> {
+        ureq::tls::parse_pem(pem)
+            .filter_map(|i| match i {
+                Ok(ureq::tls::PemItem::Certificate(c)) => Some(Ok(c)),
+                Ok(_) => None,
+                Err(e) => Some(Err(e)),
+            })
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("{what}: {e}"))
+    };
+    let roots = certs(ca_pem, "the CA certificate")?;
+    let chain = certs(cert_pem, "the client certificate")?;
+    let key = PrivateKey::from_pem(key_pem).map_err(|e| format!("the client key: {e}"))?;
+    let tls = TlsConfig::builder()
+        .provider(TlsProvider::Rustls)
+        .root_certs(RootCerts::Specific(Arc::new(roots)))
+        .client_cert(Some(ClientCert::new_with_certs(&chain, key)))
+        .unversioned_rustls_crypto_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
+        .build();
+    Ok(ureq::Agent::config_builder()
+        .tls_config(tls)
+        .http_status_as_error(false)
+        .timeout_connect(Some(connect))
+        .timeout_global(Some(global))
+        .build()
+        .new_agent())
+}
+
 /// An etcd member, as the member list gives it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Member {
@@ -269,45 +309,19 @@ impl fmt::Debug for Client {
 impl Client {
     /// A client trusting only the etcd CA and presenting the node's client pair.
     pub fn new(access: &Access) -> Result<Client, ClusterError> {
-        use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig, TlsProvider};
-        let bad = |what: &str, e: &dyn fmt::Display| {
+        let agent = mtls_agent(
+            &access.ca_pem,
+            &access.cert_pem,
+            &access.key_pem,
+            Duration::from_secs(2),
+            Duration::from_secs(5),
+        )
+        .map_err(|e| {
             err(format!(
-                "cluster mode: {what} ({}): {e}; check the node's etcd PKI or give --cluster off",
+                "cluster mode: {e} ({}); check the node's etcd PKI or give --cluster off",
                 access.cert_file
             ))
-        };
-        let roots: Vec<Certificate<'static>> = ureq::tls::parse_pem(&access.ca_pem)
-            .filter_map(|i| match i {
-                Ok(ureq::tls::PemItem::Certificate(c)) => Some(Ok(c)),
-                Ok(_) => None,
-                Err(e) => Some(Err(e)),
-            })
-            .collect::<Result<_, _>>()
-            .map_err(|e| bad("the etcd CA", &e))?;
-        let chain: Vec<Certificate<'static>> = ureq::tls::parse_pem(&access.cert_pem)
-            .filter_map(|i| match i {
-                Ok(ureq::tls::PemItem::Certificate(c)) => Some(Ok(c)),
-                Ok(_) => None,
-                Err(e) => Some(Err(e)),
-            })
-            .collect::<Result<_, _>>()
-            .map_err(|e| bad("the client certificate", &e))?;
-        let key = PrivateKey::from_pem(&access.key_pem).map_err(|e| bad("the client key", &e))?;
-        let tls = TlsConfig::builder()
-            .provider(TlsProvider::Rustls)
-            .root_certs(RootCerts::Specific(Arc::new(roots)))
-            .client_cert(Some(ClientCert::new_with_certs(&chain, key)))
-            .unversioned_rustls_crypto_provider(Arc::new(
-                rustls::crypto::aws_lc_rs::default_provider(),
-            ))
-            .build();
-        let agent = ureq::Agent::config_builder()
-            .tls_config(tls)
-            .http_status_as_error(false)
-            .timeout_connect(Some(Duration::from_secs(2)))
-            .timeout_global(Some(Duration::from_secs(5)))
-            .build()
-            .new_agent();
+        })?;
         Ok(Client {
             endpoints: std::sync::Mutex::new(access.endpoints.clone()),
             agent,
@@ -1218,6 +1232,25 @@ pub fn start_for_pass(
             report.get_or_insert_with(ClusterReport::default).error = Some(e.0);
             None
         }
+    }
+}
+
+/// The session to coordinate restarts with after a renewal: `after` (opened on the files as they
+/// are now) unless etcd refuses it while `before` (opened on the pair of the start of the pass)
+/// still reaches etcd.
+pub fn prefer_reachable(after: Option<Session>, before: Option<Session>) -> Option<Session> {
+    match (after, before) {
+        (Some(a), Some(b)) => match a.client.members() {
+            Err(e) if b.client.members().is_ok() => {
+                log::warn!(
+                    "cluster mode: etcd refuses the client pair as it is now ({e}); \
+                         coordinating with the pair this pass started with"
+                );
+                Some(b)
+            }
+            _ => Some(a),
+        },
+        (a, b) => a.or(b),
     }
 }
 

@@ -503,6 +503,14 @@ fn record(
                 "expired on {on}; it is not a kubeadm or etcdadm certificate: renew it with the \
                  tool that issued it"
             ),
+            _ if entry.name == crate::kubelet::CLIENT => format!(
+                "expired on {on}; the kubelet cannot rotate an expired client certificate: \
+                 'certrotor renew' reissues it from the cluster CA on a control-plane node"
+            ),
+            _ if entry.name == crate::kubelet::SERVING => format!(
+                "expired on {on}; 'certrotor renew' backs it up and removes it, and the kubelet \
+                 makes a new self-signed one at its next start"
+            ),
             _ if !entry.renewable => format!(
                 "expired on {on}; the kubelet rotates its own client certificate and cannot once \
                  it has expired: see https://kubernetes.io/docs/setup/production-environment/\

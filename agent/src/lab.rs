@@ -557,6 +557,42 @@ fn write_control_plane(
         root.join("var/lib/kubelet/pki/kubelet-client-current.pem"),
     )
     .map_err(|e| LabError(format!("cannot link the kubelet client certificate: {e}")))?;
+    // The kubelet's self-signed serving pair (it writes one at start when there is none, with
+    // CN `<host>@<unix time>`; the real one is signed by a throw-away `<host>-ca@<time>` CA and
+    // holds both certificates, which the lab leaves out: only its validity matters here).
+    let serving_key = PrivateKey::generate(KeyAlgorithm::Rsa(2048))?;
+    let serving = pki::issue(
+        &Profile {
+            subject: pki::kubeadm_subject(&format!("{node}@{}", clock.birth), &[])?,
+            dns_names: vec![node.to_string()],
+            ip_addresses: vec![],
+            other_sans: vec![],
+            san_order: SanOrder::Kubeadm,
+            key_usage: pki::leaf_key_usage(),
+            ext_key_usage: vec![pki::oid::SERVER_AUTH],
+            basic_constraints: Some(false),
+            subject_key_id: false,
+        },
+        &serving_key.spki()?,
+        None,
+        &serving_key,
+        Issuance {
+            serial: pki::random_serial()?,
+            ..clock.leaf()
+        },
+    )?;
+    w.file(
+        root,
+        crate::kubelet::SERVING_CERT,
+        serving.to_pem()?.as_bytes(),
+        0o644,
+    )?;
+    w.file(
+        root,
+        crate::kubelet::SERVING_KEY,
+        serving_key.to_pem(serving_key.encoding)?.0.as_bytes(),
+        0o600,
+    )?;
     let kubelet_conf = kubelet_kubeconfig(&opts.cluster_name, &server_url, ca_pem.as_bytes());
     w.file(
         root,
@@ -705,6 +741,22 @@ fn write_etcd_node(
 /// Where `lab init` writes static pod manifests: the kubelet's folder on a kubeadm host; on
 /// Bottlerocket the manifests live in API settings, and EKS Anywhere keeps copies in
 /// `/var/lib/kubeadm/manifests`, which tests load into the API emulator.
+/// Adds a kube-vip-like static pod (`manifests::kube_vip`) to a control-plane node written by
+/// [`init`]; an etcd-only node (no admin.conf) gets none.
+pub fn add_kube_vip(root: &Path, layout: LabLayout, port_offset: u16) -> Result<(), LabError> {
+    let kdir = match layout {
+        LabLayout::Kubeadm => crate::catalog::paths::KUBEADM_DIR,
+        LabLayout::Bottlerocket => crate::catalog::paths::BOTTLEROCKET_KUBEADM_DIR,
+    };
+    if !root.join(kdir).join("admin.conf").is_file() {
+        return Ok(());
+    }
+    let (file, yaml) = crate::manifests::kube_vip(&format!("/{kdir}"), port_offset);
+    let path = root.join(manifest_dir(layout)).join(file);
+    crate::fsutil::write_atomic(&path, yaml.as_bytes(), 0o600)
+        .map_err(|e| LabError(format!("cannot write '{}': {e}", path.display())))
+}
+
 pub fn manifest_dir(layout: LabLayout) -> &'static str {
     match layout {
         LabLayout::Kubeadm => crate::catalog::paths::KUBEADM_MANIFESTS,

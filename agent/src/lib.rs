@@ -15,19 +15,26 @@ pub mod cluster;
 pub mod demo;
 pub mod engine;
 pub mod etcd_client;
+pub mod events;
+#[cfg(feature = "failpoints")]
+pub mod foreign_ca;
 pub mod fsutil;
 pub mod inventory;
 pub mod kubeconfig;
+pub mod kubelet;
 pub mod lab;
 pub mod logging;
 pub mod manifests;
+pub mod metrics;
 pub mod ops;
 pub mod outcome;
 pub mod pki;
+pub mod reload;
 pub mod renew;
 pub mod report;
 pub mod restart;
 pub mod state;
+pub mod status;
 pub mod txn;
 pub mod verify;
 

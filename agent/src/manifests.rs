@@ -17,6 +17,8 @@ pub mod ports {
     pub const APISERVER: u16 = 6443;
     pub const CONTROLLER_MANAGER: u16 = 10257;
     pub const SCHEDULER: u16 = 10259;
+    /// The lab's kube-vip stand-in's health port.
+    pub const KUBE_VIP_HEALTH: u16 = 2112;
 }
 
 /// The control-plane components certrotor restarts, in restart order.
@@ -88,6 +90,14 @@ fn url(ip: IpAddr, port: u16) -> String {
     format!("https://{}", crate::lab::socket_text(ip, port))
 }
 
+/// The images kubeadm v1.20.2 writes (`k8s.gcr.io`, etcd 3.4.13-0).
+fn image(name: &str) -> String {
+    match name {
+        "etcd" => "k8s.gcr.io/etcd:3.4.13-0".into(),
+        _ => format!("k8s.gcr.io/{name}:v1.20.2"),
+    }
+}
+
 fn pod(name: &str, command: &[String], mounts: &[(&str, &str, &str)]) -> String {
     let mut y = format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  labels:\n    component: {name}\n    tier: control-plane\n  name: {name}\n  namespace: kube-system\nspec:\n  containers:\n  - command:\n"
@@ -96,7 +106,8 @@ fn pod(name: &str, command: &[String], mounts: &[(&str, &str, &str)]) -> String 
         y.push_str(&format!("    - {c}\n"));
     }
     y.push_str(&format!(
-        "    image: registry.k8s.io/{name}:v1.31.0\n    name: {name}\n    volumeMounts:\n"
+        "    image: {}\n    name: {name}\n    volumeMounts:\n",
+        image(name)
     ));
     for (vol, _, mount) in mounts {
         y.push_str(&format!("    - mountPath: {mount}\n      name: {vol}\n"));
@@ -111,7 +122,11 @@ fn pod(name: &str, command: &[String], mounts: &[(&str, &str, &str)]) -> String 
 }
 
 /// The four control-plane manifests of a kubeadm node (three with external etcd), as
-/// `(file name, YAML)`.
+/// `(file name, YAML)`: the command lines kubeadm v1.20.2 writes
+/// (`cmd/kubeadm/app/phases/controlplane/manifests.go`, `phases/etcd/local.go`), so that the
+/// real binaries run them, plus `--secure-port` of the controller-manager and scheduler when the
+/// lab shifts ports. Insecure ports are off (`--insecure-port=0`, `--port=0`), as kubeadm sets
+/// them, so that lab nodes can run side by side.
 pub fn control_plane(p: &ManifestParams<'_>) -> Vec<(String, String)> {
     let adv = p.advertise_address;
     let off = p.port_offset;
@@ -177,6 +192,7 @@ pub fn control_plane(p: &ManifestParams<'_>) -> Vec<(String, String)> {
         format!("--etcd-certfile={pki}/{}", p.etcd_client_cert),
         format!("--etcd-keyfile={pki}/apiserver-etcd-client.key"),
         format!("--etcd-servers={etcd_servers}"),
+        "--insecure-port=0".into(),
         format!("--kubelet-client-certificate={pki}/apiserver-kubelet-client.crt"),
         format!("--kubelet-client-key={pki}/apiserver-kubelet-client.key"),
         "--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname".into(),
@@ -216,6 +232,7 @@ pub fn control_plane(p: &ManifestParams<'_>) -> Vec<(String, String)> {
             "--bind-address=127.0.0.1".into(),
             format!("--kubeconfig={kubeconfig}"),
             "--leader-elect=true".into(),
+            "--port=0".into(),
             format!("--secure-port={port}"),
         ];
         if name == "kube-controller-manager" {
@@ -224,11 +241,15 @@ pub fn control_plane(p: &ManifestParams<'_>) -> Vec<(String, String)> {
                 "--cluster-name=kubernetes".into(),
                 format!("--cluster-signing-cert-file={pki}/ca.crt"),
                 format!("--cluster-signing-key-file={pki}/ca.key"),
+                "--controllers=*,bootstrapsigner,tokencleaner".into(),
+                format!("--requestheader-client-ca-file={pki}/front-proxy-ca.crt"),
                 format!("--root-ca-file={pki}/ca.crt"),
                 format!("--service-account-private-key-file={pki}/sa.key"),
                 "--use-service-account-credentials=true".into(),
             ]);
         }
+        // kubeadm writes the flags sorted by name.
+        cmd[1..].sort();
         let host_conf = format!("{k}/{conf}");
         out.push((
             format!("{name}.yaml"),
@@ -291,12 +312,94 @@ pub fn etcdadm_etcd(
     )
 }
 
+/// A kube-vip-like static pod, as EKS Anywhere runs on control planes to hold the API VIP: it
+/// mounts the admin kubeconfig (`admin.conf`; `super-admin.conf` on newer releases) as a
+/// single-file hostPath. In the lab its command is the k8s-sim kube-vip stand-in (it reads the
+/// kubeconfig at start and is healthy only while its client certificate reaches the apiserver);
+/// its liveness probe is what certrotor verifies it by.
+pub fn kube_vip(kubeadm_dir: &str, port_offset: u16) -> (String, String) {
+    let port = ports::KUBE_VIP_HEALTH + port_offset;
+    let yaml = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: kube-vip\n  namespace: kube-system\nspec:\n  \
+         containers:\n  - command:\n    - kube-vip\n    - --kubeconfig=/etc/kubernetes/admin.conf\n    \
+         - --bind-address=127.0.0.1\n    - --secure-port={port}\n    \
+         image: ghcr.io/kube-vip/kube-vip:v0.8.9\n    livenessProbe:\n      httpGet:\n        \
+         host: 127.0.0.1\n        path: /healthz\n        port: {port}\n        scheme: HTTPS\n    \
+         name: kube-vip\n    volumeMounts:\n    - mountPath: /etc/kubernetes/admin.conf\n      \
+         name: kubeconfig\n  hostNetwork: true\n  volumes:\n  - hostPath:\n      \
+         path: {kubeadm_dir}/admin.conf\n      type: FileOrCreate\n    name: kubeconfig\n"
+    );
+    ("kube-vip.yaml".into(), yaml)
+}
+
+/// A static pod (other than the four control-plane components, which the reload table covers)
+/// that mounts a renewed file.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Consumer {
+    /// The static pod (Bottlerocket: its setting name; kubeadm: its manifest file).
+    pub pod: String,
+    /// The renewed file, relative to the node root.
+    pub file: String,
+    /// Mounted as a single file (a bind mount of the inode: a rename never reaches it).
+    pub single_file: bool,
+    /// What the pod sees, and what to do.
+    pub reason: String,
+}
+
+/// The static pods in `pods` other than the four components whose hostPath volumes hold a
+/// renewed file (`renewed`: paths relative to `root`): the volume is the file itself, or a
+/// folder above it.
+pub fn other_consumers(
+    root: &std::path::Path,
+    pods: &[(String, PodInfo)],
+    renewed: &[String],
+) -> Vec<Consumer> {
+    let mut out = Vec::new();
+    for (pod, info) in pods.iter().filter(|(_, i)| i.component().is_none()) {
+        for file in renewed {
+            let hit = info.host_paths.iter().find_map(|hp| {
+                let hp = hp.trim_start_matches('/').trim_end_matches('/');
+                if hp == file {
+                    Some(true)
+                } else if hp.is_empty() || file.starts_with(&format!("{hp}/")) {
+                    Some(root.join(hp).is_file())
+                } else {
+                    None
+                }
+            });
+            let Some(single_file) = hit else { continue };
+            let reason = if single_file {
+                format!(
+                    "static pod '{pod}' mounts {file} as a single file: after the renewal's \
+                     rename it keeps the old file until it is restarted"
+                )
+            } else {
+                format!(
+                    "static pod '{pod}' mounts the folder of {file}; whether it reloads the file \
+                     is unknown"
+                )
+            };
+            out.push(Consumer {
+                pod: pod.clone(),
+                file: file.clone(),
+                single_file,
+                reason,
+            });
+        }
+    }
+    out
+}
+
 /// A static pod manifest, read back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodInfo {
     pub name: String,
     /// The first container's command and args.
     pub argv: Vec<String>,
+    /// The paths of its hostPath volumes (on the node).
+    pub host_paths: Vec<String>,
+    /// Its first container's HTTPS liveness (else readiness) probe: address and path.
+    pub health: Option<(SocketAddr, String)>,
 }
 
 impl PodInfo {
@@ -312,7 +415,40 @@ impl PodInfo {
                 argv.extend(list.iter().filter_map(Value::as_str).map(str::to_string));
             }
         }
-        Some(PodInfo { name, argv })
+        let host_paths = doc
+            .get("spec")?
+            .get("volumes")
+            .and_then(Value::as_sequence)
+            .map(|v| {
+                v.iter()
+                    .filter_map(|vol| vol.get("hostPath")?.get("path")?.as_str())
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let health = ["livenessProbe", "readinessProbe"].iter().find_map(|k| {
+            let get = container.get(k)?.get("httpGet")?;
+            if get.get("scheme").and_then(Value::as_str) != Some("HTTPS") {
+                return None;
+            }
+            let port = u16::try_from(get.get("port")?.as_u64()?).ok()?;
+            let ip: IpAddr = match get.get("host").and_then(Value::as_str) {
+                Some(h) => h.parse().ok()?,
+                None => IpAddr::from([127, 0, 0, 1]),
+            };
+            let path = get
+                .get("path")
+                .and_then(Value::as_str)
+                .unwrap_or("/")
+                .to_string();
+            Some((SocketAddr::new(ip, port), path))
+        });
+        Some(PodInfo {
+            name,
+            argv,
+            host_paths,
+            health,
+        })
     }
 
     /// The component this pod runs, by its binary or pod name.
@@ -438,5 +574,47 @@ mod tests {
             Some(Component::KubeApiserver)
         );
         assert_eq!(Component::reading("admin.conf"), None);
+    }
+
+    #[test]
+    fn kube_vip_is_a_consumer_of_admin_conf() {
+        let dir = std::env::temp_dir().join(format!("certrotor-kv-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("var/lib/kubeadm/pki")).unwrap();
+        std::fs::write(dir.join("var/lib/kubeadm/admin.conf"), b"x").unwrap();
+        let p = ManifestParams {
+            kubeadm_dir: "/var/lib/kubeadm",
+            node_name: "cp-1",
+            advertise_address: [10, 0, 0, 10].into(),
+            port_offset: 0,
+            external_etcd: None,
+            etcd_client_cert: "apiserver-etcd-client.crt",
+        };
+        let mut pods: Vec<(String, PodInfo)> = control_plane(&p)
+            .into_iter()
+            .chain([kube_vip("/var/lib/kubeadm", 0)])
+            .map(|(f, y)| (f, PodInfo::parse(y.as_bytes()).unwrap()))
+            .collect();
+        let kv = &pods.last().unwrap().1;
+        assert_eq!(kv.component(), None);
+        assert_eq!(kv.host_paths, ["/var/lib/kubeadm/admin.conf"]);
+        assert_eq!(
+            kv.health,
+            Some(("127.0.0.1:2112".parse().unwrap(), "/healthz".to_string()))
+        );
+        let renewed = vec![
+            "var/lib/kubeadm/admin.conf".to_string(),
+            "var/lib/kubeadm/pki/apiserver.crt".to_string(),
+        ];
+        let c = other_consumers(&dir, &pods, &renewed);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert_eq!(c[0].pod, "kube-vip.yaml");
+        assert!(c[0].single_file);
+        // A pod mounting the folder holding a renewed file is a consumer too.
+        pods[4].1.host_paths = vec!["/var/lib/kubeadm/pki".into()];
+        let c = other_consumers(&dir, &pods, &renewed);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert_eq!(c[0].file, "var/lib/kubeadm/pki/apiserver.crt");
+        assert!(!c[0].single_file);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

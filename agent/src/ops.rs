@@ -10,8 +10,9 @@ use crate::clock;
 use crate::inventory;
 use crate::manifests::Component;
 use crate::renew::{self, Plan, Policy};
-use crate::restart::{self, Platform, RestartOptions, Restarted};
+use crate::restart::{self, Platform, Reloaded, RestartOptions, Restarted};
 use crate::txn::{self, Lock, Recovery, TxnError};
+use std::collections::BTreeMap;
 
 use std::fmt;
 
@@ -146,6 +147,8 @@ pub struct RenewReport {
     pub plan: Plan,
     pub backup_id: Option<String>,
     pub files_written: Vec<String>,
+    /// The kubelet's client and serving certificates ([`crate::kubelet`]).
+    pub kubelet: crate::kubelet::Plan,
     pub duration_ms: u128,
 }
 
@@ -178,23 +181,55 @@ fn renew_locked(
     let now = clock::now();
     let inv = inventory::take(root, now, policy.within);
     let plan = renew::plan(&inv, policy, now).map_err(OpsError::Plan)?;
+    let kubelet = crate::kubelet::plan(&inv, policy, now);
+    for why in &kubelet.refused {
+        log::warn!("not renewed {why}");
+    }
+    // Asked for by name and refused: an error, as for any named certificate.
+    if let Some(why) = kubelet
+        .refused
+        .iter()
+        .find(|_| policy.names.iter().any(|n| n == crate::kubelet::CLIENT))
+    {
+        return Err(OpsError::Plan(renew::PlanError(format!(
+            "cannot renew; nothing was changed:\n  not renewed {why}"
+        ))));
+    }
     let mut report = RenewReport {
         root: root.display().to_string(),
         dry_run,
         plan,
         backup_id: None,
         files_written: vec![],
+        kubelet,
         duration_ms: 0,
     };
-    if dry_run || report.plan.items.is_empty() {
+    if dry_run || (report.plan.items.is_empty() && report.kubelet.is_empty()) {
         report.duration_ms = started.elapsed().as_millis();
         return Ok(report);
     }
     before_write(&report.plan)?;
-    let crate::engine::Output { issued, validity } =
-        crate::engine::issue(root, &report.plan, &opts.engine).map_err(OpsError::Issue)?;
-    renew::validate_with(&issued, &report.plan, validity).map_err(OpsError::Invalid)?;
-    let changes = renew::changes(&issued);
+    let mut changes = Vec::new();
+    if !report.plan.items.is_empty() {
+        let crate::engine::Output { issued, validity } =
+            crate::engine::issue(root, &report.plan, &opts.engine).map_err(OpsError::Issue)?;
+        renew::validate_with(&issued, &report.plan, validity).map_err(OpsError::Invalid)?;
+        // Test-only (feature `failpoints`): CERTROTOR_FAILPOINT=foreign-ca:NAME breaks a
+        // certificate after validation, so that the live tests meet a genuine failure.
+        #[cfg(feature = "failpoints")]
+        let issued = {
+            let mut issued = issued;
+            crate::foreign_ca::apply(&mut issued)
+                .map_err(|e| OpsError::Issue(renew::IssueError(e)))?;
+            issued
+        };
+        changes = renew::changes(&issued);
+    }
+    // The kubelet's files join the same transaction (one backup, one rollback).
+    changes.extend(
+        crate::kubelet::changes(root, &mut report.kubelet, now)
+            .map_err(|e| OpsError::Issue(renew::IssueError(e)))?,
+    );
     let outcome = txn::apply(root, &changes, "renew", now, opts.retention)?;
     report.backup_id = Some(outcome.backup_id);
     report.files_written = outcome.files;
@@ -254,7 +289,17 @@ pub struct RunReport {
     pub platform: String,
     /// Components that read renewed files.
     pub components: Vec<Component>,
+    /// Components that served their renewed files without a restart (see `reload`).
+    pub reloaded: Vec<Reloaded>,
+    /// Components restarted, each with its reason.
     pub restarted: Vec<Restarted>,
+    /// Other static pods that mount a renewed file (from their manifests), and why they need a
+    /// restart.
+    pub other_consumers: Vec<crate::manifests::Consumer>,
+    /// Those restarted and healthy again.
+    pub restarted_pods: Vec<restart::RestartedPod>,
+    /// Those that could not be restarted or did not come back healthy: a person must look.
+    pub pod_errors: Vec<String>,
     /// Set when verification failed and the backup was restored.
     pub rolled_back: Option<RolledBack>,
     /// Cluster mode: the lock, the gates and what was waited for.
@@ -349,6 +394,22 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, OpsError> {
         }
     }
     let names: Vec<String> = renewed.plan.items.iter().map(|i| i.name.clone()).collect();
+    // Consumers from the manifests: static pods other than the four components that mount a
+    // renewed file (kube-vip mounts admin.conf as a single file).
+    let other_consumers = if renewed.files_written.is_empty() {
+        vec![]
+    } else {
+        match restart::pods(&platform) {
+            Ok(pods) => crate::manifests::other_consumers(root, &pods, &renewed.files_written),
+            Err(e) => {
+                log::warn!("cannot list the static pods that mount renewed files: {e}");
+                vec![]
+            }
+        }
+    };
+    for c in &other_consumers {
+        log::warn!("{}", c.reason);
+    }
     let mut components = if renewed.backup_id.is_some() {
         restart::components_for(&names)
     } else {
@@ -374,17 +435,74 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, OpsError> {
             },
         )?;
     }
+    // Live reload (reload.rs): a component whose renewed files all reload by themselves is
+    // waited for until it serves them; the others, and one that did not reload within the
+    // bound, are restarted, each with its reason.
+    let mut reasons = BTreeMap::new();
+    let mut reloaded = vec![];
+    let mut to_restart = vec![];
+    if !matches!(platform, Platform::None) {
+        for &c in &components {
+            let action = if owed.components.contains(&c) {
+                crate::reload::Action::Restart {
+                    because: "an earlier pass renewed its files and did not finish restarting it"
+                        .into(),
+                }
+            } else {
+                crate::reload::decide(c, &names, opts.restart.mode)
+            };
+            let reason = match action {
+                crate::reload::Action::Restart { because } => because,
+                crate::reload::Action::WaitLive => {
+                    match restart::targets(root, &platform, &[c], &opts.restart) {
+                        Ok(t) => match t
+                            .first()
+                            .and_then(|t| restart::wait_reloaded(root, t, &opts.restart))
+                        {
+                            Some(r) => {
+                                reloaded.push(r);
+                                continue;
+                            }
+                            None => format!(
+                                "it did not serve its renewed certificate within {} s",
+                                opts.restart.reload_timeout.as_secs()
+                            ),
+                        },
+                        Err(e) => format!("it could not be probed for a live reload: {e}"),
+                    }
+                }
+            };
+            reasons.insert(c, reason);
+            to_restart.push(c);
+        }
+        if to_restart != components {
+            write_pending(
+                root,
+                &Pending {
+                    components: to_restart.clone(),
+                    backup_id: Some(backup_id.clone()),
+                    ..Pending::default()
+                },
+            )?;
+        }
+    }
     let mut report = RunReport {
         renew: renewed,
         platform: platform.name().into(),
         components: components.clone(),
+        reloaded,
+        other_consumers,
+        restarted_pods: vec![],
+        pod_errors: vec![],
         restarted: vec![],
         rolled_back: None,
         cluster: cluster_report,
         import: imported,
         duration_ms: 0,
     };
-    if components.is_empty() || matches!(platform, Platform::None) {
+    if (components.is_empty() && report.other_consumers.is_empty())
+        || matches!(platform, Platform::None)
+    {
         if !components.is_empty() {
             log::warn!(
                 "platform none: restart {} so that they use the new certificates",
@@ -398,10 +516,32 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, OpsError> {
         report.duration_ms = started.elapsed().as_millis();
         return Ok(report);
     }
+    // One restart per consumer pod, even when it mounts several renewed files.
+    let mut pods_to_restart: Vec<crate::manifests::Consumer> = Vec::new();
+    for c in &report.other_consumers {
+        match pods_to_restart.iter_mut().find(|p| p.pod == c.pod) {
+            Some(p) => {
+                p.file = format!("{}, {}", p.file, c.file);
+                p.reason = format!("{}; {}", p.reason, c.reason);
+            }
+            None => pods_to_restart.push(c.clone()),
+        }
+    }
+    if to_restart.is_empty() && pods_to_restart.is_empty() {
+        // Everything reloaded live: no restart, so no cluster lock either.
+        clear_pending(root);
+        report.duration_ms = started.elapsed().as_millis();
+        return Ok(report);
+    }
+    let components = to_restart;
     // Cluster mode: one node at a time restarts, and only when the gates pass; else the
-    // restarts stay owed to the next pass. A new session: the client pair may just be renewed.
-    let session =
+    // restarts stay owed to the next pass. A new session: the client pair may just be renewed
+    // (the old one may have expired); if etcd refuses the new pair while the session opened
+    // before the renewal still reaches it, the old one holds the lock and checks the gates, and
+    // verification finds what is wrong with the new pair.
+    let renewed_session =
         crate::cluster::start_for_pass(root, &platform, &opts.cluster, &mut report.cluster);
+    let session = crate::cluster::prefer_reachable(renewed_session, session);
     let Ok(_cluster_lock) = crate::cluster::before_restart(
         root,
         session.as_ref(),
@@ -412,7 +552,20 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, OpsError> {
         report.duration_ms = started.elapsed().as_millis();
         return Ok(report);
     };
-    let (restarted, rolled_back) = restart_verified(root, &platform, &components, &backup_id, opts);
+    let (restarted, rolled_back) =
+        restart_verified(root, &platform, &components, &reasons, &backup_id, opts);
+    // Then the other consumers, one at a time, each verified by its health.
+    if rolled_back.is_none() {
+        for c in &pods_to_restart {
+            match restart::restart_pod(root, &platform, c, &opts.restart) {
+                Ok(r) => report.restarted_pods.push(r),
+                Err(e) => {
+                    log::error!("{e}");
+                    report.pod_errors.push(e.to_string());
+                }
+            }
+        }
+    }
     if let (Some(g), Some(c)) = (&_cluster_lock, report.cluster.as_mut()) {
         c.lock_lost = g.lost();
     }
@@ -459,6 +612,12 @@ fn read_pending(root: &Path) -> Result<Pending, OpsError> {
     Ok(pending)
 }
 
+/// The restarts owed to the node and the backup they would roll back to (`status`).
+pub fn owed_restarts(root: &Path) -> Result<(Vec<Component>, Option<String>), OpsError> {
+    let p = read_pending(root)?;
+    Ok((p.components, p.backup_id))
+}
+
 fn write_pending(root: &Path, pending: &Pending) -> Result<(), OpsError> {
     let dir = txn::state_dir(root);
     let path = dir.join(PENDING);
@@ -485,11 +644,20 @@ pub fn restart_verified(
     root: &Path,
     platform: &Platform,
     components: &[Component],
+    reasons: &BTreeMap<Component, String>,
     backup_id: &str,
     opts: &RunOptions,
 ) -> (Vec<Restarted>, Option<RolledBack>) {
     // Probes read the renewed client certificates, so targets are built after the change.
     let outcome = restart::targets(root, platform, components, &opts.restart)
+        .map(|mut targets| {
+            for t in &mut targets {
+                if let Some(r) = reasons.get(&t.component) {
+                    t.reason = r.clone();
+                }
+            }
+            targets
+        })
         .map_err(|e| (vec![], e))
         .and_then(|targets| restart::restart_all(root, platform, &targets, &opts.restart));
     let (done, error) = match outcome {
@@ -515,7 +683,13 @@ pub fn restart_verified(
     }
     again.sort();
     again.dedup();
-    match restart::targets(root, platform, &again, &opts.restart) {
+    let targets = restart::targets(root, platform, &again, &opts.restart).map(|mut targets| {
+        for t in &mut targets {
+            t.reason = format!("backup {backup_id} was restored");
+        }
+        targets
+    });
+    match targets {
         Err(e) => rolled.error = Some(format!("after restoring backup {backup_id}: {e}")),
         Ok(targets) => match restart::restart_all(root, platform, &targets, &opts.restart) {
             Ok(back) => {
@@ -633,8 +807,14 @@ fn import_locked(
             // The restart stays owed to the next pass.
             return Ok(report);
         };
+        let reasons = BTreeMap::from([(
+            Component::KubeApiserver,
+            "an imported apiserver-etcd-client pair is verified by a restart (import does not wait \
+             for a live reload)"
+                .to_string(),
+        )]);
         let (restarted, rolled_back) =
-            restart_verified(root, &platform, &components, &backup_id, opts);
+            restart_verified(root, &platform, &components, &reasons, &backup_id, opts);
         if rolled_back.as_ref().is_none_or(|r| r.error.is_none()) {
             // Only the apiserver restart is settled here; other owed restarts stay for `run`.
             let mut owed = read_pending(root)?;
@@ -654,6 +834,16 @@ fn import_locked(
 /// The daemon: `run_once` every `interval` (± 10% jitter); after a failure, again sooner with
 /// capped back-off. Stops on SIGTERM or SIGINT between passes.
 pub fn daemon(root: &Path, opts: &RunOptions, interval: Duration) {
+    daemon_observed(root, opts, interval, &mut |_, _| {});
+}
+
+/// [`daemon`], handing each pass's result and duration to `observe` (the metrics counters).
+pub fn daemon_observed(
+    root: &Path,
+    opts: &RunOptions,
+    interval: Duration,
+    observe: &mut dyn FnMut(&Result<RunReport, OpsError>, Duration),
+) {
     install_stop_handler();
     let mut failures: u32 = 0;
     log::info!(
@@ -662,7 +852,10 @@ pub fn daemon(root: &Path, opts: &RunOptions, interval: Duration) {
         interval.as_secs()
     );
     while !stop_requested() {
-        let wait = match run_once(root, opts) {
+        let started = std::time::Instant::now();
+        let result = crate::status::run_pass(root, opts, Some(interval));
+        observe(&result, started.elapsed());
+        let wait = match result {
             Ok(report) => {
                 let renewed = if report.renew.backup_id.is_some() {
                     report.renew.plan.items.len()
@@ -670,8 +863,9 @@ pub fn daemon(root: &Path, opts: &RunOptions, interval: Duration) {
                     0
                 };
                 log::info!(
-                    "pass done: {renewed} renewed, {} restarted, platform {}{}{}",
+                    "pass done: {renewed} renewed, {} restarted, {} reloaded live, platform {}{}{}",
                     report.restarted.len(),
+                    report.reloaded.len(),
                     report.platform,
                     report
                         .cluster

@@ -125,6 +125,12 @@ pub fn plan(inv: &Inventory, policy: &Policy, now: i64) -> Result<Plan, PlanErro
         )));
     }
     for name in &policy.names {
+        // The kubelet's files are planned by `kubelet::plan`.
+        if [crate::kubelet::CLIENT, crate::kubelet::SERVING].contains(&name.as_str())
+            && inv.entries.iter().any(|e| &e.name == name)
+        {
+            continue;
+        }
         match inv.entries.iter().position(|e| &e.name == name) {
             None => {
                 let known: Vec<&str> = inv

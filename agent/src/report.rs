@@ -165,7 +165,9 @@ pub fn renew_table(r: &RenewReport, restart_hint: bool) -> String {
     let mut out = String::new();
     let plan = &r.plan;
     if plan.items.is_empty() {
-        out.push_str("Nothing to renew.\n");
+        if r.kubelet.is_empty() {
+            out.push_str("Nothing to renew.\n");
+        }
     } else {
         let verb = if r.dry_run { "Would renew" } else { "Renewed" };
         out.push_str(&format!(
@@ -197,6 +199,8 @@ pub fn renew_table(r: &RenewReport, restart_hint: bool) -> String {
     for s in &plan.skipped {
         out.push_str(&format!("  skipped {}: {}\n", s.name, s.why));
     }
+    // The kubelet's files (kubelet.rs).
+    out.push_str(&crate::kubelet::plan_text(&r.kubelet, r.dry_run));
     if let Some(id) = &r.backup_id {
         out.push_str(&format!(
             "Backup: {id} (undo with 'certrotor rollback --backup {id}')\n"
@@ -214,6 +218,19 @@ pub fn renew_table(r: &RenewReport, restart_hint: bool) -> String {
 /// The restart part of one `run` pass (after [`renew_table`]).
 pub fn run_table(r: &RunReport) -> String {
     let mut out = String::new();
+    for c in &r.other_consumers {
+        let done = r.restarted_pods.iter().find(|p| p.pod == c.pod);
+        out.push_str(&match done {
+            Some(p) => format!(
+                "  {:<24} unavailable {:>6} ms  healthy; restarted because {}\n",
+                c.pod, p.unavailable_ms, c.reason
+            ),
+            None => format!("NOTE: {}: restart it\n", c.reason),
+        });
+    }
+    for e in &r.pod_errors {
+        out.push_str(&format!("NOT RESTARTED: {e}\n"));
+    }
     if let Some(i) = &r.import {
         out.push_str(&format!(
             "Installed the apiserver-etcd-client pair published through etcd ({} files, backup {}); kube-apiserver: {}\n",
@@ -259,19 +276,33 @@ pub fn run_table(r: &RunReport) -> String {
             return out;
         }
     }
-    out.push_str(&format!(
-        "Restarted one at a time on platform {}:\n",
-        r.platform
-    ));
+    for x in &r.reloaded {
+        out.push_str(&format!(
+            "  {:<24} reloaded live in {:.1} s, not restarted{}\n",
+            x.component.name(),
+            x.reloaded_after_ms as f64 / 1000.0,
+            x.served_sha256
+                .as_deref()
+                .map(|s| format!("; serves sha256 {s}"))
+                .unwrap_or_default()
+        ));
+    }
+    if !r.restarted.is_empty() || r.rolled_back.is_some() {
+        out.push_str(&format!(
+            "Restarted one at a time on platform {}:\n",
+            r.platform
+        ));
+    }
     for x in &r.restarted {
         out.push_str(&format!(
-            "  {:<24} unavailable {:>6} ms  {}\n",
+            "  {:<24} unavailable {:>6} ms  {}; restarted because {}\n",
             x.component.name(),
             x.unavailable_ms,
             x.served_sha256
                 .as_deref()
                 .map(|s| format!("serves sha256 {s}"))
-                .unwrap_or_else(|| "healthy".into())
+                .unwrap_or_else(|| "healthy".into()),
+            x.reason
         ));
     }
     if let Some(rb) = &r.rolled_back {
@@ -405,5 +436,113 @@ pub fn cluster_table(c: &crate::cluster::ClusterReport) -> String {
     if c.lock_lost {
         out.push_str("  LOCK LOST while restarting (the lease expired)\n");
     }
+    out
+}
+
+// === status (issue 12.3) ===
+
+/// `certrotor status`: the last pass, what comes next, what is owed, the locks, the backups.
+pub fn status_table(r: &crate::status::StatusReport) -> String {
+    let mut out = format!("Node root '{}' at {}\n\n", r.root, r.generated_at);
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    let mut field = |k: &str, v: String| rows.push(vec![k.to_string(), v]);
+    match &r.last_pass {
+        None => field(
+            "LAST PASS",
+            "none recorded yet ('run --once' or 'daemon' records one)".into(),
+        ),
+        Some(p) => {
+            field(
+                "LAST PASS",
+                format!(
+                    "{} ({}), {} to {}",
+                    p.result, p.command, p.started_at, p.finished_at
+                ),
+            );
+            field("  exit code", p.exit_code.to_string());
+            if !p.renewed.is_empty() {
+                field(
+                    "  renewed",
+                    format!(
+                        "{} (until {})",
+                        p.renewed.join(", "),
+                        p.new_not_after.as_deref().unwrap_or("?")
+                    ),
+                );
+            }
+            if let Some(b) = &p.backup_id {
+                field("  backup", b.clone());
+            }
+            if !p.restarted.is_empty() {
+                field("  restarted", p.restarted.join(", "));
+            }
+            if let Some(reason) = &p.rollback_reason {
+                field("  rolled back", reason.clone());
+            }
+            if let Some(e) = &p.error {
+                field("  error", e.clone());
+            }
+        }
+    }
+    if let Some(n) = &r.next_pass_at {
+        field("NEXT PASS", format!("around {n} (daemon interval, ±10%)"));
+    }
+    match &r.next_due {
+        None => field("NEXT DUE", "no renewable certificate found".into()),
+        Some(d) => {
+            field(
+                "NEXT DUE",
+                format!(
+                    "{} expires {} ({})",
+                    d.name,
+                    d.not_after,
+                    d.residual_seconds.map(human_duration).unwrap_or_default()
+                ),
+            );
+            field(
+                "NEXT RENEWAL",
+                format!(
+                    "first pass from {} (within {}, from {})",
+                    d.renewal_at,
+                    crate::clock::format_duration(d.within_seconds),
+                    d.within_from
+                ),
+            );
+        }
+    }
+    field(
+        "OWED RESTARTS",
+        if r.owed_restarts.components.is_empty() {
+            "none".into()
+        } else {
+            r.owed_restarts.components.join(", ")
+        },
+    );
+    field(
+        "LOCK",
+        if r.lock.held {
+            format!(
+                "held by {} ({})",
+                r.lock.holder.as_deref().unwrap_or("?"),
+                r.lock.path
+            )
+        } else {
+            format!("free ({})", r.lock.path)
+        },
+    );
+    if let Some(c) = &r.cluster_lock {
+        field(
+            "CLUSTER LOCK",
+            match (&c.holder, &c.error) {
+                (Some(h), _) => format!("held by {h}"),
+                (None, None) => "free".into(),
+                (None, Some(e)) => e.clone(),
+            },
+        );
+    }
+    out.push_str(&align(&rows));
+    out.push_str("\nBACKUPS\n");
+    let dir = format!("{}/var/lib/certrotor/backups", r.root.trim_end_matches('/'));
+    out.push_str(&backups_table(&r.backups, &dir));
     out
 }

@@ -66,6 +66,11 @@ pub struct RestartOptions {
     pub poll: Duration,
     /// Endpoints given on the command line, overriding the manifests.
     pub endpoints: BTreeMap<Component, SocketAddr>,
+    /// `--restart`: wait for live reload where it happens (see [`crate::reload`]), or restart
+    /// every component whose files changed.
+    pub mode: crate::reload::RestartMode,
+    /// Bound on the wait for a component to serve a renewed file by itself.
+    pub reload_timeout: Duration,
 }
 
 /// The platform in use.
@@ -175,6 +180,8 @@ pub struct Target {
     pub probe: Probe,
     /// The certificate file the component must serve (etcd, apiserver), relative to the root.
     pub served_file: Option<String>,
+    /// Why it is restarted (printed: "restarted because ...").
+    pub reason: String,
 }
 
 /// Timing of one component's restart.
@@ -184,6 +191,18 @@ pub struct Restarted {
     pub pod: String,
     /// From stop to verified healthy: how long the component was unavailable.
     pub unavailable_ms: u128,
+    pub served_sha256: Option<String>,
+    /// Why it was restarted.
+    pub reason: String,
+}
+
+/// A component that took its renewed files without a restart.
+#[derive(Debug, Clone, Serialize)]
+pub struct Reloaded {
+    pub component: Component,
+    pub pod: String,
+    /// From the end of the renewal to the first probe that saw the new certificate.
+    pub reloaded_after_ms: u128,
     pub served_sha256: Option<String>,
 }
 
@@ -298,6 +317,7 @@ pub fn targets(
             pod,
             probe,
             served_file,
+            reason: "its files changed".into(),
         });
     }
     Ok(out)
@@ -644,11 +664,56 @@ pub fn wait_verified(
     target: &Target,
     opts: &RestartOptions,
 ) -> Result<Option<String>, RestartError> {
+    wait_serving(root, target, opts.timeout, opts.poll)
+}
+
+/// Waits, without restarting anything, until the target serves the renewed certificate now on
+/// disk and is healthy, at most `opts.reload_timeout`. `None` when it did not within the bound
+/// (the caller restarts it), or when nothing it serves can be compared (no served file).
+pub fn wait_reloaded(root: &Path, target: &Target, opts: &RestartOptions) -> Option<Reloaded> {
+    target.served_file.as_ref()?;
+    let t0 = Instant::now();
+    match wait_serving(root, target, opts.reload_timeout, opts.poll) {
+        Ok(served) => {
+            let reloaded_after_ms = t0.elapsed().as_millis();
+            log::info!(
+                "{} reloaded live in {:.1} s{}, not restarted",
+                target.component.name(),
+                reloaded_after_ms as f64 / 1000.0,
+                served
+                    .as_deref()
+                    .map(|s| format!(", serving sha256 {s}"))
+                    .unwrap_or_default()
+            );
+            Some(Reloaded {
+                component: target.component,
+                pod: target.pod.clone(),
+                reloaded_after_ms,
+                served_sha256: served,
+            })
+        }
+        Err(e) => {
+            log::warn!(
+                "{} did not serve its renewed certificate within {} s ({e}); restarting it",
+                target.component.name(),
+                opts.reload_timeout.as_secs()
+            );
+            None
+        }
+    }
+}
+
+fn wait_serving(
+    root: &Path,
+    target: &Target,
+    timeout: Duration,
+    poll: Duration,
+) -> Result<Option<String>, RestartError> {
     let want = match &target.served_file {
         Some(rel) => Some(file_sha256(root, rel).map_err(|e| fail(Some(target.component), e))?),
         None => None,
     };
-    let seen = verify::wait_for(&target.probe, opts.timeout, opts.poll, |o| {
+    let seen = verify::wait_for(&target.probe, timeout, poll, |o| {
         o.healthy() && want.as_deref().is_none_or(|w| w == o.served_sha256)
     })
     .map_err(|e| {
@@ -686,10 +751,11 @@ fn restart_one(
 ) -> Result<Restarted, RestartError> {
     let c = Some(target.component);
     log::info!(
-        "restarting {} (static pod '{}', platform {})",
+        "restarting {} (static pod '{}', platform {}) because {}",
         target.component.name(),
         target.pod,
-        platform.name()
+        platform.name(),
+        target.reason
     );
     let t0 = Instant::now();
     stop(root, platform, &target.pod, c)?;
@@ -714,6 +780,7 @@ fn restart_one(
         pod: target.pod.clone(),
         unavailable_ms,
         served_sha256: served,
+        reason: target.reason.clone(),
     })
 }
 
@@ -730,4 +797,74 @@ pub fn parse_endpoint(text: &str) -> Result<(Component, SocketAddr), String> {
         .parse()
         .map_err(|_| format!("--endpoint '{text}': '{addr}' is not IP:PORT"))?;
     Ok((component, addr))
+}
+
+/// A static pod other than the four components, restarted because it mounts a renewed file.
+#[derive(Debug, Clone, Serialize)]
+pub struct RestartedPod {
+    pub pod: String,
+    pub file: String,
+    /// From stop to healthy.
+    pub unavailable_ms: u128,
+    pub reason: String,
+}
+
+/// Restarts the static pod of `consumer` (see [`crate::manifests::other_consumers`]) and
+/// verifies it by its HTTPS liveness or readiness probe (its health, from its manifest). A pod
+/// without such a probe is not restarted: nothing could prove that the kubelet stopped it and
+/// that it came back; the error says to restart it by hand.
+pub fn restart_pod(
+    root: &Path,
+    platform: &Platform,
+    consumer: &crate::manifests::Consumer,
+    opts: &RestartOptions,
+) -> Result<RestartedPod, RestartError> {
+    let pod = &consumer.pod;
+    let found = pods(platform)?;
+    let info = found
+        .iter()
+        .find(|(p, _)| p == pod)
+        .map(|(_, i)| i)
+        .ok_or_else(|| fail(None, format!("static pod '{pod}' is gone")))?;
+    let (address, path) = info.health.clone().ok_or_else(|| {
+        fail(
+            None,
+            format!(
+                "static pod '{pod}' has no HTTPS liveness or readiness probe to verify a restart \
+                 by; restart it yourself"
+            ),
+        )
+    })?;
+    // Its own serving certificate is not certrotor's: any is accepted, health is what counts.
+    let probe = Probe {
+        address,
+        path,
+        ca_pem: None,
+        client_cert_pem: None,
+        client_key_pem: None,
+        timeout: opts.timeout.min(Duration::from_secs(5)),
+    };
+    log::info!(
+        "restarting static pod '{pod}' (platform {}) because {}",
+        platform.name(),
+        consumer.reason
+    );
+    let t0 = Instant::now();
+    stop(root, platform, pod, None)?;
+    let stopped = verify::wait_closed(address, opts.timeout, opts.poll)
+        .map_err(|e| fail(None, format!("static pod '{pod}': {}", e.0)));
+    let started = start(root, platform, pod, None);
+    stopped?;
+    started?;
+    clear_marker(root);
+    verify::wait_for(&probe, opts.timeout, opts.poll, |o| o.healthy())
+        .map_err(|e| fail(None, format!("static pod '{pod}': {}", e.0)))?;
+    let unavailable_ms = t0.elapsed().as_millis();
+    log::info!("static pod '{pod}' healthy again after {unavailable_ms} ms");
+    Ok(RestartedPod {
+        pod: pod.clone(),
+        file: consumer.file.clone(),
+        unavailable_ms,
+        reason: consumer.reason.clone(),
+    })
 }

@@ -1,11 +1,12 @@
 //! certrotor's own state files, read as untrusted input and written atomically.
 //!
-//! Four files record what certrotor is doing or did (ARCHITECTURE.md, "State files", lists them
+//! Five files record what certrotor is doing or did (ARCHITECTURE.md, "State files", lists them
 //! with their schemas):
 //! - the journal (`var/lib/certrotor/journal.json`), while a transaction commits;
 //! - the restart marker (`var/lib/certrotor/restart.json`), while a static pod is stopped;
 //! - the owed restarts (`var/lib/certrotor/pending-restarts.json`);
-//! - each backup's manifest (`var/lib/certrotor/backups/<id>/manifest.json`).
+//! - each backup's manifest (`var/lib/certrotor/backups/<id>/manifest.json`);
+//! - the last pass of `run`/`daemon` (`var/lib/certrotor/last-pass.json`), for `status`.
 //!
 //! Every one carries a `version`, checked when read: a version this build does not know is
 //! refused, never guessed. Reading distinguishes "absent" (the file does not exist: `Ok(None)`)
@@ -41,6 +42,8 @@ pub enum Kind {
     RestartMarker,
     OwedRestarts,
     BackupManifest,
+    /// The record of the last `run`/`daemon` pass (`status.rs`).
+    LastPass,
 }
 
 impl Kind {
@@ -51,13 +54,14 @@ impl Kind {
             Kind::RestartMarker => "restart marker",
             Kind::OwedRestarts => "owed-restarts record",
             Kind::BackupManifest => "backup manifest",
+            Kind::LastPass => "last-pass record",
         }
     }
 
     /// The version this build writes.
     pub fn current(self) -> u32 {
         match self {
-            Kind::Journal | Kind::RestartMarker | Kind::OwedRestarts => 1,
+            Kind::Journal | Kind::RestartMarker | Kind::OwedRestarts | Kind::LastPass => 1,
             // 2: `version` and each file's `size`; 1 had neither (SHA-256 only).
             Kind::BackupManifest => 2,
         }
@@ -68,7 +72,8 @@ impl Kind {
     /// The journal always had one.
     fn unversioned(self) -> Option<u32> {
         match self {
-            Kind::Journal => None,
+            // The last-pass record always had one.
+            Kind::Journal | Kind::LastPass => None,
             Kind::RestartMarker | Kind::OwedRestarts | Kind::BackupManifest => Some(1),
         }
     }
@@ -336,6 +341,8 @@ pub struct NodeFiles {
     /// Certificate path → key path (the key is embedded for kubeconfigs: not listed).
     pairs: Vec<(String, String)>,
     kubeconfigs: BTreeSet<String>,
+    /// The kubelet's files ([`crate::kubelet`]) on a node with a kubeadm layout.
+    kubelet: bool,
 }
 
 impl NodeFiles {
@@ -375,22 +382,39 @@ impl NodeFiles {
                 }
             }
         }
+        let kubelet = layouts
+            .iter()
+            .any(|l| matches!(l.name, "kubeadm" | "bottlerocket"));
+        if kubelet {
+            pairs.push((
+                crate::kubelet::SERVING_CERT.to_string(),
+                crate::kubelet::SERVING_KEY.to_string(),
+            ));
+        }
         NodeFiles {
             root: root.to_path_buf(),
             known,
             pairs,
             kubeconfigs,
+            kubelet,
         }
     }
 
     /// Checks a node path read from a state file: see the module documentation.
     pub fn check(&self, rel: &str) -> Result<(), String> {
         check_relative(rel)?;
-        if !self.known.contains(rel) {
+        let kubelet_file = self.kubelet && crate::kubelet::is_node_file(rel);
+        if !(self.known.contains(rel) || kubelet_file) {
             return Err(format!(
                 "the path is not a file certrotor renews on this node's layouts ({})",
                 catalog::layout_summary()
             ));
+        }
+        if self.is_link(rel) {
+            // The link itself is replaced, never followed: its folder must be inside the root,
+            // and its target is checked on its own (`check_link_target`).
+            let folder = rel.rsplit_once('/').map_or("", |(f, _)| f);
+            return check_inside_root(&self.root, &self.root.join(folder));
         }
         check_inside_root(&self.root, &self.root.join(rel))
     }
@@ -401,6 +425,26 @@ impl NodeFiles {
             .iter()
             .find(|(c, _)| c == cert)
             .map(|(_, k)| k.as_str())
+    }
+
+    /// Whether a path is a symbolic link certrotor swaps (the kubelet's current client pair).
+    pub fn is_link(&self, rel: &str) -> bool {
+        self.kubelet && rel == crate::kubelet::CLIENT_CURRENT
+    }
+
+    /// Whether a path is one of the kubelet's dated client files (certificate and key in one).
+    pub fn is_kubelet_pair_file(&self, rel: &str) -> bool {
+        self.kubelet
+            && rel != crate::kubelet::CLIENT_CURRENT
+            && rel.starts_with(crate::kubelet::PKI_DIR)
+            && crate::kubelet::is_node_file(rel)
+            && rel.ends_with(".pem")
+    }
+
+    /// Checks a link target read from a state file.
+    pub fn check_link_target(&self, target: &str) -> Result<(), String> {
+        crate::kubelet::check_link_target(target)?;
+        check_inside_root(&self.root, &self.root.join(target.trim_start_matches('/')))
     }
 
     /// Whether a path is a kubeconfig.

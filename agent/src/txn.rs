@@ -32,6 +32,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::fs::{self, File};
 use std::io::{self, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -53,6 +54,11 @@ const KINDS: [&str; 3] = ["renew", "rollback", "import"];
 const LOCK_POLL: Duration = Duration::from_millis(100);
 /// Backups kept by default.
 pub const DEFAULT_RETENTION: usize = 5;
+
+/// `Change::mode_if_new` of a symbolic link (the file-type bits of `st_mode`): the change's
+/// content is the link's target, and the live path is the link itself, never resolved (the
+/// kubelet's `kubelet-client-current.pem`, see [`crate::kubelet`]).
+pub const SYMLINK: u32 = 0o120_000;
 
 /// New content for one live file.
 pub struct Change {
@@ -214,6 +220,10 @@ pub struct BackupFile {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size: Option<u64>,
     pub mode: Option<u32>,
+    /// A symbolic link: its target (no copy in `files/`; `sha256` and `size` are the target's
+    /// text). Absent for regular files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<String>,
 }
 
 /// A backup's manifest (`manifest.json`, state file, see [`crate::state`]).
@@ -400,6 +410,10 @@ pub fn resolve_and_probe(root: &Path, changes: &[Change]) -> Result<Vec<Change>,
             path: root.join(&change.rel).display().to_string(),
             source: io::Error::other(why),
         };
+        if change.mode_if_new == SYMLINK {
+            out.push(probe_link(root, change).map_err(refuse)?);
+            continue;
+        }
         let rel =
             fsutil::resolve_for_write(root, &change.rel).map_err(|e| refuse(e.to_string()))?;
         let live = root.join(&rel);
@@ -450,6 +464,41 @@ pub fn resolve_and_probe(root: &Path, changes: &[Change]) -> Result<Vec<Change>,
     Ok(out)
 }
 
+/// A link change: its folder resolved as reads resolve it, the link itself never followed; the
+/// live path must be a symlink or absent (the kubelet refuses a regular file there too).
+fn probe_link(root: &Path, change: &Change) -> Result<Change, String> {
+    let (folder, name) = change
+        .rel
+        .rsplit_once('/')
+        .ok_or_else(|| "a link must be inside a folder".to_string())?;
+    let folder = fsutil::resolve_for_write(root, folder).map_err(|e| e.to_string())?;
+    let rel = format!("{folder}/{name}");
+    match fs::symlink_metadata(root.join(&rel)) {
+        Ok(m) if !m.file_type().is_symlink() => {
+            return Err("it is not a symbolic link (the kubelet expects one there)".into());
+        }
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e.to_string()),
+    }
+    Ok(Change {
+        rel,
+        content: change.content.clone(),
+        mode_if_new: SYMLINK,
+    })
+}
+
+/// The current content of a live path as a change sees it: a link's target, or a file's bytes.
+fn live_content(live: &Path, link: bool) -> Option<Vec<u8>> {
+    if link {
+        fs::read_link(live)
+            .ok()
+            .map(|t| t.as_os_str().as_encoded_bytes().to_vec())
+    } else {
+        fs::read(live).ok()
+    }
+}
+
 /// When a rename failed after the journal was written (a file became unreplaceable after the
 /// probe), rolls the transaction back from its backup at once rather than leaving a
 /// half-renewed PKI for the next run: every live file that differs from the backup is restored
@@ -467,8 +516,17 @@ fn undo_failed_commit(root: &Path, result: Result<Outcome, TxnError>) -> Result<
         let (_, restore) = restore_changes(root, &journal.backup_id).map_err(|e| e.to_string())?;
         for change in &restore {
             let live = root.join(&change.rel);
-            let current = fs::read(&live).ok();
+            let link = change.mode_if_new == SYMLINK;
+            let current = live_content(&live, link);
             match &change.content {
+                Some(old) if link && current.as_deref() != Some(&old[..]) => {
+                    let tmp = live.with_file_name(".certrotor-undo-link");
+                    let _ = fs::remove_file(&tmp);
+                    std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(old), &tmp)
+                        .and_then(|()| fs::rename(&tmp, &live))
+                        .and_then(|()| fsutil::sync_dir(live.parent().unwrap_or(root)))
+                        .map_err(|e| format!("'{}': {e}", live.display()))?;
+                }
                 Some(old) if current.as_deref() != Some(&old[..]) => {
                     let parent = live.parent().unwrap_or(root);
                     let tmp = parent.join(format!(
@@ -485,7 +543,7 @@ fn undo_failed_commit(root: &Path, result: Result<Outcome, TxnError>) -> Result<
                         .and_then(|()| fsutil::sync_dir(parent))
                         .map_err(|e| format!("'{}': {e}", live.display()))?;
                 }
-                None if current.is_some() => {
+                None if current.is_some() || fs::symlink_metadata(&live).is_ok() => {
                     fs::remove_file(&live).map_err(|e| format!("'{}': {e}", live.display()))?
                 }
                 _ => {}
@@ -587,6 +645,17 @@ fn prepare_and_commit(
             .map(|s| s.to_string_lossy().to_string())
             .unwrap_or_default();
         let staged = staging.join(&file_name);
+        if change.mode_if_new == SYMLINK {
+            // The kubelet's way: a new link, renamed over the old one at commit.
+            std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(content), &staged)
+                .map_err(prep("write the staged link", &staged))?;
+            journal_files.push(JournalFile {
+                rel: change.rel.clone(),
+                staged: Some(format!("{staging_rel}/{file_name}")),
+                new_sha256: Some(sha256_hex(content)),
+            });
+            continue;
+        }
         let (mode, owner) = match FileMeta::of(&live) {
             // A private key file is never wider than a new one (0600), even if the old one was.
             Ok(m) if change.rel.ends_with(".key") => {
@@ -712,6 +781,18 @@ fn write_backup(root: &Path, changes: &[Change], kind: &str, now: i64) -> Result
         let live = root.join(&change.rel);
         let dest = tmp.join("files").join(&change.rel);
         match fs::symlink_metadata(&live) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                let target = fs::read_link(&live).map_err(prep("read for backup", &live))?;
+                let text = target.to_string_lossy().into_owned();
+                files.push(BackupFile {
+                    path: change.rel.clone(),
+                    existed: true,
+                    sha256: Some(sha256_hex(text.as_bytes())),
+                    size: Some(text.len() as u64),
+                    mode: None,
+                    link: Some(text),
+                });
+            }
             Ok(_) => {
                 if let Some(parent) = dest.parent() {
                     fsutil::create_dir_all_mode(parent, 0o700)
@@ -739,6 +820,7 @@ fn write_backup(root: &Path, changes: &[Change], kind: &str, now: i64) -> Result
                     sha256: Some(sha256_hex(&data)),
                     size: Some(data.len() as u64),
                     mode: Some(meta.mode),
+                    link: None,
                 });
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -748,6 +830,7 @@ fn write_backup(root: &Path, changes: &[Change], kind: &str, now: i64) -> Result
                     sha256: None,
                     size: None,
                     mode: None,
+                    link: None,
                 });
             }
             Err(e) => return Err(prep("read for backup", &live)(e)),
@@ -817,7 +900,7 @@ fn commit(root: &Path, journal: &Journal) -> Result<(), TxnError> {
         match &file.staged {
             Some(staged) => {
                 let staged = root.join(staged);
-                if staged.exists() {
+                if fs::symlink_metadata(&staged).is_ok() {
                     fs::rename(&staged, &live).map_err(commit_err)?;
                 }
             }
@@ -885,9 +968,12 @@ pub fn recover(root: &Path) -> Result<Recovery, TxnError> {
         finalize_backup(root, &journal.backup_id)?;
         commit(root, &journal)?;
         // Verify that the live files are what the journal promised.
+        let node = NodeFiles::of(root);
         for file in &journal.files {
             if let Some(want) = &file.new_sha256 {
-                let got = fs::read(root.join(&file.rel)).map(|b| sha256_hex(&b)).ok();
+                // A link holds its target.
+                let got = live_content(&root.join(&file.rel), node.is_link(&file.rel))
+                    .map(|b| sha256_hex(&b));
                 if got.as_deref() != Some(want.as_str()) {
                     return Err(TxnError::State {
                         path: file.rel.clone(),
@@ -984,8 +1070,15 @@ fn check_journal(root: &Path, path: &Path, journal: &Journal) -> Result<(), Stat
             })?;
         state::check_relative(staged).map_err(|d| bad(staged, d))?;
         let staged_path = root.join(staged);
-        state::check_inside_root(root, &staged_path).map_err(|d| bad(staged, d))?;
+        // A staged link is never followed: its folder must be inside the root.
+        let inside = if node.is_link(&file.rel) {
+            staged_path.parent().unwrap_or(root).to_path_buf()
+        } else {
+            staged_path.clone()
+        };
+        state::check_inside_root(root, &inside).map_err(|d| bad(staged, d))?;
         match fs::symlink_metadata(&staged_path) {
+            Ok(m) if m.file_type().is_symlink() && node.is_link(&file.rel) => {}
             Ok(m) if !m.is_file() => {
                 return Err(bad(staged, "the staged copy is not a regular file".into()));
             }
@@ -1022,6 +1115,10 @@ fn remove_incomplete_backups(root: &Path) {
 /// sub-folders.
 fn staging_search_dirs(root: &Path) -> Vec<PathBuf> {
     let mut dirs = Vec::new();
+    let kubelet = root.join(crate::kubelet::PKI_DIR);
+    if kubelet.is_dir() {
+        dirs.push(kubelet);
+    }
     for base in crate::catalog::LAYOUT_DIRS {
         let b = root.join(base);
         if !b.is_dir() {
@@ -1215,6 +1312,25 @@ fn verify_backup(root: &Path, id: &str) -> Result<Verified, StateError> {
             });
             continue;
         }
+        if let Some(target) = &f.link {
+            if !node.is_link(&f.path) {
+                return Err(bad(&f.path, "recorded as a link, which it never is".into()));
+            }
+            node.check_link_target(target)
+                .map_err(|d| bad(&f.path, d))?;
+            if f.sha256.as_deref() != Some(&sha256_hex(target.as_bytes())) {
+                return Err(bad(
+                    &f.path,
+                    "the link target does not match its recorded SHA-256: it was altered".into(),
+                ));
+            }
+            changes.push(Change {
+                rel: f.path.clone(),
+                content: Some(target.as_bytes().to_vec()),
+                mode_if_new: SYMLINK,
+            });
+            continue;
+        }
         let data = state::read_no_symlinks(
             &dir,
             &format!("files/{}", f.path),
@@ -1254,10 +1370,16 @@ fn verify_backup(root: &Path, id: &str) -> Result<Verified, StateError> {
         }
         changes.push(change);
     }
+    // Links first: the kubelet's link goes back to its old file before the new file is removed,
+    // so it never dangles.
+    changes.sort_by_key(|c| c.mode_if_new != SYMLINK);
     for c in &changes {
         let Some(data) = c.content.as_deref() else {
             continue;
         };
+        if c.mode_if_new == SYMLINK {
+            continue;
+        }
         check_backed_up_pki(root, &node, &changes, &c.rel, data).map_err(|d| bad(&c.rel, d))?;
     }
     Ok(Verified { manifest, changes })
@@ -1286,6 +1408,15 @@ fn check_backed_up_pki(
             if !key.matches(&cert) {
                 return Err("the embedded client key does not match its certificate".into());
             }
+        }
+        return Ok(());
+    }
+    if node.is_kubelet_pair_file(rel) {
+        // The kubelet's combined file: its certificate and its key, which must match.
+        let cert = Cert::from_pem(data).map_err(|e| e.to_string())?;
+        let key = PrivateKey::from_pem(data).map_err(|e| e.to_string())?;
+        if !key.matches(&cert) {
+            return Err("the certificate does not match the key in the same file".into());
         }
         return Ok(());
     }

@@ -193,6 +193,10 @@ pub fn assert_agrees_with_openssl(root: &Path, inv: &Value, found: &[Found]) {
                 Value::Bool(f.key_file.is_none()),
                 "{ctx}"
             );
+        } else if r["ca"].is_null() {
+            // Self-signed (the kubelet's serving certificate): no chain to check.
+            assert!(r["chain_ok"].is_null(), "{ctx}");
+            assert_eq!(o.issuer, o.subject, "{ctx}");
         } else {
             let ca = record(inv, s(r, "ca"));
             assert_eq!(
@@ -227,8 +231,8 @@ fn json_agrees_with_openssl_on_every_file_and_exit_0_when_fine() {
     let inv = inventory(&root, &["--warn-within", "30d"], 0);
     assert_eq!(
         inv["certificates"].as_array().unwrap().len(),
-        15,
-        "3 CAs, 7 leaves, 5 kubeconfigs"
+        17,
+        "3 CAs, 7 leaves, 5 kubeconfigs, the kubelet's client and serving certificates"
     );
     assert_agrees_with_openssl(&root, &inv, &find_certificates(&root, &dir.join("scratch")));
     for r in inv["certificates"].as_array().unwrap() {
@@ -300,7 +304,7 @@ fn usage_errors_exit_64() {
         ),
         (
             vec!["check", "--root", root, "--output", "yaml"],
-            "'--output' with value 'yaml': use table or json",
+            "'--output' with value 'yaml': use table, json or prometheus",
         ),
         (vec!["no-such-command"], "no-such-command"),
     ] {
@@ -355,12 +359,19 @@ const PKI: &str = "etc/kubernetes/pki";
 /// Runs check on a damaged node: exit 2, `name` has `status`, and every other record, and the
 /// service-account pair, is still reported with its normal status (ok). Returns `name`'s record.
 fn damaged(root: &Path, name: &str, status: &str) -> Value {
+    damaged_also(root, name, status, &[])
+}
+
+/// [`damaged`], where other records read the same damaged file (`also`: name and status).
+fn damaged_also(root: &Path, name: &str, status: &str, also: &[(&str, &str)]) -> Value {
     let inv = inventory(root, &[], 2);
     let records = inv["certificates"].as_array().unwrap();
-    assert_eq!(records.len(), 15, "every entry is still reported");
+    assert_eq!(records.len(), 17, "every entry is still reported");
     for r in records {
         if r["name"] == name {
             assert_eq!(s(r, "status"), status, "{r:#}");
+        } else if let Some((_, st)) = also.iter().find(|(n, _)| r["name"] == *n) {
+            assert_eq!(s(r, "status"), *st, "{r:#}");
         } else {
             assert_eq!(
                 s(r, "status"),
@@ -706,7 +717,13 @@ fn kubelet_conf_pointing_to_a_missing_pem_is_invalid() {
     let link = root.join("var/lib/kubelet/pki/kubelet-client-current.pem");
     let target = std::fs::read_link(&link).unwrap();
     std::fs::remove_file(root.join(target.to_str().unwrap().trim_start_matches('/'))).unwrap();
-    let r = damaged(&root, "kubelet.conf", "invalid");
+    // The kubelet-client record reads the same link: its file is gone too.
+    let r = damaged_also(
+        &root,
+        "kubelet.conf",
+        "invalid",
+        &[("kubelet-client", "missing")],
+    );
     assert_error_has(
         &r,
         &[

@@ -28,6 +28,8 @@ fn daemon_repeats_passes_logs_decisions_and_stops_on_sigterm() {
         .arg("--root")
         .arg(&root)
         .args(["--interval", "2s", "--platform", "none"])
+        // The lab node's admin.conf names 10.0.0.10: no Kubernetes Events (events.rs tests them).
+        .env("CERTROTOR_EVENTS", "off")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -89,5 +91,81 @@ fn daemon_repeats_passes_logs_decisions_and_stops_on_sigterm() {
         "{log}"
     );
     assert!(!log.contains("PRIVATE KEY"), "key material in the log");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// The reader of the daemon's stderr goes away (a log shipper restarted, a closed terminal): the
+/// daemon keeps running its passes, renews, and still stops cleanly on SIGTERM.
+#[test]
+fn daemon_survives_a_closed_stderr() {
+    let root = std::env::temp_dir().join(format!("certrotor-daemon-epipe-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let bin = env!("CARGO_BIN_EXE_certrotor");
+    let out = Command::new(bin)
+        .args(["lab", "init"])
+        .arg(&root)
+        .args(["--expires-in", "2d", "--key-algorithm", "ecdsa-p256"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut child = Command::new(bin)
+        .args(["--log-level", "debug", "daemon", "--root"])
+        .arg(&root)
+        .args(["--interval", "1s", "--platform", "none"])
+        // The lab node's admin.conf names 10.0.0.10: no Kubernetes Events (events.rs tests them).
+        .env("CERTROTOR_EVENTS", "off")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Close the only reader at once: every log line now meets EPIPE.
+    drop(child.stderr.take());
+    // Wait for the first pass to renew: check exits 0 once nothing expires within a day (the
+    // lab's leaves expire in 2 days; kubelet.conf, which certrotor never renews, in 46 hours).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the daemon died after its stderr closed"
+        );
+        let check = Command::new(bin)
+            .args([
+                "--log-level",
+                "off",
+                "check",
+                "--warn-within",
+                "1d",
+                "--root",
+            ])
+            .arg(&root)
+            .output()
+            .unwrap();
+        if check.status.code() == Some(0) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no renewal within 60 s");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // More passes (and log lines) after the renewal; still alive.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(child.try_wait().unwrap().is_none(), "the daemon died");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "daemon did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "exit {status:?}");
     let _ = std::fs::remove_dir_all(&root);
 }

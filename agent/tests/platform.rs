@@ -1,15 +1,18 @@
-//! `run --once` on a node whose control plane really runs: apiserver-sim (Bottlerocket API),
-//! kubelet-sim, the real etcd and the k8s-sim stand-ins. Restart one at a time, verification of
-//! the served certificates, automatic rollback, repair after a crash, `--platform none` and
-//! `--dry-run`. The harness is in `platform_util`.
+//! `run --once` on a node whose control plane really runs: Debian's etcd and the real
+//! Kubernetes v1.20.2 kube-apiserver, kube-controller-manager and kube-scheduler, as static pods
+//! under kubelet-sim, with apiserver-sim for the Bottlerocket API. Restart one at a time,
+//! verification of the served certificates, kubectl with the renewed admin.conf, automatic
+//! rollback after a real failure (etcd refusing the apiserver's client certificate), repair
+//! after a crash, `--platform none` and `--dry-run`. The harness is in `platform_util`.
 
 use std::time::Duration;
 
 #[path = "platform_util.rs"]
-mod platform_util;
+pub(crate) mod platform_util;
 
 use platform_util::{
-    Node, PODS, Platform, Served, changed_pods, one_at_a_time, restarted_once, wait_for,
+    Node, PODS, Platform, RESTART_TIMEOUT, Served, changed_pods, one_at_a_time, restarted_once,
+    wait_for,
 };
 
 /// A key written to etcd before a run, read back after it.
@@ -24,10 +27,48 @@ fn files_now(node: &Node) -> Vec<String> {
     Served::ALL.iter().map(|s| node.file_sha(*s)).collect()
 }
 
+/// The ConfigMap written through the apiserver before a run and read back after it.
+const CONFIGMAP: &str = "certrotor-before-the-run";
+
+/// Writes [`CONFIGMAP`] (in etcd, through the real apiserver) with kubectl and admin.conf.
+fn kubectl_write_before(node: &Node) {
+    node.kubectl_ok(&[
+        "create",
+        "configmap",
+        CONFIGMAP,
+        "--namespace=default",
+        &format!("--from-literal=token={VALUE}"),
+    ]);
+}
+
+/// With the admin.conf on disk now: kubectl lists the namespaces and reads [`CONFIGMAP`] back.
+fn kubectl_reads_back(node: &Node, context: &dyn std::fmt::Display) {
+    let namespaces = node.kubectl_ok(&["get", "namespaces", "-o", "name"]);
+    for ns in ["namespace/default", "namespace/kube-system"] {
+        assert!(
+            namespaces.lines().any(|l| l.trim() == ns),
+            "kubectl get namespaces: no {ns} in {namespaces:?}\n{context}"
+        );
+    }
+    let token = node.kubectl_ok(&[
+        "get",
+        "configmap",
+        CONFIGMAP,
+        "--namespace=default",
+        "-o",
+        "jsonpath={.data.token}",
+    ]);
+    assert_eq!(token, VALUE, "the ConfigMap written before\n{context}");
+}
+
 /// The happy flow on `platform`: every served certificate is the new one, etcd's data
-/// survives, each component is restarted exactly once and never two at a time.
-fn happy_flow(test: &str, platform: Platform) {
-    let Some(node) = Node::start(test, platform, None) else {
+/// survives, and, with `--restart always`, each component is restarted exactly once and never
+/// two at a time; with the default live mode, etcd (real, which reloads its server and peer
+/// certificates on the next handshake) is not restarted and the three others are (the
+/// apiserver because apiserver-kubelet-client and front-proxy-client are not proven to
+/// reload, the controller-manager and scheduler because of their kubeconfigs).
+fn happy_flow(test: &str, platform: Platform, always: bool) {
+    let Some(node) = Node::start(test, platform) else {
         return;
     };
     let old = files_now(&node);
@@ -39,13 +80,19 @@ fn happy_flow(test: &str, platform: Platform) {
     let old_client = node.cert_sha("pki/etcd/healthcheck-client.crt");
     let put = node.etcdctl(&["put", KEY, VALUE]);
     assert!(put.status.success(), "etcdctl put: {put:?}");
+    kubectl_write_before(&node);
+    let admin_before = std::fs::read(node.kfile("admin.conf")).unwrap();
     let before = node.states();
 
-    let out = node.run_once(platform.name(), "30s", &["--output", "json"]);
+    let mode = if always { "always" } else { "live" };
+    let out = node.run_once(
+        platform.name(),
+        RESTART_TIMEOUT,
+        &["--output", "json", "--restart", mode],
+    );
     out.expect(0);
     let report = out.json();
 
-    // The report: four components, restarted in order, on this platform.
     let names = |v: &serde_json::Value| -> Vec<String> {
         v.as_array()
             .unwrap_or_else(|| panic!("not an array: {v}\n{out}"))
@@ -57,9 +104,12 @@ fn happy_flow(test: &str, platform: Platform) {
             })
             .collect()
     };
+    let restarted_pods: &[&str] = if always { &PODS } else { &PODS[1..] };
     assert_eq!(report["platform"], platform.name(), "{out}");
     assert_eq!(names(&report["components"]), PODS, "{out}");
-    assert_eq!(names(&report["restarted"]), PODS, "{out}");
+    assert_eq!(names(&report["restarted"]), restarted_pods, "{out}");
+    let reloaded: &[&str] = if always { &[] } else { &PODS[..1] };
+    assert_eq!(names(&report["reloaded"]), reloaded, "{out}");
     assert!(report["rolled_back"].is_null(), "{out}");
 
     // Every served certificate is the new file, which differs from the old one.
@@ -73,8 +123,31 @@ fn happy_flow(test: &str, platform: Platform) {
         "the new certificates are served\n{out}"
     );
     let restarted = report["restarted"].as_array().unwrap();
-    assert_eq!(restarted[0]["served_sha256"], new[0].as_str(), "{out}");
-    assert_eq!(restarted[1]["served_sha256"], new[2].as_str(), "{out}");
+    let api = restarted
+        .iter()
+        .find(|r| r["component"] == "kube-apiserver")
+        .unwrap();
+    assert_eq!(api["served_sha256"], new[2].as_str(), "{out}");
+    let etcd = if always {
+        &restarted[0]
+    } else {
+        &report["reloaded"][0]
+    };
+    assert_eq!(etcd["served_sha256"], new[0].as_str(), "{out}");
+    // Every restart says why.
+    for r in restarted {
+        let reason = r["reason"].as_str().unwrap();
+        match (always, r["component"].as_str().unwrap()) {
+            (true, _) => assert!(reason.starts_with("--restart always"), "{out}"),
+            (false, "kube-apiserver") => {
+                assert!(
+                    reason.contains("apiserver-kubelet-client is not proven to reload"),
+                    "{reason}\n{out}"
+                )
+            }
+            (false, c) => assert!(reason.contains(".conf cannot be reloaded"), "{c}: {out}"),
+        }
+    }
 
     // etcd's data survived; the new client certificate reads it.
     assert_ne!(node.cert_sha("pki/etcd/healthcheck-client.crt"), old_client);
@@ -82,13 +155,29 @@ fn happy_flow(test: &str, platform: Platform) {
     assert!(get.status.success(), "etcdctl get: {get:?}");
     assert_eq!(String::from_utf8_lossy(&get.stdout).trim(), VALUE);
 
-    // Each component restarted exactly once, one at a time, in order; all healthy now.
+    // Each restarted component restarted exactly once, one at a time, in order; etcd, when
+    // reloaded live, kept its process (kubelet-sim's history is unchanged); all healthy now.
     let after = node.states();
-    let windows = restarted_once(&before, &after);
+    let windows = restarted_once(&before, &after, restarted_pods);
     one_at_a_time(&windows);
+    if !always {
+        assert_eq!(
+            before["etcd"].history, after["etcd"].history,
+            "etcd was restarted\n{out}"
+        );
+    }
     for pod in PODS {
         node.healthy(pod).unwrap();
     }
+
+    // The renewed admin.conf works: kubectl lists namespaces and reads back what was written
+    // through the apiserver before the renewal.
+    assert_ne!(
+        std::fs::read(node.kfile("admin.conf")).unwrap(),
+        admin_before,
+        "admin.conf was not renewed\n{out}"
+    );
+    kubectl_reads_back(&node, &out);
 
     let longest = windows.iter().max_by_key(|w| w.ms()).unwrap();
     let reported: Vec<String> = restarted
@@ -105,15 +194,21 @@ fn happy_flow(test: &str, platform: Platform) {
         .iter()
         .map(|w| format!("{} {} ms", w.pod, w.ms()))
         .collect();
+    let crashes: Vec<String> = windows
+        .iter()
+        .filter(|w| w.crashes > 0)
+        .map(|w| format!("{} {}", w.pod, w.crashes))
+        .collect();
     let worst = restarted
         .iter()
         .max_by_key(|r| r["unavailable_ms"].as_u64().unwrap())
         .unwrap();
     eprintln!(
-        "FIGURES platform {}: all 4 components verified {} ms after start (wall clock; report \
+        "FIGURES platform {} --restart {mode}: all components verified {} ms after start (wall clock; report \
          duration_ms {}). Longest unavailability, certrotor's stop request .. verified healthy: \
          {} ms ({}); per component: {}. Longest down window seen by kubelet-sim, old process \
-         reaped .. new process started: {} ms ({}); per component: {}.",
+         reaped .. new process started: {} ms ({}); per component: {}. Crash restarts by \
+         kubelet-sim (leader election lost while the apiserver or etcd was down): {}.",
         platform.name(),
         out.elapsed.as_millis(),
         report["duration_ms"],
@@ -122,37 +217,69 @@ fn happy_flow(test: &str, platform: Platform) {
         reported.join(", "),
         longest.ms(),
         longest.pod,
-        kubelet.join(", ")
+        kubelet.join(", "),
+        if crashes.is_empty() {
+            "none".to_string()
+        } else {
+            crashes.join(", ")
+        }
     );
 }
 
 #[test]
-fn bottlerocket_renews_restarts_one_at_a_time_and_verifies() {
-    happy_flow("bottlerocket-happy", Platform::Bottlerocket);
+fn bottlerocket_renews_reloads_etcd_live_restarts_the_rest_and_verifies() {
+    happy_flow("bottlerocket-happy", Platform::Bottlerocket, false);
 }
 
 #[test]
-fn kubeadm_renews_restarts_one_at_a_time_and_verifies() {
-    happy_flow("kubeadm-happy", Platform::Kubeadm);
+fn kubeadm_renews_reloads_etcd_live_restarts_the_rest_and_verifies() {
+    happy_flow("kubeadm-happy", Platform::Kubeadm, false);
 }
 
 #[test]
-fn bottlerocket_rolls_back_when_the_apiserver_rejects_the_new_certificate() {
-    let one_hour_ago = certrotor::clock::rfc3339(certrotor::clock::now() - 3600);
-    let Some(node) = Node::start(
-        "bottlerocket-rollback",
-        Platform::Bottlerocket,
-        Some(&one_hour_ago),
-    ) else {
+fn kubeadm_restart_always_restarts_all_four_one_at_a_time() {
+    happy_flow("kubeadm-always", Platform::Kubeadm, true);
+}
+
+/// A real failure: the failpoint re-signs the renewed apiserver-etcd-client with a throwaway CA
+/// after validation; the real etcd refuses the real apiserver, which never becomes ready, and
+/// certrotor must roll back and bring it back.
+#[test]
+fn bottlerocket_rolls_back_when_etcd_refuses_the_apiservers_new_client_certificate() {
+    let Some(node) = Node::start("bottlerocket-rollback", Platform::Bottlerocket) else {
         return;
     };
     let old = files_now(&node);
     assert_eq!(served_now(&node), old);
+    kubectl_write_before(&node);
     let files_before = node.snapshot();
+    let etcd_log_before = node.pod_log("etcd").len();
 
-    // etcd restarts and verifies with the new certificates; kube-apiserver refuses to start.
-    let out = node.run_once("bottlerocket", "12s", &[]);
+    // etcd restarts and verifies with the new certificates; kube-apiserver cannot reach etcd.
+    let out = node.run_once_env(
+        "bottlerocket",
+        "60s",
+        &[],
+        &[
+            ("CERTROTOR_FAILPOINT", "foreign-ca:apiserver-etcd-client"),
+            // This node's admin.conf is the real apiserver's on 127.0.0.1: Events on.
+            ("CERTROTOR_EVENTS", "on"),
+        ],
+    );
     out.expect(3);
+    assert!(
+        out.stderr
+            .contains("CERTROTOR-FAILPOINT foreign-ca:apiserver-etcd-client"),
+        "the failpoint did not fire\n{out}"
+    );
+    // The refusal is etcd's own: it rejected the apiserver's client certificate.
+    let etcd_log = node.pod_log("etcd");
+    assert!(
+        etcd_log[etcd_log_before..].contains("certificate signed by unknown authority"),
+        "etcd never refused a client certificate: the test proves nothing\n{out}\n\
+         --- etcd log since the run ---\n{}",
+        &etcd_log[etcd_log_before..]
+    );
     assert!(
         out.stdout.contains("VERIFICATION FAILED: kube-apiserver"),
         "{out}"
@@ -187,11 +314,44 @@ fn bottlerocket_rolls_back_when_the_apiserver_rejects_the_new_certificate() {
     assert!(kinds.iter().any(|k| k == "rollback"), "backups: {kinds:?}");
     assert!(kinds.iter().any(|k| k == "renew"), "backups: {kinds:?}");
     node.wait_all_healthy();
+    // The apiserver is back on etcd: the object written before is read back.
+    kubectl_reads_back(&node, &out);
+    // The rollback is a Warning Event on the Node, posted once the old certificates were back.
+    assert!(
+        out.stderr
+            .contains("posted Kubernetes Event CertificatesRolledBack"),
+        "{out}"
+    );
+    let events: serde_json::Value = serde_json::from_str(&node.kubectl_ok(&[
+        "get",
+        "events",
+        "--namespace",
+        "default",
+        "-o",
+        "json",
+    ]))
+    .unwrap();
+    let rolled: Vec<&serde_json::Value> = events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["reason"] == "CertificatesRolledBack")
+        .collect();
+    assert_eq!(rolled.len(), 1, "{events:#}");
+    let e = rolled[0];
+    assert_eq!(e["type"], "Warning");
+    assert_eq!(e["involvedObject"]["kind"], "Node");
+    assert_eq!(e["source"]["component"], "certrotor");
+    let message = e["message"].as_str().unwrap();
+    assert!(
+        message.contains("verification failed") && message.contains("kube-apiserver"),
+        "{message}"
+    );
 }
 
 /// SIGKILL certrotor while etcd is stopped; any later command starts it again.
 fn crash_is_repaired(test: &str, platform: Platform) {
-    let Some(node) = Node::start(test, platform, None) else {
+    let Some(node) = Node::start(test, platform) else {
         return;
     };
     let manifest = node.kubelet_manifest("etcd");
@@ -200,7 +360,7 @@ fn crash_is_repaired(test: &str, platform: Platform) {
     let mut run = node.spawn_run_once(platform.name());
     wait_for(
         "the restart marker and etcd's manifest gone",
-        Duration::from_secs(60),
+        Duration::from_secs(120),
         Duration::from_millis(2),
         || {
             if let Some(status) = run.exited() {
@@ -263,7 +423,7 @@ fn crash_is_repaired(test: &str, platform: Platform) {
     }
     wait_for(
         "etcd running and healthy",
-        Duration::from_secs(60),
+        platform_util::UP_DEADLINE,
         Duration::from_millis(100),
         || {
             let s = &node.states()["etcd"];
@@ -286,7 +446,7 @@ fn crash_is_repaired(test: &str, platform: Platform) {
         node.file_sha(Served::Apiserver),
         "the apiserver still serves the old file"
     );
-    let next = node.run_once(platform.name(), "60s", &["--output", "json"]);
+    let next = node.run_once(platform.name(), RESTART_TIMEOUT, &["--output", "json"]);
     assert_eq!(next.code, Some(0), "{next}");
     let report: serde_json::Value = serde_json::from_str(&next.stdout).unwrap();
     let restarted: Vec<&str> = report["restarted"]
@@ -331,12 +491,12 @@ fn bottlerocket_restart_interrupted_by_a_crash_is_repaired() {
 
 #[test]
 fn platform_none_renews_and_restarts_nothing() {
-    let Some(node) = Node::start("none", Platform::Kubeadm, None) else {
+    let Some(node) = Node::start("none", Platform::Kubeadm) else {
         return;
     };
     let old = files_now(&node);
     let before = node.states();
-    let out = node.run_once("none", "30s", &[]);
+    let out = node.run_once("none", RESTART_TIMEOUT, &[]);
     out.expect(0);
     assert!(
         out.stdout.contains(
@@ -352,25 +512,23 @@ fn platform_none_renews_and_restarts_nothing() {
         changed_pods(&before, &node.states()).is_empty(),
         "a pod was restarted\n{out}"
     );
-    // The apiserver (stand-in) reads its serving certificate at start only; etcd reloads its
-    // certificate files on every handshake, so it serves the new one without a restart.
-    assert_eq!(
-        node.served_sha(Served::Apiserver),
-        old[2],
-        "nothing restarted, so the apiserver serves the old certificate"
-    );
+    // etcd reloads its certificate files on every handshake, so it serves the new one without
+    // a restart. (The real kube-apiserver v1.20 re-reads its serving certificate every minute,
+    // kubernetes PR #84200, so what it serves right now depends on timing: not asserted. Its
+    // etcd client pair and the other files are read at start only; hence the restarts `run`
+    // does.)
     assert_eq!(node.served_sha(Served::EtcdClient), new[0]);
 }
 
 #[test]
 fn dry_run_changes_and_restarts_nothing() {
-    let Some(node) = Node::start("dry-run", Platform::Kubeadm, None) else {
+    let Some(node) = Node::start("dry-run", Platform::Kubeadm) else {
         return;
     };
     let old = files_now(&node);
     let files = node.snapshot();
     let before = node.states();
-    let out = node.run_once("kubeadm", "30s", &["--dry-run"]);
+    let out = node.run_once("kubeadm", RESTART_TIMEOUT, &["--dry-run"]);
     out.expect(0);
     assert!(out.stdout.contains("Would renew"), "{out}");
     assert!(node.snapshot() == files, "files changed\n{out}");
@@ -380,4 +538,112 @@ fn dry_run_changes_and_restarts_nothing() {
     );
     assert_eq!(served_now(&node), old);
     assert!(node.backup_kinds().is_empty(), "{out}");
+}
+
+/// Consumers from the manifests (issue 11 point 2): a kube-vip-like static pod (what `lab init
+/// --kube-vip` adds: the k8s-sim kube-vip stand-in, which reads its kubeconfig at start) mounts
+/// admin.conf as a single file. After a renewal the pass finds it from its manifest, restarts it
+/// (after the components, one at a time) with its reason, and verifies it by its liveness
+/// probe; on a second pass that renews only admin.conf, no component reads it: only kube-vip is
+/// restarted.
+#[test]
+fn kubeadm_restarts_kube_vip_mounting_admin_conf() {
+    let Some(node) = Node::start("kubeadm-kube-vip", Platform::Kubeadm) else {
+        return;
+    };
+    certrotor::lab::add_kube_vip(&node.root, certrotor::lab::LabLayout::Kubeadm, node.offset)
+        .unwrap();
+    let state = node.state_dir().join("kube-vip.json");
+    let read_state = || -> Result<testbed::kubelet_sim::PodState, String> {
+        serde_json::from_slice(&std::fs::read(&state).map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())
+    };
+    wait_for(
+        "the kube-vip stand-in running",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || {
+            let s = read_state()?;
+            s.running.then_some(()).ok_or(format!("{s:?}"))
+        },
+    );
+    let before = read_state().unwrap();
+    let out = node.run_once("kubeadm", "30s", &["--output", "json"]);
+    out.expect(0);
+    let r = out.json();
+    let c = r["other_consumers"].as_array().unwrap();
+    assert_eq!(c.len(), 1, "{out}");
+    assert_eq!(c[0]["pod"], "kube-vip.yaml", "{out}");
+    assert_eq!(c[0]["file"], "etc/kubernetes/admin.conf", "{out}");
+    assert_eq!(c[0]["single_file"], true, "{out}");
+    let pods = r["restarted_pods"].as_array().unwrap();
+    assert_eq!(pods.len(), 1, "{out}");
+    assert_eq!(pods[0]["pod"], "kube-vip.yaml", "{out}");
+    assert!(
+        pods[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("mounts etc/kubernetes/admin.conf as a single file"),
+        "{out}"
+    );
+    assert_eq!(r["pod_errors"], serde_json::json!([]), "{out}");
+    // kubelet-sim saw it restarted once, after the components.
+    let after = read_state().unwrap();
+    assert_eq!(after.history.len(), before.history.len() + 1, "{after:?}");
+    assert!(after.running, "{after:?}");
+    let sched = &node.states()["kube-scheduler"];
+    assert!(
+        after.history.last().unwrap().started_at_ms >= sched.history.last().unwrap().started_at_ms,
+        "kube-vip restarted before the scheduler"
+    );
+
+    // admin.conf alone: no component reads it, kube-vip alone is restarted.
+    let text = node.run_once("kubeadm", "30s", &["--cert", "admin.conf"]);
+    text.expect(0);
+    assert!(
+        text.stdout.contains("kube-vip.yaml")
+            && text
+                .stdout
+                .contains("restarted because static pod 'kube-vip.yaml' mounts"),
+        "{text}"
+    );
+    assert_eq!(
+        read_state().unwrap().history.len(),
+        before.history.len() + 2
+    );
+}
+
+/// The failpoint itself, without a control plane: `renew` with
+/// `CERTROTOR_FAILPOINT=foreign-ca:apiserver-etcd-client` writes an apiserver-etcd-client that
+/// the etcd CA does not sign (openssl says so) but whose key matches, and every other
+/// certificate as usual.
+#[test]
+fn foreign_ca_failpoint_resigns_one_certificate_after_validation() {
+    use crate::util::{TestDir, openssl_verify, public_keys};
+    let dir = TestDir::new("foreign-ca");
+    let root = dir.lab(
+        "node",
+        &["--expires-in", "2d", "--key-algorithm", "ecdsa-p256"],
+    );
+    let out = std::process::Command::new(platform_util::CERTROTOR)
+        .args(["renew", "--root", root.to_str().unwrap()])
+        .env("CERTROTOR_FAILPOINT", "foreign-ca:apiserver-etcd-client")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("CERTROTOR-FAILPOINT foreign-ca:apiserver-etcd-client"),
+        "{stderr}"
+    );
+    let pki = root.join("etc/kubernetes/pki");
+    let client = pki.join("apiserver-etcd-client.crt");
+    let refused = openssl_verify(&pki.join("etcd/ca.crt"), &client, true);
+    assert!(refused.is_err(), "the etcd CA still signs it: {stderr}");
+    let (cert_key, key) = public_keys(&client, &pki.join("apiserver-etcd-client.key"));
+    assert_eq!(cert_key, key, "the key no longer matches");
+    openssl_verify(&pki.join("etcd/ca.crt"), &pki.join("etcd/server.crt"), true)
+        .expect("the other certificates are renewed as usual");
+    openssl_verify(&pki.join("ca.crt"), &pki.join("apiserver.crt"), true)
+        .expect("the other certificates are renewed as usual");
 }

@@ -1,9 +1,13 @@
 //! Harness of the platform tests: a lab node whose control plane really runs.
 //!
-//! [`Node::start`] writes a lab node (`certrotor lab init`, leaves expiring in 2 days), starts
-//! `apiserver-sim` (Bottlerocket platform, static pods seeded from the node's manifests) and
-//! `kubelet-sim`, which runs the real etcd and the k8s-sim stand-ins of kube-apiserver,
-//! kube-controller-manager and kube-scheduler, and waits until all four are healthy.
+//! [`Node::start`] writes a lab node (`certrotor lab init`, leaves expiring in 2 days, the static
+//! pod manifests kubeadm v1.20.2 writes), starts `apiserver-sim` (Bottlerocket platform, static
+//! pods seeded from the node's manifests) and `kubelet-sim`, which runs them as host processes:
+//! Debian's etcd and the real Kubernetes v1.20.2 kube-apiserver, kube-controller-manager and
+//! kube-scheduler (from [`k8s_bin_dir`]), and waits until all four are healthy.
+//!
+//! A real kubelet cannot run here (no CRI pod sandbox on this host), so kubelet-sim stays: it is
+//! the one double left in these tests, besides apiserver-sim for the Bottlerocket API.
 //!
 //! - Every child is stopped when the node is dropped, even when the test fails (kubelet-sim
 //!   stops its pods on SIGTERM); on failure the logs of kubelet-sim, apiserver-sim and every pod
@@ -11,8 +15,8 @@
 //! - Ports: a random `--port-offset` whose six ports are free and not used by another node of
 //!   this process.
 //! - Oracles independent of certrotor: `openssl s_client` for the served certificates,
-//!   `openssl x509 -fingerprint` for the files, `etcdctl` for etcd's data, kubelet-sim's state
-//!   files for what was restarted when.
+//!   `openssl x509 -fingerprint` for the files, `etcdctl` for etcd's data, `kubectl` v1.20.2
+//!   for the apiserver, kubelet-sim's state files for what was restarted when.
 //! - Waiting is always polling a condition until a deadline.
 
 use std::collections::{BTreeMap, HashSet};
@@ -42,11 +46,68 @@ pub const PODS: [&str; 4] = [
 /// The standard ports a lab node uses, before the offset.
 const PORTS: [u16; 6] = [2379, 2380, 2381, 6443, 10257, 10259];
 
-/// Longest wait for a node to come up, or a pod to come back.
-const UP_DEADLINE: Duration = Duration::from_secs(60);
+/// Longest wait for a node to come up, or a pod to come back (the real apiserver takes a few
+/// seconds alone, much longer on a loaded 2-core machine).
+pub const UP_DEADLINE: Duration = Duration::from_secs(240);
 
 /// Longest a certrotor command may run before the test fails (hung).
-const RUN_DEADLINE: Duration = Duration::from_secs(150);
+const RUN_DEADLINE: Duration = Duration::from_secs(600);
+
+/// The `--restart-timeout` of a run that must succeed: long, because a real apiserver on a
+/// loaded 2-core machine can take a minute to be ready; a healthy restart ends as soon as it is.
+pub const RESTART_TIMEOUT: &str = "180s";
+
+/// Where the real Kubernetes v1.20.2 binaries are (`images/k8s/build.sh --print-bin-dir`).
+pub const DEFAULT_K8S_BIN: &str = "/var/cache/certrotor/kubernetes-v1.20.2/bin";
+
+/// The control-plane binaries the static pods run, besides etcd.
+pub const K8S_BINARIES: [&str; 3] = [
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+];
+
+/// The folder holding the real Kubernetes binaries: `CERTROTOR_K8S_BIN`, else
+/// [`DEFAULT_K8S_BIN`]. Panics (the test fails, never skips) when one of [`K8S_BINARIES`] is
+/// missing, saying how to build them.
+pub fn k8s_bin_dir() -> PathBuf {
+    let dir = std::env::var_os("CERTROTOR_K8S_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_K8S_BIN));
+    for name in K8S_BINARIES {
+        assert!(
+            dir.join(name).is_file(),
+            "the real {name} v1.20.2 is missing in {}: build the Kubernetes binaries with \
+             images/k8s/build.sh (or point CERTROTOR_K8S_BIN at a folder holding \
+             {K8S_BINARIES:?})",
+            dir.display()
+        );
+    }
+    dir
+}
+
+/// kubectl v1.20.2: `CERTROTOR_KUBECTL`, else `kubectl` in [`k8s_bin_dir`], else the one
+/// `images/setup-host.sh` unpacks from Debian's kubernetes-client package. Panics when none is
+/// there.
+pub fn kubectl_path() -> PathBuf {
+    if let Some(p) = std::env::var_os("CERTROTOR_KUBECTL") {
+        return PathBuf::from(p);
+    }
+    let candidates = [
+        k8s_bin_dir().join("kubectl"),
+        PathBuf::from("/var/cache/certrotor/kubernetes-client/usr/bin/kubectl"),
+    ];
+    candidates
+        .iter()
+        .find(|p| p.is_file())
+        .cloned()
+        .unwrap_or_else(|| {
+            panic!(
+                "kubectl v1.20.2 is missing (looked at {candidates:?}): run images/setup-host.sh \
+                 as root, or set CERTROTOR_KUBECTL"
+            )
+        })
+}
 
 /// How kubelet manifests are managed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -311,16 +372,12 @@ pub struct Node {
 
 impl Node {
     /// Starts a node; `None` (skipped loudly) when etcd is not installed outside CI.
-    /// `reject_after`: K8S_SIM_REJECT_SERVING_CERT_ISSUED_AFTER for the apiserver stand-in.
-    pub fn start(test: &str, platform: Platform, reject_after: Option<&str>) -> Option<Node> {
+    pub fn start(test: &str, platform: Platform) -> Option<Node> {
         if !etcd_available(test) {
             return None;
         }
-        let (kubelet_sim, apiserver_sim, k8s_sim) = (
-            sibling("kubelet-sim"),
-            sibling("apiserver-sim"),
-            sibling("k8s-sim"),
-        );
+        let k8s = k8s_bin_dir();
+        let (kubelet_sim, apiserver_sim) = (sibling("kubelet-sim"), sibling("apiserver-sim"));
         static COUNTER: AtomicU32 = AtomicU32::new(0);
         let dir = std::env::temp_dir().join(format!(
             "certrotor-pl-{test}-{}-{}",
@@ -342,9 +399,12 @@ impl Node {
         };
         let bin = node.dir.join("bin");
         fs::create_dir_all(&bin).unwrap();
-        for name in &PODS[1..] {
-            std::os::unix::fs::symlink(&k8s_sim, bin.join(name)).unwrap();
+        for name in K8S_BINARIES {
+            std::os::unix::fs::symlink(k8s.join(name), bin.join(name)).unwrap();
         }
+        // kube-vip: the k8s-sim stand-in of `lab init --kube-vip`'s pod, for the tests that
+        // add it.
+        std::os::unix::fs::symlink(sibling("k8s-sim"), bin.join("kube-vip")).unwrap();
         let root = node.root.to_str().unwrap().to_string();
         node.certrotor(&[
             "lab",
@@ -388,18 +448,45 @@ impl Node {
                 "--grace-seconds",
                 "5",
             ])
-            .env("PATH", path)
-            .env_remove(testbed::k8s_sim::REJECT_ENV);
-        if let Some(t) = reject_after {
-            kubelet.env(testbed::k8s_sim::REJECT_ENV, t);
-        }
+            .env("PATH", path);
         node.kubelet = Some(Proc::spawn(
             "kubelet-sim",
             kubelet,
             &node.dir.join("kubelet-sim.log"),
         ));
         node.wait_all_healthy();
+        node.grant_cluster_admins();
         Some(node)
+    }
+
+    /// What `kubeadm init` (v1.29 and later, whose layout the lab writes) does once the apiserver
+    /// is up: binds the group `kubeadm:cluster-admins` of admin.conf to `cluster-admin`, with
+    /// super-admin.conf (`system:masters`). A node without super-admin.conf has an admin.conf in
+    /// `system:masters` (kubeadm before v1.29) and needs nothing.
+    fn grant_cluster_admins(&self) {
+        let super_admin = self.kfile("super-admin.conf");
+        if !super_admin.exists() {
+            return;
+        }
+        let out = Command::new(kubectl_path())
+            .arg(format!("--kubeconfig={}", super_admin.display()))
+            .args([
+                "--request-timeout=20s",
+                "create",
+                "clusterrolebinding",
+                "kubeadm:cluster-admins",
+                "--clusterrole=cluster-admin",
+                "--group=kubeadm:cluster-admins",
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .expect("kubectl runs");
+        assert!(
+            out.status.success(),
+            "kubectl create clusterrolebinding kubeadm:cluster-admins: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     fn start_apiserver_sim(&mut self, binary: &Path) {
@@ -505,6 +592,38 @@ impl Node {
             Ok(o) => Err(format!("{pod}: HTTP {} '{}'", o.status, o.body)),
             Err(e) => Err(format!("{pod}: {e}")),
         }
+    }
+
+    /// Runs kubectl v1.20.2 with the node's `admin.conf` as it is on disk now.
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        Command::new(kubectl_path())
+            .arg(format!(
+                "--kubeconfig={}",
+                self.kfile("admin.conf").display()
+            ))
+            .arg("--request-timeout=20s")
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("kubectl runs")
+    }
+
+    /// kubectl's stdout, asserting it succeeded.
+    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed ({}):\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The text of `pod`'s log (kubelet-sim appends every process's output).
+    pub fn pod_log(&self, pod: &str) -> String {
+        fs::read_to_string(self.log_dir().join(format!("{pod}.log"))).unwrap_or_default()
     }
 
     /// Waits until every pod runs (kubelet-sim) and answers healthy.
@@ -669,14 +788,27 @@ impl Node {
 
     /// Runs `run --once` and waits for it.
     pub fn run_once(&self, platform: &str, restart_timeout: &str, extra: &[&str]) -> Out {
+        self.run_once_env(platform, restart_timeout, extra, &[])
+    }
+
+    /// Runs `run --once` with extra environment variables (failpoints) and waits for it.
+    pub fn run_once_env(
+        &self,
+        platform: &str,
+        restart_timeout: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Out {
         let args = self.run_args(platform, restart_timeout, extra);
-        self.certrotor(&args.iter().map(String::as_str).collect::<Vec<_>>())
+        self.certrotor_env(&args.iter().map(String::as_str).collect::<Vec<_>>(), env)
     }
 
     /// Starts `run --once` in the background.
     pub fn spawn_run_once(&self, platform: &str) -> Proc {
         let mut cmd = Command::new(CERTROTOR);
-        cmd.args(self.run_args(platform, "30s", &[]));
+        // Restarts every component (etcd too), so that a crash can hit etcd's restart.
+        cmd.args(self.run_args(platform, RESTART_TIMEOUT, &["--restart", "always"]))
+            .env("CERTROTOR_EVENTS", "off");
         Proc::spawn(
             "certrotor run --once",
             cmd,
@@ -686,6 +818,11 @@ impl Node {
 
     /// Runs certrotor with a deadline.
     pub fn certrotor(&self, args: &[&str]) -> Out {
+        self.certrotor_env(args, &[])
+    }
+
+    /// Runs certrotor with a deadline and extra environment variables.
+    pub fn certrotor_env(&self, args: &[&str], env: &[(&str, &str)]) -> Out {
         let n = self.runs.fetch_add(1, Ordering::SeqCst);
         let (out_path, err_path) = (
             self.dir.join(format!("certrotor-{n}.out")),
@@ -695,6 +832,9 @@ impl Node {
         let started = Instant::now();
         let mut child = Command::new(CERTROTOR)
             .args(args)
+            .env("CERTROTOR_EVENTS", "off")
+            .env_remove("CERTROTOR_FAILPOINT")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(fs::File::create(&out_path).unwrap())
             .stderr(fs::File::create(&err_path).unwrap())
@@ -783,6 +923,8 @@ pub struct Downtime {
     pub stopped_ms: u64,
     /// When the next process started.
     pub started_ms: u64,
+    /// Crash restarts (leader election lost, see [`restarted_once`]) in the same span.
+    pub crashes: usize,
 }
 
 impl Downtime {
@@ -791,25 +933,36 @@ impl Downtime {
     }
 }
 
-/// Asserts that each pod was restarted exactly once between `before` and `after` (one process
-/// stopped with "manifest removed", one new process running after it, nothing else) and
-/// returns the down windows in PODS order.
+/// Asserts that certrotor restarted each pod exactly once between `before` and `after`: of the
+/// processes since, exactly one was stopped with "manifest removed", the next one started after
+/// it stopped, and the last one runs. Returns the down windows in PODS order.
+///
+/// Other stops may only be crashes ("exited by itself"): the real kube-controller-manager and
+/// kube-scheduler exit when they lose their leader lease (`leaderelection lost`), which happens
+/// when the apiserver or etcd is down longer than the renew deadline (10 s), and the kubelet
+/// starts them again. [`Downtime::crashes`] counts them.
 pub fn restarted_once(
     before: &BTreeMap<String, PodState>,
     after: &BTreeMap<String, PodState>,
+    pods: &[&str],
 ) -> Vec<Downtime> {
     let mut out = Vec::new();
-    for pod in PODS {
+    for &pod in pods {
         let (b, a) = (&before[pod], &after[pod]);
         let ctx = || format!("{pod}: before {b:#?}\nafter {a:#?}");
+        let first = b
+            .history
+            .len()
+            .checked_sub(1)
+            .expect("a process ran before");
         assert_eq!(
-            a.history.len(),
-            b.history.len() + 1,
-            "{pod} was not started exactly once more\n{}",
+            a.history[first].pid,
+            b.history[first].pid,
+            "history rewritten\n{}",
             ctx()
         );
-        let removed: Vec<usize> = a
-            .history
+        let since = &a.history[first..];
+        let removed: Vec<usize> = since
             .iter()
             .enumerate()
             .filter(|(_, h)| h.reason.as_deref() == Some("manifest removed"))
@@ -821,21 +974,28 @@ pub fn restarted_once(
             "{pod}: not exactly one stop 'manifest removed'\n{}",
             ctx()
         );
+        let crashes = since
+            .iter()
+            .filter(|h| h.reason.as_deref() == Some("exited by itself"))
+            .count();
+        let other = since.iter().filter(|h| {
+            h.stopped_at_ms.is_some()
+                && !matches!(
+                    h.reason.as_deref(),
+                    Some("manifest removed" | "exited by itself")
+                )
+        });
+        assert_eq!(other.count(), 0, "{pod}: unexpected stops\n{}", ctx());
         let i = removed[0];
-        assert_eq!(
-            i + 2,
-            a.history.len(),
-            "{pod}: the restarted process is not the last\n{}",
-            ctx()
-        );
-        let (old, new) = (&a.history[i], &a.history[i + 1]);
-        assert_eq!(old.pid, b.history[i].pid, "{}", ctx());
+        assert!(i + 1 < since.len(), "{pod}: not started again\n{}", ctx());
+        let (old, new) = (&since[i], &since[i + 1]);
+        let last = since.last().expect("not empty");
         assert!(
-            new.stopped_at_ms.is_none() && a.running,
+            last.stopped_at_ms.is_none() && a.running,
             "{pod}: not running\n{}",
             ctx()
         );
-        let stopped_ms = old.stopped_at_ms.unwrap();
+        let stopped_ms = old.stopped_at_ms.expect("stopped");
         assert!(
             new.started_at_ms >= stopped_ms,
             "{pod}: new process started before the old one stopped\n{}",
@@ -845,6 +1005,7 @@ pub fn restarted_once(
             pod: pod.into(),
             stopped_ms,
             started_ms: new.started_at_ms,
+            crashes,
         });
     }
     out

@@ -200,15 +200,46 @@ impl Pristine {
         let left = leftovers(root);
         assert!(left.is_empty(), "{context}: leftovers remain: {left:?}");
         let tree = snapshot(root, &[STATE]);
-        let paths = |t: &Snapshot| t.keys().cloned().collect::<Vec<_>>();
+        // The kubelet's client pair is reissued in the same transaction (kubelet.rs): a new
+        // dated file and the link swapped to it, wholly or not at all; older files untouched.
+        const LINK: &str = "var/lib/kubelet/pki/kubelet-client-current.pem";
+        let is_dated = |p: &str| p.starts_with("var/lib/kubelet/pki/kubelet-client-2");
+        let paths = |t: &Snapshot| {
+            t.keys()
+                .filter(|k| !is_dated(k))
+                .cloned()
+                .collect::<Vec<_>>()
+        };
         assert_eq!(
             paths(&tree),
             paths(&self.tree),
             "{context}: the set of files changed"
         );
+        let dated = |t: &Snapshot| {
+            t.keys()
+                .filter(|k| is_dated(k))
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        let (before, after) = (dated(&self.tree), dated(&tree));
+        for d in &before {
+            assert_eq!(tree.get(d), self.tree.get(d), "{context}: '{d}' changed");
+        }
+        let added: Vec<&String> = after.iter().filter(|d| !before.contains(d)).collect();
+        if new {
+            assert_eq!(added.len(), 1, "{context}: kubelet files {after:?}");
+            assert_eq!(
+                tree.get(LINK),
+                Some(&Node::Symlink(PathBuf::from(format!("/{}", added[0])))),
+                "{context}: the kubelet's link names the new file"
+            );
+        } else {
+            assert!(added.is_empty(), "{context}: kubelet files {after:?}");
+            assert_eq!(tree.get(LINK), self.tree.get(LINK), "{context}: link");
+        }
         let renewable = renewable_files();
         for (path, node) in &self.tree {
-            if !renewable.contains(path) {
+            if !renewable.contains(path) && path != LINK && !is_dated(path) {
                 assert_eq!(
                     tree.get(path),
                     Some(node),

@@ -303,6 +303,19 @@ impl Background {
             self.stderr_text()
         )
     }
+    /// Waits until it exits, at most `within`; past that it is killed and the test fails
+    /// showing its output.
+    #[track_caller]
+    pub fn finish_within(&mut self, within: Duration) {
+        let end = Instant::now() + within;
+        while self.running() {
+            if Instant::now() >= end {
+                self.kill();
+                panic!("did not finish within {within:?}: {}", self.describe());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
     /// SIGKILLs it and waits; returns its exit status.
     pub fn kill(&mut self) -> Option<ExitStatus> {
         let mut child = self.child.take()?;
@@ -337,7 +350,8 @@ pub fn wait_for<T>(what: &str, deadline: Duration, mut f: impl FnMut() -> Option
 
 /// `certrotor ARGS`.
 pub fn certrotor(args: &[&str]) -> Cmd {
-    Cmd::new(bin()).args(args)
+    // Lab nodes name addresses that are not theirs: no Kubernetes Events (events.rs tests them).
+    Cmd::new(bin()).args(args).env("CERTROTOR_EVENTS", "off")
 }
 
 /// Path as &str (test paths are UTF-8).

@@ -57,9 +57,16 @@ fn write_manifest(root: &Path, id: &str, m: &Value) {
 }
 
 /// Everything under the test folder (node root and its parent), except the lock file, whose
-/// content (the holder's pid) every command rewrites.
+/// content (the holder's pid) every command rewrites, and the record of the last pass, which a
+/// refused `run` writes to say it failed (for `status`).
 fn everything(t: &TempDir) -> Snapshot {
-    snapshot(&t.path, &["node/var/lib/certrotor/lock"])
+    snapshot(
+        &t.path,
+        &[
+            "node/var/lib/certrotor/lock",
+            "node/var/lib/certrotor/last-pass.json",
+        ],
+    )
 }
 
 /// Runs `args`, which must fail with exit 2 saying every one of `words`, and change nothing
@@ -126,6 +133,18 @@ fn manifests_are_versioned_with_size_and_sha256() {
     assert_eq!(m["version"], 2, "{m}");
     for f in m["files"].as_array().unwrap() {
         let path = f["path"].as_str().unwrap();
+        if f["existed"] == false {
+            // A file the renewal created (the kubelet's new dated file): restoring removes it.
+            assert!(f["sha256"].is_null() && f.get("size").is_none(), "{f}");
+            continue;
+        }
+        if let Some(target) = f["link"].as_str() {
+            // The kubelet's link: its target is recorded, no copy.
+            assert_eq!(f["size"], target.len(), "{path}");
+            assert_eq!(f["sha256"], sha256(target.as_bytes()), "{path}");
+            assert!(!backup_dir(&root, &id).join("files").join(path).exists());
+            continue;
+        }
         let data = std::fs::read(backup_dir(&root, &id).join("files").join(path)).unwrap();
         assert_eq!(f["size"], data.len(), "{path}");
         assert_eq!(f["sha256"], sha256(&data), "{path}");
@@ -378,6 +397,21 @@ fn a_version_1_manifest_is_verified_by_sha256_and_restored() {
         .says(&["manifest version 1", &format!("Restored backup {id}")]);
     for f in m["files"].as_array().unwrap() {
         let path = f["path"].as_str().unwrap();
+        if f["existed"] == false {
+            assert!(
+                std::fs::symlink_metadata(root.join(path)).is_err(),
+                "{path}"
+            );
+            continue;
+        }
+        if let Some(target) = f["link"].as_str() {
+            assert_eq!(
+                std::fs::read_link(root.join(path)).unwrap(),
+                Path::new(target),
+                "{path}"
+            );
+            continue;
+        }
         assert_eq!(
             std::fs::read(root.join(path)).unwrap(),
             std::fs::read(backup_dir(&root, &id).join("files").join(path)).unwrap(),

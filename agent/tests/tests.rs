@@ -13,16 +13,26 @@ mod cluster;
 mod daemon;
 mod engine;
 mod etcd;
+// Kubernetes Events on the Node, read back with the real kubectl from the real kube-apiserver.
+mod events;
 // Hostile input: damaged, malicious or unusual nodes (issue 15, 13.8).
 mod hostile;
 // Parity with the real kubeadm v1.20.2 (images/k8s/build.sh).
 mod kubeadm_parity;
 mod kubeadm_parity_util;
+// The kubelet's client and serving certificates (issue 11.4), with the real kube-apiserver.
+mod kubelet;
 mod lab;
+// Metrics: promtool, a real Prometheus, the alert rule, memory over passes (issue 12).
+mod metrics;
 mod platform;
 mod renew;
 mod renew_util;
+// No private-key material in anything printed, by every command at every log level and format.
+mod secrets;
 // State files as untrusted input: damaged, hostile or future-version journal, marker, owed
 // restarts, backup manifests (issues 13.1, 14).
 mod state;
+// `status` (issue 12.3): last pass, next renewal, owed restarts, locks, backups.
+mod status;
 mod verify;

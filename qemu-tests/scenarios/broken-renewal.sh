@@ -21,7 +21,7 @@ node_pki_sums pki-before.sha /
 node_served served-before.txt / 0
 
 node_certrotor --superpowered certrotor run \
-  "run --once --platform bottlerocket --restart-timeout 30s --poll-interval 200ms --output json"
+  "run --once --platform bottlerocket --restart-timeout 30s --poll-interval 200ms --restart always --output json"
 
 e2e_check "control plane healthy after the rollback" node_wait_healthy / 0 60
 node_pki_sums pki-after.sha /

@@ -9,39 +9,14 @@
 # 3. control plane: `etcd-client import` installs it, restarts kube-apiserver and verifies it.
 . /usr/lib/certrotor-e2e/lib.sh
 . "$E2E_SHARE/node-lib.sh"
-E=/var/lib/nodes/etcd O=100 EP=/var/lib/nodes/etcd/var/lib/etcd/pki
-CR=/.bottlerocket/rootfs
-etcd_ok() {
-  ETCDCTL_API=3 etcdctl --endpoints=https://127.0.0.1:$((2379 + O)) --cacert=$EP/ca.crt \
-    --cert=$EP/etcdctl-etcd-client.crt --key=$EP/etcdctl-etcd-client.key \
-    --dial-timeout=3s --command-timeout=5s "$@"
-}
-apiserver_etcd_serial() {  # the last etcd client certificate the apiserver stand-in loaded
-  grep 'etcd client certificate' /var/log/pods/kube-apiserver.log | tail -n1 | sed 's/.* serial //'
-}
 
-e2e_check "certrotor image imported" node_image
-lab=/var/tmp/lab-x
-rm -rf $lab
-e2e_check "lab nodes (external etcd, expire in 2d)" certrotor lab init $lab --layout bottlerocket \
-  --topology external-etcd --port-offset $O --advertise-address 127.0.0.1 \
-  --key-algorithm ecdsa-p256 --expires-in 2d
-mkdir -p $E/var/lib && cp -a $lab/etcd/var/lib/. $E/var/lib/ && cp -a $lab/control-plane/var/lib/. /var/lib/
-rm -rf $lab
-e2e_check "etcd node API" node_api $E /run/etcd-node/api.sock etcd-node
-e2e_check "control-plane API" node_api / /run/api.sock cp
-node_kubelet $E etcd-node
-node_kubelet / cp
-e2e_check "etcd node healthy" e2e_wait_for 120 etcd_ok endpoint health
-e2e_check "control plane healthy (apiserver reaches etcd)" node_wait_healthy / $O 120 0
-e2e_check "etcd put before" etcd_ok put /e2e/before "$(cat "$E2E_SHARE/token")"
-e2e_save apiserver-etcd-serial-before "$(apiserver_etcd_serial)"
+node_external_pair
 node_pki_sums cp-before.sha /
 node_pki_sums etcd-before.sha $E
 
 # 1. renew the etcd node
 node_certrotor --superpowered certrotor-etcd etcd-run \
-  "run --once --root $CR$E --platform bottlerocket --api-socket $CR/run/etcd-node/api.sock --restart-timeout 120s --poll-interval 200ms --output json"
+  "run --once --root $CR$E --platform bottlerocket --api-socket $CR/run/etcd-node/api.sock --restart-timeout 120s --poll-interval 200ms --restart always --output json"
 e2e_check "etcd node run exit 0" [ "$(cat "$E2E_OUT/etcd-run.rc")" = 0 ]
 e2e_check "etcd healthy after renewal" e2e_wait_for 60 etcd_ok endpoint health
 e2e_save etcd-served "$(node_served_sha $((2379 + O)) -cert $EP/etcdctl-etcd-client.crt -key $EP/etcdctl-etcd-client.key) $(node_file_sha $EP/server.crt)"

@@ -17,14 +17,15 @@ node_image() {
   e2e_image_present "$NODE_IMG" || e2e_import_image "$E2E_SHARE/certrotor.oci.tar" > /dev/null
 }
 
-# node_lab ROOT LAB-INIT-ARGS...   writes a Bottlerocket-layout lab node (ECDSA P-256, node IP
-# 127.0.0.1) into ROOT: lab init needs an empty folder, so it goes to /var/tmp first.
+# node_lab ROOT LAB-INIT-ARGS...   writes a Bottlerocket-layout lab node (ECDSA P-256 unless
+# NODE_KEY_ALG says otherwise, node IP 127.0.0.1) into ROOT: lab init needs an empty folder, so
+# it goes to /var/tmp first.
 node_lab() {
   _root=$1; shift
   _tmp=/var/tmp/lab.$$
   rm -rf "$_tmp"
   certrotor lab init "$_tmp" --layout bottlerocket --advertise-address 127.0.0.1 \
-    --key-algorithm ecdsa-p256 "$@" > /dev/null || return 1
+    --key-algorithm "${NODE_KEY_ALG:-ecdsa-p256}" "$@" > /dev/null || return 1
   mkdir -p "$_root/var/lib"
   cp -a "$_tmp/var/lib/." "$_root/var/lib/" && rm -rf "$_tmp"
 }
@@ -158,4 +159,38 @@ node_save_state() {
   for _f in "$1"/var/lib/kubelet-sim/*.json; do
     [ -f "$_f" ] && cp "$_f" "$E2E_OUT/$2-$(basename "$_f")"
   done
+}
+
+# ---- external etcd: an etcd node at $E beside the control plane at / ------------------------
+# Two node roots in one VM (the reasons are in qemu-tests/tests/external_etcd.rs): the etcd node
+# at /var/lib/nodes/etcd (API /run/etcd-node/api.sock), ports offset by 100.
+E=/var/lib/nodes/etcd O=100 EP=/var/lib/nodes/etcd/var/lib/etcd/pki
+CR=/.bottlerocket/rootfs
+etcd_ok() {
+  ETCDCTL_API=3 etcdctl --endpoints=https://127.0.0.1:$((2379 + O)) --cacert=$EP/ca.crt \
+    --cert=$EP/etcdctl-etcd-client.crt --key=$EP/etcdctl-etcd-client.key \
+    --dial-timeout=3s --command-timeout=5s "$@"
+}
+apiserver_etcd_serial() {  # the last etcd client certificate the apiserver stand-in loaded
+  grep 'etcd client certificate' /var/log/pods/kube-apiserver.log | tail -n1 | sed 's/.* serial //'
+}
+# node_external_pair: both lab nodes due in 2 days, their APIs and kubelets, healthy, a key
+# written to etcd (/e2e/before = the token), the apiserver's etcd client serial saved
+node_external_pair() {
+  e2e_check "certrotor image imported" node_image
+  _lab=/var/tmp/lab-x
+  rm -rf $_lab
+  e2e_check "lab nodes (external etcd, expire in 2d)" certrotor lab init $_lab --layout bottlerocket \
+    --topology external-etcd --port-offset $O --advertise-address 127.0.0.1 \
+    --key-algorithm ecdsa-p256 --expires-in 2d
+  mkdir -p $E/var/lib && cp -a $_lab/etcd/var/lib/. $E/var/lib/ && cp -a $_lab/control-plane/var/lib/. /var/lib/
+  rm -rf $_lab
+  e2e_check "etcd node API" node_api $E /run/etcd-node/api.sock etcd-node
+  e2e_check "control-plane API" node_api / /run/api.sock cp
+  node_kubelet $E etcd-node
+  node_kubelet / cp
+  e2e_check "etcd node healthy" e2e_wait_for 120 etcd_ok endpoint health
+  e2e_check "control plane healthy (apiserver reaches etcd)" node_wait_healthy / $O 120 0
+  e2e_check "etcd put before" etcd_ok put /e2e/before "$(cat "$E2E_SHARE/token")"
+  e2e_save apiserver-etcd-serial-before "$(apiserver_etcd_serial)"
 }

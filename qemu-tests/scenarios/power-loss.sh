@@ -9,7 +9,7 @@
 #   due before any pod runs), kubelet, then the host container's `run --once`.
 . /usr/lib/certrotor-e2e/lib.sh
 . "$E2E_SHARE/node-lib.sh"
-HC="run --once --platform bottlerocket --restart-timeout 120s --poll-interval 200ms --output json"
+HC="run --once --platform bottlerocket --restart-timeout 120s --poll-interval 200ms --restart always --output json"
 
 if [ "$E2E_BOOT" = 1 ]; then
   e2e_check "certrotor image imported" node_image

@@ -3,19 +3,27 @@
 # certificates expire in 2 days; certrotor, as a superpowered host container configured by its
 # user-data, renews, restarts each static pod once through the API and verifies. The host-side
 # test asserts on the files saved here. With `extra-args` in the share (issue 6's scenario,
-# qemu-tests/tests/engine_kubeadm.rs), those arguments are added, and `kubeadm-standin.oci.tar`
-# is imported into containerd's k8s.io namespace first.
+# qemu-tests/tests/engine_kubeadm.rs), those arguments are added, and `kubeadm.oci.tar` (the
+# real kubeadm's image) is imported into containerd's k8s.io namespace first.
 . /usr/lib/certrotor-e2e/lib.sh
 . "$E2E_SHARE/node-lib.sh"
 R=/ P=/var/lib/kubeadm/pki
 
 e2e_check "certrotor image imported" node_image
 EXTRA=$(cat "$E2E_SHARE/extra-args" 2> /dev/null || true)
-if [ -f "$E2E_SHARE/kubeadm-standin.oci.tar" ]; then
-  e2e_check "kubeadm stand-in imported into k8s.io" \
-    sh -c "ctr -n k8s.io images import '$E2E_SHARE/kubeadm-standin.oci.tar' > /dev/null"
+if [ -f "$E2E_SHARE/kubeadm.oci.tar" ]; then
+  e2e_check "kubeadm image imported into k8s.io" \
+    sh -c "ctr -n k8s.io images import '$E2E_SHARE/kubeadm.oci.tar' > /dev/null"
 fi
-e2e_check "lab node (expires in 2d)" node_lab / --expires-in 2d
+if [ -f "$E2E_SHARE/kubeadm.oci.tar" ]; then
+  # a node as kubeadm v1.20.2 makes it: RSA-2048 keys (ECDSA came with kubeadm 1.31), and no
+  # super-admin.conf (kubeadm 1.29)
+  NODE_KEY_ALG=rsa-2048
+  e2e_check "lab node (RSA, expires in 2d)" node_lab / --expires-in 2d
+  rm -f /var/lib/kubeadm/super-admin.conf
+else
+  e2e_check "lab node (expires in 2d)" node_lab / --expires-in 2d
+fi
 e2e_check "apiserver-sim on /run/api.sock" node_api / /run/api.sock node
 node_kubelet / node
 e2e_check "control plane healthy before" node_wait_healthy / 0 120
@@ -24,7 +32,7 @@ node_pki_sums pki-before.sha /
 node_served served-before.txt / 0
 
 node_certrotor --superpowered certrotor run \
-  "run --once --platform bottlerocket --restart-timeout 120s --poll-interval 200ms --output json $EXTRA"
+  "run --once --platform bottlerocket --restart-timeout 120s --poll-interval 200ms --restart always --output json $EXTRA"
 e2e_check "certrotor run exit 0" [ "$(cat "$E2E_OUT/run.rc")" = 0 ]
 
 e2e_check "control plane healthy after" node_wait_healthy / 0 60

@@ -20,13 +20,6 @@ use common::*;
 use qemu_tests::BootOptions;
 use std::time::Duration;
 
-fn serial(s: &str) -> String {
-    s.trim()
-        .to_ascii_lowercase()
-        .trim_start_matches('0')
-        .to_string()
-}
-
 #[test]
 fn etcd_node_renews_exports_control_plane_imports() {
     let (mut sc, t0) = scenario(

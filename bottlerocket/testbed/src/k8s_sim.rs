@@ -11,7 +11,7 @@
 //!   `--client-ca-file`, and answers `/livez` (always `ok`), `/readyz` and `/healthz` (`ok` only when
 //!   an mTLS `GET /health` to etcd, with the etcd client certificate loaded at startup, returns
 //!   `{"health":"true"}`).
-//! * **kube-controller-manager** and **kube-scheduler** load their kubeconfig(s) (embedded or file
+//! * **kube-controller-manager**, **kube-scheduler** and a **kube-vip** stand-in load their kubeconfig(s) (embedded or file
 //!   certificate data) with the same checks, serve HTTPS with an in-memory self-signed certificate,
 //!   and answer `/healthz` with `ok` only when an mTLS `GET <server>/readyz` with the kubeconfig's
 //!   client certificate succeeds.
@@ -98,6 +98,11 @@ pub enum Component {
     ControllerManager,
     /// kube-scheduler.
     Scheduler,
+    /// A kube-vip stand-in: what matters to certrotor is that kube-vip reads a kubeconfig
+    /// (admin.conf, mounted as a single file) at start; it behaves as the scheduler does (the
+    /// kubeconfig checked at start, `/healthz` ok only while its client certificate reaches the
+    /// apiserver), default port 2112. Real kube-vip serves no HTTPS health endpoint.
+    KubeVip,
 }
 
 impl Component {
@@ -107,6 +112,7 @@ impl Component {
             "kube-apiserver" => Some(Component::ApiServer),
             "kube-controller-manager" => Some(Component::ControllerManager),
             "kube-scheduler" => Some(Component::Scheduler),
+            "kube-vip" => Some(Component::KubeVip),
             _ => None,
         }
     }
@@ -117,6 +123,7 @@ impl Component {
             Component::ApiServer => "kube-apiserver",
             Component::ControllerManager => "kube-controller-manager",
             Component::Scheduler => "kube-scheduler",
+            Component::KubeVip => "kube-vip",
         }
     }
 }
@@ -330,6 +337,7 @@ pub fn run(component: Component, flags: &Flags, reject_env: Option<&str>) -> Res
         Component::ApiServer => start_apiserver(flags, reject_env, now)?,
         Component::ControllerManager => start_kubeconfig_component(flags, 10257, now)?,
         Component::Scheduler => start_kubeconfig_component(flags, 10259, now)?,
+        Component::KubeVip => start_kubeconfig_component(flags, 2112, now)?,
     };
     let address = listener.local_addr().map_or_else(
         |error| format!("unknown address ({error})"),

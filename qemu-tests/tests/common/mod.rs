@@ -57,6 +57,15 @@ pub const PODS: [&str; 4] = [
 
 const DAY: i64 = 86_400;
 
+/// A certificate serial as openssl or a log prints it, for comparison (lower case, no leading
+/// zeros).
+pub fn serial(s: &str) -> String {
+    s.trim()
+        .to_ascii_lowercase()
+        .trim_start_matches('0')
+        .to_string()
+}
+
 /// A fresh scenario running `script`, with `node-lib.sh`, a token and the certrotor image in
 /// its share.
 pub fn scenario(name: &str, script: &str) -> (Scenario, Instant) {
@@ -291,6 +300,15 @@ impl Figures {
 /// served and equal to what certrotor verified. Returns the boot, certrotor's report and the
 /// PKI checksums before the run.
 pub fn renew_expiring_node(sc: &mut Scenario) -> (Boot, Value, BTreeMap<String, String>) {
+    renew_expiring_node_with(sc, &KUBECONFIGS)
+}
+
+/// [`renew_expiring_node`] for a node whose kubeconfigs are `kubeconfigs` (a kubeadm v1.20
+/// node has no super-admin.conf).
+pub fn renew_expiring_node_with(
+    sc: &mut Scenario,
+    kubeconfigs: &[&str],
+) -> (Boot, Value, BTreeMap<String, String>) {
     let b = sc
         .boot(&BootOptions {
             timeout: Duration::from_secs(420),
@@ -322,7 +340,7 @@ pub fn renew_expiring_node(sc: &mut Scenario) -> (Boot, Value, BTreeMap<String, 
     // new expiries about a year away, sound chains and keys
     let check = json(&b, "check-after.json");
     let mut renewed: Vec<&str> = STACKED_LEAVES.to_vec();
-    renewed.extend(KUBECONFIGS);
+    renewed.extend(kubeconfigs);
     assert_expiries(&b, &check, &renewed, 365);
 
     // CAs untouched, every renewed file changed

@@ -1,0 +1,209 @@
+//! Kubernetes Events (issue 12.4) against the real kube-apiserver v1.20.2 with a real etcd, run
+//! by kubelet-sim from a lab node's manifests on 127.0.0.1 (cluster.rs's harness): after a `run`
+//! that renews, `kubectl get events` (the real kubectl v1.20.2) shows `CertificatesRenewed` on the
+//! Node with the certificates and the new expiry; with the apiserver down, the post fails with a
+//! warning and the pass's result is the same.
+
+use std::fs;
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::cluster::{
+    etcd_installed, kubelet_for, link_control_plane_binaries, offsets, probe_state, stop_kubelet,
+};
+use crate::renew_util::*;
+
+const TEST: &str = "events::a_renewal_posts_a_node_event_that_kubectl_shows";
+
+fn kubectl(kubectl: &Path, kubeconfig: &Path, args: &[&str]) -> Output {
+    Cmd::new(kubectl)
+        .args(&["--kubeconfig", s(kubeconfig), "--request-timeout=15s"])
+        .args(args)
+        .run()
+}
+
+/// kubelet-sim stopped (SIGTERM: it stops its pods) when the test ends, passed or not.
+struct Kubelet(Option<Background>);
+
+impl Drop for Kubelet {
+    fn drop(&mut self) {
+        stop_kubelet(&mut self.0);
+    }
+}
+
+#[test]
+fn a_renewal_posts_a_node_event_that_kubectl_shows_and_a_down_apiserver_changes_nothing() {
+    etcd_installed(TEST);
+    // images/setup-host.sh unpacks it (Debian's kubernetes-client); missing, the test fails.
+    let kubectl_bin = crate::platform::platform_util::kubectl_path();
+    let t = TempDir::new("events");
+    let off = offsets(1)[0];
+    let root = lab(
+        &t.join("node"),
+        &[
+            "--advertise-address",
+            "127.0.0.1",
+            "--expires-in",
+            "3d",
+            "--key-algorithm",
+            "ecdsa-p256",
+            "--node-name",
+            "cp-events",
+            "--port-offset",
+            &off.to_string(),
+        ],
+    );
+    let bin_dir = t.join("bin");
+    fs::create_dir_all(&bin_dir).unwrap();
+    link_control_plane_binaries(&bin_dir, true);
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut kubelet = Kubelet(Some(kubelet_for(&root, &t.path, "events", &path)));
+    let pki = root.join("etc/kubernetes/pki");
+    let ca = fs::read(pki.join("ca.crt")).unwrap();
+    let pair = (
+        fs::read(pki.join("apiserver-kubelet-client.crt")).unwrap(),
+        fs::read(pki.join("apiserver-kubelet-client.key")).unwrap(),
+    );
+    let port = 6443 + off;
+    wait_for(
+        "the real kube-apiserver ready",
+        Duration::from_secs(180),
+        || probe_state(port, "/readyz", &ca, &pair).1.then_some(()),
+    );
+    // kubeadm >= 1.29 binds kubeadm:cluster-admins (admin.conf's group) to cluster-admin with
+    // super-admin.conf during init; lab init writes 1.29 subjects, so do what kubeadm does.
+    let super_admin = root.join("etc/kubernetes/super-admin.conf");
+    let bind = kubectl(
+        &kubectl_bin,
+        &super_admin,
+        &[
+            "create",
+            "clusterrolebinding",
+            "kubeadm:cluster-admins",
+            "--clusterrole=cluster-admin",
+            "--group=kubeadm:cluster-admins",
+        ],
+    );
+    assert_eq!(bind.code(), Some(0), "{bind}");
+
+    // A pass that renews everything due (platform none: the running apiserver keeps serving).
+    let run = certrotor(&[
+        "run",
+        "--once",
+        "--root",
+        s(&root),
+        "--platform",
+        "none",
+        "--output",
+        "json",
+    ])
+    .env("CERTROTOR_EVENTS", "on")
+    .run()
+    .ok();
+    assert!(
+        run.stderr
+            .contains("posted Kubernetes Event CertificatesRenewed on node cp-events"),
+        "{run}"
+    );
+    let report: Value = serde_json::from_str(&run.stdout).unwrap();
+    let not_after = report["renew"]["plan"]["not_after"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // kubectl, with the renewed admin.conf, sees the Event on the Node.
+    let admin = root.join("etc/kubernetes/admin.conf");
+    let got = kubectl(
+        &kubectl_bin,
+        &admin,
+        &["get", "events", "--namespace", "default", "-o", "json"],
+    );
+    assert_eq!(got.code(), Some(0), "{got}");
+    let list: Value = serde_json::from_str(&got.stdout).unwrap();
+    let events: Vec<&Value> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["source"]["component"] == "certrotor")
+        .collect();
+    assert_eq!(events.len(), 1, "{:#}", list);
+    let e = events[0];
+    assert_eq!(e["reason"], "CertificatesRenewed", "{e:#}");
+    assert_eq!(e["type"], "Normal");
+    assert_eq!(e["involvedObject"]["kind"], "Node");
+    assert_eq!(e["involvedObject"]["name"], "cp-events");
+    assert_eq!(e["count"], 1);
+    assert_eq!(e["firstTimestamp"], e["lastTimestamp"]);
+    assert!(e["firstTimestamp"].is_string(), "{e:#}");
+    let message = e["message"].as_str().unwrap();
+    for name in ["apiserver", "etcd-server", "admin.conf", not_after.as_str()] {
+        assert!(message.contains(name), "message lacks '{name}': {message}");
+    }
+    // And the table a person reads.
+    let table = kubectl(
+        &kubectl_bin,
+        &admin,
+        &[
+            "get",
+            "events",
+            "--namespace",
+            "default",
+            "--field-selector",
+            "involvedObject.kind=Node,involvedObject.name=cp-events",
+        ],
+    );
+    assert_eq!(table.code(), Some(0), "{table}");
+    assert!(
+        table.stdout.contains("CertificatesRenewed") && table.stdout.contains("node/cp-events"),
+        "{table}"
+    );
+
+    // The apiserver down: the post fails, with a warning, and the pass's result is the same.
+    stop_kubelet(&mut kubelet.0);
+    wait_for("the apiserver down", Duration::from_secs(30), || {
+        (!probe_state(port, "/readyz", &ca, &pair).0).then_some(())
+    });
+    let down = certrotor(&[
+        "run",
+        "--once",
+        "--root",
+        s(&root),
+        "--platform",
+        "none",
+        "--all",
+        "--output",
+        "json",
+    ])
+    .env("CERTROTOR_EVENTS", "on")
+    .run()
+    .ok();
+    assert!(
+        down.stderr
+            .contains("could not post the Kubernetes Event CertificatesRenewed")
+            && down.stderr.contains("the pass's result stands"),
+        "{down}"
+    );
+    let report: Value = serde_json::from_str(&down.stdout).unwrap();
+    assert!(report["renew"]["backup_id"].is_string(), "{down}");
+    let status = certrotor(&[
+        "status",
+        "--root",
+        s(&root),
+        "--output",
+        "json",
+        "--cluster",
+        "off",
+    ])
+    .run()
+    .ok();
+    let last: Value = serde_json::from_str(&status.stdout).unwrap();
+    assert_eq!(last["last_pass"]["result"], "renewed", "{status}");
+    assert_eq!(last["last_pass"]["exit_code"], 0);
+    assert_eq!(last["last_pass"]["backup_id"], report["renew"]["backup_id"]);
+}
