@@ -45,7 +45,12 @@ fn host_container_renews_an_expiring_stacked_node() {
     // The pass says, per component, "reloaded live in N s" or "restarted because ...".
     let reloaded = report["reloaded"].as_array().unwrap();
     assert_eq!(reloaded.len(), 1, "{}", b.failure(&format!("{report}")));
-    assert_eq!(reloaded[0]["component"], "etcd", "{}", b.failure("reloaded"));
+    assert_eq!(
+        reloaded[0]["component"],
+        "etcd",
+        "{}",
+        b.failure("reloaded")
+    );
     assert!(
         reloaded[0]["reloaded_after_ms"].as_u64().is_some(),
         "{}",
