@@ -195,19 +195,83 @@ fn join(root: &Path, parts: &[String]) -> PathBuf {
 
 /// Reads a regular file under the root, at most `limit` bytes. `Ok(None)` when absent.
 pub fn read_in_root(root: &Path, rel: &str, limit: u64) -> Result<Option<Vec<u8>>, ReadError> {
+    read_in_root_with_mode(root, rel, limit).map(|read| read.map(|(bytes, _)| bytes))
+}
+
+/// A file's bytes and permission bits (`0o7777`); `None` when it does not exist.
+pub type ReadWithMode = Option<(Vec<u8>, u32)>;
+
+/// [`read_in_root`], with the file's permission bits.
+pub fn read_in_root_with_mode(
+    root: &Path,
+    rel: &str,
+    limit: u64,
+) -> Result<ReadWithMode, ReadError> {
+    if let Some(read) = read_beneath(root, rel, limit) {
+        return read;
+    }
     let Some(path) = resolve_in_root(root, rel)? else {
         return Ok(None);
     };
-    read_limited(&path, rel, limit).map(Some)
+    let meta = checked_meta(fs::metadata(&path), rel, limit)?;
+    let file = File::open(&path).map_err(|e| ReadError::Io {
+        path: rel.into(),
+        source: e,
+    })?;
+    let bytes = read_bounded(file, rel, limit, meta.len())?;
+    Ok(Some((bytes, meta.permissions().mode() & 0o7777)))
 }
 
-/// Reads a regular file, refusing non-regular files and files over `limit` bytes.
-pub fn read_limited(path: &Path, label: &str, limit: u64) -> Result<Vec<u8>, ReadError> {
-    let io_err = |e| ReadError::Io {
+/// The common case of [`read_in_root_with_mode`] in a few system calls: a path with no symlink
+/// and no `..`, which the kernel opens beneath the root and refuses at the first symlink
+/// (`openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`), so it names the same file the
+/// step-by-step resolution would. The file is opened `O_PATH` and examined before it is opened
+/// for reading, so a FIFO or device named like a certificate is never opened. `None` when the
+/// fast path does not apply (a symlink or `..` on the way, a kernel without `openat2`, any
+/// error): the caller resolves step by step, which also words the errors.
+fn read_beneath(root: &Path, rel: &str, limit: u64) -> Option<Result<ReadWithMode, ReadError>> {
+    use nix::errno::Errno;
+    use nix::fcntl::{OFlag, OpenHow, ResolveFlag, open, openat2};
+    let rel_path = rel.trim_start_matches('/');
+    if rel_path.is_empty() {
+        return None;
+    }
+    let dir = open(
+        root,
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .ok()?;
+    // openat2 refuses flags that do not apply (O_NOCTTY with O_PATH) with EINVAL.
+    let how = |flags| {
+        OpenHow::new()
+            .flags(flags | OFlag::O_CLOEXEC)
+            .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS)
+    };
+    let path_fd = match openat2(&dir, rel_path, how(OFlag::O_PATH)) {
+        Ok(fd) => fd,
+        Err(Errno::ENOENT) => return Some(Ok(None)),
+        Err(_) => return None,
+    };
+    let meta = match checked_meta(File::from(path_fd).metadata(), rel, limit) {
+        Ok(meta) => meta,
+        Err(e) => return Some(Err(e)),
+    };
+    let file = File::from(openat2(&dir, rel_path, how(OFlag::O_RDONLY | OFlag::O_NOCTTY)).ok()?);
+    let mode = meta.permissions().mode() & 0o7777;
+    Some(read_bounded(file, rel, limit, meta.len()).map(|bytes| Some((bytes, mode))))
+}
+
+/// The metadata of a file about to be read: a regular file of at most `limit` bytes.
+fn checked_meta(
+    meta: io::Result<fs::Metadata>,
+    label: &str,
+    limit: u64,
+) -> Result<fs::Metadata, ReadError> {
+    let meta = meta.map_err(|e| ReadError::Io {
         path: label.into(),
         source: e,
-    };
-    let meta = fs::metadata(path).map_err(io_err)?;
+    })?;
     let ft = meta.file_type();
     if !ft.is_file() {
         let what = if ft.is_dir() {
@@ -227,8 +291,17 @@ pub fn read_limited(path: &Path, label: &str, limit: u64) -> Result<Vec<u8>, Rea
             limit,
         });
     }
-    let file = File::open(path).map_err(io_err)?;
-    let mut buf = Vec::with_capacity(meta.len() as usize);
+    Ok(meta)
+}
+
+/// Reads an open regular file of `size` bytes when examined, at most `limit` bytes (it may have
+/// grown since).
+fn read_bounded(file: File, label: &str, limit: u64, size: u64) -> Result<Vec<u8>, ReadError> {
+    let io_err = |e| ReadError::Io {
+        path: label.into(),
+        source: e,
+    };
+    let mut buf = Vec::with_capacity(size.min(limit) as usize);
     file.take(limit + 1).read_to_end(&mut buf).map_err(io_err)?;
     if buf.len() as u64 > limit {
         return Err(ReadError::TooLarge {
@@ -238,6 +311,16 @@ pub fn read_limited(path: &Path, label: &str, limit: u64) -> Result<Vec<u8>, Rea
         });
     }
     Ok(buf)
+}
+
+/// Reads a regular file, refusing non-regular files and files over `limit` bytes.
+pub fn read_limited(path: &Path, label: &str, limit: u64) -> Result<Vec<u8>, ReadError> {
+    let meta = checked_meta(fs::metadata(path), label, limit)?;
+    let file = File::open(path).map_err(|e| ReadError::Io {
+        path: label.into(),
+        source: e,
+    })?;
+    read_bounded(file, label, limit, meta.len())
 }
 
 /// Mode, owner and group of a file, kept when it is replaced.
@@ -264,6 +347,18 @@ impl FileMeta {
 /// fsynced, owner set when given. The parent folder is not synced: callers that rename the file
 /// into place sync the folder afterwards.
 pub fn write_new(path: &Path, data: &[u8], mode: u32, owner: Option<(u32, u32)>) -> io::Result<()> {
+    write_new_unsynced(path, data, mode, owner)?.sync_all()
+}
+
+/// [`write_new`] without the fsync: returns the open file, which the caller syncs (`sync_all`)
+/// before anything depends on its content, so that a batch of files is written first and then
+/// synced.
+pub fn write_new_unsynced(
+    path: &Path,
+    data: &[u8],
+    mode: u32,
+    owner: Option<(u32, u32)>,
+) -> io::Result<File> {
     let mut file = OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -275,7 +370,7 @@ pub fn write_new(path: &Path, data: &[u8], mode: u32, owner: Option<(u32, u32)>)
         std::os::unix::fs::fchown(&file, Some(uid), Some(gid))?;
     }
     file.write_all(data)?;
-    file.sync_all()
+    Ok(file)
 }
 
 /// Replaces (or creates) `path` atomically: the data goes to a temporary file in the same folder

@@ -4,7 +4,6 @@
 //! Bad input never stops the inventory: a damaged file becomes a record with status `invalid`
 //! and an error a person can act on, and every other file is still reported.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -140,10 +139,10 @@ struct Loaded {
     key_present: bool,
 }
 
-/// A warning when the file holding a private key is readable or writable by group or others.
-fn key_mode_warning(root: &Path, rel: &str) -> Option<String> {
-    let real = fsutil::resolve_in_root(root, rel).ok()??;
-    let mode = std::fs::metadata(real).ok()?.permissions().mode() & 0o777;
+/// A warning when the file holding a private key (of permission bits `mode`) is readable or
+/// writable by group or others.
+fn key_mode_warning(rel: &str, mode: u32) -> Option<String> {
+    let mode = mode & 0o777;
     (mode & 0o077 != 0).then(|| {
         format!(
             "'{rel}' holds a private key and has mode {mode:04o}: others on the node can read \
@@ -200,6 +199,11 @@ fn read(root: &Path, rel: &str) -> Result<Option<Vec<u8>>, ReadError> {
     fsutil::read_in_root(root, rel, MAX_PEM_FILE_BYTES)
 }
 
+/// Reads a file with its permission bits (a private key's are checked).
+fn read_with_mode(root: &Path, rel: &str) -> Result<Option<(Vec<u8>, u32)>, ReadError> {
+    fsutil::read_in_root_with_mode(root, rel, MAX_PEM_FILE_BYTES)
+}
+
 fn load(root: &Path, entry: &Entry) -> Loaded {
     let mut out = Loaded {
         cert: None,
@@ -210,8 +214,8 @@ fn load(root: &Path, entry: &Entry) -> Loaded {
         present: false,
         key_present: false,
     };
-    let bytes = match read(root, &entry.path) {
-        Ok(Some(b)) => b,
+    let (bytes, mode) = match read_with_mode(root, &entry.path) {
+        Ok(Some(read)) => read,
         Ok(None) => return out,
         Err(e) => {
             out.present = true;
@@ -221,7 +225,7 @@ fn load(root: &Path, entry: &Entry) -> Loaded {
     };
     out.present = true;
     if entry.kind == Kind::Kubeconfig {
-        load_kubeconfig(root, entry, &bytes, &mut out);
+        load_kubeconfig(root, entry, &bytes, mode, &mut out);
         return out;
     }
     match Cert::from_pem(&bytes) {
@@ -232,13 +236,13 @@ fn load(root: &Path, entry: &Entry) -> Loaded {
         }
     }
     if let Some(key_path) = &entry.key_path {
-        let key_read = read(root, key_path);
+        let key_read = read_with_mode(root, key_path);
         out.key_present = !matches!(key_read, Ok(None));
         match key_read {
-            Ok(Some(kb)) => match PrivateKey::from_pem(&kb) {
+            Ok(Some((kb, mode))) => match PrivateKey::read_pem(&kb) {
                 Ok(k) => {
                     out.key = Some(k);
-                    out.warnings.extend(key_mode_warning(root, key_path));
+                    out.warnings.extend(key_mode_warning(key_path, mode));
                 }
                 Err(e) => out.error = Some(format!("key '{key_path}': {e}")),
             },
@@ -257,7 +261,7 @@ fn load(root: &Path, entry: &Entry) -> Loaded {
     out
 }
 
-fn load_kubeconfig(root: &Path, entry: &Entry, bytes: &[u8], out: &mut Loaded) {
+fn load_kubeconfig(root: &Path, entry: &Entry, bytes: &[u8], mode: u32, out: &mut Loaded) {
     let creds = match Kubeconfig::parse(bytes).and_then(|k| k.credentials()) {
         Ok(c) => c,
         Err(e) => {
@@ -265,11 +269,23 @@ fn load_kubeconfig(root: &Path, entry: &Entry, bytes: &[u8], out: &mut Loaded) {
             return;
         }
     };
-    let fetch = |source: &Source, what: &str| -> Result<(Vec<u8>, Option<String>), String> {
+    /// The bytes, the file they are in when not embedded, and that file's permission bits.
+    type Fetched<'a> = (std::borrow::Cow<'a, [u8]>, Option<String>, u32);
+    fn fetch<'a>(
+        root: &Path,
+        entry: &Entry,
+        mode: u32,
+        source: &'a Source,
+        what: &str,
+    ) -> Result<Fetched<'a>, String> {
         match source {
-            Source::Embedded(b) => Ok((b.clone(), None)),
-            Source::File(p) => match read(root, p) {
-                Ok(Some(b)) => Ok((b, Some(p.trim_start_matches('/').to_string()))),
+            Source::Embedded(b) => Ok((b.as_slice().into(), None, mode)),
+            Source::File(p) => match read_with_mode(root, p) {
+                Ok(Some((b, file_mode))) => Ok((
+                    b.into(),
+                    Some(p.trim_start_matches('/').to_string()),
+                    file_mode,
+                )),
                 Ok(None) => Err(format!(
                     "{what} '{p}' named by '{}' does not exist",
                     entry.path
@@ -277,9 +293,10 @@ fn load_kubeconfig(root: &Path, entry: &Entry, bytes: &[u8], out: &mut Loaded) {
                 Err(e) => Err(e.to_string()),
             },
         }
-    };
+    }
+    let fetch = |source, what| fetch(root, entry, mode, source, what);
     match fetch(&creds.client_certificate, "client certificate") {
-        Ok((b, path)) => {
+        Ok((b, path, _)) => {
             out.cert_path = path;
             match Cert::from_pem(&b) {
                 Ok(c) => out.cert = Some(c),
@@ -298,12 +315,14 @@ fn load_kubeconfig(root: &Path, entry: &Entry, bytes: &[u8], out: &mut Loaded) {
         Source::Embedded(_) => entry.path.clone(),
         Source::File(p) => p.trim_start_matches('/').to_string(),
     };
-    match fetch(&creds.client_key, "client key").map(|(b, _)| PrivateKey::from_pem(&b)) {
-        Ok(Ok(k)) => {
+    match fetch(&creds.client_key, "client key")
+        .map(|(b, _, mode)| (PrivateKey::read_pem(&b), mode))
+    {
+        Ok((Ok(k), mode)) => {
             out.key = Some(k);
-            out.warnings.extend(key_mode_warning(root, &key_file));
+            out.warnings.extend(key_mode_warning(&key_file, mode));
         }
-        Ok(Err(e)) => out.error = Some(format!("client key in '{}': {e}", entry.path)),
+        Ok((Err(e), _)) => out.error = Some(format!("client key in '{}': {e}", entry.path)),
         Err(e) => out.error = Some(e),
     }
 }
@@ -592,7 +611,7 @@ fn service_account(root: &Path, layout: &Layout) -> Option<KeyRecord> {
             rec.status = Status::Invalid;
             rec.error = Some(e.to_string());
         }
-        Ok(Some(bytes)) => match PrivateKey::from_pem(&bytes) {
+        Ok(Some(bytes)) => match PrivateKey::read_pem(&bytes) {
             Err(e) => {
                 rec.status = Status::Invalid;
                 rec.error = Some(format!("'{key_path}': {e}"));

@@ -165,6 +165,8 @@ pub struct ClientAction {
     #[serde(skip)]
     pub signer_key_path: String,
     pub key_algorithm: String,
+    /// `--reuse-keys`: the current key is kept (the kubelet's own rotation makes a new one).
+    pub reuse_key: bool,
     pub not_before: String,
     pub not_after: String,
     #[serde(skip)]
@@ -310,6 +312,7 @@ fn client_action(
         signer_cert_path: ca_entry.path.clone(),
         signer_key_path: ca_entry.key_path.clone().unwrap_or_default(),
         key_algorithm: record.public_key.clone().unwrap_or_default(),
+        reuse_key: policy.reuse_keys,
         not_before: clock::rfc3339(not_before),
         not_after: clock::rfc3339(not_after),
         not_before_unix: not_before,
@@ -365,12 +368,19 @@ pub fn changes(root: &Path, plan: &mut Plan, now: i64) -> Result<Vec<Change>, St
                 a.signer_key_path, a.signer_cert_path
             )));
         }
-        // The current pair: its key type is kept (a new key, as each kubelet rotation makes).
+        // The current pair: its key type is kept (a new key, as each kubelet rotation makes,
+        // unless `--reuse-keys` keeps the key itself).
         let mut current = read(root, CLIENT_CURRENT)?;
         let old_key = PrivateKey::from_pem(&current);
         current.iter_mut().for_each(|b| *b = 0);
         let old_key = old_key.map_err(|e| ctx(&format!("current key: {e}")))?;
-        let key = PrivateKey::generate(old_key.algorithm()).map_err(|e| ctx(&e))?;
+        let generated;
+        let key = if a.reuse_key {
+            &old_key
+        } else {
+            generated = PrivateKey::generate(old_key.algorithm()).map_err(|e| ctx(&e))?;
+            &generated
+        };
         let profile = client_profile(&a.node_name).map_err(|e| ctx(&e))?;
         let cert = pki::issue(
             &profile,
@@ -379,7 +389,7 @@ pub fn changes(root: &Path, plan: &mut Plan, now: i64) -> Result<Vec<Change>, St
                 cert: &ca,
                 key: &ca_key,
             }),
-            &key,
+            key,
             Issuance {
                 serial: pki::random_serial().map_err(|e| ctx(&e))?,
                 not_before: a.not_before_unix,
@@ -439,13 +449,14 @@ pub fn plan_text(plan: &Plan, dry_run: bool) -> String {
     let mut out = String::new();
     if let Some(a) = &plan.client {
         out.push_str(&format!(
-            "{} {CLIENT} ({}) for system:node:{} from CA '{}', valid {} .. {}, new {} key{}\n",
+            "{} {CLIENT} ({}) for system:node:{} from CA '{}', valid {} .. {}, {} {} key{}\n",
             if dry_run { "Would reissue" } else { "Reissued" },
             a.reason,
             a.node_name,
             a.signer,
             a.not_before,
             a.not_after,
+            if a.reuse_key { "keeping its" } else { "new" },
             a.key_algorithm,
             a.new_file
                 .as_deref()

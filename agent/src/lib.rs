@@ -28,6 +28,7 @@ pub mod manifests;
 pub mod metrics;
 pub mod ops;
 pub mod outcome;
+pub mod par;
 pub mod pki;
 pub mod reload;
 pub mod renew;

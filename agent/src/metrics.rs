@@ -297,6 +297,14 @@ impl Counters {
             self.count_restarts(&rb.restarted);
         }
         self.count_restarts(&r.restarted);
+        for x in &r.reloaded {
+            self.record_live_reload(x.component.name());
+        }
+        for p in &r.restarted_pods {
+            *self.restarts.entry(p.pod.clone()).or_default() += 1;
+            self.last_unavailable_seconds
+                .insert(p.pod.clone(), p.unavailable_ms as f64 / 1000.0);
+        }
         if let Some(c) = &r.cluster {
             let s = c.waited_ms as f64 / 1000.0;
             self.lock_wait_seconds_total += s;
@@ -664,6 +672,79 @@ mod tests {
                 l("subject_O", "system,masters"),
                 l("subject_CN", "kube-apiserver-kubelet-client")
             ]
+        );
+    }
+
+    /// A pass in which etcd reloaded live, the apiserver was restarted and a kube-vip pod was
+    /// restarted: each is counted under its own name (issue 12.1).
+    #[test]
+    fn a_pass_counts_live_reloads_restarts_and_restarted_pods_per_component() {
+        use crate::manifests::Component;
+        let report = RunReport {
+            renew: crate::ops::RenewReport {
+                root: "/".into(),
+                dry_run: false,
+                plan: crate::renew::Plan {
+                    items: Vec::new(),
+                    skipped: Vec::new(),
+                    not_before: String::new(),
+                    not_after: String::new(),
+                    not_before_unix: 0,
+                    not_after_unix: 0,
+                    reuse_keys: false,
+                },
+                backup_id: Some("b".into()),
+                files_written: Vec::new(),
+                kubelet: Default::default(),
+                duration_ms: 0,
+            },
+            platform: "kubeadm".into(),
+            components: vec![Component::Etcd, Component::KubeApiserver],
+            reloaded: vec![crate::restart::Reloaded {
+                component: Component::Etcd,
+                pod: "etcd".into(),
+                reloaded_after_ms: 120,
+                served_sha256: None,
+            }],
+            restarted: vec![crate::restart::Restarted {
+                component: Component::KubeApiserver,
+                pod: "kube-apiserver".into(),
+                unavailable_ms: 2500,
+                served_sha256: None,
+                reason: "test".into(),
+            }],
+            other_consumers: Vec::new(),
+            restarted_pods: vec![crate::restart::RestartedPod {
+                pod: "kube-vip".into(),
+                file: "etc/kubernetes/admin.conf".into(),
+                unavailable_ms: 1500,
+                reason: "test".into(),
+            }],
+            pod_errors: Vec::new(),
+            rolled_back: None,
+            cluster: None,
+            import: None,
+            duration_ms: 0,
+        };
+        let mut c = Counters::default();
+        c.record_pass(&Ok(report.clone()), 1, Duration::from_secs(1));
+        let page = c.render();
+        for line in [
+            "certrotor_live_reloads_total{component=\"etcd\"} 1\n",
+            "certrotor_restarts_total{component=\"kube-apiserver\"} 1\n",
+            "certrotor_restarts_total{component=\"kube-vip\"} 1\n",
+            "certrotor_last_restart_unavailable_seconds{component=\"kube-vip\"} 1.500\n",
+        ] {
+            assert!(page.contains(line), "{line}\n{page}");
+        }
+        assert!(
+            !page.contains("certrotor_restarts_total{component=\"etcd\"}"),
+            "{page}"
+        );
+        c.record_pass(&Ok(report), 2, Duration::from_secs(1));
+        assert!(
+            c.render()
+                .contains("certrotor_live_reloads_total{component=\"etcd\"} 2\n")
         );
     }
 

@@ -340,12 +340,13 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, OpsError> {
     } else {
         read_pending(root)?
     };
-    if !owed.components.is_empty() {
+    if !owed.components.is_empty() || !owed.pods.is_empty() {
         log::warn!(
             "an earlier pass renewed files but did not finish restarting: {}",
             owed.components
                 .iter()
                 .map(|c| c.name())
+                .chain(owed.pods.iter().map(|p| p.as_str()))
                 .collect::<Vec<_>>()
                 .join(", ")
         );
@@ -369,10 +370,19 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, OpsError> {
         components.extend(owed.components.iter().copied());
         components.sort();
         components.dedup();
+        // The other static pods that mount a file about to be renewed (kube-vip and admin.conf)
+        // are owed a restart too; narrowed after the renewal to those that mount a file written.
+        let files: Vec<String> = plan
+            .items
+            .iter()
+            .flat_map(|i| std::iter::once(i.path.clone()).chain(i.key_path.clone()))
+            .collect();
+        let pods = owed_pods(&consumers_of(root, &platform, &files), &owed.pods);
         write_pending(
             root,
             &Pending {
                 components,
+                pods,
                 backup_id: owed.backup_id.clone(),
                 ..Pending::default()
             },
@@ -396,20 +406,16 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, OpsError> {
     let names: Vec<String> = renewed.plan.items.iter().map(|i| i.name.clone()).collect();
     // Consumers from the manifests: static pods other than the four components that mount a
     // renewed file (kube-vip mounts admin.conf as a single file).
-    let other_consumers = if renewed.files_written.is_empty() {
-        vec![]
-    } else {
-        match restart::pods(&platform) {
-            Ok(pods) => crate::manifests::other_consumers(root, &pods, &renewed.files_written),
-            Err(e) => {
-                log::warn!("cannot list the static pods that mount renewed files: {e}");
-                vec![]
-            }
-        }
-    };
+    let other_consumers = consumers_of(root, &platform, &renewed.files_written);
     for c in &other_consumers {
         log::warn!("{}", c.reason);
     }
+    // With the pods an interrupted pass still owes a restart.
+    let pods = if opts.dry_run {
+        vec![]
+    } else {
+        owed_pods(&other_consumers, &owed.pods)
+    };
     let mut components = if renewed.backup_id.is_some() {
         restart::components_for(&names)
     } else {
@@ -430,6 +436,7 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, OpsError> {
             root,
             &Pending {
                 components: components.clone(),
+                pods: pods.clone(),
                 backup_id: Some(backup_id.clone()),
                 ..Pending::default()
             },
@@ -480,6 +487,7 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, OpsError> {
                 root,
                 &Pending {
                     components: to_restart.clone(),
+                    pods: pods.clone(),
                     backup_id: Some(backup_id.clone()),
                     ..Pending::default()
                 },
@@ -500,9 +508,7 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, OpsError> {
         import: imported,
         duration_ms: 0,
     };
-    if (components.is_empty() && report.other_consumers.is_empty())
-        || matches!(platform, Platform::None)
-    {
+    if (components.is_empty() && pods.is_empty()) || matches!(platform, Platform::None) {
         if !components.is_empty() {
             log::warn!(
                 "platform none: restart {} so that they use the new certificates",
@@ -525,6 +531,19 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, OpsError> {
                 p.reason = format!("{}; {}", p.reason, c.reason);
             }
             None => pods_to_restart.push(c.clone()),
+        }
+    }
+    for pod in &owed.pods {
+        if pods.contains(pod) && !pods_to_restart.iter().any(|p| &p.pod == pod) {
+            pods_to_restart.push(crate::manifests::Consumer {
+                pod: pod.clone(),
+                file: String::new(),
+                single_file: false,
+                reason: format!(
+                    "an earlier pass renewed a file that static pod '{pod}' mounts and did not \
+                     finish restarting it"
+                ),
+            });
         }
     }
     if to_restart.is_empty() && pods_to_restart.is_empty() {
@@ -556,6 +575,8 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, OpsError> {
         restart_verified(root, &platform, &components, &reasons, &backup_id, opts);
     // Then the other consumers, one at a time, each verified by its health.
     if rolled_back.is_none() {
+        // Test-only: a crash after the renewal, before the consumers' restarts.
+        txn::failpoint("before-consumer-restarts");
         for c in &pods_to_restart {
             match restart::restart_pod(root, &platform, c, &opts.restart) {
                 Ok(r) => report.restarted_pods.push(r),
@@ -580,12 +601,46 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, OpsError> {
     Ok(report)
 }
 
+/// The static pods other than the four components that mount one of `files` (paths relative
+/// to `root`), from their manifests; none when the pods cannot be listed (a warning).
+fn consumers_of(
+    root: &Path,
+    platform: &Platform,
+    files: &[String],
+) -> Vec<crate::manifests::Consumer> {
+    if files.is_empty() || matches!(platform, Platform::None) {
+        return vec![];
+    }
+    match restart::pods(platform) {
+        Ok(pods) => crate::manifests::other_consumers(root, &pods, files),
+        Err(e) => {
+            log::warn!("cannot list the static pods that mount renewed files: {e}");
+            vec![]
+        }
+    }
+}
+
+/// The pods of `consumers` and those already `owed`, sorted, each once.
+fn owed_pods(consumers: &[crate::manifests::Consumer], owed: &[String]) -> Vec<String> {
+    let mut pods: Vec<String> = consumers
+        .iter()
+        .map(|c| c.pod.clone())
+        .chain(owed.iter().cloned())
+        .collect();
+    pods.sort();
+    pods.dedup();
+    pods
+}
+
 /// Restarts owed to the node (`var/lib/certrotor/pending-restarts.json`).
 #[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
 struct Pending {
     #[serde(default)]
     version: u32,
     components: Vec<Component>,
+    /// Other static pods (kube-vip) that mount a renewed file (version 2).
+    #[serde(default)]
+    pods: Vec<String>,
     /// The backup to restore if a pending restart fails verification.
     backup_id: Option<String>,
 }
@@ -609,13 +664,33 @@ fn read_pending(root: &Path) -> Result<Pending, OpsError> {
         let e = StateError::entry(Kind::OwedRestarts, &path, format!("backup_id {id}"), d);
         return Err(OpsError::OwedRestarts(e));
     }
+    for pod in &pending.pods {
+        if let Err(d) = state::check_name(pod) {
+            let e = StateError::entry(Kind::OwedRestarts, &path, format!("pods {pod}"), d);
+            return Err(OpsError::OwedRestarts(e));
+        }
+    }
     Ok(pending)
 }
 
-/// The restarts owed to the node and the backup they would roll back to (`status`).
-pub fn owed_restarts(root: &Path) -> Result<(Vec<Component>, Option<String>), OpsError> {
+/// The restarts owed to the node (components, other static pods) and the backup they would
+/// roll back to (`status`).
+pub fn owed_restarts(root: &Path) -> Result<OwedRestarts, OpsError> {
     let p = read_pending(root)?;
-    Ok((p.components, p.backup_id))
+    Ok(OwedRestarts {
+        components: p.components,
+        pods: p.pods,
+        backup_id: p.backup_id,
+    })
+}
+
+/// What [`owed_restarts`] returns.
+#[derive(Debug, Clone, Default)]
+pub struct OwedRestarts {
+    pub components: Vec<Component>,
+    /// Other static pods (kube-vip) that mount a renewed file.
+    pub pods: Vec<String>,
+    pub backup_id: Option<String>,
 }
 
 fn write_pending(root: &Path, pending: &Pending) -> Result<(), OpsError> {
@@ -819,7 +894,7 @@ fn import_locked(
             // Only the apiserver restart is settled here; other owed restarts stay for `run`.
             let mut owed = read_pending(root)?;
             owed.components.retain(|c| *c != Component::KubeApiserver);
-            if owed.components.is_empty() {
+            if owed.components.is_empty() && owed.pods.is_empty() {
                 clear_pending(root);
             } else {
                 write_pending(root, &owed)?;

@@ -423,45 +423,11 @@ pub fn issue_all(root: &Path, plan: &Plan) -> Result<Vec<Issued>, IssueError> {
     };
     // Key generation dominates: the items are spread over the cores, each worker taking the
     // next one as it finishes (an RSA key takes a variable time to find).
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .min(8)
-        .min(plan.items.len().max(1));
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let mut results: Vec<Option<Result<Issued, IssueError>>> =
-        (0..plan.items.len()).map(|_| None).collect();
-    std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                scope.spawn(|| {
-                    let mut done = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(item) = plan.items.get(i) else { break };
-                        done.push((
-                            i,
-                            ca_of(item).and_then(|ca| issue_one(root, plan, item, ca)),
-                        ));
-                    }
-                    done
-                })
-            })
-            .collect();
-        for w in workers {
-            if let Ok(done) = w.join() {
-                for (i, r) in done {
-                    results[i] = Some(r);
-                }
-            }
-        }
-    });
-    results
-        .into_iter()
-        .map(|r| {
-            r.unwrap_or_else(|| Err(IssueError("internal error: an item was not issued".into())))
-        })
-        .collect()
+    crate::par::map(&plan.items, crate::par::cpus(), |item| {
+        ca_of(item).and_then(|ca| issue_one(root, plan, item, ca))
+    })
+    .into_iter()
+    .collect()
 }
 
 /// A signing CA, read and checked once per run.
@@ -503,17 +469,20 @@ fn issue_one(
                 ));
             };
             let old = Cert::from_pem(cert).map_err(|e| ctx(&e))?;
-            let key = PrivateKey::from_pem(key).map_err(|e| ctx(&e))?;
+            let key = PrivateKey::read_pem(key).map_err(|e| ctx(&e))?;
             (old, key, Some(kc))
         }
         _ => {
             let old = Cert::from_pem(&read(root, &item.path)?).map_err(|e| ctx(&e))?;
             let key_path = item.key_path.as_deref().unwrap_or_default();
-            let key = PrivateKey::from_pem(&read(root, key_path)?).map_err(|e| ctx(&e))?;
+            let key = PrivateKey::read_pem(&read(root, key_path)?).map_err(|e| ctx(&e))?;
             (old, key, None)
         }
     };
+    // The old key is read for its encoding; checked in full only when it is carried into the
+    // new certificate.
     let key = if plan.reuse_keys {
+        old_key.validate().map_err(|e| ctx(&e))?;
         old_key
     } else {
         let mut k = PrivateKey::generate(old.public_key_algorithm()).map_err(|e| ctx(&e))?;

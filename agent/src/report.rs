@@ -510,14 +510,17 @@ pub fn status_table(r: &crate::status::StatusReport) -> String {
             );
         }
     }
-    field(
-        "OWED RESTARTS",
-        if r.owed_restarts.components.is_empty() {
+    field("OWED RESTARTS", {
+        let owed: Vec<&str> = (r.owed_restarts.components.iter())
+            .chain(r.owed_restarts.pods.iter())
+            .map(String::as_str)
+            .collect();
+        if owed.is_empty() {
             "none".into()
         } else {
-            r.owed_restarts.components.join(", ")
-        },
-    );
+            owed.join(", ")
+        }
+    });
     field(
         "LOCK",
         if r.lock.held {

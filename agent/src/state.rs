@@ -61,7 +61,9 @@ impl Kind {
     /// The version this build writes.
     pub fn current(self) -> u32 {
         match self {
-            Kind::Journal | Kind::RestartMarker | Kind::OwedRestarts | Kind::LastPass => 1,
+            Kind::Journal | Kind::RestartMarker | Kind::LastPass => 1,
+            // 2: `pods`, the other static pods owed a restart (kube-vip); 1 had components only.
+            Kind::OwedRestarts => 2,
             // 2: `version` and each file's `size`; 1 had neither (SHA-256 only).
             Kind::BackupManifest => 2,
         }

@@ -237,6 +237,8 @@ pub struct ClusterLock {
 #[derive(Debug, Clone, Serialize)]
 pub struct Owed {
     pub components: Vec<String>,
+    /// Other static pods (kube-vip) that mount a renewed file.
+    pub pods: Vec<String>,
     pub backup_id: Option<String>,
 }
 
@@ -335,10 +337,15 @@ pub fn status(root: &Path, opts: &StatusOptions) -> Result<StatusReport, StatusE
             .and_then(|i| i64::try_from(i).ok())
             .map(|i| clock::rfc3339(p.finished_unix + i))
     });
-    let (components, backup_id) = crate::ops::owed_restarts(root)?;
+    let owed = crate::ops::owed_restarts(root)?;
     let owed_restarts = Owed {
-        components: components.iter().map(|c| c.name().to_string()).collect(),
-        backup_id,
+        components: owed
+            .components
+            .iter()
+            .map(|c| c.name().to_string())
+            .collect(),
+        pods: owed.pods,
+        backup_id: owed.backup_id,
     };
     Ok(StatusReport {
         root: root.display().to_string(),

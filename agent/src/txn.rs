@@ -3,12 +3,17 @@
 //!
 //! A transaction takes a list of [`Change`]s (new content for a file, or its removal) and:
 //! 1. writes every new file into a staging folder next to its live file (same folder, so the same
-//!    filesystem, so `rename` is atomic), with the live file's mode and owner, fsynced;
+//!    filesystem, so `rename` is atomic), with the live file's mode and owner; then fsyncs each
+//!    staged file, then each folder that got a new entry;
 //! 2. copies every live file it will replace into a backup (`var/lib/certrotor/backups/<id>`,
-//!    mode 0700), fsynced, with a manifest;
+//!    mode 0700), fsynced the same way (files, then folders), with a manifest;
 //! 3. writes a journal (`var/lib/certrotor/journal.json`) naming every staged file, fsynced;
-//! 4. renames each staged file over its live file, fsyncing the folder after each;
+//! 4. renames each staged file over its live file, then fsyncs each folder renamed into once;
 //! 5. removes the journal, then the staging folders, then old backups beyond the retention.
+//!
+//! Durability rests on order, not on syncing after every step: everything the journal names is
+//! durable before the journal is written, and every rename is durable before the journal is
+//! removed (ARCHITECTURE.md "Durability").
 //!
 //! Before step 3 the live PKI is untouched; a crash leaves only staging leftovers, which the
 //! next run removes. From step 3 on the journal exists, and the next certrotor command of any
@@ -598,9 +603,17 @@ fn prepare_and_commit(
     retention: usize,
     txid: &str,
 ) -> Result<Outcome, TxnError> {
-    // 1. Stage.
+    // 1. Stage: write every staged file, then make the batch durable: each file fsynced once,
+    //    then each folder that got a new entry (the staging folders, the folders holding them,
+    //    any folder created for them) once. See ARCHITECTURE.md "Durability".
+    let prep = |step, path: &Path| {
+        let path = path.display().to_string();
+        move |source| TxnError::Prepare { step, path, source }
+    };
     let mut journal_files = Vec::new();
     let mut staging_dirs = BTreeSet::new();
+    let mut dirs_to_sync: BTreeSet<PathBuf> = BTreeSet::new();
+    let mut written: Vec<(PathBuf, File)> = Vec::new();
     for change in changes {
         let live = root.join(&change.rel);
         let parent = live.parent().unwrap_or(root).to_path_buf();
@@ -614,11 +627,8 @@ fn prepare_and_commit(
         };
         let staging = parent.join(format!("{STAGING_PREFIX}{txid}"));
         let staging_rel = rel_of(root, &staging);
-        let prep = |step, path: &Path| {
-            let path = path.display().to_string();
-            move |source| TxnError::Prepare { step, path, source }
-        };
         if staging_dirs.insert(staging_rel.clone()) {
+            dirs_to_sync.extend(folders_changed_by_creating(&parent, root));
             fsutil::create_dir_all_mode(&parent, 0o755)
                 .map_err(prep("create the folder", &parent))?;
             fs::create_dir(&staging).map_err(prep("create the staging folder", &staging))?;
@@ -627,6 +637,8 @@ fn prepare_and_commit(
                 std::os::unix::fs::PermissionsExt::from_mode(0o700),
             )
             .map_err(prep("protect the staging folder", &staging))?;
+            dirs_to_sync.insert(parent.clone());
+            dirs_to_sync.insert(staging.clone());
         }
         let file_name = live
             .file_name()
@@ -652,8 +664,9 @@ fn prepare_and_commit(
             Ok(m) => (m.mode, Some((m.uid, m.gid))),
             Err(_) => (change.mode_if_new, None),
         };
-        fsutil::write_new(&staged, content, mode, owner)
+        let file = fsutil::write_new_unsynced(&staged, content, mode, owner)
             .map_err(prep("write the staged file", &staged))?;
+        written.push((staged, file));
         failpoint("staged-file");
         journal_files.push(JournalFile {
             rel: change.rel.clone(),
@@ -661,13 +674,12 @@ fn prepare_and_commit(
             new_sha256: Some(sha256_hex(content)),
         });
     }
-    for dir in &staging_dirs {
-        let d = root.join(dir);
-        fsutil::sync_dir(&d).map_err(|source| TxnError::Prepare {
-            step: "sync the staging folder",
-            path: d.display().to_string(),
-            source,
-        })?;
+    for (path, file) in written {
+        file.sync_all()
+            .map_err(prep("sync the staged file", &path))?;
+    }
+    for d in &dirs_to_sync {
+        fsutil::sync_dir(d).map_err(prep("sync the staging folder", d))?;
     }
     failpoint("staged-all");
 
@@ -695,6 +707,23 @@ fn prepare_and_commit(
         backup_id,
         files: changes.iter().map(|c| c.rel.clone()).collect(),
     })
+}
+
+/// The folders that get a new entry when `dir` is created with its missing parents (each
+/// missing folder's parent), inside `root`; empty when `dir` exists.
+fn folders_changed_by_creating(dir: &Path, root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut d = dir;
+    while d.starts_with(root) && d != root && fs::symlink_metadata(d).is_err() {
+        match d.parent() {
+            Some(parent) => {
+                out.push(parent.to_path_buf());
+                d = parent;
+            }
+            None => break,
+        }
+    }
+    out
 }
 
 fn rel_of(root: &Path, path: &Path) -> String {
@@ -743,7 +772,11 @@ fn write_backup(root: &Path, changes: &[Change], kind: &str, now: i64) -> Result
     let tmp = backups.join(format!(".incomplete-{id}"));
     fsutil::create_dir_all_mode(&tmp.join("files"), 0o700)
         .map_err(prep("create the backup", &tmp))?;
+    // Every copy is written, then each is fsynced once and each folder of the backup that got
+    // a new entry once (not once per file); the manifest's own write syncs the backup's folder.
     let mut files = Vec::new();
+    let mut written: Vec<(PathBuf, File)> = Vec::new();
+    let mut dirs_to_sync: BTreeSet<PathBuf> = BTreeSet::new();
     for change in changes {
         let live = root.join(&change.rel);
         let dest = tmp.join("files").join(&change.rel);
@@ -764,14 +797,23 @@ fn write_backup(root: &Path, changes: &[Change], kind: &str, now: i64) -> Result
                 if let Some(parent) = dest.parent() {
                     fsutil::create_dir_all_mode(parent, 0o700)
                         .map_err(prep("create the backup", parent))?;
+                    // From the file's folder up to `files`: each holds a new entry.
+                    let mut d = parent;
+                    while d.starts_with(&tmp) && d != tmp {
+                        dirs_to_sync.insert(d.to_path_buf());
+                        d = d.parent().unwrap_or(&tmp);
+                    }
                 }
                 let data = fs::read(&live).map_err(prep("read for backup", &live))?;
                 let meta = FileMeta::of(&live).map_err(prep("read for backup", &live))?;
-                fsutil::write_new(&dest, &data, meta.mode & 0o700, Some((meta.uid, meta.gid)))
-                    .map_err(prep("write the backup of", &live))?;
-                if let Some(parent) = dest.parent() {
-                    fsutil::sync_dir(parent).map_err(prep("sync the backup", parent))?;
-                }
+                let file = fsutil::write_new_unsynced(
+                    &dest,
+                    &data,
+                    meta.mode & 0o700,
+                    Some((meta.uid, meta.gid)),
+                )
+                .map_err(prep("write the backup of", &live))?;
+                written.push((dest.clone(), file));
                 files.push(BackupFile {
                     path: change.rel.clone(),
                     existed: true,
@@ -794,6 +836,12 @@ fn write_backup(root: &Path, changes: &[Change], kind: &str, now: i64) -> Result
             Err(e) => return Err(prep("read for backup", &live)(e)),
         }
         failpoint("backup-file");
+    }
+    for (path, file) in written {
+        file.sync_all().map_err(prep("sync the backup", &path))?;
+    }
+    for d in &dirs_to_sync {
+        fsutil::sync_dir(d).map_err(prep("sync the backup", d))?;
     }
     let manifest = BackupManifest {
         version: Kind::BackupManifest.current(),
@@ -839,6 +887,9 @@ fn write_journal(root: &Path, journal: &Journal) -> Result<(), TxnError> {
 /// Renames every staged file over its live file, then removes the journal and staging.
 /// Idempotent: a file already swapped (its staged copy gone) is skipped.
 fn commit(root: &Path, journal: &Journal) -> Result<(), TxnError> {
+    // Each folder is fsynced once after all the renames into it, before the journal is removed:
+    // until then a crash rolls forward, and the renames already done are skipped.
+    let mut folders: BTreeSet<PathBuf> = BTreeSet::new();
     for file in &journal.files {
         let live = root.join(&file.rel);
         let parent = live.parent().unwrap_or(root).to_path_buf();
@@ -851,16 +902,23 @@ fn commit(root: &Path, journal: &Journal) -> Result<(), TxnError> {
                 let staged = root.join(staged);
                 if fs::symlink_metadata(&staged).is_ok() {
                     fs::rename(&staged, &live).map_err(commit_err)?;
-                    fsutil::sync_dir(&parent).map_err(commit_err)?;
                 }
             }
             None => match fs::remove_file(&live) {
-                Ok(()) => fsutil::sync_dir(&parent).map_err(commit_err)?,
+                Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(e) => return Err(commit_err(e)),
             },
         }
+        // Also when already done by an interrupted run: its rename may not be durable yet.
+        folders.insert(parent);
         failpoint("renamed");
+    }
+    for folder in &folders {
+        fsutil::sync_dir(folder).map_err(|source| TxnError::Commit {
+            path: folder.display().to_string(),
+            source,
+        })?;
     }
     let dir = state_dir(root);
     let path = dir.join(JOURNAL);

@@ -231,6 +231,35 @@ fn due_kubelet_client_keeps_its_key_type() {
     );
 }
 
+/// `renew --reuse-keys` keeps every key, the kubelet client's too (the kubelet's own rotation
+/// makes a new one; an operator who asks to keep keys gets that here as well).
+#[test]
+fn reuse_keys_keeps_the_kubelet_client_key() {
+    let t = TempDir::new("kubelet-reuse");
+    let root = lab(&t.join("node"), &["--expires-in", "30d"]);
+    let old_file = linked_file(&root);
+    let (_, old_key) = pair_public_keys(&old_file);
+    let out = certrotor(&["renew", "--root", s(&root), "--all", "--reuse-keys"])
+        .run()
+        .ok()
+        .says(&["reissued kubelet-client", "keeping its"]);
+    assert!(
+        !out.stdout.contains("new RSA") && !out.stdout.contains("new ECDSA"),
+        "no new key\n{out}"
+    );
+    let new_file = linked_file(&root);
+    assert_ne!(new_file, old_file, "a new dated file is linked");
+    let (cert_key, new_key) = pair_public_keys(&new_file);
+    assert_eq!(new_key, old_key, "the kubelet client key is kept");
+    assert_eq!(cert_key, new_key, "the new certificate is for the kept key");
+    assert_kubelet_client(
+        &root,
+        &root.join("etc/kubernetes/pki/ca.crt"),
+        "cp-1",
+        "rsaEncryption",
+    );
+}
+
 /// Without the cluster CA key (a worker, or a control plane whose CA key is kept elsewhere), the
 /// client certificate is not reissued, nothing of the kubelet's is touched, and the output
 /// says why and what to do instead (never admin.conf's credentials).

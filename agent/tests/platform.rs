@@ -611,6 +611,74 @@ fn kubeadm_restarts_kube_vip_mounting_admin_conf() {
         read_state().unwrap().history.len(),
         before.history.len() + 2
     );
+
+    // Crash safety (issue 11.2): a pass killed after admin.conf changed and before kube-vip's
+    // restart leaves kube-vip in the owed restarts; the next pass renews nothing and restarts
+    // it. Once killed right after the transaction (the record written before the files
+    // change), once just before the consumers' restarts (the record written after the renewal).
+    crate::renew_util::require_failpoints(std::path::Path::new(platform_util::CERTROTOR));
+    let pending = node.root.join("var/lib/certrotor/pending-restarts.json");
+    for (n, failpoint) in ["journal-removed", "before-consumer-restarts"]
+        .into_iter()
+        .enumerate()
+    {
+        let admin = std::fs::read(node.kfile("admin.conf")).unwrap();
+        let crashed = node.run_once_env(
+            "kubeadm",
+            "30s",
+            &["--cert", "admin.conf"],
+            &[("CERTROTOR_FAILPOINT", failpoint)],
+        );
+        assert_eq!(crashed.code, None, "{failpoint}: not killed\n{crashed}");
+        assert!(
+            crashed
+                .stderr
+                .contains(&format!("CERTROTOR-FAILPOINT {failpoint}")),
+            "{crashed}"
+        );
+        assert_ne!(
+            std::fs::read(node.kfile("admin.conf")).unwrap(),
+            admin,
+            "{failpoint}: admin.conf not renewed\n{crashed}"
+        );
+        let owed: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&pending).unwrap()).unwrap();
+        assert_eq!(
+            owed["pods"],
+            serde_json::json!(["kube-vip.yaml"]),
+            "{failpoint}"
+        );
+        assert_eq!(owed["version"], 2, "{failpoint}");
+        let history = before.history.len() + 2 + n;
+        assert_eq!(read_state().unwrap().history.len(), history, "{failpoint}");
+        let status = node.certrotor(&[
+            "status",
+            "--root",
+            node.root.to_str().unwrap(),
+            "--cluster",
+            "off",
+        ]);
+        assert!(status.stdout.contains("kube-vip.yaml"), "{status}");
+
+        let next = node.run_once("kubeadm", "30s", &["--output", "json"]);
+        next.expect(0);
+        let r = next.json();
+        assert!(r["renew"]["backup_id"].is_null(), "nothing was due\n{next}");
+        let pods = r["restarted_pods"].as_array().unwrap();
+        assert_eq!(pods.len(), 1, "{next}");
+        assert_eq!(pods[0]["pod"], "kube-vip.yaml", "{next}");
+        assert!(
+            pods[0]["reason"]
+                .as_str()
+                .unwrap()
+                .contains("an earlier pass renewed a file"),
+            "{next}"
+        );
+        let after = read_state().unwrap();
+        assert_eq!(after.history.len(), history + 1, "{failpoint}: {after:?}");
+        assert!(after.running, "{after:?}");
+        assert!(!pending.exists(), "{failpoint}: still owed\n{next}");
+    }
 }
 
 /// The failpoint itself, without a control plane: `renew` with

@@ -631,6 +631,12 @@ fn a_damaged_owed_restarts_record_stops_the_pass() {
     )
     .unwrap();
     refused_and_unchanged(&t, &run, &["backup_id ../../../x"]);
+    std::fs::write(
+        &pending,
+        br#"{"version":2,"components":[],"pods":["../kube-vip.yaml"],"backup_id":null}"#,
+    )
+    .unwrap();
+    refused_and_unchanged(&t, &run, &["pods ../kube-vip.yaml"]);
 }
 
 /// A renewal with `--reuse-keys` backs up certificates without their keys: the backup's

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Scenario a (qemu-tests/tests/renew_expiring.rs): a stacked control-plane node whose leaf
 # certificates expire in 2 days; certrotor, as a superpowered host container configured by its
-# user-data, renews, restarts each static pod once through the API and verifies. The host-side
+# user-data, renews, reloads etcd live (`--restart live`), restarts each other static pod once
+# through the API and verifies. The host-side
 # test asserts on the files saved here. With `extra-args` in the share (issue 6's scenario,
 # qemu-tests/tests/engine_kubeadm.rs), those arguments are added, and `kubeadm.oci.tar` (the
 # real kubeadm's image) is imported into containerd's k8s.io namespace first. With `real-cp` in
@@ -9,7 +10,7 @@
 # controller-manager and scheduler v1.20.2 (NODE_REAL_CP=1, the apiserver with the start-up cuts
 # of node_fast_apiserver): kubectl v1.20.2 writes a ConfigMap before the renewal and, with the
 # renewed admin.conf, lists the namespaces and reads it back after; the real apiserver's /readyz
-# is polled every 100 ms while certrotor runs (readyz.txt).
+# is polled (100 ms between probes) while certrotor runs (readyz.txt).
 . /usr/lib/certrotor-e2e/lib.sh
 . "$E2E_SHARE/node-lib.sh"
 R=/ P=/var/lib/kubeadm/pki
@@ -48,8 +49,10 @@ e2e_check "etcd put before renewal" node_etcdctl / 0 put /e2e/before "$(cat "$E2
 node_pki_sums pki-before.sha /
 node_served served-before.txt / 0
 
+# `restart-mode` in the share: live (the default, scenario a) or always (issue 6's scenario).
+RESTART=$(cat "$E2E_SHARE/restart-mode" 2> /dev/null || echo always)
 node_certrotor --superpowered certrotor run \
-  "run --once --platform bottlerocket --restart-timeout $RESTART_TIMEOUT --poll-interval 200ms --restart always --output json $EXTRA"
+  "run --once --platform bottlerocket --restart-timeout $RESTART_TIMEOUT --poll-interval 200ms --restart $RESTART --output json $EXTRA"
 e2e_check "certrotor run exit 0" [ "$(cat "$E2E_OUT/run.rc")" = 0 ]
 
 e2e_check "control plane healthy after" node_wait_healthy / 0 $UP_S

@@ -1,8 +1,9 @@
 //! Scenario a: a stacked control-plane node whose leaf certificates expire in 2 days, its
 //! static pods the REAL kube-apiserver, kube-controller-manager and kube-scheduler v1.20.2 (and
 //! Debian's etcd) under kubelet-sim. certrotor runs from its OCI image as a superpowered host
-//! container (command line from its user-data): it renews, restarts each static pod through the
-//! Bottlerocket API and verifies. Asserted: new expiries about a year away, CAs untouched, an
+//! container (command line from its user-data): it renews, and in the default `--restart live`
+//! etcd (real) reloads its renewed certificates without a restart while the three others are
+//! restarted once each through the Bottlerocket API, each with its reason, and verified. Asserted: new expiries about a year away, CAs untouched, an
 //! etcd key written before still readable, served certificates equal to the files, a backup
 //! holding the old files, and through the real apiserver: kubectl v1.20.2 with the renewed
 //! admin.conf lists the namespaces and reads back a ConfigMap written before the renewal.
@@ -51,6 +52,8 @@ fn host_container_renews_an_expiring_stacked_node() {
     );
     sc.artifacts().bins.require_k8s().unwrap();
     sc.write_share("real-cp", b"yes\n").unwrap();
+    // The default `--restart live`, end to end (issue 11).
+    sc.write_share("restart-mode", b"live").unwrap();
     let (b, report, before) = renew_expiring_node_boot(
         &mut sc,
         &KUBECONFIGS,
@@ -68,16 +71,69 @@ fn host_container_renews_an_expiring_stacked_node() {
         b.failure(&format!("certrotor did not take its user-data:\n{log}"))
     );
 
-    // each static pod restarted by certrotor (the real controller-manager and scheduler may
-    // also exit on their own when they lose their leader lease while the apiserver restarts;
-    // kubelet-sim then starts them again, counted as crashes and printed below)
+    // etcd (Debian's, real) is never restarted for a server/peer/healthcheck renewal: it
+    // reloaded live (kubelet-sim started it once, at boot); the apiserver is restarted exactly
+    // once, no crash. The real controller-manager and scheduler are restarted by certrotor and
+    // may also exit on their own when they lose their leader lease while the apiserver
+    // restarts (~40 s under TCG); kubelet-sim then starts them again: counted, printed below.
     let mut crashes = String::new();
     for pod in PODS {
         let state = json(&b, &format!("state-{pod}.json"));
         let (starts, crashed, _) = pod_history(&state);
-        assert!(starts >= 2, "{}", b.failure(&format!("{pod}: {state}")));
+        match pod {
+            "etcd" => assert_eq!(
+                (starts, crashed),
+                (1, 0),
+                "{}",
+                b.failure(&format!("{pod}: {state}"))
+            ),
+            "kube-apiserver" => assert_eq!(
+                (starts, crashed),
+                (2, 0),
+                "{}",
+                b.failure(&format!("{pod}: {state}"))
+            ),
+            _ => assert!(starts >= 2, "{}", b.failure(&format!("{pod}: {state}"))),
+        }
         crashes.push_str(&format!(" {pod} {crashed}"));
     }
+    // The pass says, per component, "reloaded live in N s" or "restarted because ...".
+    let reloaded = report["reloaded"].as_array().unwrap();
+    assert_eq!(reloaded.len(), 1, "{}", b.failure(&format!("{report}")));
+    assert_eq!(
+        reloaded[0]["component"],
+        "etcd",
+        "{}",
+        b.failure("reloaded")
+    );
+    assert!(
+        reloaded[0]["reloaded_after_ms"].as_u64().is_some(),
+        "{}",
+        b.failure("reloaded_after_ms")
+    );
+    let restarted = report["restarted"].as_array().unwrap();
+    for r in restarted {
+        let reason = r["reason"].as_str().unwrap_or_default();
+        assert!(
+            !reason.is_empty() && !reason.starts_with("--restart always"),
+            "{}",
+            b.failure(&format!("restart without a live-mode reason: {r}"))
+        );
+    }
+    assert_eq!(
+        restarted
+            .iter()
+            .filter(|r| r["component"] == "kube-apiserver")
+            .count(),
+        1,
+        "{}",
+        b.failure("kube-apiserver restarts")
+    );
+    assert!(
+        log.contains("reloaded live in"),
+        "{}",
+        b.failure(&format!("no 'reloaded live in' in the log:\n{log}"))
+    );
 
     // a backup with the old files
     let id = report["renew"]["backup_id"]
@@ -118,7 +174,7 @@ fn host_container_renews_an_expiring_stacked_node() {
     );
 
     // /readyz: ready when polling began, down at some point (certrotor restarted the
-    // apiserver and etcd), ready again at the end
+    // apiserver), ready again at the end
     let readyz = b.read_out("readyz.txt").unwrap();
     let first = readyz.lines().next().unwrap_or_default().to_string();
     let last = readyz.lines().last().unwrap_or_default().to_string();
@@ -136,7 +192,16 @@ fn host_container_renews_an_expiring_stacked_node() {
     if let Ok(t) = b.read_out("healthy-times.txt") {
         f.line(format!("control plane healthy after (s): {t}"));
     }
-    f.unavailability(&b, "host container run --once", &report, Some("state"));
+    f.unavailability(
+        &b,
+        "host container run --once --restart live",
+        &report,
+        Some("state"),
+    );
+    f.line(format!(
+        "etcd reloaded live {} ms after the renewal",
+        reloaded[0]["reloaded_after_ms"]
+    ));
     f.line(format!(
         "real apiserver /readyz ({polls} polls, 100 ms apart plus the openssl probe itself): longest outage {longest:.1}s, \
          total {total:.1}s; exits restarted by kubelet-sim:{crashes}"
