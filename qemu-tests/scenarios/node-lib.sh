@@ -5,7 +5,8 @@
 # node (var/lib/kubeadm, var/lib/kubelet, var/lib/etcd). It runs like a Bottlerocket node:
 # apiserver-sim (the Bottlerocket API) renders the static pods from
 # settings.kubernetes.static-pods.<name> into R/etc/kubernetes/static-pods, kubelet-sim runs
-# them as host processes (etcd = Debian's etcd, the rest = k8s-sim), certrotor runs from its
+# them as host processes (etcd = Debian's etcd, the rest = k8s-sim, or with NODE_REAL_CP=1 the
+# real kube-apiserver, controller-manager and scheduler v1.20.2), certrotor runs from its
 # OCI image through containerd as a host or bootstrap container (e2e_host_ctr_run).
 # Every wait is a polled condition with a deadline.
 
@@ -58,7 +59,11 @@ node_kubelet() {
   _root=$1 _name=$2; shift 2
   mkdir -p "$NODE_BIN" "$_root/var/log/pods"
   for _n in kube-apiserver kube-controller-manager kube-scheduler; do
-    ln -sf /usr/bin/k8s-sim "$NODE_BIN/$_n"
+    if [ "${NODE_REAL_CP:-0}" = 1 ]; then
+      ln -sf "/usr/lib/k8s/$_n" "$NODE_BIN/$_n"   # the real v1.20.2 binaries
+    else
+      ln -sf /usr/bin/k8s-sim "$NODE_BIN/$_n"
+    fi
   done
   env PATH="$NODE_BIN:$PATH" "$@" kubelet-sim --manifests "$_root/etc/kubernetes/static-pods" \
     --state-dir "$_root/var/lib/kubelet-sim" --root "$_root" --log-dir "$_root/var/log/pods" \
@@ -108,7 +113,9 @@ node_cp_healthy() {
 node_wait_healthy() {
   _t0=$(e2e_uptime)
   e2e_wait_for "$3" node_cp_healthy "$1" "$2" "${4:-1}" || return 1
-  e2e_log "control plane at $1 healthy after $(awk "BEGIN{print $(e2e_uptime) - $_t0}") s"
+  _dt=$(awk "BEGIN{print $(e2e_uptime) - $_t0}")
+  e2e_log "control plane at $1 healthy after $_dt s"
+  printf '%s ' "$_dt" >> "$E2E_OUT/healthy-times.txt"
 }
 
 # node_served NAME ROOT O   writes $E2E_OUT/NAME: "<component> <served sha> <file sha>" lines
@@ -194,3 +201,44 @@ node_external_pair() {
   e2e_check "etcd put before" etcd_ok put /e2e/before "$(cat "$E2E_SHARE/token")"
   e2e_save apiserver-etcd-serial-before "$(apiserver_etcd_serial)"
 }
+
+# ---- the real control plane (NODE_REAL_CP=1): kubectl v1.20.2, /readyz polled ----------------
+# node_fast_apiserver ROOT   adds the start-up cuts measured under TCG to ROOT's kube-apiserver
+# manifest (before node_settings encodes it): no API priority and fairness, no watch cache,
+# no profiling, only the API groups the control plane and the test use (the figures are in
+# ARCHITECTURE.md, "Doubles that remain").
+NODE_FAST_APISERVER="--enable-priority-and-fairness=false --profiling=false --watch-cache=false --runtime-config=api/all=false,api/v1=true,rbac.authorization.k8s.io/v1=true,authentication.k8s.io/v1=true,authorization.k8s.io/v1=true,coordination.k8s.io/v1=true,scheduling.k8s.io/v1=true,storage.k8s.io/v1=true,policy/v1beta1=true,events.k8s.io/v1=true,apps/v1=true,certificates.k8s.io/v1=true,apiregistration.k8s.io/v1=true,node.k8s.io/v1=true,admissionregistration.k8s.io/v1=true,networking.k8s.io/v1=true,discovery.k8s.io/v1beta1=true,apiextensions.k8s.io/v1=true"
+node_fast_apiserver() {
+  _m=$1/var/lib/kubeadm/manifests/kube-apiserver.yaml
+  _add=""
+  for _f in $NODE_FAST_APISERVER; do _add="$_add\\n    - $_f"; done
+  sed -i "s|^    - kube-apiserver\$|    - kube-apiserver$_add|" "$_m" && grep -q -- '--watch-cache=false' "$_m"
+}
+# node_kubectl ROOT ARGS...   kubectl v1.20.2 with ROOT's admin.conf as it is on disk now
+node_kubectl() {
+  _r=$1; shift
+  kubectl --kubeconfig "$_r/var/lib/kubeadm/admin.conf" --request-timeout=60s "$@"
+}
+# node_grant_admins ROOT   what `kubeadm init` v1.29+ (the lab's layout) does once the apiserver
+# is up: bind admin.conf's group kubeadm:cluster-admins to cluster-admin, with super-admin.conf
+# (system:masters)
+node_grant_admins() {
+  _sa=$1/var/lib/kubeadm/super-admin.conf
+  [ -f "$_sa" ] || return 0
+  kubectl --kubeconfig "$_sa" --request-timeout=60s get clusterrolebinding \
+    kubeadm:cluster-admins > /dev/null 2>&1 && return 0
+  kubectl --kubeconfig "$_sa" --request-timeout=60s create clusterrolebinding \
+    kubeadm:cluster-admins --clusterrole=cluster-admin --group=kubeadm:cluster-admins
+}
+# node_readyz_start ROOT O NAME   polls the real apiserver's https://127.0.0.1:(6443+O)/readyz
+# in the background, 100 ms between probes (each probe, an openssl s_client, itself takes ~0.8 s
+# under TCG: that is the resolution); one line per poll in $E2E_OUT/NAME: "<uptime> <1|0>"
+node_readyz_start() {
+  ( while :; do
+      if node_apiserver_ok "$1" "$2"; then _r=1; else _r=0; fi
+      echo "$(e2e_uptime) $_r" >> "$E2E_OUT/$3"
+      sleep 0.1
+    done ) &
+  NODE_READYZ_PID=$!
+}
+node_readyz_stop() { kill "$NODE_READYZ_PID" 2> /dev/null; wait "$NODE_READYZ_PID" 2> /dev/null; true; }

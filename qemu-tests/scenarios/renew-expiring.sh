@@ -5,7 +5,12 @@
 # through the API and verifies. The host-side
 # test asserts on the files saved here. With `extra-args` in the share (issue 6's scenario,
 # qemu-tests/tests/engine_kubeadm.rs), those arguments are added, and `kubeadm.oci.tar` (the
-# real kubeadm's image) is imported into containerd's k8s.io namespace first.
+# real kubeadm's image) is imported into containerd's k8s.io namespace first. With `real-cp` in
+# the share (qemu-tests/tests/renew_expiring.rs), the static pods are the real kube-apiserver,
+# controller-manager and scheduler v1.20.2 (NODE_REAL_CP=1, the apiserver with the start-up cuts
+# of node_fast_apiserver): kubectl v1.20.2 writes a ConfigMap before the renewal and, with the
+# renewed admin.conf, lists the namespaces and reads it back after; the real apiserver's /readyz
+# is polled (100 ms between probes) while certrotor runs (readyz.txt).
 . /usr/lib/certrotor-e2e/lib.sh
 . "$E2E_SHARE/node-lib.sh"
 R=/ P=/var/lib/kubeadm/pki
@@ -25,9 +30,21 @@ if [ -f "$E2E_SHARE/kubeadm.oci.tar" ]; then
 else
   e2e_check "lab node (expires in 2d)" node_lab / --expires-in 2d
 fi
+RESTART_TIMEOUT=120s UP_S=120
+if [ -f "$E2E_SHARE/real-cp" ]; then
+  NODE_REAL_CP=1 RESTART_TIMEOUT=300s UP_S=300
+  e2e_check "apiserver manifest: start-up cuts for TCG" node_fast_apiserver /
+fi
 e2e_check "apiserver-sim on /run/api.sock" node_api / /run/api.sock node
 node_kubelet / node
-e2e_check "control plane healthy before" node_wait_healthy / 0 120
+e2e_check "control plane healthy before" node_wait_healthy / 0 $UP_S
+if [ "${NODE_REAL_CP:-0}" = 1 ]; then
+  e2e_check "real kube-apiserver: $(/usr/lib/k8s/kube-apiserver --version)" true
+  e2e_check "cluster-admins bound (kubeadm init)" node_grant_admins /
+  e2e_check "kubectl: ConfigMap written before the renewal" node_kubectl / create configmap \
+    certrotor-e2e --namespace=default --from-literal=token="$(cat "$E2E_SHARE/token")"
+  node_readyz_start / 0 readyz.txt
+fi
 e2e_check "etcd put before renewal" node_etcdctl / 0 put /e2e/before "$(cat "$E2E_SHARE/token")"
 node_pki_sums pki-before.sha /
 node_served served-before.txt / 0
@@ -35,10 +52,18 @@ node_served served-before.txt / 0
 # `restart-mode` in the share: live (the default, scenario a) or always (issue 6's scenario).
 RESTART=$(cat "$E2E_SHARE/restart-mode" 2> /dev/null || echo always)
 node_certrotor --superpowered certrotor run \
-  "run --once --platform bottlerocket --restart-timeout 120s --poll-interval 200ms --restart $RESTART --output json $EXTRA"
+  "run --once --platform bottlerocket --restart-timeout $RESTART_TIMEOUT --poll-interval 200ms --restart $RESTART --output json $EXTRA"
 e2e_check "certrotor run exit 0" [ "$(cat "$E2E_OUT/run.rc")" = 0 ]
 
-e2e_check "control plane healthy after" node_wait_healthy / 0 60
+e2e_check "control plane healthy after" node_wait_healthy / 0 $UP_S
+if [ "${NODE_REAL_CP:-0}" = 1 ]; then
+  node_readyz_stop
+  e2e_check "kubectl (renewed admin.conf) lists the namespaces" sh -c \
+    "kubectl --kubeconfig /var/lib/kubeadm/admin.conf --request-timeout=60s get namespaces -o name > '$E2E_OUT/namespaces.txt'"
+  e2e_check "kubectl (renewed admin.conf) reads the ConfigMap back" sh -c \
+    "kubectl --kubeconfig /var/lib/kubeadm/admin.conf --request-timeout=60s get configmap certrotor-e2e --namespace=default -o jsonpath='{.data.token}' > '$E2E_OUT/configmap.txt'"
+  cp /var/log/pods/kube-apiserver.log "$E2E_OUT/kube-apiserver.log" 2> /dev/null
+fi
 e2e_save etcd-after "$(node_etcdctl / 0 get --print-value-only /e2e/before)"
 node_pki_sums pki-after.sha /
 node_served served-after.txt / 0

@@ -11,6 +11,14 @@
 //!   back to `x86_64-unknown-linux-gnu` with `+crt-static` when the musl target is missing).
 //! * `QEMU_TESTS_CARGO_TARGET_DIR` — cargo target dir for those builds (default: the target
 //!   dir, see [`crate::paths::target_dir`]).
+//! * `CERTROTOR_K8S_BIN` — the folder of the real Kubernetes v1.20.2 binaries (default
+//!   [`DEFAULT_K8S_BIN`], where `images/k8s/build.sh` puts them): kube-apiserver,
+//!   kube-controller-manager and kube-scheduler go into the image as `/usr/lib/k8s/<name>`,
+//!   where the real-control-plane scenario's kubelet-sim runs them as the static pods (the
+//!   other scenarios keep k8s-sim); the kubelet too, for the real-kubelet scenario, whose
+//!   pause image is built from the same folder's `pause`.
+//! * `CERTROTOR_KUBECTL` — kubectl v1.20.2 for the image's `/usr/bin/kubectl` (default: the
+//!   one `images/setup-host.sh` unpacks from Debian's kubernetes-client package).
 
 use crate::error::{Context, Error, Result};
 use crate::paths;
@@ -19,6 +27,23 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+/// Where `images/k8s/build.sh` puts the real Kubernetes v1.20.2 binaries.
+pub const DEFAULT_K8S_BIN: &str = "/var/cache/certrotor/kubernetes-v1.20.2/bin";
+
+/// The real control-plane binaries and the kubelet (in the image at `/usr/lib/k8s/<name>`).
+pub const K8S_NAMES: [&str; 4] = [
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubelet",
+];
+
+/// The pod sandbox binary `images/k8s/build.sh` builds (the real kubelet's pause image).
+pub const K8S_PAUSE: &str = "pause";
+
+/// kubectl v1.20.2 unpacked by `images/setup-host.sh`.
+pub const DEFAULT_KUBECTL: &str = "/var/cache/certrotor/kubernetes-client/usr/bin/kubectl";
 
 /// Names of the Bottlerocket test doubles built from the `testbed` crate.
 pub const SIM_NAMES: [&str; 3] = ["apiserver-sim", "kubelet-sim", "k8s-sim"];
@@ -39,11 +64,28 @@ pub struct Binaries {
     pub sims: BTreeMap<String, PathBuf>,
     /// Why some test doubles are missing (empty when all were found).
     pub sims_note: String,
+    /// The real Kubernetes binaries and kubectl that were found, by name.
+    pub k8s: BTreeMap<String, PathBuf>,
+    /// Which of them are missing and how to get them (empty when all were found).
+    pub k8s_note: String,
     /// Time spent building (zero when everything came from the environment).
     pub build_time: Duration,
 }
 
 impl Binaries {
+    /// Ok when the image holds the real control plane and kubectl, else an error saying how to
+    /// get them.
+    pub fn require_k8s(&self) -> Result<()> {
+        if self.k8s_note.is_empty() {
+            Ok(())
+        } else {
+            Err(Error(format!(
+                "the VM image lacks the real Kubernetes binaries: {}",
+                self.k8s_note
+            )))
+        }
+    }
+
     /// The test double `name`, or an error saying how to provide it.
     pub fn sim(&self, name: &str) -> Result<&Path> {
         self.sims.get(name).map(PathBuf::as_path).ok_or_else(|| {
@@ -233,12 +275,50 @@ fn binaries() -> Result<Binaries> {
     if !sims_note.is_empty() {
         eprintln!("qemu-tests: note: test doubles: {sims_note}");
     }
+    let (k8s, k8s_note) = k8s_binaries();
+    if !k8s_note.is_empty() {
+        eprintln!("qemu-tests: note: {k8s_note}");
+    }
     Ok(Binaries {
         certrotor,
         sims,
         sims_note,
+        k8s,
+        k8s_note,
         build_time: t0.elapsed(),
     })
+}
+
+/// The real Kubernetes binaries and kubectl that exist, and a note on the missing ones.
+fn k8s_binaries() -> (BTreeMap<String, PathBuf>, String) {
+    let dir =
+        paths::path_from_env("CERTROTOR_K8S_BIN").unwrap_or_else(|| PathBuf::from(DEFAULT_K8S_BIN));
+    let kubectl =
+        paths::path_from_env("CERTROTOR_KUBECTL").unwrap_or_else(|| PathBuf::from(DEFAULT_KUBECTL));
+    let mut found = BTreeMap::new();
+    let mut missing = Vec::new();
+    for (name, path) in K8S_NAMES
+        .iter()
+        .map(|n| (n.to_string(), dir.join(n)))
+        .chain([("kubectl".to_string(), kubectl)])
+    {
+        if path.is_file() {
+            found.insert(name, path);
+        } else {
+            missing.push(path.display().to_string());
+        }
+    }
+    let note = if missing.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "missing {}: build Kubernetes v1.20.2 with images/k8s/build.sh (or set \
+             CERTROTOR_K8S_BIN), and run images/setup-host.sh for kubectl (or set \
+             CERTROTOR_KUBECTL)",
+            missing.join(", ")
+        )
+    };
+    (found, note)
 }
 
 fn build_images(bins: &Binaries) -> Result<Images> {
@@ -251,6 +331,14 @@ fn build_images(bins: &Binaries) -> Result<Images> {
     for (name, p) in &bins.sims {
         c.arg("--add")
             .arg(format!("{}:/usr/bin/{name}", p.display()));
+    }
+    for (name, p) in &bins.k8s {
+        let dest = if name == "kubectl" {
+            "/usr/bin/kubectl".to_string()
+        } else {
+            format!("/usr/lib/k8s/{name}")
+        };
+        c.arg("--add").arg(format!("{}:{dest}", p.display()));
     }
     let t0 = Instant::now();
     run(&mut c, "build VM images").map_err(|e| {
@@ -282,6 +370,21 @@ fn build_images(bins: &Binaries) -> Result<Images> {
         kver: kv.get("KVER").map(|s| (*s).to_string()).unwrap_or_default(),
         build_time,
     })
+}
+
+/// The real pause binary (`<CERTROTOR_K8S_BIN>/pause`), or an error saying how to build it.
+pub fn k8s_pause() -> Result<PathBuf> {
+    let dir =
+        paths::path_from_env("CERTROTOR_K8S_BIN").unwrap_or_else(|| PathBuf::from(DEFAULT_K8S_BIN));
+    let p = dir.join(K8S_PAUSE);
+    if p.is_file() {
+        Ok(p)
+    } else {
+        Err(Error(format!(
+            "missing {}: build Kubernetes v1.20.2 with images/k8s/build.sh (or set CERTROTOR_K8S_BIN)",
+            p.display()
+        )))
+    }
 }
 
 /// Builds an OCI image archive (`ctr images import`-able) holding `binary` at `dest` (an

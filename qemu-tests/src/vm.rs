@@ -10,7 +10,8 @@
 //! * `share/`              — 9p share, `/mnt/share` in the guest: `run.sh` (the scenario script)
 //!   and inputs; the guest writes `share/out/boot-N/` (`rc`, `results.txt`, logs, values)
 //!
-//! Environment: `QEMU_TESTS_SMP` (default 1: measured faster than 2 under TCG here),
+//! Environment: `QEMU_TESTS_SMP` (default 1: measured faster than 2 under TCG here for the
+//! k8s-sim scenarios; a boot's `BootOptions::smp` overrides it),
 //! `QEMU_TESTS_MEM` (MiB, default 1024), `QEMU_TESTS_JOBS` (VMs at once across all test
 //! processes, default 1), `QEMU_TESTS_TIMEOUT_FACTOR` (multiplies every boot timeout, default 1),
 //! `QEMU` (the qemu-system-x86_64 binary).
@@ -39,6 +40,11 @@ pub struct BootOptions {
     pub append: Vec<String>,
     /// QEMU `-rtc base=` value (e.g. `2031-01-01T00:00:00` to start the guest clock in the future).
     pub rtc_base: Option<String>,
+    /// vCPUs for this boot (overrides `QEMU_TESTS_SMP`); above 1, TCG runs one host thread per
+    /// vCPU (`-accel tcg,thread=multi`). The real control plane needs 2 (see ARCHITECTURE.md).
+    pub smp: Option<u32>,
+    /// Guest memory in MiB for this boot (overrides `QEMU_TESTS_MEM`).
+    pub mem_mib: Option<u32>,
 }
 
 impl Default for BootOptions {
@@ -48,6 +54,8 @@ impl Default for BootOptions {
             kill_at: None,
             append: Vec::new(),
             rtc_base: None,
+            smp: None,
+            mem_mib: None,
         }
     }
 }
@@ -276,15 +284,22 @@ impl Scenario {
     /// The QEMU command for boot `index`.
     fn qemu_command(&self, index: u32, opts: &BootOptions) -> Command {
         let img = &self.artifacts.images;
-        let smp = env_num("QEMU_TESTS_SMP", 1);
-        let mem = env_num("QEMU_TESTS_MEM", 1024);
+        let smp = opts
+            .smp
+            .map(u64::from)
+            .unwrap_or_else(|| env_num("QEMU_TESTS_SMP", 1));
+        let accel = if smp > 1 { "tcg,thread=multi" } else { "tcg" };
+        let mem = opts
+            .mem_mib
+            .map(u64::from)
+            .unwrap_or_else(|| env_num("QEMU_TESTS_MEM", 1024));
         let qemu = std::env::var_os("QEMU").unwrap_or_else(|| "qemu-system-x86_64".into());
         let mut c = Command::new(qemu);
         c.args([
             "-machine",
             "pc",
             "-accel",
-            "tcg",
+            accel,
             "-nodefaults",
             "-no-user-config",
         ])

@@ -309,12 +309,24 @@ pub fn renew_expiring_node_with(
     sc: &mut Scenario,
     kubeconfigs: &[&str],
 ) -> (Boot, Value, BTreeMap<String, String>) {
-    let b = sc
-        .boot(&BootOptions {
+    renew_expiring_node_boot(
+        sc,
+        kubeconfigs,
+        &BootOptions {
             timeout: Duration::from_secs(420),
             ..BootOptions::default()
-        })
-        .unwrap();
+        },
+    )
+}
+
+/// [`renew_expiring_node_with`] booted with `opts` (the real control plane needs 2 vCPUs and
+/// more time).
+pub fn renew_expiring_node_boot(
+    sc: &mut Scenario,
+    kubeconfigs: &[&str],
+    opts: &BootOptions,
+) -> (Boot, Value, BTreeMap<String, String>) {
+    let b = sc.boot(opts).unwrap();
     b.expect_success().unwrap();
     assert_guest_checks(&b);
 
