@@ -910,6 +910,14 @@ fn commit(root: &Path, journal: &Journal) -> Result<(), TxnError> {
                 Err(e) => return Err(commit_err(e)),
             },
         }
+        // Test-only (feature `failpoints`): a power loss at the next failpoint must meet a
+        // half-done swap on disk (one the kernel may have written back on its own), so the
+        // renames so far are made durable first. The shipped binary syncs once per folder below.
+        #[cfg(feature = "failpoints")]
+        fsutil::sync_dir(&parent).map_err(|source| TxnError::Commit {
+            path: parent.display().to_string(),
+            source,
+        })?;
         // Also when already done by an interrupted run: its rename may not be durable yet.
         folders.insert(parent);
         failpoint("renamed");
