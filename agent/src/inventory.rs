@@ -239,7 +239,8 @@ fn load(root: &Path, entry: &Entry) -> Loaded {
         let key_read = read_with_mode(root, key_path);
         out.key_present = !matches!(key_read, Ok(None));
         match key_read {
-            Ok(Some((kb, mode))) => match PrivateKey::read_pem(&kb) {
+            // The key's PEM is scrubbed when the match ends (the parsed key keeps its own copy).
+            Ok(Some((kb, mode))) => match PrivateKey::read_pem(&zeroize::Zeroizing::new(kb)) {
                 Ok(k) => {
                     out.key = Some(k);
                     out.warnings.extend(key_mode_warning(key_path, mode));
@@ -315,9 +316,14 @@ fn load_kubeconfig(root: &Path, entry: &Entry, bytes: &[u8], mode: u32, out: &mu
         Source::Embedded(_) => entry.path.clone(),
         Source::File(p) => p.trim_start_matches('/').to_string(),
     };
-    match fetch(&creds.client_key, "client key")
-        .map(|(b, _, mode)| (PrivateKey::read_pem(&b), mode))
-    {
+    match fetch(&creds.client_key, "client key").map(|(b, _, mode)| {
+        let key = PrivateKey::read_pem(&b);
+        // A key read from its own file is scrubbed; embedded data belongs to the kubeconfig.
+        if let std::borrow::Cow::Owned(mut bytes) = b {
+            zeroize::Zeroize::zeroize(&mut bytes);
+        }
+        (key, mode)
+    }) {
         Ok((Ok(k), mode)) => {
             out.key = Some(k);
             out.warnings.extend(key_mode_warning(&key_file, mode));
