@@ -4,11 +4,14 @@
 # before anything else starts (as a node powered on after 400 days finds it). The bootstrap
 # container (empty user-data: `run --once --platform none`) renews every expired leaf, the
 # kubeconfigs and the kubelet's client certificate (and removes its expired self-signed serving
-# pair) before the kubelet starts; the control plane comes up on the new files. The kubelet's
-# new credentials are proven against k8s-sim's kube-apiserver stand-in (mTLS: chain to the
-# cluster CA and validity at the guest's clock); the old ones are refused. (The real
-# kube-apiserver cold-starts in ~7 min under TCG: agent/tests/kubelet.rs proves the same
-# credentials against it, with its Node authorizer, on the host.)
+# pair) before any kubelet starts. Then the REAL control plane (kube-apiserver with the start-up
+# cuts of node_fast_apiserver, controller-manager, scheduler v1.20.2 and Debian's etcd, static
+# pods under kubelet-sim) comes up on the renewed files, and the REAL kubelet v1.20.2
+# (containerd CRI, an empty static-pod folder of its own) starts with the renewed kubelet.conf
+# and registers its Node object cp-1 with the real apiserver (Node authorizer, NodeRestriction).
+# Saved: the Node as admin.conf reads it once its Ready condition has a heartbeat, the same Node
+# read with the kubelet's own kubelet.conf, and kubectl's answer to the old (expired) client
+# pair. No human step.
 . /usr/lib/certrotor-e2e/lib.sh
 . "$E2E_SHARE/node-lib.sh"
 
@@ -21,11 +24,16 @@ days_off() {
     date -u -s "$(date -u -d "@$_new" '+%Y-%m-%d %H:%M:%S')" > /dev/null 2>&1
   [ "$(date +%s)" -ge $(( _new - 5 )) ]
 }
-# kubelet_auth NAME PEM   can PEM (the kubelet's combined pair) talk to kube-apiserver?
-kubelet_auth() {
-  if node_https_ok 6443 /livez -cert "$2" -key "$2"; then e2e_save "$1" accepted
-  else e2e_save "$1" refused; fi
+# node_get ARGS...   kubectl get node cp-1 with the renewed admin.conf
+node_get() { node_kubectl / get node cp-1 "$@"; }
+heartbeat() {
+  node_get -o jsonpath='{.status.conditions[?(@.type=="Ready")].lastHeartbeatTime}' \
+    > /var/tmp/hb 2> /dev/null && [ -s /var/tmp/hb ]
 }
+# kubeconfig_with PEM OUT   kubelet.conf with its client pair at PEM
+kubeconfig_with() { sed "s|/var/lib/kubelet/pki/kubelet-client-current.pem|$1|" \
+  /var/lib/kubeadm/kubelet.conf > "$2"; }
+el() { awk "BEGIN{print $(e2e_uptime) - $1}"; }
 
 e2e_check "certrotor image imported" node_image
 e2e_check "lab node (one-year leaves)" node_lab /
@@ -34,18 +42,48 @@ cp -L "$KPKI/kubelet-client-current.pem" /var/tmp/old-kubelet-client.pem
 readlink "$KPKI/kubelet-client-current.pem" > "$E2E_OUT/link-before.txt"
 e2e_check "switched off for 400 days (clock +400 d)" days_off 400
 e2e_save booted-at "$(date +%s)"
+e2e_save booted-at-rfc3339 "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 node_check check-before /
+NODE_REAL_CP=1
+e2e_check "apiserver manifest: start-up cuts for TCG" node_fast_apiserver /
 e2e_check "apiserver-sim on /run/api.sock" node_api / /run/api.sock node
 node_certrotor --bootstrap certrotor bootstrap ""
 e2e_save bootstrap-done-ms "$(node_now_ms)"
 readlink "$KPKI/kubelet-client-current.pem" > "$E2E_OUT/link-after.txt"
 ls "$KPKI" > "$E2E_OUT/kubelet-pki.txt"
-node_kubelet / node
-e2e_check "control plane healthy" node_wait_healthy / 0 120
-kubelet_auth kubelet-new "$KPKI/kubelet-client-current.pem"
-kubelet_auth kubelet-old /var/tmp/old-kubelet-client.pem
 openssl x509 -in "$KPKI/kubelet-client-current.pem" -noout -subject -nameopt compat \
   > "$E2E_OUT/kubelet-subject.txt" 2>&1
+
+# the real control plane on the renewed files
+node_kubelet / node
+e2e_check "real control plane healthy" node_wait_healthy / 0 300
+e2e_check "real kube-apiserver: $(/usr/lib/k8s/kube-apiserver --version)" true
+e2e_check "cluster-admins bound (kubeadm init)" node_grant_admins /
+
+# the real kubelet with the renewed kubelet.conf
+NODE_CNI_CONF=1
+t=$(e2e_uptime)
+e2e_check "containerd with CRI up" node_containerd_cri
+e2e_save containerd-cri-s "$(el "$t")"
+t=$(e2e_uptime)
+node_real_kubelet /var/lib/kubelet/static-pods --kubeconfig=/var/lib/kubeadm/kubelet.conf \
+  --hostname-override=cp-1
+e2e_check "real kubelet: Node cp-1 with a Ready heartbeat (admin.conf)" e2e_wait_for 240 heartbeat
+e2e_save kubelet-heartbeat-s "$(el "$t")"
+node_get -o json > "$E2E_OUT/node.json" 2> "$E2E_OUT/node.err"
+# the kubelet's own credentials, accepted by the real apiserver as system:node:cp-1
+kubectl --kubeconfig /var/lib/kubeadm/kubelet.conf --request-timeout=60s get node cp-1 \
+  -o name > "$E2E_OUT/kubelet-get-node.txt" 2>&1
+echo $? > "$E2E_OUT/kubelet-get-node.rc"
+# the old (expired) client pair, refused
+kubeconfig_with /var/tmp/old-kubelet-client.pem /var/tmp/old-kubelet.conf
+kubectl --kubeconfig /var/tmp/old-kubelet.conf --request-timeout=60s get node cp-1 -o name \
+  > "$E2E_OUT/kubelet-old-get-node.txt" 2>&1
+echo $? > "$E2E_OUT/kubelet-old-get-node.rc"
+ls "$KPKI" > "$E2E_OUT/kubelet-pki-running.txt"
+openssl x509 -in "$KPKI/kubelet.crt" -noout -enddate > "$E2E_OUT/kubelet-serving-enddate.txt" 2>&1
+kill "$NODE_KUBELET_PID" 2> /dev/null
+cp /var/log/pods/kube-apiserver.log "$E2E_OUT/kube-apiserver.log" 2> /dev/null
 node_served served.txt / 0
 node_check check-after /
 node_save_state / state

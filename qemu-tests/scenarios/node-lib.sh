@@ -242,3 +242,52 @@ node_readyz_start() {
   NODE_READYZ_PID=$!
 }
 node_readyz_stop() { kill "$NODE_READYZ_PID" 2> /dev/null; wait "$NODE_READYZ_PID" 2> /dev/null; true; }
+
+# ---- the real kubelet v1.20.2 with containerd's CRI plugin and runc -----------------------
+# node_containerd_cri   restarts containerd as Bottlerocket's kubelet-facing one: the CRI plugin
+# on (the image's config turns it off for the host-container containerd). With
+# NODE_CNI_CONF=1 it also writes a CNI network list with no plugin binaries behind it: enough
+# for containerd to report the runtime network ready (and so the node Ready) when every pod
+# uses the host's network, as the control-plane static pods do.
+node_containerd_cri() {
+  cat > /etc/containerd/cri.toml << 'TOML'
+version = 2
+root = "/var/lib/containerd"
+state = "/run/containerd"
+[grpc]
+  address = "/run/containerd/containerd.sock"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "k8s.gcr.io/pause:3.2"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+TOML
+  if [ "${NODE_CNI_CONF:-0}" = 1 ]; then
+    mkdir -p /etc/cni/net.d
+    printf '%s\n' '{"cniVersion":"0.4.0","name":"host-only","plugins":[{"type":"loopback"}]}' \
+      > /etc/cni/net.d/10-host-only.conflist
+  fi
+  for _p in $(pidof containerd); do kill "$_p"; done
+  e2e_wait_for 30 sh -c '! pidof containerd' || return 1
+  containerd --config /etc/containerd/cri.toml > "$E2E_OUT/containerd-cri.log" 2>&1 &
+  e2e_wait_for 60 ctr version
+}
+
+# node_real_kubelet MANIFESTS [FLAG...]   starts the real kubelet (/usr/lib/k8s/kubelet) on
+# containerd's CRI with MANIFESTS as its static-pod folder, cgroupfs, no QoS cgroups or
+# iptables (the VM has neither), root /var/lib/kubelet (its cert dir /var/lib/kubelet/pki);
+# the FLAGs after (e.g. --kubeconfig, --hostname-override). Log: $E2E_OUT/kubelet.log; pid in
+# NODE_KUBELET_PID.
+node_real_kubelet() {
+  _sp=$1; shift
+  mkdir -p "$_sp"
+  /usr/lib/k8s/kubelet --container-runtime=remote \
+    --container-runtime-endpoint=unix:///run/containerd/containerd.sock \
+    --pod-manifest-path="$_sp" --cgroup-driver=cgroupfs \
+    --fail-swap-on=false --cgroups-per-qos=false --enforce-node-allocatable= \
+    --make-iptables-util-chains=false --root-dir=/var/lib/kubelet \
+    --pod-infra-container-image=k8s.gcr.io/pause:3.2 --v=2 "$@" > "$E2E_OUT/kubelet.log" 2>&1 &
+  NODE_KUBELET_PID=$!
+}

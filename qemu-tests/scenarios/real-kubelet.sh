@@ -6,30 +6,12 @@
 # image and the sandbox image are the real pause (built from Kubernetes v1.20.2's pause.c,
 # packed without docker). Times in $E2E_OUT/times.txt.
 . /usr/lib/certrotor-e2e/lib.sh
+. "$E2E_SHARE/node-lib.sh"
 t0=$(e2e_uptime)
 el() { awk "BEGIN{print $(e2e_uptime) - $t0}"; }
 SP=/etc/kubernetes/static-pods
 
-# containerd as Bottlerocket's kubelet-facing one: the CRI plugin on (the image's config turns
-# it off for the host-container containerd)
-cat > /etc/containerd/cri.toml << 'TOML'
-version = 2
-root = "/var/lib/containerd"
-state = "/run/containerd"
-[grpc]
-  address = "/run/containerd/containerd.sock"
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "k8s.gcr.io/pause:3.2"
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-TOML
-for p in $(pidof containerd); do kill "$p"; done
-e2e_check "host containerd stopped" e2e_wait_for 30 sh -c '! pidof containerd'
-containerd --config /etc/containerd/cri.toml > "$E2E_OUT/containerd-cri.log" 2>&1 &
-e2e_check "containerd with CRI up" e2e_wait_for 60 ctr version
+e2e_check "containerd with CRI up" node_containerd_cri
 e2e_check "pause image imported into k8s.io" sh -c "ctr -n k8s.io images import '$E2E_SHARE/pause.tar' > /dev/null"
 echo "containerd-cri+pause $(el)" >> "$E2E_OUT/times.txt"
 
@@ -55,14 +37,8 @@ e2e_check "Bottlerocket API rendered the static pod" e2e_wait_for 30 sh -c "ls $
 ls "$SP" > "$E2E_OUT/static-pods.txt"
 
 t1=$(e2e_uptime)
-/usr/lib/k8s/kubelet --container-runtime=remote \
-  --container-runtime-endpoint=unix:///run/containerd/containerd.sock \
-  --pod-manifest-path="$SP" --cgroup-driver=cgroupfs \
-  --fail-swap-on=false --cgroups-per-qos=false --enforce-node-allocatable= \
-  --make-iptables-util-chains=false --root-dir=/var/lib/kubelet \
-  --pod-infra-container-image=k8s.gcr.io/pause:3.2 --hostname-override=certrotor-e2e \
-  --v=2 > "$E2E_OUT/kubelet.log" 2>&1 &
-KP=$!
+node_real_kubelet "$SP" --hostname-override=certrotor-e2e
+KP=$NODE_KUBELET_PID
 two_running() { [ "$(ctr -n k8s.io tasks ls 2> /dev/null | grep -c RUNNING)" = 2 ]; }
 if e2e_wait_for 240 two_running; then
   echo "kubelet-start-to-pod-running $(awk "BEGIN{print $(e2e_uptime) - $t1}")" >> "$E2E_OUT/times.txt"

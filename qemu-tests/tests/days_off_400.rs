@@ -1,11 +1,17 @@
 //! Issue 11.5: a control-plane node switched off for 400 days. The lab node is made with
 //! one-year leaves, the guest clock jumps 400 days before anything starts, and the bootstrap
 //! container (`run --once --platform none`) renews every expired leaf, the kubeconfigs and the
-//! kubelet's client certificate (its expired serving pair removed) before the kubelet starts;
-//! the control plane comes up on the new files with no human step. The kubelet's credentials
-//! are proven here against k8s-sim's kube-apiserver stand-in (mTLS to the cluster CA at the
-//! guest's clock), not the real kube-apiserver, which cold-starts in ~7 min under TCG;
-//! `agent/tests/kubelet.rs` proves them against the real v1.20.2 on the host.
+//! kubelet's client certificate (its expired serving pair removed) before any kubelet starts.
+//! Then, with no human step, the REAL control plane comes up on the renewed files
+//! (kube-apiserver, controller-manager and scheduler v1.20.2 and Debian's etcd, static pods
+//! under kubelet-sim, as in scenario a) and the REAL kubelet v1.20.2 (containerd CRI + runc, an
+//! empty static-pod folder of its own) starts with the renewed `kubelet.conf` and registers its
+//! Node with the real apiserver (`--authorization-mode=Node,RBAC`, NodeRestriction): asserted,
+//! the Node's Ready condition has a heartbeat at or after the jumped boot time (read with
+//! admin.conf), `kubectl --kubeconfig kubelet.conf get node cp-1` works (the kubelet's own
+//! credentials, system:node:cp-1), the old expired pair is refused. The lab's etcd is empty at
+//! boot, so the kubelet creates its Node object rather than updating an old one.
+//! The VM gets 2 vCPUs and 2.5 GiB (1 boot, ~4 min under TCG; figures in ARCHITECTURE.md).
 //! Guest side: `qemu-tests/scenarios/days-off-400.sh`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -18,9 +24,12 @@ use std::time::Duration;
 #[test]
 fn node_off_for_400_days_heals_itself_at_boot() {
     let (mut sc, t0) = scenario("days-off-400", include_str!("../scenarios/days-off-400.sh"));
+    sc.artifacts().bins.require_k8s().unwrap();
     let b = sc
         .boot(&BootOptions {
-            timeout: Duration::from_secs(360),
+            timeout: Duration::from_secs(720),
+            smp: Some(2),
+            mem_mib: Some(2560),
             ..BootOptions::default()
         })
         .unwrap();
@@ -87,35 +96,30 @@ fn node_off_for_400_days_heals_itself_at_boot() {
         b.failure("kubelet subject")
     );
 
-    // After: a year ahead at the guest's clock; served; the kubelet's new pair accepted by the
-    // apiserver stand-in, the old one refused.
+    // After: a year ahead at the guest's clock; served by the real components.
     let check = json(&b, "check-after.json");
     let mut renewed = leaves.clone();
     renewed.push("kubelet-client");
     assert_expiries(&b, &check, &renewed, 365);
     assert_served_equals_files(&b, "served.txt");
-    assert_eq!(
-        b.read_out("kubelet-new").unwrap().trim(),
-        "accepted",
-        "{}",
-        b.failure("new kubelet credentials")
-    );
-    assert_eq!(
-        b.read_out("kubelet-old").unwrap().trim(),
-        "refused",
-        "{}",
-        b.failure("old kubelet credentials")
-    );
+    // Every static pod first started after the renewal; etcd and the apiserver once, no crash
+    // (the controller-manager and scheduler may exit while the apiserver is not up yet:
+    // kubelet-sim starts them again; counted below).
     let done: i64 = b.read_out("bootstrap-done-ms").unwrap().parse().unwrap();
+    let mut crashes = String::new();
     for pod in PODS {
         let state = json(&b, &format!("state-{pod}.json"));
-        let (starts, crashes, _) = pod_history(&state);
-        assert_eq!(
-            (starts, crashes),
-            (1, 0),
-            "{}",
-            b.failure(&format!("{pod}: {state}"))
-        );
+        let (starts, crashed, _) = pod_history(&state);
+        if matches!(pod, "etcd" | "kube-apiserver") {
+            assert_eq!(
+                (starts, crashed),
+                (1, 0),
+                "{}",
+                b.failure(&format!("{pod}: {state}"))
+            );
+        }
+        assert!(starts >= 1, "{}", b.failure(&format!("{pod}: {state}")));
+        crashes.push_str(&format!(" {pod} {crashed}"));
         let started = state["history"][0]["started_at_ms"].as_i64().unwrap();
         assert!(
             started >= done,
@@ -123,6 +127,51 @@ fn node_off_for_400_days_heals_itself_at_boot() {
             b.failure(&format!("{pod} started before the renewal"))
         );
     }
+
+    // The real kubelet, on the renewed kubelet.conf, registered its Node with the real
+    // apiserver: the Ready condition's heartbeat is at or after the boot (after the clock
+    // jump). RFC 3339 UTC seconds ("...Z", as metav1.Time and `date -u` write them) compare
+    // as strings.
+    let node = json(&b, "node.json");
+    assert_eq!(node["metadata"]["name"], "cp-1", "{}", b.failure("node"));
+    let ready = node["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+        .cloned()
+        .unwrap_or_default();
+    let heartbeat = ready["lastHeartbeatTime"].as_str().unwrap_or_default();
+    let booted_at = b.read_out("booted-at-rfc3339").unwrap();
+    let booted_at = booted_at.trim();
+    assert!(
+        heartbeat.len() == 20 && heartbeat.ends_with('Z') && booted_at.len() == 20,
+        "{}",
+        b.failure(&format!("heartbeat {heartbeat:?}, boot {booted_at:?}"))
+    );
+    assert!(
+        heartbeat >= booted_at,
+        "{}",
+        b.failure(&format!(
+            "stale heartbeat {heartbeat} (boot at {booted_at})"
+        ))
+    );
+    // The kubelet's own credentials, accepted by the real apiserver (Node authorizer); the old
+    // expired pair refused.
+    assert_eq!(
+        (
+            b.read_out("kubelet-get-node.rc").unwrap().trim(),
+            b.read_out("kubelet-get-node.txt").unwrap().trim()
+        ),
+        ("0", "node/cp-1"),
+        "{}",
+        b.failure("kubectl --kubeconfig kubelet.conf get node cp-1")
+    );
+    let old = b.read_out("kubelet-old-get-node.txt").unwrap();
+    assert!(
+        b.read_out("kubelet-old-get-node.rc").unwrap().trim() != "0"
+            && old.contains("Unauthorized"),
+        "{}",
+        b.failure(&format!("the old kubelet pair was not refused: {old}"))
+    );
 
     let mut f = Figures::new("400 days off");
     f.boot(&b);
@@ -135,5 +184,17 @@ fn node_off_for_400_days_heals_itself_at_boot() {
             (z - a).as_secs_f64()
         ));
     }
+    if let Ok(t) = b.read_out("healthy-times.txt") {
+        f.line(format!(
+            "real control plane healthy {t}s after kubelet-sim started it; exits restarted by kubelet-sim:{crashes}"
+        ));
+    }
+    f.line(format!(
+        "containerd with CRI {}s; real kubelet start to the Node's Ready heartbeat {}s (Ready {} {})",
+        b.read_out("containerd-cri-s").unwrap_or_default(),
+        b.read_out("kubelet-heartbeat-s").unwrap_or_default(),
+        ready["status"].as_str().unwrap_or("?"),
+        ready["reason"].as_str().unwrap_or("")
+    ));
     f.finish(&sc, t0);
 }
