@@ -71,6 +71,8 @@ node_real_kubelet /var/lib/kubelet/static-pods --kubeconfig=/var/lib/kubeadm/kub
 e2e_check "real kubelet: Node cp-1 with a Ready heartbeat (admin.conf)" e2e_wait_for 240 heartbeat
 e2e_save kubelet-heartbeat-s "$(el "$t")"
 node_get -o json > "$E2E_OUT/node.json" 2> "$E2E_OUT/node.err"
+node_kubectl / get lease cp-1 --namespace=kube-node-lease \
+  -o jsonpath='{.spec.holderIdentity} {.spec.renewTime}' > "$E2E_OUT/node-lease.txt" 2>&1
 # the kubelet's own credentials, accepted by the real apiserver as system:node:cp-1
 kubectl --kubeconfig /var/lib/kubeadm/kubelet.conf --request-timeout=60s get node cp-1 \
   -o name > "$E2E_OUT/kubelet-get-node.txt" 2>&1

@@ -7,11 +7,15 @@
 //! under kubelet-sim, as in scenario a) and the REAL kubelet v1.20.2 (containerd CRI + runc, an
 //! empty static-pod folder of its own) starts with the renewed `kubelet.conf` and registers its
 //! Node with the real apiserver (`--authorization-mode=Node,RBAC`, NodeRestriction): asserted,
-//! the Node's Ready condition has a heartbeat at or after the jumped boot time (read with
-//! admin.conf), `kubectl --kubeconfig kubelet.conf get node cp-1` works (the kubelet's own
-//! credentials, system:node:cp-1), the old expired pair is refused. The lab's etcd is empty at
-//! boot, so the kubelet creates its Node object rather than updating an old one.
-//! The VM gets 2 vCPUs and 2.5 GiB (1 boot, ~4 min under TCG; figures in ARCHITECTURE.md).
+//! read with the renewed admin.conf, the Node's Ready condition is True with a heartbeat at or
+//! after the jumped boot time and its Lease in kube-node-lease renewed after it;
+//! `kubectl --kubeconfig kubelet.conf get node cp-1` works (the kubelet's own credentials,
+//! system:node:cp-1, through the Node authorizer: no RBAC binding grants system:nodes), the
+//! old expired pair gets `Unauthorized`; the kubelet made itself a new serving pair. The lab's
+//! etcd is empty at boot, so the kubelet creates its Node object rather than updating an old
+//! one. Ready needs containerd to report the runtime network ready: a CNI network list with
+//! only `loopback` is written (no pod here uses pod networking; `node_containerd_cri`).
+//! The VM gets 2 vCPUs and 2.5 GiB (1 boot, ~3–4 min under TCG; figures in ARCHITECTURE.md).
 //! Guest side: `qemu-tests/scenarios/days-off-400.sh`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -153,6 +157,36 @@ fn node_off_for_400_days_heals_itself_at_boot() {
         b.failure(&format!(
             "stale heartbeat {heartbeat} (boot at {booted_at})"
         ))
+    );
+    assert_eq!(
+        (ready["status"].as_str(), ready["reason"].as_str()),
+        (Some("True"), Some("KubeletReady")),
+        "{}",
+        b.failure(&format!("Ready condition: {ready}"))
+    );
+    let kubelet_log = b.read_out("kubelet.log").unwrap();
+    assert!(
+        kubelet_log.contains("Successfully registered node cp-1"),
+        "{}",
+        b.failure("the real kubelet did not register cp-1")
+    );
+    // The kubelet's other heartbeat, its Lease in kube-node-lease (RFC 3339 with microseconds:
+    // the first 19 characters compare as above).
+    let lease = b.read_out("node-lease.txt").unwrap();
+    let renew = lease.trim().strip_prefix("cp-1 ").unwrap_or_default();
+    assert!(
+        renew.len() > 19 && renew[..19] >= booted_at[..19],
+        "{}",
+        b.failure(&format!("node lease {lease:?}, boot at {booted_at}"))
+    );
+    // The kubelet made itself a new self-signed serving pair (certrotor removed the expired
+    // one), valid at the guest's clock.
+    let serving = cert(&check, "kubelet-serving");
+    assert_eq!(
+        serving["status"],
+        "ok",
+        "{}",
+        b.failure(&format!("kubelet-serving: {serving}"))
     );
     // The kubelet's own credentials, accepted by the real apiserver (Node authorizer); the old
     // expired pair refused.
