@@ -30,6 +30,12 @@ heartbeat() {
   node_get -o jsonpath='{.status.conditions[?(@.type=="Ready")].lastHeartbeatTime}' \
     > /var/tmp/hb 2> /dev/null && [ -s /var/tmp/hb ]
 }
+# lease   the kubelet's Lease (holder and renew time) -> $E2E_OUT/node-lease.txt, once it has one
+lease() {
+  node_kubectl / get lease cp-1 --namespace=kube-node-lease \
+    -o jsonpath='{.spec.holderIdentity} {.spec.renewTime}' > "$E2E_OUT/node-lease.txt" 2>&1 &&
+    grep -q '^cp-1 2' "$E2E_OUT/node-lease.txt"
+}
 # kubeconfig_with PEM OUT   kubelet.conf with its client pair at PEM
 kubeconfig_with() { sed "s|/var/lib/kubelet/pki/kubelet-client-current.pem|$1|" \
   /var/lib/kubeadm/kubelet.conf > "$2"; }
@@ -71,8 +77,7 @@ node_real_kubelet /var/lib/kubelet/static-pods --kubeconfig=/var/lib/kubeadm/kub
 e2e_check "real kubelet: Node cp-1 with a Ready heartbeat (admin.conf)" e2e_wait_for 240 heartbeat
 e2e_save kubelet-heartbeat-s "$(el "$t")"
 node_get -o json > "$E2E_OUT/node.json" 2> "$E2E_OUT/node.err"
-node_kubectl / get lease cp-1 --namespace=kube-node-lease \
-  -o jsonpath='{.spec.holderIdentity} {.spec.renewTime}' > "$E2E_OUT/node-lease.txt" 2>&1
+e2e_check "real kubelet: its Lease in kube-node-lease" e2e_wait_for 120 lease
 # the kubelet's own credentials, accepted by the real apiserver as system:node:cp-1
 kubectl --kubeconfig /var/lib/kubeadm/kubelet.conf --request-timeout=60s get node cp-1 \
   -o name > "$E2E_OUT/kubelet-get-node.txt" 2>&1
