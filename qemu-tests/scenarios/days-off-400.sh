@@ -26,9 +26,11 @@ days_off() {
 }
 # node_get ARGS...   kubectl get node cp-1 with the renewed admin.conf
 node_get() { node_kubectl / get node cp-1 "$@"; }
-heartbeat() {
-  node_get -o jsonpath='{.status.conditions[?(@.type=="Ready")].lastHeartbeatTime}' \
-    > /var/tmp/hb 2> /dev/null && [ -s /var/tmp/hb ]
+# ready   the Node's Ready condition is True (with a heartbeat); the kubelet reports False at
+# first ("CSINode is not yet initialized") and True a few seconds later
+ready() {
+  node_get -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' \
+    > /var/tmp/ready 2> /dev/null && [ "$(cat /var/tmp/ready)" = True ]
 }
 # lease   the kubelet's Lease (holder and renew time) -> $E2E_OUT/node-lease.txt, once it has one
 lease() {
@@ -74,7 +76,7 @@ e2e_save containerd-cri-s "$(el "$t")"
 t=$(e2e_uptime)
 node_real_kubelet /var/lib/kubelet/static-pods --kubeconfig=/var/lib/kubeadm/kubelet.conf \
   --hostname-override=cp-1
-e2e_check "real kubelet: Node cp-1 with a Ready heartbeat (admin.conf)" e2e_wait_for 240 heartbeat
+e2e_check "real kubelet: Node cp-1 Ready (admin.conf)" e2e_wait_for 240 ready
 e2e_save kubelet-heartbeat-s "$(el "$t")"
 node_get -o json > "$E2E_OUT/node.json" 2> "$E2E_OUT/node.err"
 e2e_check "real kubelet: its Lease in kube-node-lease" e2e_wait_for 120 lease

@@ -224,7 +224,7 @@ fn node_off_for_400_days_heals_itself_at_boot() {
         ));
     }
     f.line(format!(
-        "containerd with CRI {}s; real kubelet start to the Node's Ready heartbeat {}s (Ready {} {})",
+        "containerd with CRI {}s; real kubelet start to its Node Ready (True) {}s (Ready {} {})",
         b.read_out("containerd-cri-s").unwrap_or_default(),
         b.read_out("kubelet-heartbeat-s").unwrap_or_default(),
         ready["status"].as_str().unwrap_or("?"),
