@@ -6,9 +6,9 @@
 # kubeconfigs and the kubelet's client certificate (and removes its expired self-signed serving
 # pair) before any kubelet starts. Then the REAL control plane (kube-apiserver with the start-up
 # cuts of node_fast_apiserver, controller-manager, scheduler v1.20.2 and Debian's etcd, static
-# pods under kubelet-sim) comes up on the renewed files while the REAL kubelet v1.20.2
-# (containerd CRI, an empty static-pod folder of its own), started at the same time with the
-# renewed kubelet.conf, registers its Node object cp-1 with the real apiserver (Node authorizer, NodeRestriction).
+# pods under kubelet-sim) comes up on the renewed files, and the REAL kubelet v1.20.2
+# (containerd CRI, an empty static-pod folder of its own) starts with the renewed kubelet.conf
+# and registers its Node object cp-1 with the real apiserver (Node authorizer, NodeRestriction).
 # Saved: the Node as admin.conf reads it once its Ready condition has a heartbeat, the same Node
 # read with the kubelet's own kubelet.conf, and kubectl's answer to the old (expired) client
 # pair. No human step.
@@ -62,24 +62,22 @@ ls "$KPKI" > "$E2E_OUT/kubelet-pki.txt"
 openssl x509 -in "$KPKI/kubelet-client-current.pem" -noout -subject -nameopt compat \
   > "$E2E_OUT/kubelet-subject.txt" 2>&1
 
-# containerd with its CRI plugin, then both kubelets at once, as a node boots: kubelet-sim with
-# the real control plane's static pods on the renewed files, the real kubelet with the renewed
-# kubelet.conf (it retries its registration until the apiserver answers)
+# the real control plane on the renewed files
+node_kubelet / node
+e2e_check "real control plane healthy" node_wait_healthy / 0 300
+e2e_check "real kube-apiserver: $(/usr/lib/k8s/kube-apiserver --version)" true
+e2e_check "cluster-admins bound (kubeadm init)" node_grant_admins /
+
+# the real kubelet with the renewed kubelet.conf
 NODE_CNI_CONF=1
 t=$(e2e_uptime)
 e2e_check "containerd with CRI up" node_containerd_cri
 e2e_save containerd-cri-s "$(el "$t")"
 t=$(e2e_uptime)
-node_kubelet / node
 node_real_kubelet /var/lib/kubelet/static-pods --kubeconfig=/var/lib/kubeadm/kubelet.conf \
   --hostname-override=cp-1
-e2e_check "real control plane healthy" node_wait_healthy / 0 300
-t_cp=$(e2e_uptime)
-e2e_check "real kube-apiserver: $(/usr/lib/k8s/kube-apiserver --version)" true
-e2e_check "cluster-admins bound (kubeadm init)" node_grant_admins /
 e2e_check "real kubelet: Node cp-1 Ready (admin.conf)" e2e_wait_for 240 ready
 e2e_save kubelet-heartbeat-s "$(el "$t")"
-e2e_save cp-to-ready-s "$(el "$t_cp")"
 node_get -o json > "$E2E_OUT/node.json" 2> "$E2E_OUT/node.err"
 e2e_check "real kubelet: its Lease in kube-node-lease" e2e_wait_for 120 lease
 # the kubelet's own credentials, accepted by the real apiserver as system:node:cp-1
