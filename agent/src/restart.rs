@@ -809,6 +809,28 @@ pub struct RestartedPod {
     pub reason: String,
 }
 
+/// Why a consumer pod's restart failed, and whether it stays owed to the next pass.
+#[derive(Debug)]
+pub struct PodRestartError {
+    pub error: RestartError,
+    /// The pod was (or may have been) stopped, started or found unhealthy: the next pass tries
+    /// again. False when nothing was touched (the pod is gone, or has no health to verify a
+    /// restart by: the error says to restart it by hand, and retrying could not do better).
+    pub owed: bool,
+}
+
+impl fmt::Display for PodRestartError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl std::error::Error for PodRestartError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
 /// Restarts the static pod of `consumer` (see [`crate::manifests::other_consumers`]) and
 /// verifies it by its HTTPS liveness or readiness probe (its health, from its manifest). A pod
 /// without such a probe is not restarted: nothing could prove that the kubelet stopped it and
@@ -818,23 +840,38 @@ pub fn restart_pod(
     platform: &Platform,
     consumer: &crate::manifests::Consumer,
     opts: &RestartOptions,
-) -> Result<RestartedPod, RestartError> {
+) -> Result<RestartedPod, PodRestartError> {
+    let refused = |error| PodRestartError { error, owed: false };
     let pod = &consumer.pod;
-    let found = pods(platform)?;
+    // Listing the pods failed: nothing touched, but the restart is still due.
+    let found = pods(platform).map_err(|error| PodRestartError { error, owed: true })?;
     let info = found
         .iter()
         .find(|(p, _)| p == pod)
         .map(|(_, i)| i)
-        .ok_or_else(|| fail(None, format!("static pod '{pod}' is gone")))?;
+        .ok_or_else(|| refused(fail(None, format!("static pod '{pod}' is gone"))))?;
     let (address, path) = info.health.clone().ok_or_else(|| {
-        fail(
+        refused(fail(
             None,
             format!(
                 "static pod '{pod}' has no HTTPS liveness or readiness probe to verify a restart \
                  by; restart it yourself"
             ),
-        )
+        ))
     })?;
+    restart_pod_with_health(root, platform, consumer, opts, address, path)
+        .map_err(|error| PodRestartError { error, owed: true })
+}
+
+fn restart_pod_with_health(
+    root: &Path,
+    platform: &Platform,
+    consumer: &crate::manifests::Consumer,
+    opts: &RestartOptions,
+    address: std::net::SocketAddr,
+    path: String,
+) -> Result<RestartedPod, RestartError> {
+    let pod = &consumer.pod;
     // Its own serving certificate is not certrotor's: any is accepted, health is what counts.
     let probe = Probe {
         address,
