@@ -650,6 +650,36 @@ fn wait_stopped(
         .map_err(|e| fail(Some(target.component), e.0))
 }
 
+/// After the port closed: waits (within what is left of the restart timeout) until the process
+/// that listened has exited, so that the kubelet has finished with the old pod before it gets
+/// it back (see [`crate::procfs`]). A process still running then is logged, not an error: the
+/// pod is given back all the same, and verification decides.
+fn wait_exited(
+    what: &str,
+    listener: Option<crate::procfs::Listener>,
+    t0: Instant,
+    opts: &RestartOptions,
+) {
+    let Some(l) = listener else {
+        return;
+    };
+    let closed = Instant::now();
+    let left = opts.timeout.saturating_sub(t0.elapsed());
+    if l.wait_exited(left, opts.poll) {
+        log::info!(
+            "{what}: process {} exited {} ms after its port closed",
+            l.pid,
+            closed.elapsed().as_millis()
+        );
+    } else {
+        log::warn!(
+            "{what}: process {} still runs {} s after its port closed; starting it again anyway",
+            l.pid,
+            closed.elapsed().as_secs()
+        );
+    }
+}
+
 /// The SHA-256 of the certificate in `rel` now.
 fn file_sha256(root: &Path, rel: &str) -> Result<String, String> {
     let bytes = read_file(root, rel)?;
@@ -758,8 +788,10 @@ fn restart_one(
         target.reason
     );
     let t0 = Instant::now();
+    let listener = crate::procfs::listener(target.probe.address.port());
     stop(root, platform, &target.pod, c)?;
-    let stopped = wait_stopped(root, platform, target, opts);
+    let stopped = wait_stopped(root, platform, target, opts)
+        .map(|()| wait_exited(target.component.name(), listener, t0, opts));
     // Start again whatever happened: a pod must never be left stopped.
     let started = start(root, platform, &target.pod, c);
     stopped?;
@@ -887,8 +919,10 @@ fn restart_pod_with_health(
         consumer.reason
     );
     let t0 = Instant::now();
+    let listener = crate::procfs::listener(address.port());
     stop(root, platform, pod, None)?;
     let stopped = verify::wait_closed(address, opts.timeout, opts.poll)
+        .map(|()| wait_exited(&format!("static pod '{pod}'"), listener, t0, opts))
         .map_err(|e| fail(None, format!("static pod '{pod}': {}", e.0)));
     let started = start(root, platform, pod, None);
     stopped?;

@@ -111,6 +111,18 @@ fn happy_flow(test: &str, platform: Platform, always: bool) {
     let reloaded: &[&str] = if always { &[] } else { &PODS[..1] };
     assert_eq!(names(&report["reloaded"]), reloaded, "{out}");
     assert!(report["rolled_back"].is_null(), "{out}");
+    // Each stopped component's process (the one that listened) exited before its pod was given
+    // back: the real kubelet v1.20.2 otherwise reuses the sandbox it is tearing down.
+    for pod in restarted_pods {
+        assert!(
+            out.stderr
+                .lines()
+                .any(|l| l.contains(&format!("{pod}: process "))
+                    && l.contains("exited")
+                    && l.contains("after its port closed")),
+            "{pod}: no wait for its process to exit\n{out}"
+        );
+    }
 
     // Every served certificate is the new file, which differs from the old one.
     let new = files_now(&node);
