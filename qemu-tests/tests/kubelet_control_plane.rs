@@ -151,5 +151,13 @@ fn real_kubelet_runs_the_control_plane_certrotor_restarts_through_it() {
         &report,
         None,
     );
+    // What the real kubelet said of the pods certrotor gave back (ARCHITECTURE.md, "Doubles
+    // that remain"): starts into a sandbox being torn down, and crash back-offs.
+    let kubelet = b.read_out("node-kubelet.log").unwrap_or_default();
+    f.line(format!(
+        "kubelet: {} container starts into a dying sandbox (ttrpc: closed), {} crash back-off lines",
+        kubelet.matches("ttrpc: closed").count(),
+        kubelet.matches("CrashLoopBackOff").count()
+    ));
     f.finish(&sc, t0);
 }
