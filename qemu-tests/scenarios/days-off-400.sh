@@ -71,11 +71,11 @@ e2e_check "cluster-admins bound (kubeadm init)" node_grant_admins /
 # the real kubelet with the renewed kubelet.conf
 NODE_CNI_CONF=1
 t=$(e2e_uptime)
-e2e_check "containerd with CRI up" node_containerd_cri
+e2e_check "containerd with its CRI plugin, pause imported" node_cri_containerd
 e2e_save containerd-cri-s "$(el "$t")"
 t=$(e2e_uptime)
-node_real_kubelet /var/lib/kubelet/static-pods --kubeconfig=/var/lib/kubeadm/kubelet.conf \
-  --hostname-override=cp-1
+NODE_KUBELET_PODS=/var/lib/kubelet/static-pods
+node_real_kubelet / real --kubeconfig=/var/lib/kubeadm/kubelet.conf
 e2e_check "real kubelet: Node cp-1 Ready (admin.conf)" e2e_wait_for 240 ready
 e2e_save kubelet-heartbeat-s "$(el "$t")"
 node_get -o json > "$E2E_OUT/node.json" 2> "$E2E_OUT/node.err"

@@ -243,13 +243,14 @@ node_readyz_start() {
 }
 node_readyz_stop() { kill "$NODE_READYZ_PID" 2> /dev/null; wait "$NODE_READYZ_PID" 2> /dev/null; true; }
 
-# ---- the real kubelet v1.20.2 with containerd's CRI plugin and runc -----------------------
-# node_containerd_cri   restarts containerd as Bottlerocket's kubelet-facing one: the CRI plugin
-# on (the image's config turns it off for the host-container containerd). With
-# NODE_CNI_CONF=1 it also writes a CNI network list with no plugin binaries behind it: enough
-# for containerd to report the runtime network ready (and so the node Ready) when every pod
-# uses the host's network, as the control-plane static pods do.
-node_containerd_cri() {
+# ---- the real kubelet (qemu-tests/tests/kubelet_control_plane.rs) ----------------------------
+# node_cri_containerd   restarts containerd as Bottlerocket's kubelet-facing one (its CRI plugin
+# on; the image's config turns it off for host containers), same socket and root, and imports
+# the sandbox image (the real pause, $E2E_SHARE/pause.tar) into k8s.io. With NODE_CNI_CONF=1 it
+# also writes a CNI network list with no plugin binaries behind it (qemu-tests/tests/
+# days_off_400.rs): enough for containerd to report the runtime network ready, and so the Node
+# Ready, when every pod uses the host's network, as the control-plane static pods do.
+node_cri_containerd() {
   cat > /etc/containerd/cri.toml << 'TOML'
 version = 2
 root = "/var/lib/containerd"
@@ -272,22 +273,38 @@ TOML
   for _p in $(pidof containerd); do kill "$_p"; done
   e2e_wait_for 30 sh -c '! pidof containerd' || return 1
   containerd --config /etc/containerd/cri.toml > "$E2E_OUT/containerd-cri.log" 2>&1 &
-  e2e_wait_for 60 ctr version
+  e2e_wait_for 60 ctr version || return 1
+  ctr -n k8s.io images import "$E2E_SHARE/pause.tar" > /dev/null
 }
-
-# node_real_kubelet MANIFESTS [FLAG...]   starts the real kubelet (/usr/lib/k8s/kubelet) on
-# containerd's CRI with MANIFESTS as its static-pod folder, cgroupfs, no QoS cgroups or
-# iptables (the VM has neither), root /var/lib/kubelet (its cert dir /var/lib/kubelet/pki);
-# the FLAGs after (e.g. --kubeconfig, --hostname-override). Log: $E2E_OUT/kubelet.log; pid in
-# NODE_KUBELET_PID.
+# node_cp_images   imports the control-plane images ($E2E_SHARE/cp-images/*.tar: the real
+# binaries packed without docker, named as ROOT's manifests name them) into k8s.io
+node_cp_images() {
+  for _t in "$E2E_SHARE"/cp-images/*.tar; do
+    ctr -n k8s.io images import "$_t" > /dev/null || return 1
+  done
+}
+# node_real_kubelet ROOT NAME [FLAG...]   starts the real kubelet v1.20.2 with containerd's CRI
+# and runc on ROOT's static-pod folder (where the Bottlerocket API renders; NODE_KUBELET_PODS
+# overrides it), node name cp-1, standalone (no apiserver) unless a FLAG gives --kubeconfig
 node_real_kubelet() {
-  _sp=$1; shift
-  mkdir -p "$_sp"
+  _root=$1 _name=$2; shift 2
+  _pods=${NODE_KUBELET_PODS:-$_root/etc/kubernetes/static-pods}
+  mkdir -p "$_pods"
   /usr/lib/k8s/kubelet --container-runtime=remote \
     --container-runtime-endpoint=unix:///run/containerd/containerd.sock \
-    --pod-manifest-path="$_sp" --cgroup-driver=cgroupfs \
+    --pod-manifest-path="$_pods" --cgroup-driver=cgroupfs \
     --fail-swap-on=false --cgroups-per-qos=false --enforce-node-allocatable= \
     --make-iptables-util-chains=false --root-dir=/var/lib/kubelet \
-    --pod-infra-container-image=k8s.gcr.io/pause:3.2 --v=2 "$@" > "$E2E_OUT/kubelet.log" 2>&1 &
+    --pod-infra-container-image=k8s.gcr.io/pause:3.2 --hostname-override=cp-1 \
+    --v=2 "$@" > "$E2E_OUT/$_name-kubelet.log" 2>&1 &
   NODE_KUBELET_PID=$!
+  e2e_save "$_name-kubelet-started-ms" "$(node_now_ms)"
+}
+# node_pids NAME   "<component> <pid> <parent's comm>" per component -> $E2E_OUT/NAME
+node_pids() {
+  for _c in etcd kube-apiserver kube-controller-manager kube-scheduler; do
+    _pid=$(pidof "$_c" | cut -d' ' -f1)
+    _pp=$(awk '/^PPid:/ {print $2}' "/proc/${_pid:-0}/status" 2> /dev/null)
+    echo "$_c ${_pid:-none} $(cat "/proc/${_pp:-0}/comm" 2> /dev/null || echo none)"
+  done > "$E2E_OUT/$1"
 }

@@ -23,12 +23,22 @@ mod common;
 
 use common::*;
 use qemu_tests::BootOptions;
+use qemu_tests::artifacts::{k8s_pause, oci_image};
 use std::time::Duration;
 
 #[test]
 fn node_off_for_400_days_heals_itself_at_boot() {
     let (mut sc, t0) = scenario("days-off-400", include_str!("../scenarios/days-off-400.sh"));
     sc.artifacts().bins.require_k8s().unwrap();
+    // the kubelet's sandbox image, imported with containerd's CRI (no pod of the real kubelet
+    // needs it here: its static-pod folder is empty)
+    oci_image(
+        &k8s_pause().unwrap(),
+        "/pause",
+        "k8s.gcr.io/pause:3.2",
+        &sc.share_dir().join("pause.tar"),
+    )
+    .unwrap();
     let b = sc
         .boot(&BootOptions {
             timeout: Duration::from_secs(720),
@@ -164,7 +174,7 @@ fn node_off_for_400_days_heals_itself_at_boot() {
         "{}",
         b.failure(&format!("Ready condition: {ready}"))
     );
-    let kubelet_log = b.read_out("kubelet.log").unwrap();
+    let kubelet_log = b.read_out("real-kubelet.log").unwrap();
     assert!(
         kubelet_log.contains("Successfully registered node cp-1"),
         "{}",

@@ -417,3 +417,36 @@ pub fn renew_expiring_node_boot(
 
     (b, report, before)
 }
+
+/// Through the real apiserver with the renewed admin.conf (scenario a's script): kubectl v1.20.2
+/// lists the namespaces and reads back the ConfigMap written before the renewal.
+pub fn assert_kubectl_after(b: &Boot, sc: &Scenario) {
+    let namespaces = b.read_out("namespaces.txt").unwrap();
+    for ns in ["namespace/default", "namespace/kube-system"] {
+        assert!(
+            namespaces.lines().any(|l| l == ns),
+            "{}",
+            b.failure(&format!(
+                "kubectl get namespaces: no {ns} in:\n{namespaces}"
+            ))
+        );
+    }
+    let token = std::fs::read_to_string(sc.share_dir().join("token")).unwrap();
+    assert_eq!(
+        b.read_out("configmap.txt").unwrap(),
+        token,
+        "{}",
+        b.failure("the ConfigMap written before the renewal, read back after it")
+    );
+}
+
+/// Scenario a's script (`renew-expiring.sh`) on the real control plane (`real-cp`: the real
+/// kube-apiserver, controller-manager and scheduler v1.20.2) in the default `--restart live`.
+pub fn real_cp_scenario(name: &str) -> (Scenario, Instant) {
+    let (sc, t0) = scenario(name, include_str!("../../scenarios/renew-expiring.sh"));
+    sc.artifacts().bins.require_k8s().unwrap();
+    sc.write_share("real-cp", b"yes\n").unwrap();
+    // The default `--restart live`, end to end (issue 11).
+    sc.write_share("restart-mode", b"live").unwrap();
+    (sc, t0)
+}
