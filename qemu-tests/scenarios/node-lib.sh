@@ -221,9 +221,10 @@ node_kubectl() {
 }
 # node_grant_admins ROOT   what `kubeadm init` v1.29+ (the lab's layout) does once the apiserver
 # is up: bind admin.conf's group kubeadm:cluster-admins to cluster-admin, with super-admin.conf
+# (NODE_SUPER_ADMIN: where it was moved aside)
 # (system:masters)
 node_grant_admins() {
-  _sa=$1/var/lib/kubeadm/super-admin.conf
+  _sa=${NODE_SUPER_ADMIN:-$1/var/lib/kubeadm/super-admin.conf}
   [ -f "$_sa" ] || return 0
   kubectl --kubeconfig "$_sa" --request-timeout=60s get clusterrolebinding \
     kubeadm:cluster-admins > /dev/null 2>&1 && return 0

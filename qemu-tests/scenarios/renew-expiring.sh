@@ -35,7 +35,10 @@ if [ -f "$E2E_SHARE/kubeadm.oci.tar" ]; then
   # super-admin.conf (kubeadm 1.29)
   NODE_KEY_ALG=rsa-2048
   e2e_check "lab node (RSA, expires in 2d)" node_lab / --expires-in 2d
-  rm -f /var/lib/kubeadm/super-admin.conf
+  # (kept aside: with the real control plane, it binds admin.conf's group once, as kubeadm
+  # init does; kubeadm v1.20.2's admin.conf would be system:masters itself)
+  mv /var/lib/kubeadm/super-admin.conf /var/tmp/super-admin.conf
+  NODE_SUPER_ADMIN=/var/tmp/super-admin.conf
 else
   e2e_check "lab node (expires in 2d)" node_lab / --expires-in 2d
 fi
