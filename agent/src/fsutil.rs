@@ -289,7 +289,7 @@ fn read_beneath(root: &Path, rel: &str, limit: u64) -> Option<Result<ReadWithMod
             .flags(flags | OFlag::O_CLOEXEC)
             .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS)
     };
-    let path_fd = match openat2(&dir, rel_path, how(OFlag::O_PATH)) {
+    let path_fd = match openat2(dir, rel_path, how(OFlag::O_PATH)) {
         Ok(fd) => fd,
         Err(Errno::ENOENT) => return Some(Ok(None)),
         Err(_) => return None,
@@ -298,7 +298,7 @@ fn read_beneath(root: &Path, rel: &str, limit: u64) -> Option<Result<ReadWithMod
         Ok(meta) => meta,
         Err(e) => return Some(Err(e)),
     };
-    let file = File::from(openat2(&dir, rel_path, how(OFlag::O_RDONLY | OFlag::O_NOCTTY)).ok()?);
+    let file = File::from(openat2(dir, rel_path, how(OFlag::O_RDONLY | OFlag::O_NOCTTY)).ok()?);
     let mode = meta.permissions().mode() & 0o7777;
     Some(read_bounded(file, rel, limit, meta.len()).map(|bytes| Some((bytes, mode))))
 }
