@@ -91,7 +91,7 @@ def main():
                 tar_add(tf, dest, data=fh.read(), mode=0o755)
     layer_tar = raw.getvalue()
     gz = io.BytesIO()
-    with gzip.GzipFile(fileobj=gz, mode="wb", mtime=0, compresslevel=6) as g:
+    with gzip.GzipFile(fileobj=gz, mode="wb", mtime=0, compresslevel=1) as g:
         g.write(layer_tar)
     layer_gz = gz.getvalue()
 

@@ -30,6 +30,7 @@ pub mod ops;
 pub mod outcome;
 pub mod par;
 pub mod pki;
+pub mod procfs;
 pub mod reload;
 pub mod renew;
 pub mod report;

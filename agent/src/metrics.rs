@@ -721,6 +721,7 @@ mod tests {
                 reason: "test".into(),
             }],
             pod_errors: Vec::new(),
+            owed_pods: Vec::new(),
             rolled_back: None,
             cluster: None,
             import: None,

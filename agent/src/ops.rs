@@ -300,6 +300,9 @@ pub struct RunReport {
     pub restarted_pods: Vec<restart::RestartedPod>,
     /// Those that could not be restarted or did not come back healthy: a person must look.
     pub pod_errors: Vec<String>,
+    /// Of those, the pods that stay owed to the next pass (`pending-restarts.json`): their
+    /// restart was attempted and failed, so the next pass restarts them again.
+    pub owed_pods: Vec<String>,
     /// Set when verification failed and the backup was restored.
     pub rolled_back: Option<RolledBack>,
     /// Cluster mode: the lock, the gates and what was waited for.
@@ -502,6 +505,7 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, OpsError> {
         other_consumers,
         restarted_pods: vec![],
         pod_errors: vec![],
+        owed_pods: vec![],
         restarted: vec![],
         rolled_back: None,
         cluster: cluster_report,
@@ -582,6 +586,9 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, OpsError> {
                 Ok(r) => report.restarted_pods.push(r),
                 Err(e) => {
                     log::error!("{e}");
+                    if e.owed {
+                        report.owed_pods.push(c.pod.clone());
+                    }
                     report.pod_errors.push(e.to_string());
                 }
             }
@@ -590,10 +597,25 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, OpsError> {
     if let (Some(g), Some(c)) = (&_cluster_lock, report.cluster.as_mut()) {
         c.lock_lost = g.lost();
     }
-    // Done, or rolled back to a consistent state: nothing is owed any more. A failed rollback
-    // keeps the record, so that the next pass tries again.
+    // Done, or rolled back to a consistent state: nothing is owed any more, but for the pods
+    // whose restart failed (stopped, started or unhealthy): the next pass restarts them again.
+    // A failed rollback keeps the whole record, so that the next pass tries again.
     if rolled_back.as_ref().is_none_or(|r| r.error.is_none()) {
-        clear_pending(root);
+        if report.owed_pods.is_empty() {
+            clear_pending(root);
+        } else {
+            let still = Pending {
+                version: 0,
+                components: vec![],
+                pods: report.owed_pods.clone(),
+                backup_id: None,
+            };
+            if let Err(e) = write_pending(root, &still) {
+                // The pods are still reported (and the pass fails): a person must look.
+                log::error!("{e}");
+                report.pod_errors.push(e.to_string());
+            }
+        }
     }
     report.restarted = restarted;
     report.rolled_back = rolled_back;

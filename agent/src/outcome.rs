@@ -65,9 +65,9 @@ pub fn for_rollback(rolled_back: Option<&RolledBack>) -> u8 {
     }
 }
 
-/// `run`: as [`for_rollback`]; else 2 when the pair published through etcd was refused, 4
-/// when cluster mode put the restarts off to the next pass; an installed published pair counts
-/// as its own rollback.
+/// `run`: as [`for_rollback`]; else 2 when the pair published through etcd was refused or a
+/// static pod that mounts a renewed file could not be restarted, 4 when cluster mode put the
+/// restarts off to the next pass; an installed published pair counts as its own rollback.
 pub fn for_run(r: &crate::ops::RunReport) -> u8 {
     let import = r
         .import
@@ -78,6 +78,7 @@ pub fn for_run(r: &crate::ops::RunReport) -> u8 {
         None if import != EXIT_OK => import,
         None if cluster.is_some_and(|c| c.pair_error.is_some()) => EXIT_FAILED,
         None if cluster.is_some_and(|c| c.deferred) => EXIT_LOCKED,
+        None if !r.pod_errors.is_empty() => EXIT_FAILED,
         rolled_back => for_rollback(rolled_back.as_ref()),
     }
 }

@@ -231,6 +231,12 @@ pub fn run_table(r: &RunReport) -> String {
     for e in &r.pod_errors {
         out.push_str(&format!("NOT RESTARTED: {e}\n"));
     }
+    if !r.owed_pods.is_empty() {
+        out.push_str(&format!(
+            "Owed to the next pass, which restarts them again: {}\n",
+            r.owed_pods.join(", ")
+        ));
+    }
     if let Some(i) = &r.import {
         out.push_str(&format!(
             "Installed the apiserver-etcd-client pair published through etcd ({} files, backup {}); kube-apiserver: {}\n",

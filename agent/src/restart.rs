@@ -650,6 +650,36 @@ fn wait_stopped(
         .map_err(|e| fail(Some(target.component), e.0))
 }
 
+/// After the port closed: waits (within what is left of the restart timeout) until the process
+/// that listened has exited, so that the kubelet has finished with the old pod before it gets
+/// it back (see [`crate::procfs`]). A process still running then is logged, not an error: the
+/// pod is given back all the same, and verification decides.
+fn wait_exited(
+    what: &str,
+    listener: Option<crate::procfs::Listener>,
+    t0: Instant,
+    opts: &RestartOptions,
+) {
+    let Some(l) = listener else {
+        return;
+    };
+    let closed = Instant::now();
+    let left = opts.timeout.saturating_sub(t0.elapsed());
+    if l.wait_exited(left, opts.poll) {
+        log::info!(
+            "{what}: process {} exited {} ms after its port closed",
+            l.pid,
+            closed.elapsed().as_millis()
+        );
+    } else {
+        log::warn!(
+            "{what}: process {} still runs {} s after its port closed; starting it again anyway",
+            l.pid,
+            closed.elapsed().as_secs()
+        );
+    }
+}
+
 /// The SHA-256 of the certificate in `rel` now.
 fn file_sha256(root: &Path, rel: &str) -> Result<String, String> {
     let bytes = read_file(root, rel)?;
@@ -758,8 +788,10 @@ fn restart_one(
         target.reason
     );
     let t0 = Instant::now();
+    let listener = crate::procfs::listener(target.probe.address.port());
     stop(root, platform, &target.pod, c)?;
-    let stopped = wait_stopped(root, platform, target, opts);
+    let stopped = wait_stopped(root, platform, target, opts)
+        .map(|()| wait_exited(target.component.name(), listener, t0, opts));
     // Start again whatever happened: a pod must never be left stopped.
     let started = start(root, platform, &target.pod, c);
     stopped?;
@@ -809,6 +841,28 @@ pub struct RestartedPod {
     pub reason: String,
 }
 
+/// Why a consumer pod's restart failed, and whether it stays owed to the next pass.
+#[derive(Debug)]
+pub struct PodRestartError {
+    pub error: RestartError,
+    /// The pod was (or may have been) stopped, started or found unhealthy: the next pass tries
+    /// again. False when nothing was touched (the pod is gone, or has no health to verify a
+    /// restart by: the error says to restart it by hand, and retrying could not do better).
+    pub owed: bool,
+}
+
+impl fmt::Display for PodRestartError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl std::error::Error for PodRestartError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
 /// Restarts the static pod of `consumer` (see [`crate::manifests::other_consumers`]) and
 /// verifies it by its HTTPS liveness or readiness probe (its health, from its manifest). A pod
 /// without such a probe is not restarted: nothing could prove that the kubelet stopped it and
@@ -818,23 +872,38 @@ pub fn restart_pod(
     platform: &Platform,
     consumer: &crate::manifests::Consumer,
     opts: &RestartOptions,
-) -> Result<RestartedPod, RestartError> {
+) -> Result<RestartedPod, PodRestartError> {
+    let refused = |error| PodRestartError { error, owed: false };
     let pod = &consumer.pod;
-    let found = pods(platform)?;
+    // Listing the pods failed: nothing touched, but the restart is still due.
+    let found = pods(platform).map_err(|error| PodRestartError { error, owed: true })?;
     let info = found
         .iter()
         .find(|(p, _)| p == pod)
         .map(|(_, i)| i)
-        .ok_or_else(|| fail(None, format!("static pod '{pod}' is gone")))?;
+        .ok_or_else(|| refused(fail(None, format!("static pod '{pod}' is gone"))))?;
     let (address, path) = info.health.clone().ok_or_else(|| {
-        fail(
+        refused(fail(
             None,
             format!(
                 "static pod '{pod}' has no HTTPS liveness or readiness probe to verify a restart \
                  by; restart it yourself"
             ),
-        )
+        ))
     })?;
+    restart_pod_with_health(root, platform, consumer, opts, address, path)
+        .map_err(|error| PodRestartError { error, owed: true })
+}
+
+fn restart_pod_with_health(
+    root: &Path,
+    platform: &Platform,
+    consumer: &crate::manifests::Consumer,
+    opts: &RestartOptions,
+    address: std::net::SocketAddr,
+    path: String,
+) -> Result<RestartedPod, RestartError> {
+    let pod = &consumer.pod;
     // Its own serving certificate is not certrotor's: any is accepted, health is what counts.
     let probe = Probe {
         address,
@@ -850,8 +919,10 @@ pub fn restart_pod(
         consumer.reason
     );
     let t0 = Instant::now();
+    let listener = crate::procfs::listener(address.port());
     stop(root, platform, pod, None)?;
     let stopped = verify::wait_closed(address, opts.timeout, opts.poll)
+        .map(|()| wait_exited(&format!("static pod '{pod}'"), listener, t0, opts))
         .map_err(|e| fail(None, format!("static pod '{pod}': {}", e.0)));
     let started = start(root, platform, pod, None);
     stopped?;

@@ -45,8 +45,10 @@ pub struct LastPass {
     pub new_not_after: Option<String>,
     pub backup_id: Option<String>,
     pub platform: Option<String>,
+    /// Components and static pods (by manifest name) restarted.
     pub restarted: Vec<String>,
-    /// Components the pass should have restarted but did not (owed to the next pass).
+    /// Components (and static pods such as kube-vip, by manifest name) the pass should have
+    /// restarted but did not (owed to the next pass).
     pub owed: Vec<String>,
     /// Why verification failed, when the pass rolled back.
     pub rollback_reason: Option<String>,
@@ -112,6 +114,7 @@ impl LastPass {
                     .restarted
                     .iter()
                     .map(|x| x.component.name().to_string())
+                    .chain(r.restarted_pods.iter().map(|x| x.pod.clone()))
                     .collect();
                 let cluster = r.cluster.as_ref();
                 p.result = match &r.rolled_back {
@@ -129,6 +132,9 @@ impl LastPass {
                 } else if let Some(c) = cluster {
                     p.error = c.pair_error.clone().or_else(|| c.error.clone());
                 }
+                if p.error.is_none() && !r.pod_errors.is_empty() {
+                    p.error = Some(r.pod_errors.join("; "));
+                }
                 if r.rolled_back.is_none() && r.platform != "none" {
                     p.owed = r
                         .components
@@ -137,6 +143,7 @@ impl LastPass {
                         // Reloaded live (reload.rs): served without a restart, not owed.
                         .filter(|c| !r.reloaded.iter().any(|x| x.component == **c))
                         .map(|c| c.name().to_string())
+                        .chain(r.owed_pods.iter().cloned())
                         .collect();
                 }
             }

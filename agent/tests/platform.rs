@@ -111,6 +111,18 @@ fn happy_flow(test: &str, platform: Platform, always: bool) {
     let reloaded: &[&str] = if always { &[] } else { &PODS[..1] };
     assert_eq!(names(&report["reloaded"]), reloaded, "{out}");
     assert!(report["rolled_back"].is_null(), "{out}");
+    // Each stopped component's process (the one that listened) exited before its pod was given
+    // back: the real kubelet v1.20.2 otherwise reuses the sandbox it is tearing down.
+    for pod in restarted_pods {
+        assert!(
+            out.stderr
+                .lines()
+                .any(|l| l.contains(&format!("{pod}: process "))
+                    && l.contains("exited")
+                    && l.contains("after its port closed")),
+            "{pod}: no wait for its process to exit\n{out}"
+        );
+    }
 
     // Every served certificate is the new file, which differs from the old one.
     let new = files_now(&node);
@@ -679,6 +691,88 @@ fn kubeadm_restarts_kube_vip_mounting_admin_conf() {
         assert!(after.running, "{after:?}");
         assert!(!pending.exists(), "{failpoint}: still owed\n{next}");
     }
+
+    // A kube-vip that does not come back healthy after its restart stays owed: the pass fails
+    // (exit 2) and says so, `status` lists it, and the next pass restarts it again and clears
+    // the record. Broken here by a command the kubelet cannot start.
+    let manifest = node.root.join("etc/kubernetes/manifests/kube-vip.yaml");
+    let good = std::fs::read_to_string(&manifest).unwrap();
+    let broken = good.replace(
+        "    - kube-vip\n",
+        "    - certrotor-test-no-such-kube-vip\n",
+    );
+    assert_ne!(
+        broken, good,
+        "the kube-vip command not found in its manifest"
+    );
+    std::fs::write(&manifest, &broken).unwrap();
+    wait_for(
+        "the broken kube-vip stopped",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || {
+            let s = read_state()?;
+            (!s.running && s.last_error.is_some())
+                .then_some(())
+                .ok_or(format!("{s:?}"))
+        },
+    );
+    let failed = node.run_once(
+        "kubeadm",
+        "3s",
+        &["--cert", "admin.conf", "--output", "json"],
+    );
+    failed.expect(2);
+    let r = failed.json();
+    assert_eq!(r["restarted_pods"], serde_json::json!([]), "{failed}");
+    assert_eq!(r["pod_errors"].as_array().unwrap().len(), 1, "{failed}");
+    assert!(
+        r["pod_errors"][0]
+            .as_str()
+            .unwrap()
+            .contains("kube-vip.yaml"),
+        "{failed}"
+    );
+    assert_eq!(
+        r["owed_pods"],
+        serde_json::json!(["kube-vip.yaml"]),
+        "{failed}"
+    );
+    let owed: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&pending).unwrap()).unwrap();
+    assert_eq!(owed["pods"], serde_json::json!(["kube-vip.yaml"]));
+    assert_eq!(owed["components"], serde_json::json!([]));
+    let status = node.certrotor(&[
+        "status",
+        "--root",
+        node.root.to_str().unwrap(),
+        "--cluster",
+        "off",
+        "--output",
+        "json",
+    ]);
+    let st: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
+    assert_eq!(st["last_pass"]["result"], "failed", "{status}");
+    assert_eq!(
+        st["last_pass"]["owed"],
+        serde_json::json!(["kube-vip.yaml"]),
+        "{status}"
+    );
+    assert_eq!(
+        st["owed_restarts"]["pods"],
+        serde_json::json!(["kube-vip.yaml"]),
+        "{status}"
+    );
+    // Mended: the next pass renews nothing and restarts kube-vip, healthy, and owes nothing.
+    std::fs::write(&manifest, &good).unwrap();
+    let next = node.run_once("kubeadm", "30s", &["--output", "json"]);
+    next.expect(0);
+    let r = next.json();
+    assert!(r["renew"]["backup_id"].is_null(), "nothing was due\n{next}");
+    assert_eq!(r["restarted_pods"][0]["pod"], "kube-vip.yaml", "{next}");
+    assert_eq!(r["pod_errors"], serde_json::json!([]), "{next}");
+    assert!(read_state().unwrap().running);
+    assert!(!pending.exists(), "still owed\n{next}");
 }
 
 /// The failpoint itself, without a control plane: `renew` with

@@ -1,33 +1,44 @@
 #!/bin/sh
-# Scenario e (qemu-tests/tests/broken_renewal.rs): the kube-apiserver stand-in refuses any
-# serving certificate issued after the lab's (K8S_SIM_REJECT_SERVING_CERT_ISSUED_AFTER, set on
-# the kubelet and inherited by its pods). certrotor (superpowered host container) renews,
-# restarts etcd, fails to bring kube-apiserver back, restores the backup, restarts again and
-# exits 3. The node must serve the old, still valid certificates.
+# Scenario e (qemu-tests/tests/broken_renewal.rs): a renewal that breaks for real. The node's
+# static pods are the real kube-apiserver, controller-manager and scheduler v1.20.2 and Debian's
+# etcd (NODE_REAL_CP=1). certrotor (superpowered host container, a build with the test-only
+# failpoints) renews with CERTROTOR_FAILPOINT=foreign-ca:apiserver-etcd-client: after
+# validation, the apiserver's etcd client pair is re-signed by a throwaway CA, so the real etcd
+# refuses the real apiserver after its restart. certrotor restarts etcd, fails to bring
+# kube-apiserver back, restores the backup, restarts again and exits 3. The node must serve the
+# old, still valid certificates, and kubectl reads back a ConfigMap written before.
 . /usr/lib/certrotor-e2e/lib.sh
 . "$E2E_SHARE/node-lib.sh"
 P=/var/lib/kubeadm/pki
+NODE_REAL_CP=1
 
 e2e_check "certrotor image imported" node_image
 e2e_check "lab node (expires in 2d)" node_lab / --expires-in 2d
-# reject certificates issued one second after the lab's notBefore (renewal: now - 5 min)
-nb=$(openssl x509 -in $P/apiserver.crt -noout -startdate -dateopt iso_8601 | sed 's/^notBefore=//; s/Z$//')
-reject=$(date -u -d "@$(( $(date -u -d "$nb" +%s) + 1 ))" +%Y-%m-%dT%H:%M:%SZ)
-e2e_save reject-after "$reject"
+e2e_check "apiserver manifest: start-up cuts for TCG" node_fast_apiserver /
 e2e_check "apiserver-sim on /run/api.sock" node_api / /run/api.sock node
-node_kubelet / node K8S_SIM_REJECT_SERVING_CERT_ISSUED_AFTER="$reject"
-e2e_check "control plane healthy before" node_wait_healthy / 0 120
+node_kubelet / node
+e2e_check "control plane healthy before" node_wait_healthy / 0 300
+e2e_check "cluster-admins bound (kubeadm init)" node_grant_admins /
+e2e_check "kubectl: ConfigMap written before the renewal" node_kubectl / create configmap \
+  certrotor-e2e --namespace=default --from-literal=token="$(cat "$E2E_SHARE/token")"
 node_pki_sums pki-before.sha /
 node_served served-before.txt / 0
 
 node_certrotor --superpowered certrotor run \
-  "run --once --platform bottlerocket --restart-timeout 30s --poll-interval 200ms --restart always --output json"
+  "run --once --platform bottlerocket --restart-timeout 120s --poll-interval 200ms --restart always --output json" \
+  --env CERTROTOR_FAILPOINT=foreign-ca:apiserver-etcd-client
 
-e2e_check "control plane healthy after the rollback" node_wait_healthy / 0 60
+e2e_check "control plane healthy after the rollback" node_wait_healthy / 0 300
+configmap_after() {
+  node_kubectl / get configmap certrotor-e2e --namespace=default -o jsonpath='{.data.token}' \
+    > "$E2E_OUT/configmap.txt"
+}
+e2e_check "kubectl (restored admin.conf) reads the ConfigMap back" configmap_after
 node_pki_sums pki-after.sha /
 node_served served-after.txt / 0
 node_check check-after /
 node_save_state / state
-grep -h "rejected by test switch" /var/log/pods/kube-apiserver.log > "$E2E_OUT/apiserver-rejections.txt"
+# what the real etcd said of the foreign-signed client certificate
+grep -h "rejected connection" /var/log/pods/etcd.log > "$E2E_OUT/etcd-rejections.txt"
 ls /var/lib/certrotor/backups > "$E2E_OUT/backups.txt" 2>&1
 e2e_finish

@@ -221,9 +221,10 @@ node_kubectl() {
 }
 # node_grant_admins ROOT   what `kubeadm init` v1.29+ (the lab's layout) does once the apiserver
 # is up: bind admin.conf's group kubeadm:cluster-admins to cluster-admin, with super-admin.conf
+# (NODE_SUPER_ADMIN: where it was moved aside)
 # (system:masters)
 node_grant_admins() {
-  _sa=$1/var/lib/kubeadm/super-admin.conf
+  _sa=${NODE_SUPER_ADMIN:-$1/var/lib/kubeadm/super-admin.conf}
   [ -f "$_sa" ] || return 0
   kubectl --kubeconfig "$_sa" --request-timeout=60s get clusterrolebinding \
     kubeadm:cluster-admins > /dev/null 2>&1 && return 0
@@ -242,3 +243,57 @@ node_readyz_start() {
   NODE_READYZ_PID=$!
 }
 node_readyz_stop() { kill "$NODE_READYZ_PID" 2> /dev/null; wait "$NODE_READYZ_PID" 2> /dev/null; true; }
+
+# ---- the real kubelet (qemu-tests/tests/kubelet_control_plane.rs) ----------------------------
+# node_cri_containerd   restarts containerd as Bottlerocket's kubelet-facing one (its CRI plugin
+# on; the image's config turns it off for host containers), same socket and root, and imports
+# the sandbox image (the real pause, $E2E_SHARE/pause.tar) into k8s.io
+node_cri_containerd() {
+  cat > /etc/containerd/cri.toml << 'TOML'
+version = 2
+root = "/var/lib/containerd"
+state = "/run/containerd"
+[grpc]
+  address = "/run/containerd/containerd.sock"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "k8s.gcr.io/pause:3.2"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+TOML
+  for _p in $(pidof containerd); do kill "$_p"; done
+  e2e_wait_for 30 sh -c '! pidof containerd' || return 1
+  containerd --config /etc/containerd/cri.toml > "$E2E_OUT/containerd-cri.log" 2>&1 &
+  e2e_wait_for 60 ctr version || return 1
+  ctr -n k8s.io images import "$E2E_SHARE/pause.tar" > /dev/null
+}
+# node_cp_images   imports the control-plane images ($E2E_SHARE/cp-images/*.tar: the real
+# binaries packed without docker, named as ROOT's manifests name them) into k8s.io
+node_cp_images() {
+  for _t in "$E2E_SHARE"/cp-images/*.tar; do
+    ctr -n k8s.io images import "$_t" > /dev/null || return 1
+  done
+}
+# node_real_kubelet ROOT NAME   starts the real kubelet v1.20.2 standalone (no apiserver) with
+# containerd's CRI and runc on ROOT's static-pod folder (where the Bottlerocket API renders)
+node_real_kubelet() {
+  /usr/lib/k8s/kubelet --container-runtime=remote \
+    --container-runtime-endpoint=unix:///run/containerd/containerd.sock \
+    --pod-manifest-path="$1/etc/kubernetes/static-pods" --cgroup-driver=cgroupfs \
+    --fail-swap-on=false --cgroups-per-qos=false --enforce-node-allocatable= \
+    --make-iptables-util-chains=false --root-dir=/var/lib/kubelet \
+    --pod-infra-container-image=k8s.gcr.io/pause:3.2 --hostname-override=cp-1 \
+    --v=2 > "$E2E_OUT/$2-kubelet.log" 2>&1 &
+  NODE_KUBELET_PID=$!
+  e2e_save "$2-kubelet-started-ms" "$(node_now_ms)"
+}
+# node_pids NAME   "<component> <pid> <parent's comm>" per component -> $E2E_OUT/NAME
+node_pids() {
+  for _c in etcd kube-apiserver kube-controller-manager kube-scheduler; do
+    _pid=$(pidof "$_c" | cut -d' ' -f1)
+    _pp=$(awk '/^PPid:/ {print $2}' "/proc/${_pid:-0}/status" 2> /dev/null)
+    echo "$_c ${_pid:-none} $(cat "/proc/${_pp:-0}/comm" 2> /dev/null || echo none)"
+  done > "$E2E_OUT/$1"
+}

@@ -6,31 +6,13 @@
 # image and the sandbox image are the real pause (built from Kubernetes v1.20.2's pause.c,
 # packed without docker). Times in $E2E_OUT/times.txt.
 . /usr/lib/certrotor-e2e/lib.sh
+. "$E2E_SHARE/node-lib.sh"
 t0=$(e2e_uptime)
 el() { awk "BEGIN{print $(e2e_uptime) - $t0}"; }
 SP=/etc/kubernetes/static-pods
 
-# containerd as Bottlerocket's kubelet-facing one: the CRI plugin on (the image's config turns
-# it off for the host-container containerd)
-cat > /etc/containerd/cri.toml << 'TOML'
-version = 2
-root = "/var/lib/containerd"
-state = "/run/containerd"
-[grpc]
-  address = "/run/containerd/containerd.sock"
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "k8s.gcr.io/pause:3.2"
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-TOML
-for p in $(pidof containerd); do kill "$p"; done
-e2e_check "host containerd stopped" e2e_wait_for 30 sh -c '! pidof containerd'
-containerd --config /etc/containerd/cri.toml > "$E2E_OUT/containerd-cri.log" 2>&1 &
-e2e_check "containerd with CRI up" e2e_wait_for 60 ctr version
-e2e_check "pause image imported into k8s.io" sh -c "ctr -n k8s.io images import '$E2E_SHARE/pause.tar' > /dev/null"
+# containerd as Bottlerocket's kubelet-facing one: the CRI plugin on, the real pause imported
+e2e_check "containerd with its CRI plugin, pause imported into k8s.io" node_cri_containerd
 echo "containerd-cri+pause $(el)" >> "$E2E_OUT/times.txt"
 
 # the Bottlerocket API renders the static pod into the kubelet's folder

@@ -15,6 +15,15 @@
 . "$E2E_SHARE/node-lib.sh"
 R=/ P=/var/lib/kubeadm/pki
 
+# With `real-kubelet` in the share (qemu-tests/tests/kubelet_control_plane.rs), the static pods
+# run under the real kubelet v1.20.2 with containerd's CRI and runc, from OCI images of the real
+# binaries, instead of kubelet-sim; the pids of the components are saved before and after.
+REAL_KUBELET=0
+if [ -f "$E2E_SHARE/real-kubelet" ]; then
+  REAL_KUBELET=1
+  e2e_check "containerd with its CRI plugin, pause imported" node_cri_containerd
+  e2e_check "control-plane images imported into k8s.io" node_cp_images
+fi
 e2e_check "certrotor image imported" node_image
 EXTRA=$(cat "$E2E_SHARE/extra-args" 2> /dev/null || true)
 if [ -f "$E2E_SHARE/kubeadm.oci.tar" ]; then
@@ -26,7 +35,10 @@ if [ -f "$E2E_SHARE/kubeadm.oci.tar" ]; then
   # super-admin.conf (kubeadm 1.29)
   NODE_KEY_ALG=rsa-2048
   e2e_check "lab node (RSA, expires in 2d)" node_lab / --expires-in 2d
-  rm -f /var/lib/kubeadm/super-admin.conf
+  # (kept aside: with the real control plane, it binds admin.conf's group once, as kubeadm
+  # init does; kubeadm v1.20.2's admin.conf would be system:masters itself)
+  mv /var/lib/kubeadm/super-admin.conf /var/tmp/super-admin.conf
+  NODE_SUPER_ADMIN=/var/tmp/super-admin.conf
 else
   e2e_check "lab node (expires in 2d)" node_lab / --expires-in 2d
 fi
@@ -36,8 +48,13 @@ if [ -f "$E2E_SHARE/real-cp" ]; then
   e2e_check "apiserver manifest: start-up cuts for TCG" node_fast_apiserver /
 fi
 e2e_check "apiserver-sim on /run/api.sock" node_api / /run/api.sock node
-node_kubelet / node
+if [ $REAL_KUBELET = 1 ]; then
+  node_real_kubelet / node
+else
+  node_kubelet / node
+fi
 e2e_check "control plane healthy before" node_wait_healthy / 0 $UP_S
+if [ $REAL_KUBELET = 1 ]; then node_pids pids-before.txt; fi
 if [ "${NODE_REAL_CP:-0}" = 1 ]; then
   e2e_check "real kube-apiserver: $(/usr/lib/k8s/kube-apiserver --version)" true
   e2e_check "cluster-admins bound (kubeadm init)" node_grant_admins /
@@ -56,6 +73,7 @@ node_certrotor --superpowered certrotor run \
 e2e_check "certrotor run exit 0" [ "$(cat "$E2E_OUT/run.rc")" = 0 ]
 
 e2e_check "control plane healthy after" node_wait_healthy / 0 $UP_S
+if [ $REAL_KUBELET = 1 ]; then node_pids pids-after.txt; fi
 if [ "${NODE_REAL_CP:-0}" = 1 ]; then
   node_readyz_stop
   e2e_check "kubectl (renewed admin.conf) lists the namespaces" sh -c \

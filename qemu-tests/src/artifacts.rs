@@ -374,9 +374,15 @@ fn build_images(bins: &Binaries) -> Result<Images> {
 
 /// The real pause binary (`<CERTROTOR_K8S_BIN>/pause`), or an error saying how to build it.
 pub fn k8s_pause() -> Result<PathBuf> {
+    k8s_bin(K8S_PAUSE)
+}
+
+/// The Kubernetes v1.20.2 binary `name` built by `images/k8s/build.sh` (or from
+/// `CERTROTOR_K8S_BIN`), or an error saying how to build it.
+pub fn k8s_bin(name: &str) -> Result<PathBuf> {
     let dir =
         paths::path_from_env("CERTROTOR_K8S_BIN").unwrap_or_else(|| PathBuf::from(DEFAULT_K8S_BIN));
-    let p = dir.join(K8S_PAUSE);
+    let p = dir.join(name);
     if p.is_file() {
         Ok(p)
     } else {
@@ -390,13 +396,26 @@ pub fn k8s_pause() -> Result<PathBuf> {
 /// Builds an OCI image archive (`ctr images import`-able) holding `binary` at `dest` (an
 /// absolute path in the image, also the entrypoint), named `reference`, at `out`.
 pub fn oci_image(binary: &Path, dest: &str, reference: &str, out: &Path) -> Result<()> {
+    oci_image_with(binary, dest, &[], reference, out)
+}
+
+/// [`oci_image`] with extra host files in the image (`(source, absolute destination)`), e.g.
+/// the C library a dynamically linked binary needs.
+pub fn oci_image_with(
+    binary: &Path,
+    dest: &str,
+    extra: &[(&Path, &str)],
+    reference: &str,
+    out: &Path,
+) -> Result<()> {
     let script = paths::images_src_dir().join("oci-image.sh");
-    run(
-        Command::new("bash")
-            .arg(script)
-            .arg(binary)
-            .arg(out)
-            .args(["--name", reference, "--dest", dest]),
-        "build OCI image",
-    )
+    let mut cmd = Command::new("bash");
+    cmd.arg(script)
+        .arg(binary)
+        .arg(out)
+        .args(["--name", reference, "--dest", dest]);
+    for (src, dest) in extra {
+        cmd.arg("--add").arg(format!("{}:{dest}", src.display()));
+    }
+    run(&mut cmd, "build OCI image")
 }

@@ -5,21 +5,22 @@
 //! stacked node has no etcdadm files, so it is not run here). Everything around it is real: the
 //! VM's containerd and runc, the host's `ctr` reached through `/.bottlerocket/rootfs` (run
 //! chrooted there), the staging copy, the transaction, one-at-a-time restarts through the API
-//! emulator, and live verification.
+//! emulator, and live verification, on the real control plane (the real kube-apiserver,
+//! controller-manager and scheduler v1.20.2 and Debian's etcd as the static pods, `--restart
+//! live`), with kubectl v1.20.2 before and after.
 //! Guest side: `qemu-tests/scenarios/renew-expiring.sh` with `extra-args` (1 boot).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
 use common::*;
+use qemu_tests::BootOptions;
 use std::process::Command;
+use std::time::Duration;
 
 #[test]
 fn host_container_renews_with_the_kubeadm_engine() {
-    let (mut sc, t0) = scenario(
-        "engine-kubeadm",
-        include_str!("../scenarios/renew-expiring.sh"),
-    );
+    let (mut sc, t0) = real_cp_scenario("engine-kubeadm");
     let image = sc.share_dir().join("kubeadm.oci.tar");
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let built = Command::new("sh")
@@ -43,7 +44,19 @@ fn host_container_renews_with_the_kubeadm_engine() {
         .into_iter()
         .filter(|k| *k != "super-admin.conf")
         .collect();
-    let (b, report, _before) = renew_expiring_node_with(&mut sc, &kubeconfigs);
+    let (b, report, _before) = renew_expiring_node_boot(
+        &mut sc,
+        &kubeconfigs,
+        &BootOptions {
+            timeout: Duration::from_secs(900),
+            smp: Some(2),
+            mem_mib: Some(2048),
+            ..BootOptions::default()
+        },
+    );
+    // The real apiserver serves what the real kubeadm renewed, and kubectl with the renewed
+    // admin.conf reads back what was written before.
+    assert_kubectl_after(&b, &sc);
 
     // The real kubeadm said it renewed each one (certrotor logs each tool line with the command).
     let log = b.read_out("run.log").unwrap();

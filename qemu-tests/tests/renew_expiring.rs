@@ -46,14 +46,7 @@ fn readyz_gaps(text: &str) -> (f64, f64, usize) {
 
 #[test]
 fn host_container_renews_an_expiring_stacked_node() {
-    let (mut sc, t0) = scenario(
-        "renew-expiring",
-        include_str!("../scenarios/renew-expiring.sh"),
-    );
-    sc.artifacts().bins.require_k8s().unwrap();
-    sc.write_share("real-cp", b"yes\n").unwrap();
-    // The default `--restart live`, end to end (issue 11).
-    sc.write_share("restart-mode", b"live").unwrap();
+    let (mut sc, t0) = real_cp_scenario("renew-expiring");
     let (b, report, before) = renew_expiring_node_boot(
         &mut sc,
         &KUBECONFIGS,
@@ -154,24 +147,7 @@ fn host_container_renews_an_expiring_stacked_node() {
         b.failure("the backup does not hold the old apiserver.crt")
     );
 
-    // through the real apiserver with the renewed admin.conf
-    let namespaces = b.read_out("namespaces.txt").unwrap();
-    for ns in ["namespace/default", "namespace/kube-system"] {
-        assert!(
-            namespaces.lines().any(|l| l == ns),
-            "{}",
-            b.failure(&format!(
-                "kubectl get namespaces: no {ns} in:\n{namespaces}"
-            ))
-        );
-    }
-    let token = std::fs::read_to_string(sc.share_dir().join("token")).unwrap();
-    assert_eq!(
-        b.read_out("configmap.txt").unwrap(),
-        token,
-        "{}",
-        b.failure("the ConfigMap written before the renewal, read back after it")
-    );
+    assert_kubectl_after(&b, &sc);
 
     // /readyz: ready when polling began, down at some point (certrotor restarted the
     // apiserver), ready again at the end

@@ -8,7 +8,6 @@ use qemu_tests::{Boot, BootOptions, Scenario};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::time::Duration;
 use std::time::Instant;
 
 /// The image reference `node-lib.sh` runs (`NODE_IMG`).
@@ -294,33 +293,12 @@ impl Figures {
 }
 
 /// Boots scenario a's guest script (`scenarios/renew-expiring.sh`: a stacked node expiring in 2
-/// days, renewed by certrotor's host container) and asserts what every renewal of it must show:
-/// exit 0 without rollback, the four static pods restarted in order, leaves and kubeconfigs
-/// valid a year, CAs untouched, renewed files changed, etcd data kept, the new certificates
-/// served and equal to what certrotor verified. Returns the boot, certrotor's report and the
-/// PKI checksums before the run.
-pub fn renew_expiring_node(sc: &mut Scenario) -> (Boot, Value, BTreeMap<String, String>) {
-    renew_expiring_node_with(sc, &KUBECONFIGS)
-}
-
-/// [`renew_expiring_node`] for a node whose kubeconfigs are `kubeconfigs` (a kubeadm v1.20
-/// node has no super-admin.conf).
-pub fn renew_expiring_node_with(
-    sc: &mut Scenario,
-    kubeconfigs: &[&str],
-) -> (Boot, Value, BTreeMap<String, String>) {
-    renew_expiring_node_boot(
-        sc,
-        kubeconfigs,
-        &BootOptions {
-            timeout: Duration::from_secs(420),
-            ..BootOptions::default()
-        },
-    )
-}
-
-/// [`renew_expiring_node_with`] booted with `opts` (the real control plane needs 2 vCPUs and
-/// more time).
+/// days, renewed by certrotor's host container; with `kubeconfigs` its kubeconfigs, as a
+/// kubeadm v1.20 node has no super-admin.conf) with `opts` and asserts what every renewal of it
+/// must show: exit 0 without rollback, the static pods restarted in order (or reloaded live),
+/// leaves and kubeconfigs valid a year, CAs untouched, renewed files changed, etcd data kept, the
+/// new certificates served and equal to what certrotor verified. Returns the boot, certrotor's
+/// report and the PKI checksums before the run.
 pub fn renew_expiring_node_boot(
     sc: &mut Scenario,
     kubeconfigs: &[&str],
@@ -416,4 +394,37 @@ pub fn renew_expiring_node_boot(
     }
 
     (b, report, before)
+}
+
+/// Through the real apiserver with the renewed admin.conf (scenario a's script): kubectl v1.20.2
+/// lists the namespaces and reads back the ConfigMap written before the renewal.
+pub fn assert_kubectl_after(b: &Boot, sc: &Scenario) {
+    let namespaces = b.read_out("namespaces.txt").unwrap();
+    for ns in ["namespace/default", "namespace/kube-system"] {
+        assert!(
+            namespaces.lines().any(|l| l == ns),
+            "{}",
+            b.failure(&format!(
+                "kubectl get namespaces: no {ns} in:\n{namespaces}"
+            ))
+        );
+    }
+    let token = std::fs::read_to_string(sc.share_dir().join("token")).unwrap();
+    assert_eq!(
+        b.read_out("configmap.txt").unwrap(),
+        token,
+        "{}",
+        b.failure("the ConfigMap written before the renewal, read back after it")
+    );
+}
+
+/// Scenario a's script (`renew-expiring.sh`) on the real control plane (`real-cp`: the real
+/// kube-apiserver, controller-manager and scheduler v1.20.2) in the default `--restart live`.
+pub fn real_cp_scenario(name: &str) -> (Scenario, Instant) {
+    let (sc, t0) = scenario(name, include_str!("../../scenarios/renew-expiring.sh"));
+    sc.artifacts().bins.require_k8s().unwrap();
+    sc.write_share("real-cp", b"yes\n").unwrap();
+    // The default `--restart live`, end to end (issue 11).
+    sc.write_share("restart-mode", b"live").unwrap();
+    (sc, t0)
 }

@@ -1,0 +1,163 @@
+//! Scenario a under the REAL kubelet (issue 9, point 3.4): the same stacked node whose leaf
+//! certificates expire in 2 days (`qemu-tests/scenarios/renew-expiring.sh` with `real-kubelet`
+//! in the share), but its static pods (Debian's etcd, the real kube-apiserver,
+//! kube-controller-manager and kube-scheduler v1.20.2) run under the real kubelet v1.20.2,
+//! standalone, with containerd's CRI plugin and runc, from OCI images of the real binaries
+//! packed without docker (the sandbox the real pause). The Bottlerocket API (apiserver-sim)
+//! renders `settings.kubernetes.static-pods` into the kubelet's folder; certrotor, as a
+//! superpowered host container, renews, lets etcd reload live and restarts the three others
+//! through the API (`enabled` false, then true: the real kubelet removes the pod and creates it
+//! again), one at a time, and verifies what each serves. Asserted on top of scenario a's file,
+//! backup and served-certificate checks: every component is a runc container of the kubelet
+//! (its parent a containerd shim), etcd keeps its process (reloaded live), the three others get
+//! a new one, and kubectl v1.20.2 with the renewed admin.conf reads back a ConfigMap written
+//! before. 1 boot, ~6 min under TCG.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::*;
+use qemu_tests::BootOptions;
+use qemu_tests::artifacts::{k8s_bin, k8s_pause, oci_image, oci_image_with};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+/// `<component> <pid> <parent comm>` lines.
+fn pids(b: &qemu_tests::Boot, name: &str) -> BTreeMap<String, (String, String)> {
+    b.read_out(name)
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            Some((
+                w.next()?.to_string(),
+                (w.next()?.to_string(), w.next()?.to_string()),
+            ))
+        })
+        .collect()
+}
+
+#[test]
+fn real_kubelet_runs_the_control_plane_certrotor_restarts_through_it() {
+    let (mut sc, t0) = real_cp_scenario("kubelet-control-plane");
+    sc.write_share("real-kubelet", b"yes\n").unwrap();
+    // The images, named as the lab's manifests name them (kubeadm v1.20.2's).
+    let share = sc.share_dir();
+    std::fs::create_dir_all(share.join("cp-images")).unwrap();
+    oci_image(
+        &k8s_pause().unwrap(),
+        "/pause",
+        "k8s.gcr.io/pause:3.2",
+        &share.join("pause.tar"),
+    )
+    .unwrap();
+    for (name, tag) in [
+        ("kube-apiserver", "v1.20.2"),
+        ("kube-controller-manager", "v1.20.2"),
+        ("kube-scheduler", "v1.20.2"),
+    ] {
+        oci_image(
+            &k8s_bin(name).unwrap(),
+            &format!("/usr/local/bin/{name}"),
+            &format!("k8s.gcr.io/{name}:{tag}"),
+            &share.join(format!("cp-images/{name}.tar")),
+        )
+        .unwrap();
+    }
+    // Debian's etcd is linked against the C library: the image carries it.
+    oci_image_with(
+        Path::new("/usr/bin/etcd"),
+        "/usr/local/bin/etcd",
+        &[
+            (
+                Path::new("/lib/x86_64-linux-gnu/libc.so.6"),
+                "/lib/x86_64-linux-gnu/libc.so.6",
+            ),
+            (
+                Path::new("/lib64/ld-linux-x86-64.so.2"),
+                "/lib64/ld-linux-x86-64.so.2",
+            ),
+        ],
+        "k8s.gcr.io/etcd:3.4.13-0",
+        &share.join("cp-images/etcd.tar"),
+    )
+    .unwrap();
+
+    let (b, report, _before) = renew_expiring_node_boot(
+        &mut sc,
+        &KUBECONFIGS,
+        &BootOptions {
+            timeout: Duration::from_secs(1200),
+            smp: Some(2),
+            mem_mib: Some(2560),
+            ..BootOptions::default()
+        },
+    );
+
+    // Every component a container of the real kubelet's: its parent is a containerd shim.
+    let (before, after) = (pids(&b, "pids-before.txt"), pids(&b, "pids-after.txt"));
+    for pod in PODS {
+        for (when, p) in [("before", &before), ("after", &after)] {
+            let (pid, parent) = p
+                .get(pod)
+                .unwrap_or_else(|| panic!("{}", b.failure(&format!("{pod} {when}: {p:?}"))));
+            assert!(
+                pid != "none" && parent.starts_with("containerd-shim"),
+                "{}",
+                b.failure(&format!("{pod} {when}: pid {pid}, parent {parent}"))
+            );
+        }
+    }
+    // etcd reloaded live: the same process; the others restarted through the kubelet.
+    assert_eq!(
+        before["etcd"].0,
+        after["etcd"].0,
+        "{}",
+        b.failure("etcd was restarted")
+    );
+    for pod in [
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+    ] {
+        assert_ne!(
+            before[pod].0,
+            after[pod].0,
+            "{}",
+            b.failure(&format!("{pod} was not restarted"))
+        );
+    }
+    let reloaded = report["reloaded"].as_array().unwrap();
+    assert_eq!(
+        reloaded
+            .iter()
+            .map(|r| r["component"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        ["etcd"],
+        "{}",
+        b.failure("reloaded")
+    );
+    assert_kubectl_after(&b, &sc);
+
+    let mut f = Figures::new("a under the real kubelet (containerd CRI, runc)");
+    f.boot(&b);
+    if let Ok(t) = b.read_out("healthy-times.txt") {
+        f.line(format!("control plane healthy after (s): {t}"));
+    }
+    f.unavailability(
+        &b,
+        "host container run --once --restart live",
+        &report,
+        None,
+    );
+    // What the real kubelet said of the pods certrotor gave back (ARCHITECTURE.md, "Doubles
+    // that remain"): starts into a sandbox being torn down, and crash back-offs.
+    let kubelet = b.read_out("node-kubelet.log").unwrap_or_default();
+    f.line(format!(
+        "kubelet: {} container starts into a dying sandbox (ttrpc: closed), {} crash back-off lines",
+        kubelet.matches("ttrpc: closed").count(),
+        kubelet.matches("CrashLoopBackOff").count()
+    ));
+    f.finish(&sc, t0);
+}
