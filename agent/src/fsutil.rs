@@ -222,6 +222,36 @@ pub fn read_in_root_with_mode(
     Ok(Some((bytes, meta.permissions().mode() & 0o7777)))
 }
 
+thread_local! {
+    /// The root folder opened once for a run of reads ([`with_pinned_root`]).
+    static PINNED_ROOT: std::cell::RefCell<Option<(PathBuf, std::rc::Rc<std::os::fd::OwnedFd>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` with the root folder opened once for its reads under `root` on this thread (an
+/// inventory reads ~30 files: each read otherwise opens and closes the root again). The reads
+/// resolve beneath the folder as it was when `f` started; errors opening it leave the reads to
+/// open it themselves.
+pub fn with_pinned_root<R>(root: &Path, f: impl FnOnce() -> R) -> R {
+    use nix::fcntl::{OFlag, open};
+    let fd = open(
+        root,
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    );
+    let Ok(fd) = fd else { return f() };
+    let previous = PINNED_ROOT.replace(Some((root.to_path_buf(), std::rc::Rc::new(fd))));
+    // Restored even if `f` unwinds (tests; the binary aborts on panic).
+    struct Restore(Option<(PathBuf, std::rc::Rc<std::os::fd::OwnedFd>)>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            PINNED_ROOT.set(self.0.take());
+        }
+    }
+    let _restore = Restore(previous);
+    f()
+}
+
 /// The common case of [`read_in_root_with_mode`] in a few system calls: a path with no symlink
 /// and no `..`, which the kernel opens beneath the root and refuses at the first symlink
 /// (`openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`), so it names the same file the
@@ -236,19 +266,30 @@ fn read_beneath(root: &Path, rel: &str, limit: u64) -> Option<Result<ReadWithMod
     if rel_path.is_empty() {
         return None;
     }
-    let dir = open(
-        root,
-        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-        nix::sys::stat::Mode::empty(),
-    )
-    .ok()?;
+    let pinned = PINNED_ROOT.with_borrow(|p| {
+        p.as_ref()
+            .filter(|(path, _)| path == root)
+            .map(|(_, fd)| std::rc::Rc::clone(fd))
+    });
+    let dir = match pinned {
+        Some(fd) => fd,
+        None => std::rc::Rc::new(
+            open(
+                root,
+                OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+                nix::sys::stat::Mode::empty(),
+            )
+            .ok()?,
+        ),
+    };
+    let dir = dir.as_ref();
     // openat2 refuses flags that do not apply (O_NOCTTY with O_PATH) with EINVAL.
     let how = |flags| {
         OpenHow::new()
             .flags(flags | OFlag::O_CLOEXEC)
             .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS)
     };
-    let path_fd = match openat2(&dir, rel_path, how(OFlag::O_PATH)) {
+    let path_fd = match openat2(dir, rel_path, how(OFlag::O_PATH)) {
         Ok(fd) => fd,
         Err(Errno::ENOENT) => return Some(Ok(None)),
         Err(_) => return None,
@@ -257,7 +298,7 @@ fn read_beneath(root: &Path, rel: &str, limit: u64) -> Option<Result<ReadWithMod
         Ok(meta) => meta,
         Err(e) => return Some(Err(e)),
     };
-    let file = File::from(openat2(&dir, rel_path, how(OFlag::O_RDONLY | OFlag::O_NOCTTY)).ok()?);
+    let file = File::from(openat2(dir, rel_path, how(OFlag::O_RDONLY | OFlag::O_NOCTTY)).ok()?);
     let mode = meta.permissions().mode() & 0o7777;
     Some(read_bounded(file, rel, limit, meta.len()).map(|bytes| Some((bytes, mode))))
 }

@@ -169,6 +169,10 @@ fn rel_abs(rel: &str) -> String {
 /// Takes the inventory of `root` at time `now`, flagging certificates that expire within
 /// `warn_within` seconds.
 pub fn take(root: &Path, now: i64, warn_within: i64) -> Inventory {
+    fsutil::with_pinned_root(root, || take_pinned(root, now, warn_within))
+}
+
+fn take_pinned(root: &Path, now: i64, warn_within: i64) -> Inventory {
     let detected = catalog::detect(root);
     let mut entries = catalog::entries(root, &detected);
     entries.extend(unknown_certificates(root, &detected, &entries));

@@ -174,6 +174,9 @@ impl Kubeconfig {
     pub fn parse(bytes: &[u8]) -> Result<Kubeconfig, KubeconfigError> {
         let text =
             std::str::from_utf8(bytes).map_err(|_| err("the kubeconfig is not UTF-8 text"))?;
+        if let Some(doc) = fast::parse(text) {
+            return Ok(Kubeconfig { doc });
+        }
         check_yaml_shape(text).map_err(|e| err(format!("the kubeconfig is refused: {e}")))?;
         let doc: Value = serde_norway::from_str(text)
             .map_err(|e| err(format!("the kubeconfig is not valid YAML: {e}")))?;
@@ -398,6 +401,154 @@ fn named_mut<'a>(
         })
 }
 
+/// The block-style YAML subset that client-go (kubeadm) writes kubeconfigs in, read in one
+/// linear pass without the YAML parser, which spends ~0.1 ms per kubeconfig on its three long
+/// base64 lines (ARCHITECTURE.md "Speed"). It builds the very `Value` the YAML parser builds, or
+/// gives up (`None`) at the first thing outside the subset, and the caller then runs the full
+/// parser, with its shape limits, on the same text: so what is accepted and every error stay
+/// the YAML parser's. The subset: LF-terminated lines, indentation by spaces (at most 16
+/// columns), `key: value`, `key:` followed by an indented mapping or a `- ` sequence of
+/// mappings, `{}`; keys `[A-Za-z][A-Za-z0-9-]*`; values plain scalars of
+/// `[A-Za-z0-9._:/+=@-]` starting with a letter or `/`, not ending with `:`, and none of the
+/// words YAML reads as null or a boolean. No comments, quotes, tabs, blank lines, aliases,
+/// tags, flow collections other than `{}`, duplicate keys (the parser refuses those).
+mod fast {
+    use serde_norway::{Mapping, Value};
+
+    const MAX_INDENT: usize = 16;
+    const MAX_DEPTH: usize = 8;
+
+    struct Line<'a> {
+        indent: usize,
+        /// Starts with the sequence indicator `- ` (after the indentation).
+        dash: bool,
+        /// The text after the indentation and the indicator.
+        body: &'a str,
+    }
+
+    pub(super) fn parse(text: &str) -> Option<Value> {
+        let text = text.strip_suffix('\n')?;
+        let mut lines = Vec::with_capacity(32);
+        for raw in text.split('\n') {
+            let body = raw.trim_start_matches(' ');
+            let indent = raw.len() - body.len();
+            let (dash, body) = match body.strip_prefix("- ") {
+                Some(rest) => (true, rest),
+                None => (false, body),
+            };
+            if indent > MAX_INDENT || body.is_empty() || body.starts_with(' ') {
+                return None;
+            }
+            lines.push(Line { indent, dash, body });
+        }
+        let mut p = Parser { lines, pos: 0 };
+        let doc = p.mapping(0, false, 0)?;
+        (p.pos == p.lines.len() && !doc.is_empty()).then_some(Value::Mapping(doc))
+    }
+
+    struct Parser<'a> {
+        lines: Vec<Line<'a>>,
+        pos: usize,
+    }
+
+    impl Parser<'_> {
+        /// A block mapping whose keys start at column `col`; `in_item`: its first key is on the
+        /// current line, after a sequence indicator.
+        fn mapping(&mut self, col: usize, in_item: bool, depth: usize) -> Option<Mapping> {
+            if depth > MAX_DEPTH {
+                return None;
+            }
+            let mut map = Mapping::new();
+            let mut first = in_item;
+            while let Some(line) = self.lines.get(self.pos) {
+                if !first {
+                    if line.indent > col {
+                        return None;
+                    }
+                    if line.indent < col || line.dash {
+                        break;
+                    }
+                }
+                first = false;
+                let (key, value) = split_key(line.body)?;
+                self.pos += 1;
+                let value = match value {
+                    Some(v) => scalar(v)?,
+                    None => {
+                        let next = self.lines.get(self.pos)?;
+                        if next.dash && next.indent >= col {
+                            Value::Sequence(self.sequence(next.indent, depth + 1)?)
+                        } else if !next.dash && next.indent > col {
+                            Value::Mapping(self.mapping(next.indent, false, depth + 1)?)
+                        } else {
+                            return None;
+                        }
+                    }
+                };
+                if map.insert(Value::String(key.to_string()), value).is_some() {
+                    return None;
+                }
+            }
+            Some(map)
+        }
+
+        /// A block sequence of mappings whose indicators are at column `col`.
+        fn sequence(&mut self, col: usize, depth: usize) -> Option<Vec<Value>> {
+            let mut items = Vec::new();
+            while let Some(line) = self.lines.get(self.pos) {
+                if line.indent != col || !line.dash {
+                    if line.indent > col {
+                        return None;
+                    }
+                    break;
+                }
+                items.push(Value::Mapping(self.mapping(col + 2, true, depth + 1)?));
+            }
+            Some(items)
+        }
+    }
+
+    /// `key: value` or `key:`.
+    fn split_key(body: &str) -> Option<(&str, Option<&str>)> {
+        let (key, value) = match body.strip_suffix(':') {
+            Some(key) => (key, None),
+            None => {
+                let (key, value) = body.split_once(": ")?;
+                (key, Some(value))
+            }
+        };
+        let mut chars = key.bytes();
+        // libyaml refuses implicit keys over 1024 characters; kubeconfig keys are short.
+        let ok = key.len() <= 64
+            && chars.next().is_some_and(|b| b.is_ascii_alphabetic())
+            && chars.all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !special(key);
+        ok.then_some((key, value))
+    }
+
+    fn scalar(v: &str) -> Option<Value> {
+        if v == "{}" {
+            return Some(Value::Mapping(Mapping::new()));
+        }
+        let b = v.as_bytes();
+        let ok = b
+            .first()
+            .is_some_and(|c| c.is_ascii_alphabetic() || *c == b'/')
+            && b.last() != Some(&b':')
+            && b.iter()
+                .all(|c| c.is_ascii_alphanumeric() || b"._:/+=@-".contains(c))
+            && !special(v);
+        ok.then(|| Value::String(v.to_string()))
+    }
+
+    /// Words a YAML parser may read as null or a boolean (1.2 core and 1.1), in any case.
+    fn special(word: &str) -> bool {
+        ["null", "true", "false", "yes", "no", "on", "off", "y", "n"]
+            .iter()
+            .any(|w| word.eq_ignore_ascii_case(w))
+    }
+}
+
 /// Standard base64 with padding, unwrapped (as client-go writes `*-data`).
 pub fn base64_encode(data: &[u8]) -> String {
     <base64ct::Base64 as base64ct::Encoding>::encode_string(data)
@@ -487,6 +638,105 @@ users:
         assert!(
             out.find("apiVersion").unwrap() < out.find("users").unwrap(),
             "order kept"
+        );
+    }
+
+    /// The full YAML parser's reading of a text, as the fast path must give it.
+    fn full(text: &str) -> Option<Value> {
+        check_yaml_shape(text).ok()?;
+        serde_norway::from_str::<Value>(text).ok()
+    }
+
+    const SMALL: &str = "apiVersion: v1\nclusters:\n- cluster:\n    certificate-authority-data: \
+        LS0tQ2E=\n    server: https://10.0.0.1:6443\n  name: kubernetes\ncontexts:\n- context:\n    \
+        cluster: kubernetes\n    user: admin\n  name: admin@kubernetes\ncurrent-context: \
+        admin@kubernetes\nkind: Config\npreferences: {}\nusers:\n- name: admin\n  user:\n    \
+        client-certificate-data: LS0tQ2VydA==\n    client-key-data: LS0tS2V5\n";
+
+    #[test]
+    fn fast_path_reads_what_the_yaml_parser_reads() {
+        let lab = Kubeconfig::new_embedded(
+            "kubernetes",
+            "https://10.0.0.10:6443",
+            "kubernetes-admin",
+            b"-----BEGIN CERTIFICATE-----\nca\n",
+            b"-----BEGIN CERTIFICATE-----\ncert\n",
+            b"-----BEGIN RSA PRIVATE KEY-----\nkey\n",
+        )
+        .to_yaml()
+        .unwrap();
+        let kubelet = "apiVersion: v1\nclusters:\n- cluster:\n    server: https://x\n  name: c\n\
+            contexts:\n- context:\n    cluster: c\n    user: u\n  name: ctx\ncurrent-context: ctx\n\
+            kind: Config\nusers:\n- name: u\n  user:\n    client-certificate: /var/lib/kubelet/\
+            pki/kubelet-client-current.pem\n    client-key: /var/lib/kubelet/pki/kubelet-client-\
+            current.pem\n";
+        let indented = "users:\n  - name: u\n    user:\n      a: b\nkind: Config\n";
+        for text in [SMALL, &lab, kubelet, indented] {
+            let fast = fast::parse(text);
+            assert!(fast.is_some(), "fast path refused:\n{text}");
+            assert_eq!(fast, full(text), "{text}");
+        }
+    }
+
+    #[test]
+    fn fast_path_leaves_everything_else_to_the_yaml_parser() {
+        for text in [
+            "a: b",                // no final newline
+            "a: b\r\n",            // CRLF
+            "a: b # note\n",       // comment
+            "a: 'b'\n",            // quotes
+            "a:\tb\n",             // tab
+            "a: b\n\nc: d\n",      // blank line
+            "a: b\na: c\n",        // duplicate key
+            "a: yes\n",            // YAML 1.1 boolean
+            "a: 12\n",             // number
+            "a: ~\n",              // null
+            "a:\n",                // null by omission
+            "a: [b]\n",            // flow sequence
+            "a: &x b\nc: *x\n",    // anchor and alias
+            "a:\n  b: c\n d: e\n", // bad indentation
+            "- a: b\n",            // top-level sequence
+            "a: b:\n",             // mapping value in a scalar
+            "true: b\n",           // boolean key
+        ] {
+            assert_eq!(fast::parse(text), None, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn fast_path_never_differs_from_the_yaml_parser_on_damaged_text() {
+        // Every one-byte change of a kubeconfig: the fast path either gives up or reads exactly
+        // what the YAML parser reads.
+        let bytes = SMALL.as_bytes();
+        let mut accepted = 0;
+        for i in 0..bytes.len() {
+            let mut variants = Vec::new();
+            for c in [
+                b' ', b'-', b':', b'#', b'"', b'\n', b'x', b'1', b'{', b'/', b'\t',
+            ] {
+                let mut m = bytes.to_vec();
+                m[i] = c;
+                variants.push(m);
+                let mut m = bytes.to_vec();
+                m.insert(i, c);
+                variants.push(m);
+            }
+            let mut m = bytes.to_vec();
+            m.remove(i);
+            variants.push(m);
+            for m in variants {
+                let Ok(text) = std::str::from_utf8(&m) else {
+                    continue;
+                };
+                if let Some(v) = fast::parse(text) {
+                    accepted += 1;
+                    assert_eq!(Some(v), full(text), "{text}");
+                }
+            }
+        }
+        assert!(
+            accepted > 100,
+            "the fast path accepted only {accepted} variants"
         );
     }
 

@@ -129,6 +129,9 @@ pub struct Cert {
     pub der: Vec<u8>,
     /// The decoded structure.
     pub x509: Certificate,
+    /// Its public key parsed by the crypto library for the first signature algorithm it checked
+    /// (`None` when the library refused it): a CA checks a dozen signatures in one run.
+    verifier: std::sync::OnceLock<Option<(usize, sig::ParsedPublicKey)>>,
 }
 
 impl fmt::Debug for Cert {
@@ -176,6 +179,7 @@ impl Cert {
         Ok(Cert {
             der: der.to_vec(),
             x509,
+            verifier: std::sync::OnceLock::new(),
         })
     }
 
@@ -316,7 +320,7 @@ impl Cert {
             )));
         }
         let tbs = tbs_bytes(&self.der).ok_or_else(|| not_signed("TBS bytes unreadable".into()))?;
-        let algorithm = verification_algorithm(
+        let index = verification_algorithm(
             &self.x509.signature_algorithm.oid,
             ca.public_key_algorithm(),
         )
@@ -328,11 +332,21 @@ impl Cert {
             ))
         })?;
         let signature = self.x509.signature.raw_bytes();
-        sig::UnparsedPublicKey::new(algorithm, ca.public_key_bits())
-            .verify(tbs, signature)
-            .map_err(|_| {
-                not_signed("the signature does not verify with the CA's public key".into())
-            })
+        let algorithm = VERIFICATION_ALGORITHMS[index];
+        let parsed = ca.verifier.get_or_init(|| {
+            sig::ParsedPublicKey::new(algorithm, ca.public_key_bits())
+                .ok()
+                .map(|key| (index, key))
+        });
+        match parsed {
+            Some((i, key)) if *i == index => key.verify_sig(tbs, signature),
+            // Another algorithm than the first, or a key the library refused (which fails here
+            // the same way).
+            _ => {
+                sig::UnparsedPublicKey::new(algorithm, ca.public_key_bits()).verify(tbs, signature)
+            }
+        }
+        .map_err(|_| not_signed("the signature does not verify with the CA's public key".into()))
     }
 }
 
@@ -404,20 +418,30 @@ fn tbs_bytes(cert_der: &[u8]) -> Option<&[u8]> {
     reader.tlv_bytes().ok()
 }
 
-fn verification_algorithm(
-    signature_oid: &ObjectIdentifier,
-    ca_key: KeyAlgorithm,
-) -> Option<&'static dyn sig::VerificationAlgorithm> {
+/// The signature algorithms certrotor verifies, by [`verification_algorithm`]'s index.
+const VERIFICATION_ALGORITHMS: [&dyn sig::VerificationAlgorithm; 8] = [
+    &sig::RSA_PKCS1_2048_8192_SHA256,
+    &sig::RSA_PKCS1_2048_8192_SHA384,
+    &sig::RSA_PKCS1_2048_8192_SHA512,
+    &sig::ECDSA_P256_SHA256_ASN1,
+    &sig::ECDSA_P256_SHA384_ASN1,
+    &sig::ECDSA_P384_SHA256_ASN1,
+    &sig::ECDSA_P384_SHA384_ASN1,
+    &sig::ED25519,
+];
+
+/// The index in [`VERIFICATION_ALGORITHMS`] of a signature algorithm with a CA key.
+fn verification_algorithm(signature_oid: &ObjectIdentifier, ca_key: KeyAlgorithm) -> Option<usize> {
     let s = *signature_oid;
     Some(match (s, ca_key) {
-        (o, KeyAlgorithm::Rsa(_)) if o == oid::SHA256_WITH_RSA => &sig::RSA_PKCS1_2048_8192_SHA256,
-        (o, KeyAlgorithm::Rsa(_)) if o == oid::SHA384_WITH_RSA => &sig::RSA_PKCS1_2048_8192_SHA384,
-        (o, KeyAlgorithm::Rsa(_)) if o == oid::SHA512_WITH_RSA => &sig::RSA_PKCS1_2048_8192_SHA512,
-        (o, KeyAlgorithm::EcdsaP256) if o == oid::ECDSA_WITH_SHA256 => &sig::ECDSA_P256_SHA256_ASN1,
-        (o, KeyAlgorithm::EcdsaP256) if o == oid::ECDSA_WITH_SHA384 => &sig::ECDSA_P256_SHA384_ASN1,
-        (o, KeyAlgorithm::EcdsaP384) if o == oid::ECDSA_WITH_SHA256 => &sig::ECDSA_P384_SHA256_ASN1,
-        (o, KeyAlgorithm::EcdsaP384) if o == oid::ECDSA_WITH_SHA384 => &sig::ECDSA_P384_SHA384_ASN1,
-        (o, KeyAlgorithm::Ed25519) if o == oid::ED25519 => &sig::ED25519,
+        (o, KeyAlgorithm::Rsa(_)) if o == oid::SHA256_WITH_RSA => 0,
+        (o, KeyAlgorithm::Rsa(_)) if o == oid::SHA384_WITH_RSA => 1,
+        (o, KeyAlgorithm::Rsa(_)) if o == oid::SHA512_WITH_RSA => 2,
+        (o, KeyAlgorithm::EcdsaP256) if o == oid::ECDSA_WITH_SHA256 => 3,
+        (o, KeyAlgorithm::EcdsaP256) if o == oid::ECDSA_WITH_SHA384 => 4,
+        (o, KeyAlgorithm::EcdsaP384) if o == oid::ECDSA_WITH_SHA256 => 5,
+        (o, KeyAlgorithm::EcdsaP384) if o == oid::ECDSA_WITH_SHA384 => 6,
+        (o, KeyAlgorithm::Ed25519) if o == oid::ED25519 => 7,
         _ => return None,
     })
 }
@@ -1300,7 +1324,11 @@ pub fn issue(
         signature: BitString::from_bytes(&signature).map_err(encode_err)?,
     };
     let der = cert.to_der().map_err(encode_err)?;
-    Ok(Cert { der, x509: cert })
+    Ok(Cert {
+        der,
+        x509: cert,
+        verifier: std::sync::OnceLock::new(),
+    })
 }
 
 fn san_names(profile: &Profile) -> Result<Vec<GeneralName>, PkiError> {

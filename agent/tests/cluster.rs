@@ -709,12 +709,16 @@ fn longest(samples: &[Sample], bad: impl Fn(&Sample) -> bool) -> Duration {
 }
 
 /// kubelet-sim's down windows of `pod` on a node: (stopped, next started), ms since epoch.
+/// The windows in which `pod` was down because its manifest was taken away (certrotor's
+/// restarts), from stop to the next start. A process that exited by itself (an etcd whose
+/// random test port another process took first: kubelet-sim starts it again) is not a restart.
 fn down_windows(states: &BTreeMap<String, PodState>, pod: &str) -> Vec<(u64, u64)> {
     let Some(st) = states.get(pod) else {
         return vec![];
     };
     let h = &st.history;
     (0..h.len().saturating_sub(1))
+        .filter(|&i| h[i].reason.as_deref() == Some("manifest removed"))
         .filter_map(|i| Some((h[i].stopped_at_ms?, h[i + 1].started_at_ms)))
         .collect()
 }
