@@ -15,7 +15,7 @@
 //! etcd is empty at boot, so the kubelet creates its Node object rather than updating an old
 //! one. Ready needs containerd to report the runtime network ready: a CNI network list with
 //! only `loopback` is written (no pod here uses pod networking; `node_containerd_cri`).
-//! The VM gets 2 vCPUs and 2.5 GiB (1 boot, 2.5–6.5 min under TCG; figures in ARCHITECTURE.md).
+//! The VM gets 2 vCPUs and 2.5 GiB (1 boot, 1.5–6.5 min under TCG; figures in ARCHITECTURE.md).
 //! Guest side: `qemu-tests/scenarios/days-off-400.sh`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
