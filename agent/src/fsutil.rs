@@ -58,6 +58,9 @@ impl std::error::Error for ReadError {}
 /// inside `root`, following symlinks as the node would. Returns `Ok(None)` when it does not
 /// exist.
 pub fn resolve_in_root(root: &Path, rel: &str) -> Result<Option<PathBuf>, ReadError> {
+    if let Some(found) = resolve_beneath(root, rel) {
+        return Ok(found);
+    }
     let mut pending: Vec<String> = Vec::new();
     push_components(&mut pending, rel);
     pending.reverse();
@@ -261,27 +264,12 @@ pub fn with_pinned_root<R>(root: &Path, f: impl FnOnce() -> R) -> R {
 /// error): the caller resolves step by step, which also words the errors.
 fn read_beneath(root: &Path, rel: &str, limit: u64) -> Option<Result<ReadWithMode, ReadError>> {
     use nix::errno::Errno;
-    use nix::fcntl::{OFlag, OpenHow, ResolveFlag, open, openat2};
+    use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
     let rel_path = rel.trim_start_matches('/');
     if rel_path.is_empty() {
         return None;
     }
-    let pinned = PINNED_ROOT.with_borrow(|p| {
-        p.as_ref()
-            .filter(|(path, _)| path == root)
-            .map(|(_, fd)| std::rc::Rc::clone(fd))
-    });
-    let dir = match pinned {
-        Some(fd) => fd,
-        None => std::rc::Rc::new(
-            open(
-                root,
-                OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-                nix::sys::stat::Mode::empty(),
-            )
-            .ok()?,
-        ),
-    };
+    let dir = root_fd(root)?;
     let dir = dir.as_ref();
     // openat2 refuses flags that do not apply (O_NOCTTY with O_PATH) with EINVAL.
     let how = |flags| {
@@ -301,6 +289,53 @@ fn read_beneath(root: &Path, rel: &str, limit: u64) -> Option<Result<ReadWithMod
     let file = File::from(openat2(dir, rel_path, how(OFlag::O_RDONLY | OFlag::O_NOCTTY)).ok()?);
     let mode = meta.permissions().mode() & 0o7777;
     Some(read_bounded(file, rel, limit, meta.len()).map(|bytes| Some((bytes, mode))))
+}
+
+/// The root folder, opened `O_PATH`: the pinned one ([`with_pinned_root`]) or opened now.
+fn root_fd(root: &Path) -> Option<std::rc::Rc<std::os::fd::OwnedFd>> {
+    use nix::fcntl::{OFlag, open};
+    let pinned = PINNED_ROOT.with_borrow(|p| {
+        p.as_ref()
+            .filter(|(path, _)| path == root)
+            .map(|(_, fd)| std::rc::Rc::clone(fd))
+    });
+    match pinned {
+        Some(fd) => Some(fd),
+        None => open(
+            root,
+            OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )
+        .ok()
+        .map(std::rc::Rc::new),
+    }
+}
+
+/// The common case of [`resolve_in_root`] in one system call: a path of plain names (no `.`,
+/// `..` or empty step) that the kernel finds beneath the root with no symlink on the way
+/// (`openat2` `O_PATH` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`) is its own real path; one it
+/// does not find (ENOENT before any symlink) does not exist. `None` when the fast path does not
+/// apply (a symlink on the way: ELOOP; anything else): the caller walks step by step.
+fn resolve_beneath(root: &Path, rel: &str) -> Option<Option<PathBuf>> {
+    use nix::errno::Errno;
+    use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
+    let rel_path = rel.trim_start_matches('/');
+    if rel_path.is_empty()
+        || rel_path
+            .split('/')
+            .any(|c| c.is_empty() || c == "." || c == "..")
+    {
+        return None;
+    }
+    let dir = root_fd(root)?;
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS);
+    match openat2(dir.as_ref(), rel_path, how) {
+        Ok(_fd) => Some(Some(root.join(rel_path))),
+        Err(Errno::ENOENT) => Some(None),
+        Err(_) => None,
+    }
 }
 
 /// The metadata of a file about to be read: a regular file of at most `limit` bytes.
