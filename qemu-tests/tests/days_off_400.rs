@@ -23,7 +23,6 @@ mod common;
 
 use common::*;
 use qemu_tests::BootOptions;
-use qemu_tests::artifacts::{k8s_pause, oci_image};
 use std::time::Duration;
 
 #[test]
@@ -32,13 +31,7 @@ fn node_off_for_400_days_heals_itself_at_boot() {
     sc.artifacts().bins.require_k8s().unwrap();
     // the kubelet's sandbox image, imported with containerd's CRI (no pod of the real kubelet
     // needs it here: its static-pod folder is empty)
-    oci_image(
-        &k8s_pause().unwrap(),
-        "/pause",
-        "k8s.gcr.io/pause:3.2",
-        &sc.share_dir().join("pause.tar"),
-    )
-    .unwrap();
+    add_pause_image(&sc);
     let b = sc
         .boot(&BootOptions {
             timeout: Duration::from_secs(720),

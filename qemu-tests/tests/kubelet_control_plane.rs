@@ -18,7 +18,7 @@ mod common;
 
 use common::*;
 use qemu_tests::BootOptions;
-use qemu_tests::artifacts::{k8s_bin, k8s_pause, oci_image, oci_image_with};
+use qemu_tests::artifacts::{k8s_bin, oci_image, oci_image_with};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
@@ -45,13 +45,7 @@ fn real_kubelet_runs_the_control_plane_certrotor_restarts_through_it() {
     // The images, named as the lab's manifests name them (kubeadm v1.20.2's).
     let share = sc.share_dir();
     std::fs::create_dir_all(share.join("cp-images")).unwrap();
-    oci_image(
-        &k8s_pause().unwrap(),
-        "/pause",
-        "k8s.gcr.io/pause:3.2",
-        &share.join("pause.tar"),
-    )
-    .unwrap();
+    add_pause_image(&sc);
     for (name, tag) in [
         ("kube-apiserver", "v1.20.2"),
         ("kube-controller-manager", "v1.20.2"),
@@ -140,14 +134,9 @@ fn real_kubelet_runs_the_control_plane_certrotor_restarts_through_it() {
     );
     assert_kubectl_after(&b, &sc);
 
-    let mut f = Figures::new("a under the real kubelet (containerd CRI, runc)");
-    f.boot(&b);
-    if let Ok(t) = b.read_out("healthy-times.txt") {
-        f.line(format!("control plane healthy after (s): {t}"));
-    }
-    f.unavailability(
+    let mut f = real_cp_figures(
+        "a under the real kubelet (containerd CRI, runc)",
         &b,
-        "host container run --once --restart live",
         &report,
         None,
     );

@@ -10,20 +10,13 @@ mod common;
 
 use common::*;
 use qemu_tests::BootOptions;
-use qemu_tests::artifacts::{k8s_pause, oci_image};
 use std::time::Duration;
 
 #[test]
 fn real_kubelet_runs_a_rendered_static_pod_with_containerd_cri() {
     let (mut sc, t0) = scenario("real-kubelet", include_str!("../scenarios/real-kubelet.sh"));
     sc.artifacts().bins.require_k8s().unwrap();
-    oci_image(
-        &k8s_pause().unwrap(),
-        "/pause",
-        "k8s.gcr.io/pause:3.2",
-        &sc.share_dir().join("pause.tar"),
-    )
-    .unwrap();
+    add_pause_image(&sc);
     let b = sc
         .boot(&BootOptions {
             timeout: Duration::from_secs(420),

@@ -163,14 +163,9 @@ fn host_container_renews_an_expiring_stacked_node() {
         ))
     );
 
-    let mut f = Figures::new("a renew-expiring (real control plane)");
-    f.boot(&b);
-    if let Ok(t) = b.read_out("healthy-times.txt") {
-        f.line(format!("control plane healthy after (s): {t}"));
-    }
-    f.unavailability(
+    let mut f = real_cp_figures(
+        "a renew-expiring (real control plane)",
         &b,
-        "host container run --once --restart live",
         &report,
         Some("state"),
     );

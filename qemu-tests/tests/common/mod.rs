@@ -428,3 +428,32 @@ pub fn real_cp_scenario(name: &str) -> (Scenario, Instant) {
     sc.write_share("restart-mode", b"live").unwrap();
     (sc, t0)
 }
+
+/// The real pause (v1.20.2's pause.c, packed without docker) in the share as `pause.tar`, named
+/// `k8s.gcr.io/pause:3.2`: the sandbox image of containerd's CRI (`node_cri_containerd`).
+pub fn add_pause_image(sc: &Scenario) {
+    qemu_tests::artifacts::oci_image(
+        &qemu_tests::artifacts::k8s_pause().unwrap(),
+        "/pause",
+        "k8s.gcr.io/pause:3.2",
+        &sc.share_dir().join("pause.tar"),
+    )
+    .unwrap();
+}
+
+/// Figures of a scenario-a run: the boot, how long the control plane took to be healthy, and
+/// each component's unavailability in certrotor's pass (`prefix`: kubelet-sim's state files).
+pub fn real_cp_figures(name: &str, b: &Boot, report: &Value, prefix: Option<&str>) -> Figures {
+    let mut f = Figures::new(name);
+    f.boot(b);
+    if let Ok(t) = b.read_out("healthy-times.txt") {
+        f.line(format!("control plane healthy after (s): {t}"));
+    }
+    f.unavailability(
+        b,
+        "host container run --once --restart live",
+        report,
+        prefix,
+    );
+    f
+}
