@@ -709,17 +709,18 @@ fn longest(samples: &[Sample], bad: impl Fn(&Sample) -> bool) -> Duration {
 }
 
 /// kubelet-sim's down windows of `pod` on a node: (stopped, next started), ms since epoch.
-/// The windows in which `pod` was down because its manifest was taken away (certrotor's
-/// restarts), from stop to the next start. A process that exited by itself (an etcd whose
-/// random test port another process took first: kubelet-sim starts it again) is not a restart.
-fn down_windows(states: &BTreeMap<String, PodState>, pod: &str) -> Vec<(u64, u64)> {
+/// The windows in which `pod` was down, from stop to the next start, for stops at or after
+/// `since_ms` (when the passes began), whatever stopped it: a restart by certrotor or a crash.
+/// Stops before (an etcd that exited at start because another process took its random test
+/// port first, which kubelet-sim started again) are not the passes' doing.
+fn down_windows(states: &BTreeMap<String, PodState>, pod: &str, since_ms: u128) -> Vec<(u64, u64)> {
     let Some(st) = states.get(pod) else {
         return vec![];
     };
     let h = &st.history;
     (0..h.len().saturating_sub(1))
-        .filter(|&i| h[i].reason.as_deref() == Some("manifest removed"))
         .filter_map(|i| Some((h[i].stopped_at_ms?, h[i + 1].started_at_ms)))
+        .filter(|&(stopped, _)| u128::from(stopped) >= since_ms)
         .collect()
 }
 
@@ -790,6 +791,7 @@ fn stacked_rotation(test: &str, always: bool) {
         Sampler::start(move || c.sample())
     };
     let started = Instant::now();
+    let since = now_ms();
     // The three passes start within the same second.
     let mut passes: Vec<Background> = (0..3)
         .map(|i| c.spawn_pass(i, "1", &["--restart", mode]))
@@ -845,8 +847,10 @@ fn stacked_rotation(test: &str, always: bool) {
     // Independent oracle: kubelet-sim's process history. No two etcd members down at once,
     // no two nodes' restart sequences overlapping.
     let states: Vec<_> = c.nodes.iter().map(|n| n.states()).collect();
-    let etcd_windows: Vec<Vec<(u64, u64)>> =
-        states.iter().map(|s| down_windows(s, "etcd")).collect();
+    let etcd_windows: Vec<Vec<(u64, u64)>> = states
+        .iter()
+        .map(|s| down_windows(s, "etcd", since))
+        .collect();
     if !always {
         // No member was ever stopped, and no election happened.
         assert!(
@@ -870,7 +874,7 @@ fn stacked_rotation(test: &str, always: bool) {
     }
     let api_windows: Vec<(u64, u64)> = states
         .iter()
-        .map(|s| down_windows(s, "kube-apiserver")[0])
+        .map(|s| down_windows(s, "kube-apiserver", since)[0])
         .collect();
     assert!(
         !(overlap(api_windows[0], api_windows[1])
@@ -1554,6 +1558,7 @@ fn a_member_down_before_the_pass_stops_every_restart_until_it_is_back() {
     wait_for("node 2's etcd back", Duration::from_secs(60), || {
         c.sample().etcd[2].then_some(())
     });
+    let since = now_ms();
     let mut passes: Vec<Background> = (0..3)
         .map(|i| c.spawn_pass(i, "back", &["--restart", "always"]))
         .collect();
@@ -1570,7 +1575,7 @@ fn a_member_down_before_the_pass_stops_every_restart_until_it_is_back() {
             4,
             "node {i}: {r:#}"
         );
-        let w = down_windows(&c.nodes[i].states(), "etcd");
+        let w = down_windows(&c.nodes[i].states(), "etcd", since);
         windows.push(*w.last().unwrap());
     }
     for i in 0..3 {
@@ -1790,6 +1795,7 @@ fn three_daemons_started_in_the_same_second_take_turns() {
         let c = c.clone();
         Sampler::start(move || c.sample())
     };
+    let since = now_ms();
     let mut daemons: Vec<Background> = (0..3)
         .map(|i| {
             certrotor(&[
@@ -1840,7 +1846,7 @@ fn three_daemons_started_in_the_same_second_take_turns() {
         .nodes
         .iter()
         .map(|n| {
-            let w = down_windows(&n.states(), "etcd");
+            let w = down_windows(&n.states(), "etcd", since);
             assert_eq!(w.len(), 1, "{w:?}");
             w[0]
         })

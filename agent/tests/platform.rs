@@ -552,6 +552,17 @@ fn dry_run_changes_and_restarts_nothing() {
     assert!(node.backup_kinds().is_empty(), "{out}");
 }
 
+/// The pass of report `r` restarted kube-vip, and only it, for `reason`.
+fn restarted_kube_vip(r: &serde_json::Value, reason: &str, out: &dyn std::fmt::Display) {
+    let pods = r["restarted_pods"].as_array().unwrap();
+    assert_eq!(pods.len(), 1, "{out}");
+    assert_eq!(pods[0]["pod"], "kube-vip.yaml", "{out}");
+    assert!(
+        pods[0]["reason"].as_str().unwrap().contains(reason),
+        "{reason}\n{out}"
+    );
+}
+
 /// Consumers from the manifests (issue 11 point 2): a kube-vip-like static pod (what `lab init
 /// --kube-vip` adds: the k8s-sim kube-vip stand-in, which reads its kubeconfig at start) mounts
 /// admin.conf as a single file. After a renewal the pass finds it from its manifest, restarts it
@@ -588,15 +599,10 @@ fn kubeadm_restarts_kube_vip_mounting_admin_conf() {
     assert_eq!(c[0]["pod"], "kube-vip.yaml", "{out}");
     assert_eq!(c[0]["file"], "etc/kubernetes/admin.conf", "{out}");
     assert_eq!(c[0]["single_file"], true, "{out}");
-    let pods = r["restarted_pods"].as_array().unwrap();
-    assert_eq!(pods.len(), 1, "{out}");
-    assert_eq!(pods[0]["pod"], "kube-vip.yaml", "{out}");
-    assert!(
-        pods[0]["reason"]
-            .as_str()
-            .unwrap()
-            .contains("mounts etc/kubernetes/admin.conf as a single file"),
-        "{out}"
+    restarted_kube_vip(
+        &r,
+        "mounts etc/kubernetes/admin.conf as a single file",
+        &out,
     );
     assert_eq!(r["pod_errors"], serde_json::json!([]), "{out}");
     // kubelet-sim saw it restarted once, after the components.
@@ -676,16 +682,7 @@ fn kubeadm_restarts_kube_vip_mounting_admin_conf() {
         next.expect(0);
         let r = next.json();
         assert!(r["renew"]["backup_id"].is_null(), "nothing was due\n{next}");
-        let pods = r["restarted_pods"].as_array().unwrap();
-        assert_eq!(pods.len(), 1, "{next}");
-        assert_eq!(pods[0]["pod"], "kube-vip.yaml", "{next}");
-        assert!(
-            pods[0]["reason"]
-                .as_str()
-                .unwrap()
-                .contains("an earlier pass renewed a file"),
-            "{next}"
-        );
+        restarted_kube_vip(&r, "an earlier pass renewed a file", &next);
         let after = read_state().unwrap();
         assert_eq!(after.history.len(), history + 1, "{failpoint}: {after:?}");
         assert!(after.running, "{after:?}");
@@ -769,7 +766,7 @@ fn kubeadm_restarts_kube_vip_mounting_admin_conf() {
     next.expect(0);
     let r = next.json();
     assert!(r["renew"]["backup_id"].is_null(), "nothing was due\n{next}");
-    assert_eq!(r["restarted_pods"][0]["pod"], "kube-vip.yaml", "{next}");
+    restarted_kube_vip(&r, "an earlier pass renewed a file", &next);
     assert_eq!(r["pod_errors"], serde_json::json!([]), "{next}");
     assert!(read_state().unwrap().running);
     assert!(!pending.exists(), "still owed\n{next}");
