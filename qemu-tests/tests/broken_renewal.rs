@@ -7,7 +7,7 @@
 //! fail, restores the backup, restarts again and exits 3 with a report and a log saying so. The
 //! node is left serving the old, still valid certificates, healthy, and kubectl with the
 //! restored admin.conf reads back a ConfigMap written before.
-//! Guest side: `qemu-tests/scenarios/broken-renewal.sh` (1 boot, ~6 min under TCG).
+//! Guest side: `qemu-tests/scenarios/broken-renewal.sh` (1 boot, ~5 min under TCG).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
