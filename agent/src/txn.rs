@@ -674,13 +674,8 @@ fn prepare_and_commit(
             new_sha256: Some(sha256_hex(content)),
         });
     }
-    for (path, file) in written {
-        file.sync_all()
-            .map_err(prep("sync the staged file", &path))?;
-    }
-    for d in &dirs_to_sync {
-        fsutil::sync_dir(d).map_err(prep("sync the staging folder", d))?;
-    }
+    fsutil::sync_all_at_once(&written, &dirs_to_sync)
+        .map_err(|(path, e)| prep("sync the staged files and folders", &path)(e))?;
     failpoint("staged-all");
 
     // 2. Back up.
@@ -837,12 +832,8 @@ fn write_backup(root: &Path, changes: &[Change], kind: &str, now: i64) -> Result
         }
         failpoint("backup-file");
     }
-    for (path, file) in written {
-        file.sync_all().map_err(prep("sync the backup", &path))?;
-    }
-    for d in &dirs_to_sync {
-        fsutil::sync_dir(d).map_err(prep("sync the backup", d))?;
-    }
+    fsutil::sync_all_at_once(&written, &dirs_to_sync)
+        .map_err(|(path, e)| prep("sync the backup", &path)(e))?;
     let manifest = BackupManifest {
         version: Kind::BackupManifest.current(),
         id: id.clone(),
@@ -922,12 +913,10 @@ fn commit(root: &Path, journal: &Journal) -> Result<(), TxnError> {
         folders.insert(parent);
         failpoint("renamed");
     }
-    for folder in &folders {
-        fsutil::sync_dir(folder).map_err(|source| TxnError::Commit {
-            path: folder.display().to_string(),
-            source,
-        })?;
-    }
+    fsutil::sync_all_at_once(&[], &folders).map_err(|(path, source)| TxnError::Commit {
+        path: path.display().to_string(),
+        source,
+    })?;
     let dir = state_dir(root);
     let path = dir.join(JOURNAL);
     fs::remove_file(&path).map_err(|source| TxnError::Commit {
