@@ -378,8 +378,23 @@ fn read_bounded(file: File, label: &str, limit: u64, size: u64) -> Result<Vec<u8
         path: label.into(),
         source: e,
     };
-    let mut buf = Vec::with_capacity(size.min(limit) as usize);
-    file.take(limit + 1).read_to_end(&mut buf).map_err(io_err)?;
+    // One read of the size `fstat` gave plus a byte: a regular file that returns exactly its
+    // size to it is at its end, so the read of 0 bytes that `read_to_end` needs to see the end
+    // is saved (one system call per file, ~30 in a `check`). A file that grew or shrank
+    // meanwhile is read on to its end, bounded as before.
+    let want = size.min(limit) as usize;
+    let mut buf = vec![0; want + 1];
+    let mut file = file.take(limit + 1);
+    let n = loop {
+        match file.read(&mut buf) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => break other.map_err(io_err)?,
+        }
+    };
+    buf.truncate(n);
+    if n as u64 != size {
+        file.read_to_end(&mut buf).map_err(io_err)?;
+    }
     if buf.len() as u64 > limit {
         return Err(ReadError::TooLarge {
             path: label.into(),
