@@ -3,10 +3,10 @@
 //!
 //! A transaction takes a list of [`Change`]s (new content for a file, or its removal) and:
 //! 1. writes every new file into a staging folder next to its live file (same folder, so the same
-//!    filesystem, so `rename` is atomic), with the live file's mode and owner; then fsyncs each
-//!    staged file, then each folder that got a new entry;
+//!    filesystem, so `rename` is atomic), with the live file's mode and owner;
 //! 2. copies every live file it will replace into a backup (`var/lib/certrotor/backups/<id>`,
-//!    mode 0700), fsynced the same way (files, then folders), with a manifest;
+//!    mode 0700), with a manifest; then fsyncs each staged file and copy, and each folder that
+//!    got a new entry, all at once ([`fsutil::SyncBatch`]), and waits for all of them;
 //! 3. writes a journal (`var/lib/certrotor/journal.json`) naming every staged file, fsynced;
 //! 4. renames each staged file over its live file, then fsyncs each folder renamed into once;
 //! 5. removes the journal, then the staging folders, then old backups beyond the retention.
@@ -603,17 +603,16 @@ fn prepare_and_commit(
     retention: usize,
     txid: &str,
 ) -> Result<Outcome, TxnError> {
-    // 1. Stage: write every staged file, then make the batch durable: each file fsynced once,
-    //    then each folder that got a new entry (the staging folders, the folders holding them,
-    //    any folder created for them) once. See ARCHITECTURE.md "Durability".
+    // 1. Stage: write every staged file; the batch (each file once, and each folder that got a
+    //    new entry once: the staging folders, the folders holding them, any folder created for
+    //    them) is made durable with the backup's below. See ARCHITECTURE.md "Durability".
     let prep = |step, path: &Path| {
         let path = path.display().to_string();
         move |source| TxnError::Prepare { step, path, source }
     };
     let mut journal_files = Vec::new();
     let mut staging_dirs = BTreeSet::new();
-    let mut dirs_to_sync: BTreeSet<PathBuf> = BTreeSet::new();
-    let mut written: Vec<(PathBuf, File)> = Vec::new();
+    let mut batch = fsutil::SyncBatch::default();
     for change in changes {
         let live = root.join(&change.rel);
         let parent = live.parent().unwrap_or(root).to_path_buf();
@@ -628,7 +627,9 @@ fn prepare_and_commit(
         let staging = parent.join(format!("{STAGING_PREFIX}{txid}"));
         let staging_rel = rel_of(root, &staging);
         if staging_dirs.insert(staging_rel.clone()) {
-            dirs_to_sync.extend(folders_changed_by_creating(&parent, root));
+            batch
+                .dirs
+                .extend(folders_changed_by_creating(&parent, root));
             fsutil::create_dir_all_mode(&parent, 0o755)
                 .map_err(prep("create the folder", &parent))?;
             fs::create_dir(&staging).map_err(prep("create the staging folder", &staging))?;
@@ -637,8 +638,8 @@ fn prepare_and_commit(
                 std::os::unix::fs::PermissionsExt::from_mode(0o700),
             )
             .map_err(prep("protect the staging folder", &staging))?;
-            dirs_to_sync.insert(parent.clone());
-            dirs_to_sync.insert(staging.clone());
+            batch.dirs.insert(parent.clone());
+            batch.dirs.insert(staging.clone());
         }
         let file_name = live
             .file_name()
@@ -666,7 +667,7 @@ fn prepare_and_commit(
         };
         let file = fsutil::write_new_unsynced(&staged, content, mode, owner)
             .map_err(prep("write the staged file", &staged))?;
-        written.push((staged, file));
+        batch.files.push((staged, file));
         failpoint("staged-file");
         journal_files.push(JournalFile {
             rel: change.rel.clone(),
@@ -674,12 +675,14 @@ fn prepare_and_commit(
             new_sha256: Some(sha256_hex(content)),
         });
     }
-    fsutil::sync_all_at_once(&written, &dirs_to_sync)
-        .map_err(|(path, e)| prep("sync the staged files and folders", &path)(e))?;
-    failpoint("staged-all");
 
-    // 2. Back up.
-    let backup_id = write_backup(root, changes, kind, now)?;
+    // 2. Back up: the copies join the same batch, and one wait makes both durable before the
+    //    journal exists (until then a crash discards staging and backup alike).
+    let backup_id = write_backup(root, changes, kind, now, &mut batch)?;
+    batch
+        .sync()
+        .map_err(|(path, e)| prep("sync the staged files and the backup", &path)(e))?;
+    failpoint("staged-all");
     failpoint("backed-up");
 
     // 3. Journal.
@@ -746,7 +749,16 @@ pub(crate) fn next_backup_id(stamp: &str, names: &[String]) -> String {
     }
 }
 
-fn write_backup(root: &Path, changes: &[Change], kind: &str, now: i64) -> Result<String, TxnError> {
+/// Writes the backup of the live files `changes` replace, under its `.incomplete-` name: the
+/// copies are added to `batch` unsynced (the caller syncs the batch before the journal); the
+/// manifest is written durably.
+fn write_backup(
+    root: &Path,
+    changes: &[Change],
+    kind: &str,
+    now: i64,
+    batch: &mut fsutil::SyncBatch,
+) -> Result<String, TxnError> {
     let backups = state_dir(root).join("backups");
     let prep = |step, path: &Path| {
         let path = path.display().to_string();
@@ -767,11 +779,10 @@ fn write_backup(root: &Path, changes: &[Change], kind: &str, now: i64) -> Result
     let tmp = backups.join(format!(".incomplete-{id}"));
     fsutil::create_dir_all_mode(&tmp.join("files"), 0o700)
         .map_err(prep("create the backup", &tmp))?;
-    // Every copy is written, then each is fsynced once and each folder of the backup that got
-    // a new entry once (not once per file); the manifest's own write syncs the backup's folder.
+    // Every copy is written; the caller's batch fsyncs each once and each folder of the backup
+    // that got a new entry once (not once per file); the manifest's own write syncs the
+    // backup's folder.
     let mut files = Vec::new();
-    let mut written: Vec<(PathBuf, File)> = Vec::new();
-    let mut dirs_to_sync: BTreeSet<PathBuf> = BTreeSet::new();
     for change in changes {
         let live = root.join(&change.rel);
         let dest = tmp.join("files").join(&change.rel);
@@ -795,7 +806,7 @@ fn write_backup(root: &Path, changes: &[Change], kind: &str, now: i64) -> Result
                     // From the file's folder up to `files`: each holds a new entry.
                     let mut d = parent;
                     while d.starts_with(&tmp) && d != tmp {
-                        dirs_to_sync.insert(d.to_path_buf());
+                        batch.dirs.insert(d.to_path_buf());
                         d = d.parent().unwrap_or(&tmp);
                     }
                 }
@@ -808,7 +819,7 @@ fn write_backup(root: &Path, changes: &[Change], kind: &str, now: i64) -> Result
                     Some((meta.uid, meta.gid)),
                 )
                 .map_err(prep("write the backup of", &live))?;
-                written.push((dest.clone(), file));
+                batch.files.push((dest.clone(), file));
                 files.push(BackupFile {
                     path: change.rel.clone(),
                     existed: true,
@@ -832,8 +843,6 @@ fn write_backup(root: &Path, changes: &[Change], kind: &str, now: i64) -> Result
         }
         failpoint("backup-file");
     }
-    fsutil::sync_all_at_once(&written, &dirs_to_sync)
-        .map_err(|(path, e)| prep("sync the backup", &path)(e))?;
     let manifest = BackupManifest {
         version: Kind::BackupManifest.current(),
         id: id.clone(),
@@ -913,7 +922,11 @@ fn commit(root: &Path, journal: &Journal) -> Result<(), TxnError> {
         folders.insert(parent);
         failpoint("renamed");
     }
-    fsutil::sync_all_at_once(&[], &folders).map_err(|(path, source)| TxnError::Commit {
+    let folders = fsutil::SyncBatch {
+        files: Vec::new(),
+        dirs: folders,
+    };
+    folders.sync().map_err(|(path, source)| TxnError::Commit {
         path: path.display().to_string(),
         source,
     })?;
