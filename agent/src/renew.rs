@@ -15,6 +15,7 @@
 use std::fmt;
 use std::net::IpAddr;
 use std::path::Path;
+use std::sync::OnceLock;
 
 use serde::Serialize;
 
@@ -407,17 +408,21 @@ fn read(root: &Path, rel: &str) -> Result<Vec<u8>, IssueError> {
 /// Issues every planned certificate. New keys are generated in parallel (RSA key generation
 /// dominates the run time).
 pub fn issue_all(root: &Path, plan: &Plan) -> Result<Vec<Issued>, IssueError> {
-    // Each CA is read, parsed and checked once per run, not once per certificate.
-    let mut cas: Vec<(&str, Result<LoadedCa, IssueError>)> = Vec::new();
+    // Each CA is read, parsed and checked once per run, not once per certificate, by the first
+    // worker that needs it (the others wait for it): the CAs' key checks are spread over the
+    // cores too.
+    let mut cas: Vec<(&str, OnceLock<Result<LoadedCa, IssueError>>)> = Vec::new();
     for item in &plan.items {
         if !cas.iter().any(|(path, _)| *path == item.signer_cert_path) {
-            cas.push((item.signer_cert_path.as_str(), load_ca(root, item)));
+            cas.push((item.signer_cert_path.as_str(), OnceLock::new()));
         }
     }
     let ca_of = |item: &Item| -> Result<&LoadedCa, IssueError> {
         match cas.iter().find(|(path, _)| *path == item.signer_cert_path) {
-            Some((_, Ok(ca))) => Ok(ca),
-            Some((_, Err(e))) => Err(IssueError(format!("{}: {}", item.name, e.0))),
+            Some((_, ca)) => match ca.get_or_init(|| load_ca(root, item)) {
+                Ok(ca) => Ok(ca),
+                Err(e) => Err(IssueError(format!("{}: {}", item.name, e.0))),
+            },
             None => Err(IssueError(format!("{}: internal error: no CA", item.name))),
         }
     };
