@@ -46,14 +46,23 @@ pub(crate) fn etcd_installed(test: &str) -> bool {
 }
 
 /// Free ports for `n` nodes: each node gets an offset whose six ports are free now and not
-/// handed to another node of this test process (the tests run in parallel).
+/// handed to another node of this test process (the tests run in parallel). The candidates
+/// walk every offset in 1000..50000 once (a stride coprime to the span), starting where the
+/// last call stopped: a bounded search, which fails when no offset is left.
 pub(crate) fn offsets(n: usize) -> Vec<u16> {
-    static TAKEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
-    let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
+    const SPAN: u32 = 49_000;
+    const STRIDE: u32 = 7_919; // prime, does not divide 49 000 = 2^3 * 5^3 * 7^2
+    static TAKEN: Mutex<(Vec<u16>, Option<u32>)> = Mutex::new((Vec::new(), None));
+    let mut guard = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
+    let (taken, cursor) = &mut *guard;
+    let mut at = cursor.unwrap_or(std::process::id() % SPAN);
     let mut out: Vec<u16> = Vec::new();
-    let mut candidate = (std::process::id() % 30_000) as u16;
-    while out.len() < n {
-        candidate = 1000 + (candidate.wrapping_mul(31).wrapping_add(7919) % 40_000);
+    for _ in 0..SPAN {
+        if out.len() == n {
+            break;
+        }
+        at = (at + STRIDE) % SPAN;
+        let candidate = (1000 + at) as u16;
         let ports: Vec<u16> = PORTS.iter().map(|p| p + candidate).collect();
         if ports.iter().any(|p| taken.contains(p)) {
             continue;
@@ -66,6 +75,12 @@ pub(crate) fn offsets(n: usize) -> Vec<u16> {
             out.push(candidate);
         }
     }
+    *cursor = Some(at);
+    assert_eq!(
+        out.len(),
+        n,
+        "no free port offsets left on 127.0.0.1 for {n} nodes"
+    );
     out
 }
 
@@ -1791,6 +1806,8 @@ fn a_cluster_whose_certificates_all_expired_comes_back() {
     );
     let put = c.etcdctl(&["put", "certrotor-test/after", "ok"]);
     assert!(put.status.success(), "{put}");
+    // The real controller-manager and scheduler, whose kubeconfigs had expired too, are back.
+    wait_components(&c.nodes);
 }
 
 #[test]
