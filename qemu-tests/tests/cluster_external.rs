@@ -88,7 +88,7 @@ fn etcd_node_publishes_and_the_control_plane_installs_without_a_person() {
     // The pass that installed it restarted kube-apiserver, which started again after the
     // passes began (the apiserver's etcd client reads the pair it names at each connection).
     assert!(
-        installed[0]["restarted"]
+        installed[0]["import"]["restarted"]
             .as_array()
             .is_some_and(|a| a.iter().any(|r| r["component"] == "kube-apiserver")),
         "{}",
