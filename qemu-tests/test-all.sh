@@ -89,7 +89,7 @@ step "certrotor demo"
 
 if [ "${CERTROTOR_SKIP_QEMU:-0}" != 1 ]; then
   step "QEMU end-to-end suite (TCG)"
-  bounded 45 cargo test --locked -p qemu-tests -- --test-threads=1
+  bounded 70 cargo test --locked -p qemu-tests -- --test-threads=1
 fi
 
 step "no test left a process running"

@@ -1,8 +1,11 @@
 //! Cluster mode against a real three-member etcd cluster on 127.0.0.1: the JSON gateway client,
 //! the lease lock (exclusion, release, expiry of a dead holder), the etcd health gate, and whole
-//! passes of three stacked control-plane nodes started at the same moment (kubelet-sim runs the
-//! real etcd members and the k8s-sim stand-ins), sampled every 100 ms.
-//! Needs Debian's `etcd-server` (required when CI=true, else skipped loudly).
+//! passes of three stacked control-plane nodes started at the same moment, sampled every 100 ms.
+//! kubelet-sim runs every node's static pods as host processes: Debian's etcd and the real
+//! kube-apiserver, kube-controller-manager and kube-scheduler v1.20.2 (`CERTROTOR_K8S_BIN`,
+//! default /var/cache/certrotor/kubernetes-v1.20.2/bin, built by images/k8s/build.sh; missing,
+//! the test fails). kubelet-sim is the one double left (no CRI pod sandbox on this host).
+//! Needs Debian's `etcd-server` and `etcd-client` (missing, the test fails).
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -21,6 +24,19 @@ use crate::renew_util::*;
 /// The longest a single pass may take in these tests (its own waits are bounded below this).
 const PASS_BOUND: Duration = Duration::from_secs(300);
 
+/// The longest the passes of a whole cluster may take together (one node at a time, under the
+/// lock, each restarting the real kube-apiserver, controller-manager and scheduler).
+const PASSES_DEADLINE: Duration = Duration::from_secs(600);
+
+/// The passes' `--restart-timeout`: a real kube-apiserver on a loaded 2-core machine can take
+/// a minute to be ready again; a healthy restart ends as soon as it is.
+const RESTART_TIMEOUT: &str = "180s";
+
+/// Longest wait for a cluster's control planes to come up or back: the real kube-apiserver,
+/// controller-manager and scheduler of three nodes start together, on a 2-core machine that
+/// other tests and QEMU runs load too.
+const UP_DEADLINE: Duration = Duration::from_secs(300);
+
 /// The etcd member names and the standard ports before a node's offset.
 const PORTS: [u16; 6] = [2379, 2380, 2381, 6443, 10257, 10259];
 
@@ -30,14 +46,23 @@ pub(crate) fn etcd_installed(test: &str) -> bool {
 }
 
 /// Free ports for `n` nodes: each node gets an offset whose six ports are free now and not
-/// handed to another node of this test process (the tests run in parallel).
+/// handed to another node of this test process (the tests run in parallel). The candidates
+/// walk every offset in 1000..50000 once (a stride coprime to the span), starting where the
+/// last call stopped: a bounded search, which fails when no offset is left.
 pub(crate) fn offsets(n: usize) -> Vec<u16> {
-    static TAKEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
-    let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
+    const SPAN: u32 = 49_000;
+    const STRIDE: u32 = 7_919; // prime, does not divide 49 000 = 2^3 * 5^3 * 7^2
+    static TAKEN: Mutex<(Vec<u16>, Option<u32>)> = Mutex::new((Vec::new(), None));
+    let mut guard = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
+    let (taken, cursor) = &mut *guard;
+    let mut at = cursor.unwrap_or(std::process::id() % SPAN);
     let mut out: Vec<u16> = Vec::new();
-    let mut candidate = (std::process::id() % 30_000) as u16;
-    while out.len() < n {
-        candidate = 1000 + (candidate.wrapping_mul(31).wrapping_add(7919) % 40_000);
+    for _ in 0..SPAN {
+        if out.len() == n {
+            break;
+        }
+        at = (at + STRIDE) % SPAN;
+        let candidate = (1000 + at) as u16;
         let ports: Vec<u16> = PORTS.iter().map(|p| p + candidate).collect();
         if ports.iter().any(|p| taken.contains(p)) {
             continue;
@@ -50,6 +75,12 @@ pub(crate) fn offsets(n: usize) -> Vec<u16> {
             out.push(candidate);
         }
     }
+    *cursor = Some(at);
+    assert_eq!(
+        out.len(),
+        n,
+        "no free port offsets left on 127.0.0.1 for {n} nodes"
+    );
     out
 }
 
@@ -304,33 +335,6 @@ struct Stacked3 {
     api_client: (Vec<u8>, Vec<u8>),
 }
 
-/// kube-apiserver, kube-controller-manager and kube-scheduler for kubelet-sim: the k8s-sim
-/// stand-ins, or for kube-apiserver the real v1.20.2 binary (`CERTROTOR_K8S_BIN`, default
-/// /var/cache/certrotor/kubernetes-v1.20.2/bin, built by images/k8s/build.sh; missing, the test
-/// fails).
-pub(crate) fn link_control_plane_binaries(bin_dir: &Path, real_apiserver: bool) {
-    for n in [
-        "kube-apiserver",
-        "kube-controller-manager",
-        "kube-scheduler",
-    ] {
-        let target = if real_apiserver && n == "kube-apiserver" {
-            let dir = std::env::var("CERTROTOR_K8S_BIN")
-                .unwrap_or_else(|_| "/var/cache/certrotor/kubernetes-v1.20.2/bin".into());
-            let p = Path::new(&dir).join(n);
-            assert!(
-                p.is_file(),
-                "{} is missing: run images/k8s/build.sh (or set CERTROTOR_K8S_BIN)",
-                p.display()
-            );
-            p
-        } else {
-            sibling("k8s-sim")
-        };
-        std::os::unix::fs::symlink(target, bin_dir.join(n)).unwrap();
-    }
-}
-
 fn sibling(name: &str) -> PathBuf {
     let p = Path::new(bin()).parent().unwrap().join(name);
     assert!(
@@ -343,17 +347,12 @@ fn sibling(name: &str) -> PathBuf {
 
 impl Stacked3 {
     fn start(t: &TempDir) -> Stacked3 {
-        Stacked3::start_expiring(t, "2d", true, false)
+        Stacked3::start_expiring(t, "2d", true)
     }
 
-    /// Leaves expiring in `expires_in`; `healthy`: wait until every member and apiserver is;
-    /// `real_apiserver`: run the real kube-apiserver v1.20.2 instead of its k8s-sim stand-in.
-    fn start_expiring(
-        t: &TempDir,
-        expires_in: &str,
-        healthy: bool,
-        real_apiserver: bool,
-    ) -> Stacked3 {
+    /// Leaves expiring in `expires_in`; `healthy`: wait until every member, apiserver,
+    /// controller-manager and scheduler is, then bind `kubeadm:cluster-admins` as kubeadm does.
+    fn start_expiring(t: &TempDir, expires_in: &str, healthy: bool) -> Stacked3 {
         let offs = offsets(3);
         let first = t.join("node-0");
         lab(
@@ -378,8 +377,7 @@ impl Stacked3 {
             .collect::<Vec<_>>()
             .join(",");
         let bin_dir = t.join("bin");
-        fs::create_dir_all(&bin_dir).unwrap();
-        link_control_plane_binaries(&bin_dir, real_apiserver);
+        testkit::k8s::link_control_plane(&bin_dir);
         let mut nodes = Vec::new();
         for (i, off) in offs.iter().enumerate() {
             let root = t.join(&format!("node-{i}"));
@@ -475,11 +473,15 @@ impl Stacked3 {
         if healthy {
             wait_for(
                 "three etcd members and three apiservers healthy",
-                Duration::from_secs(240),
+                UP_DEADLINE,
                 || {
                     let x = st.sample();
                     (x.etcd.iter().all(|b| *b) && x.api.iter().all(|b| *b)).then_some(())
                 },
+            );
+            wait_components(&st.nodes);
+            testkit::k8s::grant_cluster_admins(
+                &st.nodes[0].root.join("etc/kubernetes/super-admin.conf"),
             );
         } else {
             wait_for(
@@ -495,7 +497,35 @@ impl Stacked3 {
         }
         st
     }
+}
 
+/// Waits until every node's kube-controller-manager and kube-scheduler answer `/healthz`.
+fn wait_components(nodes: &[CpNode]) {
+    wait_for(
+        "every kube-controller-manager and kube-scheduler healthy",
+        UP_DEADLINE,
+        || {
+            nodes
+                .iter()
+                .all(|n| {
+                    [10257, 10259].iter().all(|p| {
+                        let probe = Probe {
+                            address: SocketAddr::from(([127, 0, 0, 1], p + n.offset)),
+                            path: "/healthz".into(),
+                            ca_pem: None,
+                            client_cert_pem: None,
+                            client_key_pem: None,
+                            timeout: Duration::from_secs(2),
+                        };
+                        verify::probe(&probe).is_ok_and(|o| o.healthy())
+                    })
+                })
+                .then_some(())
+        },
+    );
+}
+
+impl Stacked3 {
     /// Probes with node 0's client certificates as they are on disk now.
     fn reload_credentials(&mut self) {
         let pki = self.nodes[0].root.join("etc/kubernetes/pki");
@@ -573,7 +603,7 @@ impl Stacked3 {
             "--platform",
             "kubeadm",
             "--restart-timeout",
-            "60s",
+            RESTART_TIMEOUT,
             "--poll-interval",
             "100ms",
             "--cluster-lease-ttl",
@@ -780,8 +810,7 @@ fn stacked_rotation(test: &str, always: bool) {
     } else {
         "cluster-live"
     });
-    // The real kube-apiserver v1.20.2 (controller-manager and scheduler: k8s-sim stand-ins).
-    let c = Arc::new(Stacked3::start_expiring(&t, "2d", true, true));
+    let c = Arc::new(Stacked3::start(&t));
     let put = c.etcdctl(&["put", "certrotor-test/kept", "before-rotation"]);
     assert!(put.status.success(), "{put}");
     let leader_before = leader_and_term(&c);
@@ -796,7 +825,7 @@ fn stacked_rotation(test: &str, always: bool) {
     let mut passes: Vec<Background> = (0..3)
         .map(|i| c.spawn_pass(i, "1", &["--restart", mode]))
         .collect();
-    let deadline = Instant::now() + Duration::from_secs(240);
+    let deadline = Instant::now() + PASSES_DEADLINE;
     while passes.iter_mut().any(|p| p.running()) {
         assert!(Instant::now() < deadline, "passes hung");
         std::thread::sleep(Duration::from_millis(100));
@@ -1044,8 +1073,7 @@ struct External {
 }
 
 impl External {
-    /// `real_apiserver`: the real kube-apiserver v1.20.2 on the control planes.
-    fn start(t: &TempDir, real_apiserver: bool) -> External {
+    fn start(t: &TempDir) -> External {
         let offs = offsets(5);
         let template = t.join("template");
         lab(
@@ -1073,8 +1101,7 @@ impl External {
             .collect::<Vec<_>>()
             .join(",");
         let bin_dir = t.join("bin");
-        fs::create_dir_all(&bin_dir).unwrap();
-        link_control_plane_binaries(&bin_dir, real_apiserver);
+        testkit::k8s::link_control_plane(&bin_dir);
         let path = format!(
             "{}:{}",
             bin_dir.display(),
@@ -1129,12 +1156,14 @@ impl External {
         };
         wait_for(
             "three etcd members and two apiservers healthy",
-            Duration::from_secs(240),
+            UP_DEADLINE,
             || {
                 let s = x.sample();
                 (s.etcd.iter().all(|b| *b) && s.api.iter().all(|b| *b)).then_some(())
             },
         );
+        wait_components(&x.cps);
+        testkit::k8s::grant_cluster_admins(&x.cps[0].root.join("etc/kubernetes/super-admin.conf"));
         x
     }
 
@@ -1165,7 +1194,7 @@ impl External {
             "--platform",
             "kubeadm",
             "--restart-timeout",
-            "60s",
+            RESTART_TIMEOUT,
             "--poll-interval",
             "100ms",
             "--cluster-lease-ttl",
@@ -1247,9 +1276,9 @@ impl Drop for External {
     }
 }
 
-/// Runs passes to the end (4 min deadline); returns (exit code, JSON report or Null, text).
+/// Runs passes to the end ([`PASSES_DEADLINE`]); returns (exit code, JSON report or Null, text).
 fn wait_passes(mut passes: Vec<Background>) -> Vec<(Option<i32>, serde_json::Value, String)> {
-    let deadline = Instant::now() + Duration::from_secs(240);
+    let deadline = Instant::now() + PASSES_DEADLINE;
     while passes.iter_mut().any(|p| p.running()) {
         assert!(Instant::now() < deadline, "passes hung");
         std::thread::sleep(Duration::from_millis(100));
@@ -1270,8 +1299,7 @@ fn external_etcd_pair_reaches_every_control_plane_without_a_person() {
         return;
     }
     let t = TempDir::new("cluster-external");
-    // Real kube-apiservers v1.20.2 on both control planes.
-    let x = Arc::new(External::start(&t, true));
+    let x = Arc::new(External::start(&t));
     let old_pair = x.cp_pair(0);
     let sampler = {
         let x = x.clone();
@@ -1562,7 +1590,7 @@ fn a_member_down_before_the_pass_stops_every_restart_until_it_is_back() {
     let mut passes: Vec<Background> = (0..3)
         .map(|i| c.spawn_pass(i, "back", &["--restart", "always"]))
         .collect();
-    let deadline = Instant::now() + Duration::from_secs(240);
+    let deadline = Instant::now() + PASSES_DEADLINE;
     while passes.iter_mut().any(|p| p.running()) {
         assert!(Instant::now() < deadline, "passes hung");
         std::thread::sleep(Duration::from_millis(100));
@@ -1635,20 +1663,16 @@ fn killing_the_lock_holder_mid_restart_lets_the_others_proceed_after_the_lease()
     let killed_at = Instant::now();
     // The next holder gets the lock only when the dead holder's lease (4 s, refreshed every
     // 4/3 s) has expired.
-    let next_after = wait_for(
-        "another node to take the lock",
-        Duration::from_secs(60),
-        || {
-            (0..3)
-                .any(|i| i != victim && acquired(i) > before[i])
-                .then(|| killed_at.elapsed())
-        },
-    );
+    let next_after = wait_for("another node to take the lock", UP_DEADLINE, || {
+        (0..3)
+            .any(|i| i != victim && acquired(i) > before[i])
+            .then(|| killed_at.elapsed())
+    });
     assert!(
         next_after >= Duration::from_millis(2500),
         "the lock was taken {next_after:?} after its holder died, before its lease expired"
     );
-    let deadline = Instant::now() + Duration::from_secs(240);
+    let deadline = Instant::now() + PASSES_DEADLINE;
     while passes
         .iter_mut()
         .enumerate()
@@ -1744,7 +1768,7 @@ fn no_other_apiserver_ready_holds_the_restarts() {
     );
     // One comes back: the node proceeds.
     fs::rename(aside(1), manifest(1)).unwrap();
-    wait_for("apiserver 1 back", Duration::from_secs(60), || {
+    wait_for("apiserver 1 back", UP_DEADLINE, || {
         c.sample().api[1].then_some(())
     });
     let mut p = c.spawn_pass(0, "ungated", &[]);
@@ -1761,9 +1785,9 @@ fn a_cluster_whose_certificates_all_expired_comes_back() {
     }
     let t = TempDir::new("cluster-all-expired");
     // Every leaf expired a day ago: the members reject each other, no apiserver is ready.
-    let mut c = Stacked3::start_expiring(&t, "-1d", false, false);
+    let mut c = Stacked3::start_expiring(&t, "-1d", false);
     let mut passes: Vec<Background> = (0..3).map(|i| c.spawn_pass(i, "expired", &[])).collect();
-    let deadline = Instant::now() + Duration::from_secs(240);
+    let deadline = Instant::now() + PASSES_DEADLINE;
     while passes.iter_mut().any(|p| p.running()) {
         assert!(Instant::now() < deadline, "passes hung");
         std::thread::sleep(Duration::from_millis(100));
@@ -1782,6 +1806,8 @@ fn a_cluster_whose_certificates_all_expired_comes_back() {
     );
     let put = c.etcdctl(&["put", "certrotor-test/after", "ok"]);
     assert!(put.status.success(), "{put}");
+    // The real controller-manager and scheduler, whose kubeconfigs had expired too, are back.
+    wait_components(&c.nodes);
 }
 
 #[test]
@@ -1807,7 +1833,7 @@ fn three_daemons_started_in_the_same_second_take_turns() {
                 "--platform",
                 "kubeadm",
                 "--restart-timeout",
-                "60s",
+                RESTART_TIMEOUT,
                 "--poll-interval",
                 "100ms",
                 "--cluster-lease-ttl",
@@ -1820,16 +1846,12 @@ fn three_daemons_started_in_the_same_second_take_turns() {
         })
         .collect();
     let log = |d: &Background| fs::read_to_string(&d.stderr).unwrap_or_default();
-    wait_for(
-        "every daemon's first pass",
-        Duration::from_secs(240),
-        || {
-            daemons
-                .iter()
-                .all(|d| log(d).contains("pass done"))
-                .then_some(())
-        },
-    );
+    wait_for("every daemon's first pass", PASSES_DEADLINE, || {
+        daemons
+            .iter()
+            .all(|d| log(d).contains("pass done"))
+            .then_some(())
+    });
     let samples = sampler.finish();
     for (i, d) in daemons.iter_mut().enumerate() {
         let text = log(d);
@@ -1883,7 +1905,7 @@ fn apiserver_serves_renewed_cert_without_restart() {
         return;
     }
     let t = TempDir::new("reload-apiserver");
-    let c = Stacked3::start_expiring(&t, "2d", true, true);
+    let c = Stacked3::start(&t);
     let n0 = &c.nodes[0];
     let pki = n0.root.join("etc/kubernetes/pki");
     let before = n0.states();

@@ -10,9 +10,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::cluster::{
-    etcd_installed, kubelet_for, link_control_plane_binaries, offsets, probe_state, stop_kubelet,
-};
+use crate::cluster::{etcd_installed, kubelet_for, offsets, probe_state, stop_kubelet};
 use crate::renew_util::*;
 
 const TEST: &str = "events::a_renewal_posts_a_node_event_that_kubectl_shows";
@@ -56,8 +54,8 @@ fn a_renewal_posts_a_node_event_that_kubectl_shows_and_a_down_apiserver_changes_
         ],
     );
     let bin_dir = t.join("bin");
-    fs::create_dir_all(&bin_dir).unwrap();
-    link_control_plane_binaries(&bin_dir, true);
+    // The real kube-apiserver, kube-controller-manager and kube-scheduler v1.20.2.
+    testkit::k8s::link_control_plane(&bin_dir);
     let path = format!(
         "{}:{}",
         bin_dir.display(),
@@ -78,19 +76,7 @@ fn a_renewal_posts_a_node_event_that_kubectl_shows_and_a_down_apiserver_changes_
     );
     // kubeadm >= 1.29 binds kubeadm:cluster-admins (admin.conf's group) to cluster-admin with
     // super-admin.conf during init; lab init writes 1.29 subjects, so do what kubeadm does.
-    let super_admin = root.join("etc/kubernetes/super-admin.conf");
-    let bind = kubectl(
-        &kubectl_bin,
-        &super_admin,
-        &[
-            "create",
-            "clusterrolebinding",
-            "kubeadm:cluster-admins",
-            "--clusterrole=cluster-admin",
-            "--group=kubeadm:cluster-admins",
-        ],
-    );
-    assert_eq!(bind.code(), Some(0), "{bind}");
+    testkit::k8s::grant_cluster_admins(&root.join("etc/kubernetes/super-admin.conf"));
 
     // A pass that renews everything due (platform none: the running apiserver keeps serving).
     let run = certrotor(&[

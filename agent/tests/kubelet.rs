@@ -325,8 +325,7 @@ fn renewed_kubelet_credentials_are_accepted_by_the_real_apiserver() {
         fs::remove_file(root.join("etc/kubernetes/manifests").join(m)).unwrap();
     }
     let bin_dir = t.join("bin");
-    fs::create_dir_all(&bin_dir).unwrap();
-    crate::cluster::link_control_plane_binaries(&bin_dir, true);
+    testkit::k8s::link_control_plane(&bin_dir);
     let path = format!(
         "{}:{}",
         bin_dir.display(),

@@ -4,7 +4,7 @@
 //! pod manifests kubeadm v1.20.2 writes), starts `apiserver-sim` (Bottlerocket platform, static
 //! pods seeded from the node's manifests) and `kubelet-sim`, which runs them as host processes:
 //! Debian's etcd and the real Kubernetes v1.20.2 kube-apiserver, kube-controller-manager and
-//! kube-scheduler (from [`k8s_bin_dir`]), and waits until all four are healthy.
+//! kube-scheduler (from [`testkit::k8s::bin_dir`]), and waits until all four are healthy.
 //!
 //! A real kubelet cannot run here (no CRI pod sandbox on this host), so kubelet-sim stays: it is
 //! the one double left in these tests, besides apiserver-sim for the Bottlerocket API.
@@ -57,57 +57,8 @@ const RUN_DEADLINE: Duration = Duration::from_secs(600);
 /// loaded 2-core machine can take a minute to be ready; a healthy restart ends as soon as it is.
 pub const RESTART_TIMEOUT: &str = "180s";
 
-/// Where the real Kubernetes v1.20.2 binaries are (`images/k8s/build.sh --print-bin-dir`).
-pub const DEFAULT_K8S_BIN: &str = "/var/cache/certrotor/kubernetes-v1.20.2/bin";
-
-/// The control-plane binaries the static pods run, besides etcd.
-pub const K8S_BINARIES: [&str; 3] = [
-    "kube-apiserver",
-    "kube-controller-manager",
-    "kube-scheduler",
-];
-
-/// The folder holding the real Kubernetes binaries: `CERTROTOR_K8S_BIN`, else
-/// [`DEFAULT_K8S_BIN`]. Panics (the test fails, never skips) when one of [`K8S_BINARIES`] is
-/// missing, saying how to build them.
-pub fn k8s_bin_dir() -> PathBuf {
-    let dir = std::env::var_os("CERTROTOR_K8S_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_K8S_BIN));
-    for name in K8S_BINARIES {
-        assert!(
-            dir.join(name).is_file(),
-            "the real {name} v1.20.2 is missing in {}: build the Kubernetes binaries with \
-             images/k8s/build.sh (or point CERTROTOR_K8S_BIN at a folder holding \
-             {K8S_BINARIES:?})",
-            dir.display()
-        );
-    }
-    dir
-}
-
-/// kubectl v1.20.2: `CERTROTOR_KUBECTL`, else `kubectl` in [`k8s_bin_dir`], else the one
-/// `images/setup-host.sh` unpacks from Debian's kubernetes-client package. Panics when none is
-/// there.
-pub fn kubectl_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("CERTROTOR_KUBECTL") {
-        return PathBuf::from(p);
-    }
-    let candidates = [
-        k8s_bin_dir().join("kubectl"),
-        PathBuf::from("/var/cache/certrotor/kubernetes-client/usr/bin/kubectl"),
-    ];
-    candidates
-        .iter()
-        .find(|p| p.is_file())
-        .cloned()
-        .unwrap_or_else(|| {
-            panic!(
-                "kubectl v1.20.2 is missing (looked at {candidates:?}): run images/setup-host.sh \
-                 as root, or set CERTROTOR_KUBECTL"
-            )
-        })
-}
+/// kubectl v1.20.2 (shared with the cluster and events tests).
+pub use testkit::k8s::kubectl_path;
 
 /// How kubelet manifests are managed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -376,7 +327,6 @@ impl Node {
         if !etcd_available(test) {
             return None;
         }
-        let k8s = k8s_bin_dir();
         let (kubelet_sim, apiserver_sim) = (sibling("kubelet-sim"), sibling("apiserver-sim"));
         static COUNTER: AtomicU32 = AtomicU32::new(0);
         let dir = std::env::temp_dir().join(format!(
@@ -398,10 +348,7 @@ impl Node {
             runs: AtomicU32::new(0),
         };
         let bin = node.dir.join("bin");
-        fs::create_dir_all(&bin).unwrap();
-        for name in K8S_BINARIES {
-            std::os::unix::fs::symlink(k8s.join(name), bin.join(name)).unwrap();
-        }
+        testkit::k8s::link_control_plane(&bin);
         // kube-vip: the k8s-sim stand-in of `lab init --kube-vip`'s pod, for the tests that
         // add it.
         std::os::unix::fs::symlink(sibling("k8s-sim"), bin.join("kube-vip")).unwrap();
@@ -464,29 +411,7 @@ impl Node {
     /// super-admin.conf (`system:masters`). A node without super-admin.conf has an admin.conf in
     /// `system:masters` (kubeadm before v1.29) and needs nothing.
     fn grant_cluster_admins(&self) {
-        let super_admin = self.kfile("super-admin.conf");
-        if !super_admin.exists() {
-            return;
-        }
-        let out = Command::new(kubectl_path())
-            .arg(format!("--kubeconfig={}", super_admin.display()))
-            .args([
-                "--request-timeout=20s",
-                "create",
-                "clusterrolebinding",
-                "kubeadm:cluster-admins",
-                "--clusterrole=cluster-admin",
-                "--group=kubeadm:cluster-admins",
-            ])
-            .stdin(Stdio::null())
-            .output()
-            .expect("kubectl runs");
-        assert!(
-            out.status.success(),
-            "kubectl create clusterrolebinding kubeadm:cluster-admins: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        testkit::k8s::grant_cluster_admins(&self.kfile("super-admin.conf"));
     }
 
     fn start_apiserver_sim(&mut self, binary: &Path) {

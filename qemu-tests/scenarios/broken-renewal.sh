@@ -10,17 +10,14 @@
 . /usr/lib/certrotor-e2e/lib.sh
 . "$E2E_SHARE/node-lib.sh"
 P=/var/lib/kubeadm/pki
-NODE_REAL_CP=1
 
 e2e_check "certrotor image imported" node_image
 e2e_check "lab node (expires in 2d)" node_lab / --expires-in 2d
-e2e_check "apiserver manifest: start-up cuts for TCG" node_fast_apiserver /
+node_real_cp /
 e2e_check "apiserver-sim on /run/api.sock" node_api / /run/api.sock node
 node_kubelet / node
 e2e_check "control plane healthy before" node_wait_healthy / 0 300
-e2e_check "cluster-admins bound (kubeadm init)" node_grant_admins /
-e2e_check "kubectl: ConfigMap written before the renewal" node_kubectl / create configmap \
-  certrotor-e2e --namespace=default --from-literal=token="$(cat "$E2E_SHARE/token")"
+node_configmap_before /
 node_pki_sums pki-before.sha /
 node_served served-before.txt / 0
 

@@ -17,13 +17,6 @@
 
 KPKI=/var/lib/kubelet/pki
 
-# days_off N   moves the clock N days forward
-days_off() {
-  _new=$(( $(date +%s) + $1 * 86400 ))
-  date -u -s "@$_new" > /dev/null 2>&1 ||
-    date -u -s "$(date -u -d "@$_new" '+%Y-%m-%d %H:%M:%S')" > /dev/null 2>&1
-  [ "$(date +%s)" -ge $(( _new - 5 )) ]
-}
 # node_get ARGS...   kubectl get node cp-1 with the renewed admin.conf
 node_get() { node_kubectl / get node cp-1 "$@"; }
 # ready   the Node's Ready condition is True (with a heartbeat); the kubelet reports False at
@@ -48,12 +41,11 @@ e2e_check "lab node (one-year leaves)" node_lab /
 e2e_save made-at "$(date +%s)"
 cp -L "$KPKI/kubelet-client-current.pem" /var/tmp/old-kubelet-client.pem
 readlink "$KPKI/kubelet-client-current.pem" > "$E2E_OUT/link-before.txt"
-e2e_check "switched off for 400 days (clock +400 d)" days_off 400
+e2e_check "switched off for 400 days (clock +400 d)" node_clock_shift 400
 e2e_save booted-at "$(date +%s)"
 e2e_save booted-at-rfc3339 "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 node_check check-before /
-NODE_REAL_CP=1
-e2e_check "apiserver manifest: start-up cuts for TCG" node_fast_apiserver /
+node_real_cp /
 e2e_check "apiserver-sim on /run/api.sock" node_api / /run/api.sock node
 node_certrotor --bootstrap certrotor bootstrap ""
 e2e_save bootstrap-done-ms "$(node_now_ms)"

@@ -71,6 +71,15 @@ node_kubelet() {
   e2e_save "$_name-kubelet-started-ms" "$(node_now_ms)"
 }
 
+# node_clock_shift DAYS   moves the guest clock DAYS days (negative: back), as a node switched off
+# that long finds it
+node_clock_shift() {
+  _new=$(( $(date +%s) + $1 * 86400 ))
+  date -u -s "@$_new" > /dev/null 2>&1 ||
+    date -u -s "$(date -u -d "@$_new" '+%Y-%m-%d %H:%M:%S')" > /dev/null 2>&1
+  _now=$(date +%s)
+  [ "$_now" -ge $(( _new - 5 )) ] && [ "$_now" -le $(( _new + 60 )) ]
+}
 node_now_ms() { echo $(( $(date +%s) * 1000 )); }
 
 # node_https_ok PORT PATH [s_client options...]   GET https://127.0.0.1:PORT/PATH answers 200
@@ -178,11 +187,13 @@ etcd_ok() {
     --cert=$EP/etcdctl-etcd-client.crt --key=$EP/etcdctl-etcd-client.key \
     --dial-timeout=3s --command-timeout=5s "$@"
 }
-apiserver_etcd_serial() {  # the last etcd client certificate the apiserver stand-in loaded
-  grep 'etcd client certificate' /var/log/pods/kube-apiserver.log | tail -n1 | sed 's/.* serial //'
+cp_client() {  # the etcd client certificate the control plane's apiserver manifest names
+  echo "/var/lib/kubeadm/pki/$(sed -n 's/.*--etcd-certfile=\/etc\/kubernetes\/pki\///p' /var/lib/kubeadm/manifests/kube-apiserver.yaml)"
 }
-# node_external_pair: both lab nodes due in 2 days, their APIs and kubelets, healthy, a key
-# written to etcd (/e2e/before = the token), the apiserver's etcd client serial saved
+# node_external_pair: both lab nodes due in 2 days, their APIs and kubelets (the control plane
+# the real kube-apiserver, controller-manager and scheduler), healthy, a key written to etcd
+# (/e2e/before = the token) and a ConfigMap with kubectl, the control plane's etcd client
+# certificate's SHA-256 saved
 node_external_pair() {
   e2e_check "certrotor image imported" node_image
   _lab=/var/tmp/lab-x
@@ -192,14 +203,16 @@ node_external_pair() {
     --key-algorithm ecdsa-p256 --expires-in 2d
   mkdir -p $E/var/lib && cp -a $_lab/etcd/var/lib/. $E/var/lib/ && cp -a $_lab/control-plane/var/lib/. /var/lib/
   rm -rf $_lab
+  node_real_cp /
   e2e_check "etcd node API" node_api $E /run/etcd-node/api.sock etcd-node
   e2e_check "control-plane API" node_api / /run/api.sock cp
   node_kubelet $E etcd-node
   node_kubelet / cp
   e2e_check "etcd node healthy" e2e_wait_for 120 etcd_ok endpoint health
-  e2e_check "control plane healthy (apiserver reaches etcd)" node_wait_healthy / $O 120 0
+  e2e_check "control plane healthy (apiserver reaches etcd)" node_wait_healthy / $O 300 0
   e2e_check "etcd put before" etcd_ok put /e2e/before "$(cat "$E2E_SHARE/token")"
-  e2e_save apiserver-etcd-serial-before "$(apiserver_etcd_serial)"
+  node_configmap_before /
+  e2e_save cp-client-sha-before "$(node_file_sha "$(cp_client)")"
 }
 
 # ---- the real control plane (NODE_REAL_CP=1): kubectl v1.20.2, /readyz polled ----------------
@@ -230,6 +243,31 @@ node_grant_admins() {
     kubeadm:cluster-admins > /dev/null 2>&1 && return 0
   kubectl --kubeconfig "$_sa" --request-timeout=60s create clusterrolebinding \
     kubeadm:cluster-admins --clusterrole=cluster-admin --group=kubeadm:cluster-admins
+}
+# node_real_cp ROOT   the real control plane for ROOT's static pods (NODE_REAL_CP=1: kubelet-sim
+# runs the real kube-apiserver, controller-manager and scheduler v1.20.2), the apiserver with
+# the start-up cuts; call before node_api encodes the manifests
+node_real_cp() {
+  NODE_REAL_CP=1
+  e2e_check "apiserver manifest at $1: start-up cuts for TCG" node_fast_apiserver "$1"
+}
+# node_configmap_before ROOT   once the real apiserver is up: admin.conf's group bound (as
+# kubeadm init does), and a ConfigMap holding the share's token written with kubectl v1.20.2
+node_configmap_before() {
+  e2e_check "real kube-apiserver: $(/usr/lib/k8s/kube-apiserver --version)" true
+  e2e_check "cluster-admins bound (kubeadm init)" node_grant_admins "$1"
+  e2e_check "kubectl: ConfigMap written before the renewal" node_kubectl "$1" create configmap \
+    certrotor-e2e --namespace=default --from-literal=token="$(cat "$E2E_SHARE/token")"
+}
+# node_kubectl_after ROOT   after the renewal, with ROOT's renewed admin.conf: the namespaces
+# -> $E2E_OUT/namespaces.txt, the ConfigMap written before -> $E2E_OUT/configmap.txt
+node_kubectl_after() {
+  e2e_check "kubectl (renewed admin.conf) lists the namespaces" sh -c \
+    "kubectl --kubeconfig $1/var/lib/kubeadm/admin.conf --request-timeout=60s get namespaces -o name > '$E2E_OUT/namespaces.txt'"
+  e2e_check "kubectl (renewed admin.conf) reads the ConfigMap back" sh -c \
+    "kubectl --kubeconfig $1/var/lib/kubeadm/admin.conf --request-timeout=60s get configmap certrotor-e2e --namespace=default -o jsonpath='{.data.token}' > '$E2E_OUT/configmap.txt'"
+  cp "$1/var/log/pods/kube-apiserver.log" "$E2E_OUT/kube-apiserver.log" 2> /dev/null
+  true
 }
 # node_readyz_start ROOT O NAME   polls the real apiserver's https://127.0.0.1:(6443+O)/readyz
 # in the background, 100 ms between probes (each probe, an openssl s_client, itself takes ~0.8 s

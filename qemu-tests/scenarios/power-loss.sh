@@ -1,22 +1,28 @@
 #!/bin/sh
 # Scenario c (qemu-tests/tests/power_loss.rs): power loss in the middle of a renewal.
-# Boot 1: a healthy stacked node (certificates expire in 2 days); certrotor runs as a
+# The static pods are the REAL kube-apiserver (with the start-up cuts of node_fast_apiserver),
+# controller-manager and scheduler v1.20.2 and Debian's etcd, under kubelet-sim.
+# Boot 1: a healthy stacked node (certificates expire in 2 days), a ConfigMap written with
+#   kubectl; certrotor runs as a
 #   superpowered host container with CERTROTOR_FAILPOINT=$(cat share/failpoint) and
 #   CERTROTOR_FAILPOINT_ACTION=pause: at that step of the transaction it prints
 #   "CERTROTOR-FAILPOINT <name> (#N)" (copied to the console) and waits; the harness kills QEMU.
 # Boot 2, same disk: the node starts the way Bottlerocket does: API, bootstrap container
 #   (share/bootstrap = yes; certrotor completes or undoes the transaction, then renews what is
-#   due before any pod runs), kubelet, then the host container's `run --once`.
+#   due before any pod runs), kubelet, then the host container's `run --once`; kubectl with the
+#   renewed admin.conf lists the namespaces and reads the ConfigMap back.
 . /usr/lib/certrotor-e2e/lib.sh
 . "$E2E_SHARE/node-lib.sh"
-HC="run --once --platform bottlerocket --restart-timeout 120s --poll-interval 200ms --restart always --output json"
+HC="run --once --platform bottlerocket --restart-timeout 300s --poll-interval 200ms --restart always --output json"
 
 if [ "$E2E_BOOT" = 1 ]; then
   e2e_check "certrotor image imported" node_image
   e2e_check "lab node (expires in 2d)" node_lab / --expires-in 2d
+  node_real_cp /
   e2e_check "apiserver-sim on /run/api.sock" node_api / /run/api.sock node
   node_kubelet / node
-  e2e_check "control plane healthy before" node_wait_healthy / 0 120
+  e2e_check "control plane healthy before" node_wait_healthy / 0 300
+  node_configmap_before /
   e2e_check "etcd put before renewal" node_etcdctl / 0 put /e2e/before "$(cat "$E2E_SHARE/token")"
   node_pki_sums pki-before.sha /
   e2e_finish; echo "$?" > "$E2E_OUT/checks-rc"; sync
@@ -27,7 +33,8 @@ if [ "$E2E_BOOT" = 1 ]; then
   exit 98
 fi
 
-# ---- boot 2: after the power loss
+# ---- boot 2: after the power loss (the manifests with their cuts persist in /var)
+NODE_REAL_CP=1
 node_pki_sums pki-at-boot.sha /
 e2e_check "apiserver-sim on /run/api.sock" node_api / /run/api.sock node
 if [ "$(cat "$E2E_SHARE/bootstrap")" = yes ]; then
@@ -38,11 +45,12 @@ node_kubelet / node
 # after a bootstrap container the PKI is consistent before any pod starts; without one the
 # kubelet and the host container start together (Bottlerocket does not order them)
 if [ "$(cat "$E2E_SHARE/bootstrap")" = yes ]; then
-  e2e_check "control plane healthy at boot" node_wait_healthy / 0 120
+  e2e_check "control plane healthy at boot" node_wait_healthy / 0 300
 fi
 node_certrotor --superpowered certrotor run "$HC"
 e2e_check "host container exit 0" [ "$(cat "$E2E_OUT/run.rc")" = 0 ]
-e2e_check "control plane healthy after" node_wait_healthy / 0 90
+e2e_check "control plane healthy after" node_wait_healthy / 0 300
+node_kubectl_after /
 e2e_save etcd-after "$(node_etcdctl / 0 get --print-value-only /e2e/before)"
 node_pki_sums pki-after.sha /
 node_served served-after.txt / 0

@@ -44,8 +44,8 @@ else
 fi
 RESTART_TIMEOUT=120s UP_S=120
 if [ -f "$E2E_SHARE/real-cp" ]; then
-  NODE_REAL_CP=1 RESTART_TIMEOUT=300s UP_S=300
-  e2e_check "apiserver manifest: start-up cuts for TCG" node_fast_apiserver /
+  RESTART_TIMEOUT=300s UP_S=300
+  node_real_cp /
 fi
 e2e_check "apiserver-sim on /run/api.sock" node_api / /run/api.sock node
 if [ $REAL_KUBELET = 1 ]; then
@@ -56,10 +56,7 @@ fi
 e2e_check "control plane healthy before" node_wait_healthy / 0 $UP_S
 if [ $REAL_KUBELET = 1 ]; then node_pids pids-before.txt; fi
 if [ "${NODE_REAL_CP:-0}" = 1 ]; then
-  e2e_check "real kube-apiserver: $(/usr/lib/k8s/kube-apiserver --version)" true
-  e2e_check "cluster-admins bound (kubeadm init)" node_grant_admins /
-  e2e_check "kubectl: ConfigMap written before the renewal" node_kubectl / create configmap \
-    certrotor-e2e --namespace=default --from-literal=token="$(cat "$E2E_SHARE/token")"
+  node_configmap_before /
   node_readyz_start / 0 readyz.txt
 fi
 e2e_check "etcd put before renewal" node_etcdctl / 0 put /e2e/before "$(cat "$E2E_SHARE/token")"
@@ -76,11 +73,7 @@ e2e_check "control plane healthy after" node_wait_healthy / 0 $UP_S
 if [ $REAL_KUBELET = 1 ]; then node_pids pids-after.txt; fi
 if [ "${NODE_REAL_CP:-0}" = 1 ]; then
   node_readyz_stop
-  e2e_check "kubectl (renewed admin.conf) lists the namespaces" sh -c \
-    "kubectl --kubeconfig /var/lib/kubeadm/admin.conf --request-timeout=60s get namespaces -o name > '$E2E_OUT/namespaces.txt'"
-  e2e_check "kubectl (renewed admin.conf) reads the ConfigMap back" sh -c \
-    "kubectl --kubeconfig /var/lib/kubeadm/admin.conf --request-timeout=60s get configmap certrotor-e2e --namespace=default -o jsonpath='{.data.token}' > '$E2E_OUT/configmap.txt'"
-  cp /var/log/pods/kube-apiserver.log "$E2E_OUT/kube-apiserver.log" 2> /dev/null
+  node_kubectl_after /
 fi
 e2e_save etcd-after "$(node_etcdctl / 0 get --print-value-only /e2e/before)"
 node_pki_sums pki-after.sha /

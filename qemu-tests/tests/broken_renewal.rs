@@ -13,7 +13,6 @@
 mod common;
 
 use common::*;
-use qemu_tests::BootOptions;
 use std::time::Duration;
 
 #[test]
@@ -23,14 +22,7 @@ fn rejected_certificate_is_rolled_back_and_reported() {
         include_str!("../scenarios/broken-renewal.sh"),
     );
     sc.artifacts().bins.require_k8s().unwrap();
-    let b = sc
-        .boot(&BootOptions {
-            timeout: Duration::from_secs(1080),
-            smp: Some(2),
-            mem_mib: Some(2048),
-            ..BootOptions::default()
-        })
-        .unwrap();
+    let b = sc.boot(&real_cp_boot(Duration::from_secs(1080))).unwrap();
     b.expect_success().unwrap();
     assert_guest_checks(&b);
 

@@ -14,7 +14,6 @@
 mod common;
 
 use common::*;
-use qemu_tests::BootOptions;
 use std::process::Command;
 use std::time::Duration;
 
@@ -47,12 +46,7 @@ fn host_container_renews_with_the_kubeadm_engine() {
     let (b, report, _before) = renew_expiring_node_boot(
         &mut sc,
         &kubeconfigs,
-        &BootOptions {
-            timeout: Duration::from_secs(900),
-            smp: Some(2),
-            mem_mib: Some(2048),
-            ..BootOptions::default()
-        },
+        &real_cp_boot(Duration::from_secs(900)),
     );
     // The real apiserver serves what the real kubeadm renewed, and kubectl with the renewed
     // admin.conf reads back what was written before.

@@ -1,13 +1,15 @@
 //! Scenario b: the node boots with every leaf certificate expired. certrotor runs as a
 //! Bottlerocket bootstrap container (empty user-data: `run --once --platform none`) before the
-//! kubelet starts the static pods; the control plane then comes up healthy with renewed
-//! certificates, each pod started once. Guest side: `qemu-tests/scenarios/expired-bootstrap.sh`.
+//! kubelet starts the static pods; the REAL control plane (kube-apiserver, controller-manager,
+//! scheduler v1.20.2, Debian's etcd) then comes up healthy on the renewed certificates, every
+//! pod started after the renewal, and kubectl with the renewed admin.conf lists the namespaces
+//! and reads back a ConfigMap the cluster held before the node was switched off.
+//! Guest side: `qemu-tests/scenarios/expired-bootstrap.sh` (1 boot, ~3 min under TCG).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
 use common::*;
-use qemu_tests::BootOptions;
 use std::time::Duration;
 
 #[test]
@@ -16,12 +18,8 @@ fn bootstrap_container_renews_expired_node_before_pods_start() {
         "expired-bootstrap",
         include_str!("../scenarios/expired-bootstrap.sh"),
     );
-    let b = sc
-        .boot(&BootOptions {
-            timeout: Duration::from_secs(360),
-            ..BootOptions::default()
-        })
-        .unwrap();
+    sc.artifacts().bins.require_k8s().unwrap();
+    let b = sc.boot(&real_cp_boot(Duration::from_secs(720))).unwrap();
     b.expect_success().unwrap();
     assert_guest_checks(&b);
 
@@ -71,22 +69,31 @@ fn bootstrap_container_renews_expired_node_before_pods_start() {
         b.failure("backups")
     );
 
-    // after: renewed for a year, served, each pod started once after the bootstrap container
+    // after: renewed for a year, served, every pod started after the bootstrap container:
+    // etcd and the apiserver once; the real controller-manager and scheduler may exit while the
+    // apiserver is still starting under TCG (kubelet-sim starts them again: printed)
     let check = json(&b, "check-after.json");
     let mut renewed: Vec<&str> = STACKED_LEAVES.to_vec();
     renewed.extend(KUBECONFIGS);
     assert_expiries(&b, &check, &renewed, 365);
     assert_served_equals_files(&b, "served.txt");
+    assert_kubectl_after(&b, &sc);
     let done: i64 = b.read_out("bootstrap-done-ms").unwrap().parse().unwrap();
+    let mut exits = String::new();
     for pod in PODS {
         let state = json(&b, &format!("state-{pod}.json"));
         let (starts, crashes, _) = pod_history(&state);
-        assert_eq!(
-            (starts, crashes),
-            (1, 0),
-            "{}",
-            b.failure(&format!("{pod}: {state}"))
-        );
+        if pod == "etcd" || pod == "kube-apiserver" {
+            assert_eq!(
+                (starts, crashes),
+                (1, 0),
+                "{}",
+                b.failure(&format!("{pod}: {state}"))
+            );
+        } else {
+            assert!(starts >= 1, "{}", b.failure(&format!("{pod}: {state}")));
+        }
+        exits.push_str(&format!(" {pod} {crashes}"));
         let started = state["history"][0]["started_at_ms"].as_i64().unwrap();
         assert!(
             started >= done,
@@ -97,6 +104,12 @@ fn bootstrap_container_renews_expired_node_before_pods_start() {
 
     let mut f = Figures::new("b expired-bootstrap");
     f.boot(&b);
+    if let Ok(t) = b.read_out("healthy-times.txt") {
+        f.line(format!("real control plane healthy after (s): {t}"));
+    }
+    f.line(format!(
+        "exits at start (kubelet-sim restarted them):{exits}"
+    ));
     if let (Some(a), Some(z)) = (
         b.marker_time("MARK CERTROTOR-BEGIN"),
         b.marker_time("MARK CERTROTOR-END"),

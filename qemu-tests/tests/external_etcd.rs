@@ -1,8 +1,10 @@
 //! Scenario d: external etcd. The etcd node renews (`run --once` restarts etcd) and exports the
 //! apiserver-etcd-client pair; the control plane imports it (`etcd-client import` restarts
-//! kube-apiserver and verifies it); the apiserver stand-in then reaches etcd with the new client
-//! certificate: its `/readyz` (an mTLS health check of etcd with that certificate) is healthy
-//! and the certificate it loaded is the imported one (its log names the serial).
+//! kube-apiserver and verifies it). The control plane's static pods are the REAL kube-apiserver,
+//! controller-manager and scheduler v1.20.2: the apiserver, started again after the import, is
+//! ready (its `/readyz` includes its mTLS check of etcd with the file its manifest names, which
+//! is the imported certificate), and kubectl with admin.conf lists the namespaces and reads back
+//! a ConfigMap written before.
 //!
 //! One VM with two node roots, not two VMs: the control plane at `/` and the etcd node at
 //! `/var/lib/nodes/etcd`, each with its own Bottlerocket API socket, kubelet-sim, static pods
@@ -11,13 +13,12 @@
 //! the kernel and loopback, which the scenario does not depend on: the only thing that crosses
 //! between them is the exported bundle, copied as an operator would. A second VM would add a
 //! ~25 s boot under TCG and a virtual network to prove nothing more about certrotor.
-//! Guest side: `qemu-tests/scenarios/external-etcd.sh` (1 boot).
+//! Guest side: `qemu-tests/scenarios/external-etcd.sh` (1 boot, ~4 min under TCG).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
 use common::*;
-use qemu_tests::BootOptions;
 use std::time::Duration;
 
 #[test]
@@ -26,12 +27,8 @@ fn etcd_node_renews_exports_control_plane_imports() {
         "external-etcd",
         include_str!("../scenarios/external-etcd.sh"),
     );
-    let b = sc
-        .boot(&BootOptions {
-            timeout: Duration::from_secs(480),
-            ..BootOptions::default()
-        })
-        .unwrap();
+    sc.artifacts().bins.require_k8s().unwrap();
+    let b = sc.boot(&real_cp_boot(Duration::from_secs(900))).unwrap();
     b.expect_success().unwrap();
     assert_guest_checks(&b);
 
@@ -124,28 +121,13 @@ fn etcd_node_renews_exports_control_plane_imports() {
             b.read_out("cp-client-file").unwrap()
         ))
     );
-    let (old, new, imported) = (
-        serial(&b.read_out("apiserver-etcd-serial-before").unwrap()),
-        serial(&b.read_out("apiserver-etcd-serial-after").unwrap()),
-        serial(&b.read_out("bundle-serial").unwrap()),
-    );
-    assert!(
-        !old.is_empty() && !new.is_empty(),
-        "{}",
-        b.failure("apiserver log: no etcd client serial")
-    );
     assert_ne!(
-        old,
-        imported,
+        b.read_out("cp-client-sha-before").unwrap(),
+        b.read_out("bundle-sha").unwrap(),
         "{}",
         b.failure("the bundle holds the old certificate")
     );
-    assert_eq!(
-        new,
-        imported,
-        "{}",
-        b.failure("the apiserver did not load the imported certificate")
-    );
+    assert_kubectl_after(&b, &sc);
     let api = json(&b, "cp-state-kube-apiserver.json");
     let (starts, crashes, gap) = pod_history(&api);
     assert_eq!(
@@ -161,11 +143,14 @@ fn etcd_node_renews_exports_control_plane_imports() {
         "{}",
         b.failure("apiserver restarted before the import")
     );
+    // not restarted by the import; the real ones may exit on their own when they lose their
+    // leader lease while the apiserver restarts (every extra start follows such an exit)
     for pod in ["kube-controller-manager", "kube-scheduler"] {
         let s = json(&b, &format!("cp-state-{pod}.json"));
+        let (starts, exits, _) = pod_history(&s);
         assert_eq!(
-            pod_history(&s).0,
-            1,
+            starts as u64,
+            1 + exits,
             "{}",
             b.failure(&format!("{pod} restarted: {s}"))
         );
@@ -181,6 +166,9 @@ fn etcd_node_renews_exports_control_plane_imports() {
 
     let mut f = Figures::new("d external-etcd");
     f.boot(&b);
+    if let Ok(t) = b.read_out("healthy-times.txt") {
+        f.line(format!("real control plane healthy after (s): {t}"));
+    }
     f.unavailability(&b, "etcd node run --once", &run, Some("etcd-state"));
     f.line(format!(
         "import: kube-apiserver process down {} ms (kubelet-sim history)",

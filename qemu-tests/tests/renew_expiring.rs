@@ -16,7 +16,6 @@
 mod common;
 
 use common::*;
-use qemu_tests::BootOptions;
 use std::time::Duration;
 
 /// Longest run of consecutive failed /readyz polls (seconds, first failure to next success),
@@ -50,12 +49,7 @@ fn host_container_renews_an_expiring_stacked_node() {
     let (b, report, before) = renew_expiring_node_boot(
         &mut sc,
         &KUBECONFIGS,
-        &BootOptions {
-            timeout: Duration::from_secs(720),
-            smp: Some(2),
-            mem_mib: Some(2048),
-            ..BootOptions::default()
-        },
+        &real_cp_boot(Duration::from_secs(720)),
     );
     let log = b.read_out("run.log").unwrap();
     assert!(

@@ -6,6 +6,8 @@
 //!   install. It never passes silently, in CI or not.
 //! - [`wait_for`]: poll a condition with a deadline, failing with the last observation.
 //! - [`date`]: civil dates to Unix seconds, for comparing what tools print.
+//! - [`k8s`]: the real Kubernetes v1.20.2 control-plane binaries and kubectl, and what
+//!   `kubeadm init` does once the apiserver is up (the `kubeadm:cluster-admins` binding).
 #![allow(clippy::unwrap_used)]
 
 use std::time::{Duration, Instant};
@@ -78,6 +80,111 @@ pub fn wait_for<T>(
             }
             Err(_) => std::thread::sleep(every),
         }
+    }
+}
+
+pub mod k8s {
+    //! The real Kubernetes v1.20.2 control plane for the host tests (built by
+    //! `images/k8s/build.sh`): kubelet-sim runs these binaries as a lab node's static pods.
+
+    use std::path::{Path, PathBuf};
+    use std::process::{Command, Stdio};
+
+    /// Where `images/k8s/build.sh` caches the binaries (`--print-bin-dir`).
+    pub const DEFAULT_BIN: &str = "/var/cache/certrotor/kubernetes-v1.20.2/bin";
+
+    /// The control-plane binaries the static pods run, besides etcd.
+    pub const BINARIES: [&str; 3] = [
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+    ];
+
+    /// The folder holding the real binaries: `CERTROTOR_K8S_BIN`, else [`DEFAULT_BIN`]. Panics
+    /// (the test fails, never skips) when one of [`BINARIES`] is missing, saying how to build
+    /// them.
+    #[track_caller]
+    pub fn bin_dir() -> PathBuf {
+        let dir = std::env::var_os("CERTROTOR_K8S_BIN")
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_BIN));
+        for name in BINARIES {
+            assert!(
+                dir.join(name).is_file(),
+                "the real {name} v1.20.2 is missing in {}: build the Kubernetes binaries with \
+                 images/k8s/build.sh (or point CERTROTOR_K8S_BIN at a folder holding \
+                 {BINARIES:?})",
+                dir.display()
+            );
+        }
+        dir
+    }
+
+    /// Links the real kube-apiserver, kube-controller-manager and kube-scheduler into `into`, a
+    /// folder put first on kubelet-sim's `PATH` (the manifests name the bare commands).
+    #[track_caller]
+    pub fn link_control_plane(into: &Path) {
+        let dir = bin_dir();
+        std::fs::create_dir_all(into).unwrap();
+        for name in BINARIES {
+            std::os::unix::fs::symlink(dir.join(name), into.join(name)).unwrap();
+        }
+    }
+
+    /// kubectl v1.20.2: `CERTROTOR_KUBECTL`, else `kubectl` in [`bin_dir`], else the one
+    /// `images/setup-host.sh` unpacks from Debian's kubernetes-client package. Panics when none
+    /// is there.
+    #[track_caller]
+    pub fn kubectl_path() -> PathBuf {
+        if let Some(p) = std::env::var_os("CERTROTOR_KUBECTL") {
+            return PathBuf::from(p);
+        }
+        let candidates = [
+            bin_dir().join("kubectl"),
+            PathBuf::from("/var/cache/certrotor/kubernetes-client/usr/bin/kubectl"),
+        ];
+        candidates
+            .iter()
+            .find(|p| p.is_file())
+            .cloned()
+            .unwrap_or_else(|| {
+                panic!(
+                    "kubectl v1.20.2 is missing (looked at {candidates:?}): run \
+                     images/setup-host.sh as root, or set CERTROTOR_KUBECTL"
+                )
+            })
+    }
+
+    /// What `kubeadm init` (v1.29 and later, whose layout the lab writes) does once the
+    /// apiserver is up: binds the group `kubeadm:cluster-admins` of admin.conf to
+    /// `cluster-admin`, with `super_admin` (super-admin.conf, `system:masters`). Once per
+    /// cluster: the binding lives in etcd. A node without super-admin.conf has an admin.conf in
+    /// `system:masters` (kubeadm before v1.29) and needs nothing.
+    #[track_caller]
+    pub fn grant_cluster_admins(super_admin: &Path) {
+        if !super_admin.exists() {
+            return;
+        }
+        let out = Command::new(kubectl_path())
+            .arg(format!("--kubeconfig={}", super_admin.display()))
+            .args([
+                "--request-timeout=30s",
+                "create",
+                "clusterrolebinding",
+                "kubeadm:cluster-admins",
+                "--clusterrole=cluster-admin",
+                "--group=kubeadm:cluster-admins",
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .expect("kubectl runs");
+        assert!(
+            out.status.success(),
+            "kubectl create clusterrolebinding kubeadm:cluster-admins: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }
 

@@ -8,7 +8,7 @@ use qemu_tests::{Boot, BootOptions, Scenario};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// The image reference `node-lib.sh` runs (`NODE_IMG`).
 pub const IMAGE_REF: &str = "localhost/certrotor:e2e";
@@ -55,15 +55,6 @@ pub const PODS: [&str; 4] = [
 ];
 
 const DAY: i64 = 86_400;
-
-/// A certificate serial as openssl or a log prints it, for comparison (lower case, no leading
-/// zeros).
-pub fn serial(s: &str) -> String {
-    s.trim()
-        .to_ascii_lowercase()
-        .trim_start_matches('0')
-        .to_string()
-}
 
 /// A fresh scenario running `script`, with `node-lib.sh`, a token and the certrotor image in
 /// its share.
@@ -416,6 +407,17 @@ pub fn assert_kubectl_after(b: &Boot, sc: &Scenario) {
         "{}",
         b.failure("the ConfigMap written before the renewal, read back after it")
     );
+}
+
+/// A boot on the real control plane: 2 vCPUs (multi-threaded TCG) and 2 GiB (the figures are in
+/// ARCHITECTURE.md, "Doubles that remain").
+pub fn real_cp_boot(timeout: Duration) -> BootOptions {
+    BootOptions {
+        timeout,
+        smp: Some(2),
+        mem_mib: Some(2048),
+        ..BootOptions::default()
+    }
 }
 
 /// Scenario a's script (`renew-expiring.sh`) on the real control plane (`real-cp`: the real
