@@ -1,7 +1,7 @@
 #!/bin/sh
 # Scenario e (qemu-tests/tests/broken_renewal.rs): a renewal that breaks for real. The node's
 # static pods are the real kube-apiserver, controller-manager and scheduler v1.20.2 and Debian's
-# etcd (NODE_REAL_CP=1). certrotor (superpowered host container, a build with the test-only
+# etcd. certrotor (superpowered host container, a build with the test-only
 # failpoints) renews with CERTROTOR_FAILPOINT=foreign-ca:apiserver-etcd-client: after
 # validation, the apiserver's etcd client pair is re-signed by a throwaway CA, so the real etcd
 # refuses the real apiserver after its restart. certrotor restarts etcd, fails to bring

@@ -5,8 +5,8 @@
 # node (var/lib/kubeadm, var/lib/kubelet, var/lib/etcd). It runs like a Bottlerocket node:
 # apiserver-sim (the Bottlerocket API) renders the static pods from
 # settings.kubernetes.static-pods.<name> into R/etc/kubernetes/static-pods, kubelet-sim runs
-# them as host processes (etcd = Debian's etcd, the rest = k8s-sim, or with NODE_REAL_CP=1 the
-# real kube-apiserver, controller-manager and scheduler v1.20.2), certrotor runs from its
+# them as host processes (etcd = Debian's etcd, the rest the real kube-apiserver,
+# controller-manager and scheduler v1.20.2 from /usr/lib/k8s), certrotor runs from its
 # OCI image through containerd as a host or bootstrap container (e2e_host_ctr_run).
 # Every wait is a polled condition with a deadline.
 
@@ -59,11 +59,7 @@ node_kubelet() {
   _root=$1 _name=$2; shift 2
   mkdir -p "$NODE_BIN" "$_root/var/log/pods"
   for _n in kube-apiserver kube-controller-manager kube-scheduler; do
-    if [ "${NODE_REAL_CP:-0}" = 1 ]; then
-      ln -sf "/usr/lib/k8s/$_n" "$NODE_BIN/$_n"   # the real v1.20.2 binaries
-    else
-      ln -sf /usr/bin/k8s-sim "$NODE_BIN/$_n"
-    fi
+    ln -sf "/usr/lib/k8s/$_n" "$NODE_BIN/$_n"   # the real v1.20.2 binaries
   done
   env PATH="$NODE_BIN:$PATH" "$@" kubelet-sim --manifests "$_root/etc/kubernetes/static-pods" \
     --state-dir "$_root/var/lib/kubelet-sim" --root "$_root" --log-dir "$_root/var/log/pods" \
@@ -215,7 +211,7 @@ node_external_pair() {
   e2e_save cp-client-sha-before "$(node_file_sha "$(cp_client)")"
 }
 
-# ---- the real control plane (NODE_REAL_CP=1): kubectl v1.20.2, /readyz polled ----------------
+# ---- the real control plane: kubectl v1.20.2, /readyz polled ----------------------------------
 # node_fast_apiserver ROOT   adds the start-up cuts measured under TCG to ROOT's kube-apiserver
 # manifest (before node_settings encodes it): no API priority and fairness, no watch cache,
 # no profiling, only the API groups the control plane and the test use (the figures are in
@@ -244,11 +240,10 @@ node_grant_admins() {
   kubectl --kubeconfig "$_sa" --request-timeout=60s create clusterrolebinding \
     kubeadm:cluster-admins --clusterrole=cluster-admin --group=kubeadm:cluster-admins
 }
-# node_real_cp ROOT   the real control plane for ROOT's static pods (NODE_REAL_CP=1: kubelet-sim
-# runs the real kube-apiserver, controller-manager and scheduler v1.20.2), the apiserver with
-# the start-up cuts; call before node_api encodes the manifests
+# node_real_cp ROOT   the real kube-apiserver of ROOT's static pods with the start-up cuts
+# (kubelet-sim runs the real kube-apiserver, controller-manager and scheduler v1.20.2); call
+# before node_api encodes the manifests
 node_real_cp() {
-  NODE_REAL_CP=1
   e2e_check "apiserver manifest at $1: start-up cuts for TCG" node_fast_apiserver "$1"
 }
 # node_configmap_before ROOT   once the real apiserver is up: admin.conf's group bound (as

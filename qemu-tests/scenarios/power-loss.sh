@@ -34,7 +34,6 @@ if [ "$E2E_BOOT" = 1 ]; then
 fi
 
 # ---- boot 2: after the power loss (the manifests with their cuts persist in /var)
-NODE_REAL_CP=1
 node_pki_sums pki-at-boot.sha /
 e2e_check "apiserver-sim on /run/api.sock" node_api / /run/api.sock node
 if [ "$(cat "$E2E_SHARE/bootstrap")" = yes ]; then

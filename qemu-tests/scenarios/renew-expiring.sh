@@ -5,10 +5,9 @@
 # through the API and verifies. The host-side
 # test asserts on the files saved here. With `extra-args` in the share (issue 6's scenario,
 # qemu-tests/tests/engine_kubeadm.rs), those arguments are added, and `kubeadm.oci.tar` (the
-# real kubeadm's image) is imported into containerd's k8s.io namespace first. With `real-cp` in
-# the share (qemu-tests/tests/renew_expiring.rs), the static pods are the real kube-apiserver,
-# controller-manager and scheduler v1.20.2 (NODE_REAL_CP=1, the apiserver with the start-up cuts
-# of node_fast_apiserver): kubectl v1.20.2 writes a ConfigMap before the renewal and, with the
+# real kubeadm's image) is imported into containerd's k8s.io namespace first. The static pods
+# are the real kube-apiserver, controller-manager and scheduler v1.20.2 (the apiserver with the
+# start-up cuts of node_fast_apiserver): kubectl v1.20.2 writes a ConfigMap before the renewal and, with the
 # renewed admin.conf, lists the namespaces and reads it back after; the real apiserver's /readyz
 # is polled (100 ms between probes) while certrotor runs (readyz.txt).
 . /usr/lib/certrotor-e2e/lib.sh
@@ -42,11 +41,8 @@ if [ -f "$E2E_SHARE/kubeadm.oci.tar" ]; then
 else
   e2e_check "lab node (expires in 2d)" node_lab / --expires-in 2d
 fi
-RESTART_TIMEOUT=120s UP_S=120
-if [ -f "$E2E_SHARE/real-cp" ]; then
-  RESTART_TIMEOUT=300s UP_S=300
-  node_real_cp /
-fi
+RESTART_TIMEOUT=300s UP_S=300
+node_real_cp /
 e2e_check "apiserver-sim on /run/api.sock" node_api / /run/api.sock node
 if [ $REAL_KUBELET = 1 ]; then
   node_real_kubelet / node
@@ -55,10 +51,8 @@ else
 fi
 e2e_check "control plane healthy before" node_wait_healthy / 0 $UP_S
 if [ $REAL_KUBELET = 1 ]; then node_pids pids-before.txt; fi
-if [ "${NODE_REAL_CP:-0}" = 1 ]; then
-  node_configmap_before /
-  node_readyz_start / 0 readyz.txt
-fi
+node_configmap_before /
+node_readyz_start / 0 readyz.txt
 e2e_check "etcd put before renewal" node_etcdctl / 0 put /e2e/before "$(cat "$E2E_SHARE/token")"
 node_pki_sums pki-before.sha /
 node_served served-before.txt / 0
@@ -71,10 +65,8 @@ e2e_check "certrotor run exit 0" [ "$(cat "$E2E_OUT/run.rc")" = 0 ]
 
 e2e_check "control plane healthy after" node_wait_healthy / 0 $UP_S
 if [ $REAL_KUBELET = 1 ]; then node_pids pids-after.txt; fi
-if [ "${NODE_REAL_CP:-0}" = 1 ]; then
-  node_readyz_stop
-  node_kubectl_after /
-fi
+node_readyz_stop
+node_kubectl_after /
 e2e_save etcd-after "$(node_etcdctl / 0 get --print-value-only /e2e/before)"
 node_pki_sums pki-after.sha /
 node_served served-after.txt / 0

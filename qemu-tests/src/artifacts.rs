@@ -4,8 +4,8 @@
 //! Environment:
 //! * `CERTROTOR_BIN` — a static `certrotor` binary to use as is (no cargo build); the
 //!   power-loss scenario needs one built with `--features failpoints`.
-//! * `BR_SIM_DIR`    — a directory holding the static test doubles (`apiserver-sim`,
-//!   `kubelet-sim`, `k8s-sim`); each one found there goes into the image. Without it the
+//! * `BR_SIM_DIR`    — a directory holding the static test doubles the VM runs (`apiserver-sim`,
+//!   `kubelet-sim`); each one found there goes into the image. Without it the
 //!   harness builds the `testbed` crate's binaries (`bottlerocket/testbed`) and takes those that exist.
 //! * `QEMU_TESTS_RUST_TARGET` — target triple for the static builds (default: musl, falling
 //!   back to `x86_64-unknown-linux-gnu` with `+crt-static` when the musl target is missing).
@@ -14,8 +14,7 @@
 //! * `CERTROTOR_K8S_BIN` — the folder of the real Kubernetes v1.20.2 binaries (default
 //!   [`DEFAULT_K8S_BIN`], where `images/k8s/build.sh` puts them): kube-apiserver,
 //!   kube-controller-manager and kube-scheduler go into the image as `/usr/lib/k8s/<name>`,
-//!   where the real-control-plane scenario's kubelet-sim runs them as the static pods (the
-//!   other scenarios keep k8s-sim); the kubelet too, for the real-kubelet scenario, whose
+//!   where kubelet-sim runs them as every control-plane scenario's static pods; the kubelet too, for the real-kubelet scenario, whose
 //!   pause image is built from the same folder's `pause`.
 //! * `CERTROTOR_KUBECTL` — kubectl v1.20.2 for the image's `/usr/bin/kubectl` (default: the
 //!   one `images/setup-host.sh` unpacks from Debian's kubernetes-client package).
@@ -46,7 +45,7 @@ pub const K8S_PAUSE: &str = "pause";
 pub const DEFAULT_KUBECTL: &str = "/var/cache/certrotor/kubernetes-client/usr/bin/kubectl";
 
 /// Names of the Bottlerocket test doubles built from the `testbed` crate.
-pub const SIM_NAMES: [&str; 3] = ["apiserver-sim", "kubelet-sim", "k8s-sim"];
+pub const SIM_NAMES: [&str; 2] = ["apiserver-sim", "kubelet-sim"];
 
 /// The VM's certrotor has the test-only failpoints (the power-loss scenario stops it at one);
 /// the shipped build (`agent/build-static.sh`) does not.

@@ -11,7 +11,8 @@
 //!   and inputs; the guest writes `share/out/boot-N/` (`rc`, `results.txt`, logs, values)
 //!
 //! Environment: `QEMU_TESTS_SMP` (default 1: measured faster than 2 under TCG here for the
-//! k8s-sim scenarios; a boot's `BootOptions::smp` overrides it),
+//! scenarios without a control plane; a boot's `BootOptions::smp` overrides it, 2 for the
+//! real control plane),
 //! `QEMU_TESTS_MEM` (MiB, default 1024), `QEMU_TESTS_JOBS` (VMs at once across all test
 //! processes, default 1), `QEMU_TESTS_TIMEOUT_FACTOR` (multiplies every boot timeout, default 1),
 //! `QEMU` (the qemu-system-x86_64 binary).

@@ -420,12 +420,11 @@ pub fn real_cp_boot(timeout: Duration) -> BootOptions {
     }
 }
 
-/// Scenario a's script (`renew-expiring.sh`) on the real control plane (`real-cp`: the real
-/// kube-apiserver, controller-manager and scheduler v1.20.2) in the default `--restart live`.
+/// Scenario a's script (`renew-expiring.sh`: the real kube-apiserver, controller-manager and
+/// scheduler v1.20.2) in the default `--restart live`.
 pub fn real_cp_scenario(name: &str) -> (Scenario, Instant) {
     let (sc, t0) = scenario(name, include_str!("../../scenarios/renew-expiring.sh"));
     sc.artifacts().bins.require_k8s().unwrap();
-    sc.write_share("real-cp", b"yes\n").unwrap();
     // The default `--restart live`, end to end (issue 11).
     sc.write_share("restart-mode", b"live").unwrap();
     (sc, t0)
