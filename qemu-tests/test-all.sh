@@ -47,7 +47,7 @@ else
   echo "not root: not installing; checking the tools the suite needs" >&2
   images/setup-host.sh --check-only
 fi
-step "real Kubernetes v1.20.2 binaries (images/k8s/build.sh: cached; ~11 min cold on 2 cores)"
+step "real Kubernetes v1.20.2 binaries (images/k8s/build.sh: cached; ~5-11 min cold on 2 cores)"
 # kubeadm, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and pause, built
 # from Debian's source package; the parity and engine tests run them (CERTROTOR_K8S_BIN).
 if [ -z "${CERTROTOR_K8S_BIN:-}" ]; then
