@@ -675,6 +675,9 @@ fn prepare_and_commit(
             new_sha256: Some(sha256_hex(content)),
         });
     }
+    // Every staged file written (not yet durable: a crash from here to the journal discards
+    // them with the backup).
+    failpoint("staged-all");
 
     // 2. Back up: the copies join the same batch, and one wait makes both durable before the
     //    journal exists (until then a crash discards staging and backup alike).
@@ -682,7 +685,6 @@ fn prepare_and_commit(
     batch
         .sync()
         .map_err(|(path, e)| prep("sync the staged files and the backup", &path)(e))?;
-    failpoint("staged-all");
     failpoint("backed-up");
 
     // 3. Journal.
