@@ -4,10 +4,11 @@
 #   agent/bench.sh --vs-kubeadm [RUNS]   only the side-by-side comparison with the real kubeadm
 # Sections are functions; add new ones (e.g. "renew --all") and call them from main.
 # The comparison with the real kubeadm v1.20.2 (images/k8s/build.sh; CERTROTOR_K8S_BIN
-# overrides the folder) runs both tools on copies of the same node made by that kubeadm, in one
-# hyperfine run per pair, and prints the ratios against the targets (issue 13.9): check >= 20x
-# faster with <= 1/10 of kubeadm's peak RSS, renew --all (new RSA-2048 keys) >= 2x faster,
-# --reuse-keys >= 50x faster. It needs root (kubeadm --rootfs chroots).
+# overrides the folder) runs both tools on copies of the same node made by that kubeadm, in
+# alternating rounds of hyperfine runs per pair (check: 5 rounds of RUNS each; renew: 2 rounds of
+# up to 10), and prints the ratios of the pooled medians against the targets (issue 13.9):
+# check >= 20x faster with <= 1/10 of kubeadm's peak RSS, renew --all (new RSA-2048 keys) >= 2x
+# faster, --reuse-keys >= 50x faster. It needs root (kubeadm --rootfs chroots).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS="${1:-20}"
@@ -108,12 +109,33 @@ section_renew() {
   rm -rf "$dir"
 }
 
-# Medians (ms) of a hyperfine run of two commands, as "A B" (no shell, -N; PREPARE untimed).
+# Medians (ms) of two commands, as "A B": ROUNDS alternating hyperfine runs of RUNS each (no
+# shell, -N; PREPARE untimed), pooled. On this shared 2-core VM the machine's speed drifts over
+# minutes; alternating A and B in rounds puts both under the same drift, where one hyperfine run
+# of A then B measured them in different minutes. The spread (10th-90th percentile) of each
+# pool goes to stderr.
 pair_ms() {
-  local a="$1" b="$2" prepare="$3" runs="$4" json="$WORK/pair.json"
-  hyperfine -N --style none --warmup 1 --runs "$runs" --prepare "$prepare" \
-    --export-json "$json" -- "$a" "$b" >/dev/null
-  python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["results"]; print(" ".join("%.2f" % (x["median"]*1000) for x in r))' "$json"
+  local a="$1" b="$2" prepare="$3" runs="$4" rounds="${5:-1}" r
+  rm -f "$WORK"/pair-*.json
+  for ((r = 0; r < rounds; r++)); do
+    hyperfine -N --style none --warmup 1 --runs "$runs" --prepare "$prepare" \
+      --export-json "$WORK/pair-a$r.json" -- "$a" >/dev/null
+    hyperfine -N --style none --warmup 1 --runs "$runs" --prepare "$prepare" \
+      --export-json "$WORK/pair-b$r.json" -- "$b" >/dev/null
+  done
+  python3 - "$WORK" "$rounds" <<'PY'
+import json, statistics, sys
+work, rounds = sys.argv[1], int(sys.argv[2])
+out = []
+for side in "ab":
+    t = sorted(x * 1000 for r in range(rounds)
+               for x in json.load(open(f"{work}/pair-{side}{r}.json"))["results"][0]["times"])
+    q = statistics.quantiles(t, n=10) if len(t) > 1 else [t[0]] * 9
+    print(f"   {side.upper()}: {len(t)} runs in {rounds} rounds, median {statistics.median(t):.2f} ms, "
+          f"p10-p90 {q[0]:.2f}-{q[8]:.2f} ms", file=sys.stderr)
+    out.append(f"{statistics.median(t):.2f}")
+print(" ".join(out))
+PY
 }
 
 # "ratio verdict" of X/Y against a minimum.
@@ -158,8 +180,8 @@ YAML
   local cores; cores=$(nproc)
   printf '%-44s %12s\n' "cores" "$cores"
 
-  log "== check vs kubeadm certs check-expiration"
-  local t c k; t=$(pair_ms "$BIN check --root $dir" "$kubeadm --rootfs $dir certs check-expiration --config $cfg" true "$RUNS")
+  log "== check vs kubeadm certs check-expiration (A certrotor, B kubeadm)"
+  local t c k; t=$(pair_ms "$BIN check --root $dir" "$kubeadm --rootfs $dir certs check-expiration --config $cfg" true "$RUNS" 5)
   c=${t% *}; k=${t#* }
   local rc rk
   rc=$(peak_rss_kib "$BIN" check --root "$dir")
@@ -171,8 +193,8 @@ YAML
   printf '%-44s %12s\n' "kubeadm/certrotor RSS (target >= 10x)" "$(ratio "$rk" "$rc" 10)"
 
   local runs=$(( RUNS < 10 ? RUNS : 10 ))
-  log "== renew --all (new RSA-2048 keys) vs kubeadm certs renew all"
-  t=$(pair_ms "$BIN renew --root $dir --all" "$kubeadm --rootfs $dir certs renew all --config $cfg" "$fresh" "$runs")
+  log "== renew --all (new RSA-2048 keys) vs kubeadm certs renew all (A certrotor, B kubeadm)"
+  t=$(pair_ms "$BIN renew --root $dir --all" "$kubeadm --rootfs $dir certs renew all --config $cfg" "$fresh" "$runs" 2)
   c=${t% *}; k=${t#* }
   printf '%-44s %12s ms\n' "certrotor renew --all (median)" "$c"
   printf '%-44s %12s ms\n' "kubeadm certs renew all (median)" "$k"
@@ -183,8 +205,8 @@ YAML
   printf '%-44s %12s\n' "renew --all CPU/(cores x wall), one run" \
     "$(python3 -c 'import sys; w,u,s,n=map(float,sys.argv[1:5]); print("%.2f (cpu %.2fs, wall %.2fs)" % ((u+s)/(n*w) if w else 0, u+s, w))' "$wall" "$user" "$sys" "$cores")"
 
-  log "== renew --all --reuse-keys vs kubeadm certs renew all"
-  t=$(pair_ms "$BIN renew --root $dir --all --reuse-keys" "$kubeadm --rootfs $dir certs renew all --config $cfg" "$fresh" "$runs")
+  log "== renew --all --reuse-keys vs kubeadm certs renew all (A certrotor, B kubeadm)"
+  t=$(pair_ms "$BIN renew --root $dir --all --reuse-keys" "$kubeadm --rootfs $dir certs renew all --config $cfg" "$fresh" "$runs" 2)
   c=${t% *}; k=${t#* }
   printf '%-44s %12s ms\n' "certrotor renew --all --reuse-keys (median)" "$c"
   printf '%-44s %12s ms\n' "kubeadm certs renew all (median)" "$k"

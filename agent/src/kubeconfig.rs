@@ -558,7 +558,12 @@ pub fn base64_encode(data: &[u8]) -> String {
 /// other stray character.
 pub fn base64_decode(text: &str) -> Option<Vec<u8>> {
     use base64ct::{Base64, Base64Unpadded, Encoding};
-    let compact: String = text.split_ascii_whitespace().collect();
+    // kubeadm writes the data on one line: copied without whitespace only when it has some.
+    let compact: std::borrow::Cow<str> = if text.bytes().any(|b| b.is_ascii_whitespace()) {
+        text.split_ascii_whitespace().collect::<String>().into()
+    } else {
+        text.into()
+    };
     Base64::decode_vec(&compact)
         .or_else(|_| Base64Unpadded::decode_vec(&compact))
         .ok()
