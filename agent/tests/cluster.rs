@@ -19,69 +19,29 @@ use certrotor::cluster::{self, Access, Client, LOCK_KEY};
 use certrotor::verify::{self, Probe};
 use testbed::kubelet_sim::PodState;
 
+use crate::platform::platform_util::{RESTART_TIMEOUT, sibling};
 use crate::renew_util::*;
 
-/// The longest a single pass may take in these tests (its own waits are bounded below this).
+/// The longest a single pass may take in these tests: a hang detector. A healthy pass takes
+/// well under a minute here; its own waits are bounded (each restart by RESTART_TIMEOUT, up to
+/// four of them), but not below this, so a pass that spends most of its restart timeouts fails
+/// here as too slow, which on this machine means something is wrong.
 const PASS_BOUND: Duration = Duration::from_secs(300);
 
 /// The longest the passes of a whole cluster may take together (one node at a time, under the
 /// lock, each restarting the real kube-apiserver, controller-manager and scheduler).
 const PASSES_DEADLINE: Duration = Duration::from_secs(600);
 
-/// The passes' `--restart-timeout`: a real kube-apiserver on a loaded 2-core machine can take
-/// a minute to be ready again; a healthy restart ends as soon as it is.
-const RESTART_TIMEOUT: &str = "180s";
-
 /// Longest wait for a cluster's control planes to come up or back: the real kube-apiserver,
 /// controller-manager and scheduler of three nodes start together, on a 2-core machine that
 /// other tests and QEMU runs load too.
 const UP_DEADLINE: Duration = Duration::from_secs(300);
 
-/// The etcd member names and the standard ports before a node's offset.
-const PORTS: [u16; 6] = [2379, 2380, 2381, 6443, 10257, 10259];
+pub(crate) use testkit::ports::{NODE_PORTS as PORTS, offsets};
 
-pub(crate) fn etcd_installed(test: &str) -> bool {
+/// etcd and etcdctl must be installed: without them the test fails saying what to install.
+pub(crate) fn etcd_installed(test: &str) {
     testkit::prereq::require_tools(test, &[("etcd", "etcd-server"), ("etcdctl", "etcd-client")]);
-    true
-}
-
-/// Free ports for `n` nodes: each node gets an offset whose six ports are free now and not
-/// handed to another node of this test process (the tests run in parallel). The candidates
-/// walk every offset in 1000..50000 once (a stride coprime to the span), starting where the
-/// last call stopped: a bounded search, which fails when no offset is left.
-pub(crate) fn offsets(n: usize) -> Vec<u16> {
-    const SPAN: u32 = 49_000;
-    const STRIDE: u32 = 7_919; // prime, does not divide 49 000 = 2^3 * 5^3 * 7^2
-    static TAKEN: Mutex<(Vec<u16>, Option<u32>)> = Mutex::new((Vec::new(), None));
-    let mut guard = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
-    let (taken, cursor) = &mut *guard;
-    let mut at = cursor.unwrap_or(std::process::id() % SPAN);
-    let mut out: Vec<u16> = Vec::new();
-    for _ in 0..SPAN {
-        if out.len() == n {
-            break;
-        }
-        at = (at + STRIDE) % SPAN;
-        let candidate = (1000 + at) as u16;
-        let ports: Vec<u16> = PORTS.iter().map(|p| p + candidate).collect();
-        if ports.iter().any(|p| taken.contains(p)) {
-            continue;
-        }
-        if ports
-            .iter()
-            .all(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
-        {
-            taken.extend(ports);
-            out.push(candidate);
-        }
-    }
-    *cursor = Some(at);
-    assert_eq!(
-        out.len(),
-        n,
-        "no free port offsets left on 127.0.0.1 for {n} nodes"
-    );
-    out
 }
 
 // === a bare three-member cluster, for the client, the lock and the gate ===
@@ -222,9 +182,7 @@ fn now_ms() -> u128 {
 
 #[test]
 fn gateway_lock_and_gate_on_a_real_three_member_cluster() {
-    if !etcd_installed("cluster::gateway_lock_and_gate") {
-        return;
-    }
+    etcd_installed("cluster::gateway_lock_and_gate");
     let t = TempDir::new("cluster-lock");
     let mut etcd = Etcd3::start(&t);
     let a = Arc::new(etcd.client(&[0]));
@@ -333,16 +291,6 @@ struct Stacked3 {
     etcd_client: (Vec<u8>, Vec<u8>),
     api_ca: Vec<u8>,
     api_client: (Vec<u8>, Vec<u8>),
-}
-
-fn sibling(name: &str) -> PathBuf {
-    let p = Path::new(bin()).parent().unwrap().join(name);
-    assert!(
-        p.is_file(),
-        "{} missing: run `cargo build -p testbed` first",
-        p.display()
-    );
-    p
 }
 
 impl Stacked3 {
@@ -738,11 +686,10 @@ fn longest(samples: &[Sample], bad: impl Fn(&Sample) -> bool) -> Duration {
     best
 }
 
-/// kubelet-sim's down windows of `pod` on a node: (stopped, next started), ms since epoch.
-/// The windows in which `pod` was down, from stop to the next start, for stops at or after
-/// `since_ms` (when the passes began), whatever stopped it: a restart by certrotor or a crash.
-/// Stops before (an etcd that exited at start because another process took its random test
-/// port first, which kubelet-sim started again) are not the passes' doing.
+/// kubelet-sim's down windows of `pod` on a node, (stopped, next started) in ms since epoch,
+/// for stops at or after `since_ms` (when the passes began), whatever stopped it: a restart by
+/// certrotor or a crash. A stop before the passes (a component that exited while the cluster
+/// came up, which kubelet-sim started again) is not the passes' doing.
 fn down_windows(states: &BTreeMap<String, PodState>, pod: &str, since_ms: u128) -> Vec<(u64, u64)> {
     let Some(st) = states.get(pod) else {
         return vec![];
@@ -802,9 +749,7 @@ fn leader_and_term(c: &Stacked3) -> (u64, u64) {
 }
 
 fn stacked_rotation(test: &str, always: bool) {
-    if !etcd_installed(test) {
-        return;
-    }
+    etcd_installed(test);
     let t = TempDir::new(if always {
         "cluster-stacked"
     } else {
@@ -1295,9 +1240,7 @@ fn wait_passes(mut passes: Vec<Background>) -> Vec<(Option<i32>, serde_json::Val
 
 #[test]
 fn external_etcd_pair_reaches_every_control_plane_without_a_person() {
-    if !etcd_installed("cluster::external_etcd_pair") {
-        return;
-    }
+    etcd_installed("cluster::external_etcd_pair");
     let t = TempDir::new("cluster-external");
     let x = Arc::new(External::start(&t));
     let old_pair = x.cp_pair(0);
@@ -1511,9 +1454,7 @@ fn report_of(p: &mut Background, code: i32) -> serde_json::Value {
 /// `--restart always`: the etcd members are restarted, so the etcd gate is what keeps two of
 /// them from going down together.
 fn a_member_down_before_the_pass_stops_every_restart_until_it_is_back() {
-    if !etcd_installed("cluster::a_member_down") {
-        return;
-    }
+    etcd_installed("cluster::a_member_down");
     let t = TempDir::new("cluster-member-down");
     let c = Stacked3::start(&t);
     // Node 2's member goes down (its kubelet stops it when the manifest goes away).
@@ -1618,9 +1559,7 @@ fn a_member_down_before_the_pass_stops_every_restart_until_it_is_back() {
 
 #[test]
 fn killing_the_lock_holder_mid_restart_lets_the_others_proceed_after_the_lease() {
-    if !etcd_installed("cluster::killing_the_lock_holder") {
-        return;
-    }
+    etcd_installed("cluster::killing_the_lock_holder");
     let t = TempDir::new("cluster-kill-holder");
     let c = Stacked3::start(&t);
     let mut passes: Vec<Background> = (0..3).map(|i| c.spawn_pass(i, "1", &[])).collect();
@@ -1726,9 +1665,7 @@ fn killing_the_lock_holder_mid_restart_lets_the_others_proceed_after_the_lease()
 
 #[test]
 fn no_other_apiserver_ready_holds_the_restarts() {
-    if !etcd_installed("cluster::no_other_apiserver_ready") {
-        return;
-    }
+    etcd_installed("cluster::no_other_apiserver_ready");
     let t = TempDir::new("cluster-api-gate");
     let c = Stacked3::start(&t);
     // Nodes 1 and 2 register their apiservers (any pass does; a dry run changes nothing).
@@ -1780,9 +1717,7 @@ fn no_other_apiserver_ready_holds_the_restarts() {
 
 #[test]
 fn a_cluster_whose_certificates_all_expired_comes_back() {
-    if !etcd_installed("cluster::all_expired") {
-        return;
-    }
+    etcd_installed("cluster::all_expired");
     let t = TempDir::new("cluster-all-expired");
     // Every leaf expired a day ago: the members reject each other, no apiserver is ready.
     let mut c = Stacked3::start_expiring(&t, "-1d", false);
@@ -1812,9 +1747,7 @@ fn a_cluster_whose_certificates_all_expired_comes_back() {
 
 #[test]
 fn three_daemons_started_in_the_same_second_take_turns() {
-    if !etcd_installed("cluster::three_daemons") {
-        return;
-    }
+    etcd_installed("cluster::three_daemons");
     let t = TempDir::new("cluster-daemons");
     let c = Arc::new(Stacked3::start(&t));
     let sampler = {
@@ -1901,9 +1834,7 @@ fn three_daemons_started_in_the_same_second_take_turns() {
 /// row cannot be proven faster.
 #[test]
 fn apiserver_serves_renewed_cert_without_restart() {
-    if !etcd_installed("cluster::apiserver_serves_renewed_cert_without_restart") {
-        return;
-    }
+    etcd_installed("cluster::apiserver_serves_renewed_cert_without_restart");
     let t = TempDir::new("reload-apiserver");
     let c = Stacked3::start(&t);
     let n0 = &c.nodes[0];

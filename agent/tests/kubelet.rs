@@ -293,13 +293,7 @@ fn renewed_kubelet_credentials_are_accepted_by_the_real_apiserver() {
         "renewed_kubelet_credentials_are_accepted_by_the_real_apiserver",
         &[("etcd", "etcd-server")],
     );
-    let kubectl = std::env::var("CERTROTOR_KUBECTL")
-        .unwrap_or_else(|_| "/var/cache/certrotor/kubernetes-client/usr/bin/kubectl".into());
-    assert!(
-        Path::new(&kubectl).is_file(),
-        "kubectl v1.20.2 is missing at {kubectl}: run images/setup-host.sh (it unpacks Debian's \
-         kubernetes-client there) or set CERTROTOR_KUBECTL"
-    );
+    let kubectl = testkit::k8s::kubectl_path();
     let t = TempDir::new("kubelet-real");
     let off = crate::cluster::offsets(1)[0];
     let root = lab(

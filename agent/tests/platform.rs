@@ -68,9 +68,7 @@ fn kubectl_reads_back(node: &Node, context: &dyn std::fmt::Display) {
 /// apiserver because apiserver-kubelet-client and front-proxy-client are not proven to
 /// reload, the controller-manager and scheduler because of their kubeconfigs).
 fn happy_flow(test: &str, platform: Platform, always: bool) {
-    let Some(node) = Node::start(test, platform) else {
-        return;
-    };
+    let node = Node::start(test, platform);
     let old = files_now(&node);
     assert_eq!(
         served_now(&node),
@@ -258,9 +256,7 @@ fn kubeadm_restart_always_restarts_all_four_one_at_a_time() {
 /// certrotor must roll back and bring it back.
 #[test]
 fn bottlerocket_rolls_back_when_etcd_refuses_the_apiservers_new_client_certificate() {
-    let Some(node) = Node::start("bottlerocket-rollback", Platform::Bottlerocket) else {
-        return;
-    };
+    let node = Node::start("bottlerocket-rollback", Platform::Bottlerocket);
     let old = files_now(&node);
     assert_eq!(served_now(&node), old);
     kubectl_write_before(&node);
@@ -363,9 +359,7 @@ fn bottlerocket_rolls_back_when_etcd_refuses_the_apiservers_new_client_certifica
 
 /// SIGKILL certrotor while etcd is stopped; any later command starts it again.
 fn crash_is_repaired(test: &str, platform: Platform) {
-    let Some(node) = Node::start(test, platform) else {
-        return;
-    };
+    let node = Node::start(test, platform);
     let manifest = node.kubelet_manifest("etcd");
     let manifest_bytes = std::fs::read(&manifest).unwrap();
     let old = node.file_sha(Served::EtcdClient);
@@ -503,9 +497,7 @@ fn bottlerocket_restart_interrupted_by_a_crash_is_repaired() {
 
 #[test]
 fn platform_none_renews_and_restarts_nothing() {
-    let Some(node) = Node::start("none", Platform::Kubeadm) else {
-        return;
-    };
+    let node = Node::start("none", Platform::Kubeadm);
     let old = files_now(&node);
     let before = node.states();
     let out = node.run_once("none", RESTART_TIMEOUT, &[]);
@@ -534,9 +526,7 @@ fn platform_none_renews_and_restarts_nothing() {
 
 #[test]
 fn dry_run_changes_and_restarts_nothing() {
-    let Some(node) = Node::start("dry-run", Platform::Kubeadm) else {
-        return;
-    };
+    let node = Node::start("dry-run", Platform::Kubeadm);
     let old = files_now(&node);
     let files = node.snapshot();
     let before = node.states();
@@ -571,9 +561,7 @@ fn restarted_kube_vip(r: &serde_json::Value, reason: &str, out: &dyn std::fmt::D
 /// restarted.
 #[test]
 fn kubeadm_restarts_kube_vip_mounting_admin_conf() {
-    let Some(node) = Node::start("kubeadm-kube-vip", Platform::Kubeadm) else {
-        return;
-    };
+    let node = Node::start("kubeadm-kube-vip", Platform::Kubeadm);
     certrotor::lab::add_kube_vip(&node.root, certrotor::lab::LabLayout::Kubeadm, node.offset)
         .unwrap();
     let state = node.state_dir().join("kube-vip.json");

@@ -22,10 +22,9 @@
 use std::collections::{BTreeMap, HashSet};
 use std::fs;
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -42,9 +41,6 @@ pub const PODS: [&str; 4] = [
     "kube-controller-manager",
     "kube-scheduler",
 ];
-
-/// The standard ports a lab node uses, before the offset.
-const PORTS: [u16; 6] = [2379, 2380, 2381, 6443, 10257, 10259];
 
 /// Longest wait for a node to come up, or a pod to come back (the real apiserver takes a few
 /// seconds alone, much longer on a loaded 2-core machine).
@@ -147,18 +143,8 @@ impl Served {
     }
 }
 
-/// etcd and etcdctl must be installed: without them the test fails saying what to install.
-/// Returns true (kept as a predicate for the callers).
-pub fn etcd_available(test: &str) -> bool {
-    testkit::prereq::require_tools(
-        &format!("platform::{test}"),
-        &[("etcd", "etcd-server"), ("etcdctl", "etcd-client")],
-    );
-    true
-}
-
 /// A test double binary built next to certrotor.
-fn sibling(name: &str) -> PathBuf {
+pub(crate) fn sibling(name: &str) -> PathBuf {
     let path = Path::new(CERTROTOR)
         .parent()
         .expect("certrotor binary has a folder")
@@ -172,31 +158,6 @@ fn sibling(name: &str) -> PathBuf {
 }
 
 pub use testkit::wait_for;
-
-/// Reserves a port offset whose ports are free now and not used by another node of this
-/// process.
-fn pick_offset() -> u16 {
-    static TAKEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
-    static COUNTER: AtomicU32 = AtomicU32::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::SeqCst);
-    let seed = std::process::id().wrapping_mul(7919).wrapping_add(n * 4001);
-    let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
-    for attempt in 0..2000u32 {
-        let offset = 1000 + (seed.wrapping_add(attempt.wrapping_mul(7)) % 19_000) as u16;
-        let ports: Vec<u16> = PORTS.iter().map(|p| p + offset).collect();
-        if ports.iter().any(|p| taken.contains(p)) {
-            continue;
-        }
-        if ports
-            .iter()
-            .all(|p| TcpListener::bind(("0.0.0.0", *p)).is_ok())
-        {
-            taken.extend(ports);
-            return offset;
-        }
-    }
-    panic!("no free port offset found");
-}
 
 /// A child process, stopped (SIGTERM, then SIGKILL) when dropped.
 pub struct Proc {
@@ -322,11 +283,9 @@ pub struct Node {
 }
 
 impl Node {
-    /// Starts a node; `None` (skipped loudly) when etcd is not installed outside CI.
-    pub fn start(test: &str, platform: Platform) -> Option<Node> {
-        if !etcd_available(test) {
-            return None;
-        }
+    /// Starts a node (etcd must be installed: without it the test fails saying what to install).
+    pub fn start(test: &str, platform: Platform) -> Node {
+        crate::cluster::etcd_installed(&format!("platform::{}", test));
         let (kubelet_sim, apiserver_sim) = (sibling("kubelet-sim"), sibling("apiserver-sim"));
         static COUNTER: AtomicU32 = AtomicU32::new(0);
         let dir = std::env::temp_dir().join(format!(
@@ -336,7 +295,7 @@ impl Node {
         ));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).unwrap();
-        let offset = pick_offset();
+        let offset = testkit::ports::offsets(1)[0];
         let mut node = Node {
             platform,
             root: dir.join("root"),
@@ -403,7 +362,7 @@ impl Node {
         ));
         node.wait_all_healthy();
         node.grant_cluster_admins();
-        Some(node)
+        node
     }
 
     /// What `kubeadm init` (v1.29 and later, whose layout the lab writes) does once the apiserver

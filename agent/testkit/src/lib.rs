@@ -6,6 +6,7 @@
 //!   install. It never passes silently, in CI or not.
 //! - [`wait_for`]: poll a condition with a deadline, failing with the last observation.
 //! - [`date`]: civil dates to Unix seconds, for comparing what tools print.
+//! - [`ports`]: the one port allocator of a test process: port offsets for lab nodes.
 //! - [`k8s`]: the real Kubernetes v1.20.2 control-plane binaries and kubectl, and what
 //!   `kubeadm init` does once the apiserver is up (the `kubeadm:cluster-admins` binding).
 #![allow(clippy::unwrap_used)]
@@ -105,10 +106,7 @@ pub mod k8s {
     /// them.
     #[track_caller]
     pub fn bin_dir() -> PathBuf {
-        let dir = std::env::var_os("CERTROTOR_K8S_BIN")
-            .filter(|d| !d.is_empty())
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(DEFAULT_BIN));
+        let dir = configured_dir();
         for name in BINARIES {
             assert!(
                 dir.join(name).is_file(),
@@ -119,6 +117,14 @@ pub mod k8s {
             );
         }
         dir
+    }
+
+    /// `CERTROTOR_K8S_BIN`, else [`DEFAULT_BIN`], whatever it holds.
+    fn configured_dir() -> PathBuf {
+        std::env::var_os("CERTROTOR_K8S_BIN")
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_BIN))
     }
 
     /// Links the real kube-apiserver, kube-controller-manager and kube-scheduler into `into`, a
@@ -141,7 +147,7 @@ pub mod k8s {
             return PathBuf::from(p);
         }
         let candidates = [
-            bin_dir().join("kubectl"),
+            configured_dir().join("kubectl"),
             PathBuf::from("/var/cache/certrotor/kubernetes-client/usr/bin/kubectl"),
         ];
         candidates
@@ -185,6 +191,60 @@ pub mod k8s {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
+    }
+}
+
+pub mod ports {
+    //! Port offsets for lab nodes, from one allocator per test process: every test tree that
+    //! starts nodes takes its offsets here, so two tests running in parallel never get the same
+    //! port (two allocators, each with its own list, could).
+
+    use std::sync::Mutex;
+
+    /// A lab node's standard ports before its offset: etcd client, peer and metrics, the
+    /// apiserver, the controller-manager and the scheduler.
+    pub const NODE_PORTS: [u16; 6] = [2379, 2380, 2381, 6443, 10257, 10259];
+
+    /// Lowest offset: every port is above 1024 with it.
+    const LOW: u32 = 1000;
+    /// Offsets in LOW..LOW + SPAN keep every node port (at most 10259 + offset) below 32768,
+    /// where Linux's default range of local ports for outgoing connections starts
+    /// (`net.ipv4.ip_local_port_range`): a probe's or a client's own port never lands on a node
+    /// port that is about to be bound.
+    const SPAN: u32 = 21_000;
+    /// Prime, coprime to SPAN (2^3 * 3 * 5^3 * 7): the walk visits every offset once.
+    const STRIDE: u32 = 7_919;
+
+    /// Offsets for `n` nodes: each offset's six ports are free on every address now and were not
+    /// handed out before in this process. The walk starts where the last call stopped and tries
+    /// each offset at most once, then fails saying so.
+    pub fn offsets(n: usize) -> Vec<u16> {
+        static TAKEN: Mutex<(Vec<u16>, Option<u32>)> = Mutex::new((Vec::new(), None));
+        let mut guard = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
+        let (taken, cursor) = &mut *guard;
+        let mut at = cursor.unwrap_or(std::process::id() % SPAN);
+        let mut out: Vec<u16> = Vec::new();
+        for _ in 0..SPAN {
+            if out.len() == n {
+                break;
+            }
+            at = (at + STRIDE) % SPAN;
+            let offset = (LOW + at) as u16;
+            let ports: Vec<u16> = NODE_PORTS.iter().map(|p| p + offset).collect();
+            if ports.iter().any(|p| taken.contains(p)) {
+                continue;
+            }
+            if ports
+                .iter()
+                .all(|p| std::net::TcpListener::bind(("0.0.0.0", *p)).is_ok())
+            {
+                taken.extend(ports);
+                out.push(offset);
+            }
+        }
+        *cursor = Some(at);
+        assert_eq!(out.len(), n, "no free port offsets left for {n} lab nodes");
+        out
     }
 }
 
