@@ -21,16 +21,15 @@ node_configmap_before /
 node_pki_sums pki-before.sha /
 node_served served-before.txt / 0
 
+# 120 s, not the other scenarios' 300 s: the failed renewal waits its whole restart timeout for
+# the apiserver that cannot reach etcd before it rolls back; the real apiserver is back in
+# 27-75 s on this machine, so the rollback's restarts fit in 120 s too.
 node_certrotor --superpowered certrotor run \
   "run --once --platform bottlerocket --restart-timeout 120s --poll-interval 200ms --restart always --output json" \
   --env CERTROTOR_FAILPOINT=foreign-ca:apiserver-etcd-client
 
 e2e_check "control plane healthy after the rollback" node_wait_healthy / 0 300
-configmap_after() {
-  node_kubectl / get configmap certrotor-e2e --namespace=default -o jsonpath='{.data.token}' \
-    > "$E2E_OUT/configmap.txt"
-}
-e2e_check "kubectl (restored admin.conf) reads the ConfigMap back" configmap_after
+node_kubectl_after / restored
 node_pki_sums pki-after.sha /
 node_served served-after.txt / 0
 node_check check-after /

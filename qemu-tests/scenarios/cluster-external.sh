@@ -10,7 +10,8 @@
 # copied or imported by hand.
 . /usr/lib/certrotor-e2e/lib.sh
 . "$E2E_SHARE/node-lib.sh"
-cp_pass() {  # cp_pass OUT
+cp_pass() {  # cp_pass OUT (OUT-begin-ms: when it started)
+  e2e_save "$1-begin-ms" "$(node_now_ms)"
   node_certrotor --superpowered "certrotor-$1" "$1" \
     "run --once --root $CR --platform bottlerocket --api-socket $CR/run/api.sock --restart-timeout 300s --poll-interval 200ms --cluster-wait 180s --restart always --output json"
 }

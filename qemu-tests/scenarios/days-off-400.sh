@@ -57,7 +57,7 @@ openssl x509 -in "$KPKI/kubelet-client-current.pem" -noout -subject -nameopt com
 # the real control plane on the renewed files
 node_kubelet / node
 e2e_check "real control plane healthy" node_wait_healthy / 0 300
-e2e_check "real kube-apiserver: $(/usr/lib/k8s/kube-apiserver --version)" true
+e2e_check "real kube-apiserver v1.20.2" node_real_version
 e2e_check "cluster-admins bound (kubeadm init)" node_grant_admins /
 
 # the real kubelet with the renewed kubelet.conf

@@ -31,7 +31,6 @@ node_certrotor --superpowered certrotor-etcd export \
   "etcd-client export --root $CR$E --out $CR/var/tmp/transfer/etcd-client.pem"
 e2e_check "export exit 0" [ "$(cat "$E2E_OUT/export.rc")" = 0 ]
 cp /var/tmp/transfer/etcd-client.pem "$E2E_OUT/bundle.pem"
-e2e_save bundle-serial "$(openssl x509 -in /var/tmp/transfer/etcd-client.pem -noout -serial | sed 's/^serial=//')"
 e2e_save bundle-sha "$(node_file_sha /var/tmp/transfer/etcd-client.pem)"
 e2e_save etcd-node-client-sha "$(node_file_sha $EP/apiserver-etcd-client.crt)"
 

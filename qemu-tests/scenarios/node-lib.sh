@@ -53,15 +53,15 @@ node_api() {
   e2e_wait_for 30 test -S "$2"
 }
 
-# node_kubelet ROOT NAME [ENV=VALUE...]   starts kubelet-sim on ROOT's static pods (the pods
-# inherit the environment, e.g. K8S_SIM_REJECT_SERVING_CERT_ISSUED_AFTER)
+# node_kubelet ROOT NAME   starts kubelet-sim on ROOT's static pods, whose commands are the real
+# kube-apiserver, controller-manager and scheduler v1.20.2 and Debian's etcd
 node_kubelet() {
   _root=$1 _name=$2; shift 2
   mkdir -p "$NODE_BIN" "$_root/var/log/pods"
   for _n in kube-apiserver kube-controller-manager kube-scheduler; do
     ln -sf "/usr/lib/k8s/$_n" "$NODE_BIN/$_n"   # the real v1.20.2 binaries
   done
-  env PATH="$NODE_BIN:$PATH" "$@" kubelet-sim --manifests "$_root/etc/kubernetes/static-pods" \
+  env PATH="$NODE_BIN:$PATH" kubelet-sim --manifests "$_root/etc/kubernetes/static-pods" \
     --state-dir "$_root/var/lib/kubelet-sim" --root "$_root" --log-dir "$_root/var/log/pods" \
     --start-delay-ms 300 >> "$E2E_OUT/$_name-kubelet-sim.log" 2>&1 &
   e2e_save "$_name-kubelet-started-ms" "$(node_now_ms)"
@@ -246,20 +246,23 @@ node_grant_admins() {
 node_real_cp() {
   e2e_check "apiserver manifest at $1: start-up cuts for TCG" node_fast_apiserver "$1"
 }
+# node_real_version   the image's kube-apiserver is the real v1.20.2 (not a stand-in)
+node_real_version() { [ "$(/usr/lib/k8s/kube-apiserver --version)" = "Kubernetes v1.20.2" ]; }
 # node_configmap_before ROOT   once the real apiserver is up: admin.conf's group bound (as
 # kubeadm init does), and a ConfigMap holding the share's token written with kubectl v1.20.2
 node_configmap_before() {
-  e2e_check "real kube-apiserver: $(/usr/lib/k8s/kube-apiserver --version)" true
+  e2e_check "real kube-apiserver v1.20.2" node_real_version
   e2e_check "cluster-admins bound (kubeadm init)" node_grant_admins "$1"
   e2e_check "kubectl: ConfigMap written before the renewal" node_kubectl "$1" create configmap \
     certrotor-e2e --namespace=default --from-literal=token="$(cat "$E2E_SHARE/token")"
 }
-# node_kubectl_after ROOT   after the renewal, with ROOT's renewed admin.conf: the namespaces
-# -> $E2E_OUT/namespaces.txt, the ConfigMap written before -> $E2E_OUT/configmap.txt
+# node_kubectl_after ROOT [WHICH]   after the renewal (or its rollback: WHICH "restored", default
+# "renewed"), with ROOT's admin.conf: the namespaces -> $E2E_OUT/namespaces.txt, the ConfigMap
+# written before -> $E2E_OUT/configmap.txt
 node_kubectl_after() {
-  e2e_check "kubectl (renewed admin.conf) lists the namespaces" sh -c \
+  e2e_check "kubectl (${2:-renewed} admin.conf) lists the namespaces" sh -c \
     "kubectl --kubeconfig $1/var/lib/kubeadm/admin.conf --request-timeout=60s get namespaces -o name > '$E2E_OUT/namespaces.txt'"
-  e2e_check "kubectl (renewed admin.conf) reads the ConfigMap back" sh -c \
+  e2e_check "kubectl (${2:-renewed} admin.conf) reads the ConfigMap back" sh -c \
     "kubectl --kubeconfig $1/var/lib/kubeadm/admin.conf --request-timeout=60s get configmap certrotor-e2e --namespace=default -o jsonpath='{.data.token}' > '$E2E_OUT/configmap.txt'"
   cp "$1/var/log/pods/kube-apiserver.log" "$E2E_OUT/kube-apiserver.log" 2> /dev/null
   true

@@ -57,10 +57,9 @@ e2e_check "etcd put before renewal" node_etcdctl / 0 put /e2e/before "$(cat "$E2
 node_pki_sums pki-before.sha /
 node_served served-before.txt / 0
 
-# `restart-mode` in the share: live (the default, scenario a) or always (issue 6's scenario).
-RESTART=$(cat "$E2E_SHARE/restart-mode" 2> /dev/null || echo always)
+# the default `--restart live`, spelled out (issue 11)
 node_certrotor --superpowered certrotor run \
-  "run --once --platform bottlerocket --restart-timeout $RESTART_TIMEOUT --poll-interval 200ms --restart $RESTART --output json $EXTRA"
+  "run --once --platform bottlerocket --restart-timeout $RESTART_TIMEOUT --poll-interval 200ms --restart live --output json $EXTRA"
 e2e_check "certrotor run exit 0" [ "$(cat "$E2E_OUT/run.rc")" = 0 ]
 
 e2e_check "control plane healthy after" node_wait_healthy / 0 $UP_S

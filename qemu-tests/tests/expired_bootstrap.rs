@@ -91,7 +91,15 @@ fn bootstrap_container_renews_expired_node_before_pods_start() {
                 b.failure(&format!("{pod}: {state}"))
             );
         } else {
-            assert!(starts >= 1, "{}", b.failure(&format!("{pod}: {state}")));
+            // started once, and again only after each exit of its own
+            assert_eq!(
+                starts as u64,
+                1 + crashes,
+                "{}",
+                b.failure(&format!(
+                    "{pod} started other than after its own exits: {state}"
+                ))
+            );
         }
         exits.push_str(&format!(" {pod} {crashes}"));
         let started = state["history"][0]["started_at_ms"].as_i64().unwrap();

@@ -95,8 +95,8 @@ fn etcd_node_renews_exports_control_plane_imports() {
 
     // the bundle is the etcd node's new client certificate
     assert_eq!(
-        b.read_out("bundle-sha").unwrap(),
-        b.read_out("etcd-node-client-sha").unwrap()
+        sha_out(&b, "bundle-sha"),
+        sha_out(&b, "etcd-node-client-sha")
     );
     let bundle = b.read_out("bundle.pem").unwrap();
     assert!(
@@ -113,8 +113,8 @@ fn etcd_node_renews_exports_control_plane_imports() {
         b.failure("import rc")
     );
     assert_eq!(
-        b.read_out("cp-client-sha").unwrap(),
-        b.read_out("bundle-sha").unwrap(),
+        sha_out(&b, "cp-client-sha"),
+        sha_out(&b, "bundle-sha"),
         "{}",
         b.failure(&format!(
             "{} is not the imported certificate",
@@ -122,8 +122,8 @@ fn etcd_node_renews_exports_control_plane_imports() {
         ))
     );
     assert_ne!(
-        b.read_out("cp-client-sha-before").unwrap(),
-        b.read_out("bundle-sha").unwrap(),
+        sha_out(&b, "cp-client-sha-before"),
+        sha_out(&b, "bundle-sha"),
         "{}",
         b.failure("the bundle holds the old certificate")
     );

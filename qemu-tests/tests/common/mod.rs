@@ -155,6 +155,19 @@ pub fn assert_served_equals_files(b: &Boot, name: &str) -> Vec<(String, String, 
 /// SHA-256 of no input: what `node_served_sha` prints when nothing was served.
 pub const EMPTY_SHA: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 
+/// A certificate's SHA-256 that the guest saved as `name` (`node_file_sha`): 64 hex digits and
+/// not the hash of no input, which the pipe prints when openssl could not read the file (so
+/// that comparing two hashes never compares two failures).
+pub fn sha_out(b: &Boot, name: &str) -> String {
+    let sha = b.read_out(name).unwrap();
+    assert!(
+        sha.len() == 64 && sha.bytes().all(|c| c.is_ascii_hexdigit()) && sha != EMPTY_SHA,
+        "{}",
+        b.failure(&format!("{name}: no certificate hash ({sha:?})"))
+    );
+    sha
+}
+
 /// The `check --output json` record named `name`.
 pub fn cert<'a>(check: &'a Value, name: &str) -> &'a Value {
     check["certificates"]
@@ -387,8 +400,9 @@ pub fn renew_expiring_node_boot(
     (b, report, before)
 }
 
-/// Through the real apiserver with the renewed admin.conf (scenario a's script): kubectl v1.20.2
-/// lists the namespaces and reads back the ConfigMap written before the renewal.
+/// Through the real apiserver with the renewed (or, after a rollback, restored) admin.conf
+/// (`node_kubectl_after`): kubectl v1.20.2 lists the namespaces and reads back the ConfigMap
+/// written before the renewal.
 pub fn assert_kubectl_after(b: &Boot, sc: &Scenario) {
     let namespaces = b.read_out("namespaces.txt").unwrap();
     for ns in ["namespace/default", "namespace/kube-system"] {
@@ -425,8 +439,6 @@ pub fn real_cp_boot(timeout: Duration) -> BootOptions {
 pub fn real_cp_scenario(name: &str) -> (Scenario, Instant) {
     let (sc, t0) = scenario(name, include_str!("../../scenarios/renew-expiring.sh"));
     sc.artifacts().bins.require_k8s().unwrap();
-    // The default `--restart live`, end to end (issue 11).
-    sc.write_share("restart-mode", b"live").unwrap();
     (sc, t0)
 }
 
