@@ -221,10 +221,16 @@ fn read_bytes(kind: Kind, path: &Path) -> Result<Option<Vec<u8>>, StateError> {
     Ok(Some(buf))
 }
 
+/// A state file's bytes: pretty JSON, as [`write`] writes them (for a file written inside a
+/// folder that is itself made durable and published later, such as a backup's manifest).
+pub fn encode<T: Serialize>(value: &T) -> io::Result<Vec<u8>> {
+    serde_json::to_vec_pretty(value).map_err(io::Error::other)
+}
+
 /// Writes a state file atomically and durably: `<name>.tmp` (0600), fsync, rename over the
 /// file, fsync of the folder. The folder must exist.
 pub fn write<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
-    let json = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;
+    let json = encode(value)?;
     let dir = path.parent().unwrap_or(Path::new("."));
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");

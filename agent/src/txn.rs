@@ -781,9 +781,8 @@ fn write_backup(
     let tmp = backups.join(format!(".incomplete-{id}"));
     fsutil::create_dir_all_mode(&tmp.join("files"), 0o700)
         .map_err(prep("create the backup", &tmp))?;
-    // Every copy is written; the caller's batch fsyncs each once and each folder of the backup
-    // that got a new entry once (not once per file); the manifest's own write syncs the
-    // backup's folder.
+    // Every copy and the manifest are written; the caller's batch fsyncs each once and each
+    // folder of the backup that got a new entry once (not once per file), with the staged files.
     let mut files = Vec::new();
     for change in changes {
         let live = root.join(&change.rel);
@@ -852,12 +851,18 @@ fn write_backup(
         kind: kind.to_string(),
         files,
     };
+    // Written in place, not through a temporary file and a rename: the folder keeps its
+    // `.incomplete-` name until the journal exists ([`finalize_backup`]), and a crash before
+    // that discards it whole (no backup of a transaction that never happened), so nothing reads
+    // a half-written manifest. The batch makes it, the backup's folder and its entry in
+    // `backups` durable before the journal is written.
     let manifest_path = tmp.join(MANIFEST);
-    state::write(&manifest_path, &manifest)
+    let file = state::encode(&manifest)
+        .and_then(|json| fsutil::write_new_unsynced(&manifest_path, &json, 0o600, None))
         .map_err(prep("write the backup manifest", &manifest_path))?;
-    fsutil::sync_dir(&backups).map_err(prep("sync the backup folder", &backups))?;
-    // It keeps its `.incomplete-` name until the journal exists ([`finalize_backup`]): a crash
-    // before that leaves no backup of a transaction that never happened.
+    batch.files.push((manifest_path, file));
+    batch.dirs.insert(tmp.clone());
+    batch.dirs.insert(backups.clone());
     Ok(id)
 }
 
