@@ -28,7 +28,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// Where `images/k8s/build.sh` puts the real Kubernetes v1.20.2 binaries.
-pub const DEFAULT_K8S_BIN: &str = "/var/cache/certrotor/kubernetes-v1.20.2/bin";
+pub const DEFAULT_K8S_BIN: &str = testkit::k8s::DEFAULT_BIN;
 
 /// The real control-plane binaries and the kubelet (in the image at `/usr/lib/k8s/<name>`).
 pub const K8S_NAMES: [&str; 4] = [
@@ -42,7 +42,7 @@ pub const K8S_NAMES: [&str; 4] = [
 pub const K8S_PAUSE: &str = "pause";
 
 /// kubectl v1.20.2 unpacked by `images/setup-host.sh`.
-pub const DEFAULT_KUBECTL: &str = "/var/cache/certrotor/kubernetes-client/usr/bin/kubectl";
+pub const DEFAULT_KUBECTL: &str = testkit::k8s::DEFAULT_KUBECTL;
 
 /// Names of the Bottlerocket test doubles built from the `testbed` crate.
 pub const SIM_NAMES: [&str; 2] = ["apiserver-sim", "kubelet-sim"];

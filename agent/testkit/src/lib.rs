@@ -1,6 +1,7 @@
 //! Dev-only helpers shared by the workspace's test trees: certrotor's integration tests
 //! (`agent/tests`) and the Bottlerocket test doubles' tests (`bottlerocket/testbed/tests`).
-//! Only ever a `[dev-dependencies]` entry: nothing here reaches a shipped binary.
+//! Only ever a dependency of test code (`[dev-dependencies]`, and `qemu-tests`, the end-to-end
+//! harness, for the paths): nothing here reaches a shipped binary.
 //!
 //! - [`prereq`]: a test whose prerequisite (a tool, root) is missing FAILS, saying what to
 //!   install. It never passes silently, in CI or not.
@@ -94,6 +95,9 @@ pub mod k8s {
     /// Where `images/k8s/build.sh` caches the binaries (`--print-bin-dir`).
     pub const DEFAULT_BIN: &str = "/var/cache/certrotor/kubernetes-v1.20.2/bin";
 
+    /// kubectl v1.20.2, unpacked from Debian's kubernetes-client by `images/setup-host.sh`.
+    pub const DEFAULT_KUBECTL: &str = "/var/cache/certrotor/kubernetes-client/usr/bin/kubectl";
+
     /// The control-plane binaries the static pods run, besides etcd.
     pub const BINARIES: [&str; 3] = [
         "kube-apiserver",
@@ -148,7 +152,7 @@ pub mod k8s {
         }
         let candidates = [
             configured_dir().join("kubectl"),
-            PathBuf::from("/var/cache/certrotor/kubernetes-client/usr/bin/kubectl"),
+            PathBuf::from(DEFAULT_KUBECTL),
         ];
         candidates
             .iter()
