@@ -150,9 +150,7 @@ fn etcd_node_publishes_and_the_control_plane_installs_without_a_person() {
     let end: i64 = b.read_out("end-ms").unwrap().parse().unwrap();
     let mut f = Figures::new("cluster-external");
     f.boot(&b);
-    if let Ok(t) = b.read_out("healthy-times.txt") {
-        f.line(format!("real control plane healthy after (s): {t}"));
-    }
+    f.healthy_times(&b, "");
     f.line(format!(
         "both nodes rotated, pair installed, in {} s (etcd node pass and control-plane passes)",
         (end - begin) / 1000

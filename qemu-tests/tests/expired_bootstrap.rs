@@ -112,9 +112,7 @@ fn bootstrap_container_renews_expired_node_before_pods_start() {
 
     let mut f = Figures::new("b expired-bootstrap");
     f.boot(&b);
-    if let Ok(t) = b.read_out("healthy-times.txt") {
-        f.line(format!("real control plane healthy after (s): {t}"));
-    }
+    f.healthy_times(&b, "");
     f.line(format!(
         "exits at start (kubelet-sim restarted them):{exits}"
     ));

@@ -166,9 +166,7 @@ fn etcd_node_renews_exports_control_plane_imports() {
 
     let mut f = Figures::new("d external-etcd");
     f.boot(&b);
-    if let Ok(t) = b.read_out("healthy-times.txt") {
-        f.line(format!("real control plane healthy after (s): {t}"));
-    }
+    f.healthy_times(&b, "");
     f.unavailability(&b, "etcd node run --once", &run, Some("etcd-state"));
     f.line(format!(
         "import: kube-apiserver process down {} ms (kubelet-sim history)",

@@ -125,9 +125,7 @@ fn run(case: &Case) {
 
     let mut f = Figures::new(&format!("c {} (failpoint {})", case.name, case.failpoint));
     figures(&mut f, &b1, &b2, case.bootstrap);
-    if let Ok(t) = b2.read_out("healthy-times.txt") {
-        f.line(format!("boot 2 real control plane healthy after (s): {t}"));
-    }
+    f.healthy_times(&b2, "boot 2 ");
     f.finish(&sc, t0);
 }
 

@@ -274,6 +274,13 @@ impl Figures {
         self.line(line);
     }
 
+    /// How long the real control plane took to be healthy (`healthy-times.txt`), when saved.
+    pub fn healthy_times(&mut self, b: &Boot, label: &str) {
+        if let Ok(t) = b.read_out("healthy-times.txt") {
+            self.line(format!("{label}real control plane healthy after (s): {t}"));
+        }
+    }
+
     pub fn boot(&mut self, b: &Boot) {
         let mut l = format!("boot {}: {:.1}s", b.index, b.elapsed.as_secs_f64());
         for m in [
