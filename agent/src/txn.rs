@@ -878,8 +878,9 @@ fn finalize_backup(root: &Path, id: &str) -> Result<(), TxnError> {
         path: done.display().to_string(),
         source,
     };
-    fs::rename(&incomplete, &done).map_err(fail)?;
-    fsutil::sync_dir(&backups).map_err(fail)
+    // Made durable by [`commit`]'s batch, which always follows and ends before the journal is
+    // removed: until then a crash finds the journal and renames again if the rename was lost.
+    fs::rename(&incomplete, &done).map_err(fail)
 }
 
 fn write_journal(root: &Path, journal: &Journal) -> Result<(), TxnError> {
@@ -928,6 +929,12 @@ fn commit(root: &Path, journal: &Journal) -> Result<(), TxnError> {
         // Also when already done by an interrupted run: its rename may not be durable yet.
         folders.insert(parent);
         failpoint("renamed");
+    }
+    // The backup's final name ([`finalize_backup`]), with the renames over the live files (a
+    // backups folder removed by hand since does not stop the roll forward).
+    let backups = state_dir(root).join("backups");
+    if backups.is_dir() {
+        folders.insert(backups);
     }
     let folders = fsutil::SyncBatch {
         files: Vec::new(),
