@@ -54,3 +54,38 @@ fn hanging_boot_times_out_with_the_log_tail() {
     assert!(err.contains("serial log: "), "{err}");
     assert!(err.contains("about-to-hang"), "{err}");
 }
+
+/// A first boot that times out after the guest kernel's soft-lockup watchdog fired runs again,
+/// once, on a fresh disk (`Scenario::boot`): here the guest prints the watchdog's line and hangs
+/// on its first attempt, and finishes on the second, which finds none of the first's disk.
+#[test]
+fn first_boot_locked_up_is_booted_again_once_on_a_fresh_disk() {
+    let mut sc = Scenario::new("harness-lockup").unwrap();
+    sc.set_script(
+        ". /usr/lib/certrotor-e2e/lib.sh\n\
+         if [ -f \"$E2E_SHARE/attempted\" ]; then\n\
+           e2e_save leftover \"$(cat /var/lib/first-attempt 2>/dev/null || echo none)\"\n\
+           e2e_save boot-count \"$E2E_BOOT_COUNT\"\n\
+           exit 0\n\
+         fi\n\
+         touch \"$E2E_SHARE/attempted\"; echo on-disk > /var/lib/first-attempt; sync\n\
+         echo '[   49.000] watchdog: BUG: soft lockup - CPU#0 stuck for 22s! [harness]'\n\
+         while :; do read -r _ < /dev/zero; done\n",
+    )
+    .unwrap();
+    let opts = BootOptions {
+        timeout: Duration::from_secs(25),
+        ..quick()
+    };
+    let b = sc.boot(&opts).unwrap();
+    assert_eq!(b.ending, Ending::Finished { rc: 0 }, "{}", b.failure("rc"));
+    assert_eq!(b.index, 1);
+    assert_eq!(
+        b.read_out("leftover").unwrap(),
+        "none",
+        "the disk was not fresh"
+    );
+    assert_eq!(b.read_out("boot-count").unwrap(), "1");
+    let kept = std::fs::read_to_string(sc.dir().join("boot-1.lockup.serial.log")).unwrap();
+    assert!(kept.contains("watchdog: BUG: soft lockup"), "{kept}");
+}
