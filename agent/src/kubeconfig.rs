@@ -266,8 +266,13 @@ impl Kubeconfig {
         let source =
             |m: &Value, data: &str, file: &str| -> Result<Option<Source>, KubeconfigError> {
                 if let Some(v) = m.get(data).and_then(Value::as_str) {
-                    let bytes = base64_decode(v)
-                        .ok_or_else(|| err(format!("'{data}' is not valid base64")))?;
+                    // Certificates are public: only the key needs constant-time decoding.
+                    let bytes = if data == "client-key-data" {
+                        base64_decode(v)
+                    } else {
+                        base64_decode_public(v)
+                    }
+                    .ok_or_else(|| err(format!("'{data}' is not valid base64")))?;
                     return Ok(Some(Source::Embedded(bytes)));
                 }
                 Ok(m.get(file)
@@ -531,15 +536,30 @@ mod fast {
             return Some(Value::Mapping(Mapping::new()));
         }
         let b = v.as_bytes();
+        // Every byte in the subset's set: one table look-up per byte, without a branch (the
+        // values are mostly ~2 KB base64 lines).
+        let plain = b.iter().fold(true, |ok, &c| ok & PLAIN[usize::from(c)]);
         let ok = b
             .first()
             .is_some_and(|c| c.is_ascii_alphabetic() || *c == b'/')
             && b.last() != Some(&b':')
-            && b.iter()
-                .all(|c| c.is_ascii_alphanumeric() || b"._:/+=@-".contains(c))
+            && plain
             && !special(v);
         ok.then(|| Value::String(v.to_string()))
     }
+
+    /// The bytes of the subset's plain scalars: `[A-Za-z0-9._:/+=@-]`.
+    const PLAIN: [bool; 256] = {
+        let mut table = [false; 256];
+        let mut c = 0;
+        while c < 256 {
+            let b = c as u8;
+            table[c] = b.is_ascii_alphanumeric()
+                || matches!(b, b'.' | b'_' | b':' | b'/' | b'+' | b'=' | b'@' | b'-');
+            c += 1;
+        }
+        table
+    };
 
     /// Words a YAML parser may read as null or a boolean (1.2 core and 1.1), in any case.
     fn special(word: &str) -> bool {
@@ -554,19 +574,36 @@ pub fn base64_encode(data: &[u8]) -> String {
     <base64ct::Base64 as base64ct::Encoding>::encode_string(data)
 }
 
-/// Decodes standard base64, ignoring whitespace (YAML folding), padded or not. `None` on any
-/// other stray character.
+/// Decodes standard base64 in constant time (key material), ignoring whitespace (YAML
+/// folding), padded or not. `None` on any other stray character.
 pub fn base64_decode(text: &str) -> Option<Vec<u8>> {
     use base64ct::{Base64, Base64Unpadded, Encoding};
-    // kubeadm writes the data on one line: copied without whitespace only when it has some.
-    let compact: std::borrow::Cow<str> = if text.bytes().any(|b| b.is_ascii_whitespace()) {
-        text.split_ascii_whitespace().collect::<String>().into()
-    } else {
-        text.into()
-    };
+    let compact = without_whitespace(text);
     Base64::decode_vec(&compact)
         .or_else(|_| Base64Unpadded::decode_vec(&compact))
         .ok()
+}
+
+/// [`base64_decode`] for public data (certificates), several times faster: the `base64`
+/// crate's table-driven decoder, whose timing depends on the data. Accepts and refuses exactly
+/// what [`base64_decode`] does.
+pub fn base64_decode_public(text: &str) -> Option<Vec<u8>> {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD};
+    let compact = without_whitespace(text);
+    STANDARD
+        .decode(compact.as_bytes())
+        .or_else(|_| STANDARD_NO_PAD.decode(compact.as_bytes()))
+        .ok()
+}
+
+/// kubeadm writes the data on one line: copied without whitespace only when it has some.
+fn without_whitespace(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.bytes().any(|b| b.is_ascii_whitespace()) {
+        text.split_ascii_whitespace().collect::<String>().into()
+    } else {
+        text.into()
+    }
 }
 
 #[cfg(test)]
@@ -583,6 +620,59 @@ mod tests {
         assert!(base64_decode("Zm9v!").is_none());
         assert_eq!(base64_decode("Zm9v\n YmFy").unwrap(), b"foobar");
         assert_eq!(base64_decode("Zm8").unwrap(), b"fo");
+    }
+
+    /// The public decoder is only faster: every input gets the constant-time decoder's answer.
+    #[test]
+    fn public_base64_decodes_what_the_constant_time_decoder_decodes() {
+        let mut inputs: Vec<String> = [
+            "",
+            "Zg==",
+            "Zg",
+            "Zg=",
+            "Zg===",
+            "Zm8=",
+            "Zm8",
+            "Zm9v",
+            "Zm9vYg==",
+            "Zm9v\n YmFy",
+            "Zm9vYmFy\n",
+            " Zm9v",
+            "Zh==",
+            "Zm9=",
+            "Z",
+            "Zm9vY",
+            "Zm9v!",
+            "Zm9v-_",
+            "Zm9v+/==",
+            "=",
+            "====",
+            "Zm9v====",
+            "Zm=8",
+            "Zm9vYmFy=",
+            "\tZm9v\r\n",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let lab = base64_encode(&(0..=255u8).cycle().take(1500).collect::<Vec<_>>());
+        inputs.push(lab.clone());
+        inputs.push(lab.trim_end_matches('=').to_string());
+        // Every single-character corruption of a short text.
+        for i in 0..8 {
+            for c in ["=", "A", "/", "*", " ", "\u{e9}"] {
+                let mut t = "Zm9vYmE=".to_string();
+                t.replace_range(i..i + 1, c);
+                inputs.push(t);
+            }
+        }
+        let mut some = 0;
+        for text in &inputs {
+            let expect = base64_decode(text);
+            some += usize::from(expect.is_some());
+            assert_eq!(base64_decode_public(text), expect, "{text:?}");
+        }
+        assert!(some > 10 && some < inputs.len(), "both outcomes covered");
     }
 
     #[test]
