@@ -578,10 +578,11 @@ pub fn base64_encode(data: &[u8]) -> String {
 /// folding), padded or not. `None` on any other stray character.
 pub fn base64_decode(text: &str) -> Option<Vec<u8>> {
     use base64ct::{Base64, Base64Unpadded, Encoding};
-    let compact = without_whitespace(text);
-    Base64::decode_vec(&compact)
-        .or_else(|_| Base64Unpadded::decode_vec(&compact))
-        .ok()
+    lenient(text, |t| {
+        Base64::decode_vec(t)
+            .or_else(|_| Base64Unpadded::decode_vec(t))
+            .ok()
+    })
 }
 
 /// [`base64_decode`] for public data (certificates), several times faster: the `base64`
@@ -590,20 +591,24 @@ pub fn base64_decode(text: &str) -> Option<Vec<u8>> {
 pub fn base64_decode_public(text: &str) -> Option<Vec<u8>> {
     use base64::Engine as _;
     use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD};
-    let compact = without_whitespace(text);
-    STANDARD
-        .decode(compact.as_bytes())
-        .or_else(|_| STANDARD_NO_PAD.decode(compact.as_bytes()))
-        .ok()
+    lenient(text, |t| {
+        STANDARD
+            .decode(t)
+            .or_else(|_| STANDARD_NO_PAD.decode(t))
+            .ok()
+    })
 }
 
-/// kubeadm writes the data on one line: copied without whitespace only when it has some.
-fn without_whitespace(text: &str) -> std::borrow::Cow<'_, str> {
-    if text.bytes().any(|b| b.is_ascii_whitespace()) {
-        text.split_ascii_whitespace().collect::<String>().into()
-    } else {
-        text.into()
-    }
+/// `decode` of the text, or of the text without its whitespace. kubeadm writes the data on
+/// one line: the decoders refuse whitespace, so the text is only copied without it when the
+/// first attempt fails.
+fn lenient(text: &str, decode: impl Fn(&str) -> Option<Vec<u8>>) -> Option<Vec<u8>> {
+    decode(text).or_else(|| {
+        let compact: String = text.split_ascii_whitespace().collect();
+        (compact.len() != text.len())
+            .then(|| decode(&compact))
+            .flatten()
+    })
 }
 
 #[cfg(test)]
