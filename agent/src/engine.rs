@@ -734,11 +734,12 @@ fn staged_cert(stage: &Path, dir: &str, item: &Item) -> Result<Vec<u8>, IssueErr
 fn staged_pair(stage: &Path, dir: &str, item: &Item) -> Result<(Vec<u8>, Vec<u8>), IssueError> {
     let path = staged(stage, dir, &item.path)?;
     if item.kind == Kind::Kubeconfig {
-        let creds = Kubeconfig::parse(&read_staged(&path)?)
+        let creds = Kubeconfig::parse(&zeroize::Zeroizing::new(read_staged(&path)?))
             .and_then(|k| k.credentials())
             .map_err(|e| err(format!("{}: the tool's kubeconfig: {e}", item.name)))?;
-        match (creds.client_certificate, creds.client_key) {
-            (Source::Embedded(c), Source::Embedded(k)) => Ok((c, k)),
+        // Copies: the credentials scrub their own key when dropped.
+        match (&creds.client_certificate, &creds.client_key) {
+            (Source::Embedded(c), Source::Embedded(k)) => Ok((c.clone(), k.clone())),
             _ => Err(err(format!(
                 "{}: the tool's kubeconfig has no embedded client certificate",
                 item.name
@@ -765,11 +766,11 @@ fn collect(
     let new = Cert::from_pem(&cert_pem).map_err(|e| ctx(&e))?;
     let key = PrivateKey::from_pem(&key_pem).map_err(|e| ctx(&e))?;
     let ca = Cert::from_pem(&read_rel(root, &item.signer_cert_path)?).map_err(|e| ctx(&e))?;
-    let live = read_rel(root, &item.path)?;
+    let live = zeroize::Zeroizing::new(read_rel(root, &item.path)?);
     let (old, files) = if item.kind == Kind::Kubeconfig {
         let mut kc = Kubeconfig::parse(&live).map_err(|e| ctx(&e))?;
-        let old = match kc.credentials().map_err(|e| ctx(&e))?.client_certificate {
-            Source::Embedded(c) => Cert::from_pem(&c).map_err(|e| ctx(&e))?,
+        let old = match &kc.credentials().map_err(|e| ctx(&e))?.client_certificate {
+            Source::Embedded(c) => Cert::from_pem(c).map_err(|e| ctx(&e))?,
             Source::File(_) => return Err(ctx(&"the client certificate is not embedded")),
         };
         let ca_pem = ca.to_pem().map_err(|e| ctx(&e))?;

@@ -177,7 +177,8 @@ fn credential(root: &Path, source: &Source, what: &str) -> Result<Vec<u8>, Strin
 pub fn node_name(root: &Path) -> String {
     let from_kubelet = || -> Option<String> {
         let rel = catalog_file(root, "kubelet.conf")?;
-        let bytes = fsutil::read_in_root(root, &rel, MAX_PEM_FILE_BYTES).ok()??;
+        let bytes =
+            zeroize::Zeroizing::new(fsutil::read_in_root(root, &rel, MAX_PEM_FILE_BYTES).ok()??);
         let creds = Kubeconfig::parse(&bytes).ok()?.credentials().ok()?;
         let pem = credential(root, &creds.client_certificate, "client certificate").ok()?;
         let subject = Cert::from_pem(&pem).ok()?.subject();
@@ -227,7 +228,7 @@ pub fn body(node: &str, event: &Event, now: i64, nanos: u128) -> Value {
 /// name.
 pub fn post(root: &Path, admin: &str, event: &Event) -> Result<String, String> {
     let bytes = match fsutil::read_in_root(root, admin, MAX_PEM_FILE_BYTES) {
-        Ok(Some(b)) => b,
+        Ok(Some(b)) => zeroize::Zeroizing::new(b),
         Ok(None) => return Err(format!("'{admin}' does not exist")),
         Err(e) => return Err(e.to_string()),
     };

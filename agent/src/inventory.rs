@@ -229,7 +229,8 @@ fn load(root: &Path, entry: &Entry) -> Loaded {
     };
     out.present = true;
     if entry.kind == Kind::Kubeconfig {
-        load_kubeconfig(root, entry, &bytes, mode, &mut out);
+        // The text may embed the client key: scrubbed when read.
+        load_kubeconfig(root, entry, &zeroize::Zeroizing::new(bytes), mode, &mut out);
         return out;
     }
     match Cert::from_pem(&bytes) {
@@ -322,7 +323,7 @@ fn load_kubeconfig(root: &Path, entry: &Entry, bytes: &[u8], mode: u32, out: &mu
     };
     match fetch(&creds.client_key, "client key").map(|(b, _, mode)| {
         let key = PrivateKey::read_pem(&b);
-        // A key read from its own file is scrubbed; embedded data belongs to the kubeconfig.
+        // A key read from its own file is scrubbed here; an embedded one when `creds` drops.
         if let std::borrow::Cow::Owned(mut bytes) = b {
             zeroize::Zeroize::zeroize(&mut bytes);
         }

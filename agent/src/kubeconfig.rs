@@ -31,6 +31,15 @@ pub struct Credentials {
     pub certificate_authority: Option<Source>,
 }
 
+/// An embedded client key is scrubbed (volatile writes) when the credentials are dropped.
+impl Drop for Credentials {
+    fn drop(&mut self) {
+        if let Source::Embedded(key) = &mut self.client_key {
+            zeroize::Zeroize::zeroize(key);
+        }
+    }
+}
+
 impl fmt::Debug for Credentials {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The key may be embedded: never print it.
@@ -161,6 +170,36 @@ pub fn check_yaml_shape(text: &str) -> Result<(), String> {
 #[derive(Clone)]
 pub struct Kubeconfig {
     doc: Value,
+}
+
+/// Every user's `client-key-data` is scrubbed (volatile writes) when the document is dropped.
+impl Drop for Kubeconfig {
+    fn drop(&mut self) {
+        self.scrub_keys();
+    }
+}
+
+impl Kubeconfig {
+    /// Zeroes (and empties) every user's `client-key-data`.
+    fn scrub_keys(&mut self) {
+        if let Some(users) = self.doc.get_mut("users").and_then(Value::as_sequence_mut) {
+            for user in users {
+                if let Some(data) = user
+                    .get_mut("user")
+                    .and_then(|u| u.get_mut("client-key-data"))
+                {
+                    scrub(data);
+                }
+            }
+        }
+    }
+}
+
+/// Zeroes a YAML value that may hold key material (its string's bytes).
+fn scrub(value: &mut Value) {
+    if let Value::String(text) = value {
+        zeroize::Zeroize::zeroize(text);
+    }
 }
 
 impl fmt::Debug for Kubeconfig {
@@ -330,10 +369,12 @@ impl Kubeconfig {
             Value::String("client-certificate-data".into()),
             Value::String(base64_encode(cert_pem)),
         );
-        user.insert(
+        if let Some(mut old_key) = user.insert(
             Value::String("client-key-data".into()),
             Value::String(base64_encode(key_pem)),
-        );
+        ) {
+            scrub(&mut old_key);
+        }
         let cluster = named_mut(&mut self.doc, "clusters", &cluster_name, "cluster")?;
         cluster.insert(
             Value::String("certificate-authority-data".into()),
@@ -738,6 +779,20 @@ users:
         assert!(
             out.find("apiVersion").unwrap() < out.find("users").unwrap(),
             "order kept"
+        );
+    }
+
+    #[test]
+    fn every_users_embedded_key_is_scrubbed() {
+        let two_users = format!("{SMALL}- name: other\n  user:\n    client-key-data: a2V5\n");
+        let mut kc = Kubeconfig::parse(two_users.as_bytes()).unwrap();
+        assert!(kc.to_yaml().unwrap().contains("client-key-data: a2V5"));
+        kc.scrub_keys();
+        let out = kc.to_yaml().unwrap();
+        assert!(!out.contains("LS0tS2V5") && !out.contains("a2V5"), "{out}");
+        assert!(
+            out.contains("client-certificate-data: LS0tQ2VydA=="),
+            "the rest is kept"
         );
     }
 

@@ -464,7 +464,8 @@ fn issue_one(
     let (ca, ca_key) = (&signer.cert, &signer.key);
     let (old, old_key, kubeconfig) = match item.kind {
         Kind::Kubeconfig => {
-            let kc = Kubeconfig::parse(&read(root, &item.path)?).map_err(|e| ctx(&e))?;
+            let kc = Kubeconfig::parse(&zeroize::Zeroizing::new(read(root, &item.path)?))
+                .map_err(|e| ctx(&e))?;
             let creds = kc.credentials().map_err(|e| ctx(&e))?;
             let (Source::Embedded(cert), Source::Embedded(key)) =
                 (&creds.client_certificate, &creds.client_key)
@@ -584,8 +585,8 @@ pub fn validate_with(
             Some((_, bytes, _)) if i.item.kind == Kind::Kubeconfig => Kubeconfig::parse(bytes)
                 .and_then(|k| k.credentials())
                 .ok()
-                .and_then(|c| match c.client_certificate {
-                    Source::Embedded(b) => Cert::from_pem(&b).ok(),
+                .and_then(|c| match &c.client_certificate {
+                    Source::Embedded(b) => Cert::from_pem(b).ok(),
                     Source::File(_) => None,
                 }),
             Some((_, bytes, _)) => Cert::from_pem(bytes).ok(),
