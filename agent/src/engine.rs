@@ -730,16 +730,23 @@ fn staged_cert(stage: &Path, dir: &str, item: &Item) -> Result<Vec<u8>, IssueErr
     Ok(Cert::from_pem(&cert).map_err(err)?.der)
 }
 
-/// The staged certificate and key PEM of an item.
-fn staged_pair(stage: &Path, dir: &str, item: &Item) -> Result<(Vec<u8>, Vec<u8>), IssueError> {
+/// The staged certificate and key PEM of an item; the key is scrubbed wherever it is dropped.
+fn staged_pair(
+    stage: &Path,
+    dir: &str,
+    item: &Item,
+) -> Result<(Vec<u8>, zeroize::Zeroizing<Vec<u8>>), IssueError> {
     let path = staged(stage, dir, &item.path)?;
     if item.kind == Kind::Kubeconfig {
-        let creds = Kubeconfig::parse(&zeroize::Zeroizing::new(read_staged(&path)?))
+        let mut creds = Kubeconfig::parse(&zeroize::Zeroizing::new(read_staged(&path)?))
             .and_then(|k| k.credentials())
             .map_err(|e| err(format!("{}: the tool's kubeconfig: {e}", item.name)))?;
-        // Copies: the credentials scrub their own key when dropped.
-        match (&creds.client_certificate, &creds.client_key) {
-            (Source::Embedded(c), Source::Embedded(k)) => Ok((c.clone(), k.clone())),
+        // Moved out, not copied: `Credentials` scrubs only what it still holds.
+        match (&mut creds.client_certificate, &mut creds.client_key) {
+            (Source::Embedded(c), Source::Embedded(k)) => Ok((
+                std::mem::take(c),
+                zeroize::Zeroizing::new(std::mem::take(k)),
+            )),
             _ => Err(err(format!(
                 "{}: the tool's kubeconfig has no embedded client certificate",
                 item.name
@@ -747,7 +754,10 @@ fn staged_pair(stage: &Path, dir: &str, item: &Item) -> Result<(Vec<u8>, Vec<u8>
         }
     } else {
         let key_path = staged(stage, dir, item.key_path.as_deref().unwrap_or_default())?;
-        Ok((read_staged(&path)?, read_staged(&key_path)?))
+        Ok((
+            read_staged(&path)?,
+            zeroize::Zeroizing::new(read_staged(&key_path)?),
+        ))
     }
 }
 
@@ -760,9 +770,9 @@ fn collect(
     identity: IdentityCheck,
 ) -> Result<Issued, IssueError> {
     let ctx = |e: &dyn fmt::Display| err(format!("{}: {e}", item.name));
-    let (cert_pem, key_pem) = staged_pair(stage, dir, item)?;
-    // Scrubbed on every path out of here, unless moved into `Issued` (which scrubs its files).
-    let mut key_pem = zeroize::Zeroizing::new(key_pem);
+    // The key is scrubbed on every path out of here, unless moved into `Issued` (which scrubs
+    // its files).
+    let (cert_pem, mut key_pem) = staged_pair(stage, dir, item)?;
     let new = Cert::from_pem(&cert_pem).map_err(|e| ctx(&e))?;
     let key = PrivateKey::from_pem(&key_pem).map_err(|e| ctx(&e))?;
     let ca = Cert::from_pem(&read_rel(root, &item.signer_cert_path)?).map_err(|e| ctx(&e))?;

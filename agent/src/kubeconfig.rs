@@ -620,9 +620,15 @@ pub fn base64_encode(data: &[u8]) -> String {
 pub fn base64_decode(text: &str) -> Option<Vec<u8>> {
     use base64ct::{Base64, Base64Unpadded, Encoding};
     lenient(text, |t| {
-        Base64::decode_vec(t)
-            .or_else(|_| Base64Unpadded::decode_vec(t))
-            .ok()
+        // One buffer for both attempts, scrubbed if neither decodes (a failed attempt may have
+        // written part of the key into it).
+        let mut out = zeroize::Zeroizing::new(vec![0u8; t.len() / 4 * 3 + 3]);
+        let len = match Base64::decode(t, &mut out) {
+            Ok(decoded) => decoded.len(),
+            Err(_) => Base64Unpadded::decode(t, &mut out).ok()?.len(),
+        };
+        out.truncate(len);
+        Some(std::mem::take(&mut *out))
     })
 }
 
@@ -645,7 +651,8 @@ pub fn base64_decode_public(text: &str) -> Option<Vec<u8>> {
 /// first attempt fails.
 fn lenient(text: &str, decode: impl Fn(&str) -> Option<Vec<u8>>) -> Option<Vec<u8>> {
     decode(text).or_else(|| {
-        let compact: String = text.split_ascii_whitespace().collect();
+        // Scrubbed: the text may be key material.
+        let compact = zeroize::Zeroizing::new(text.split_ascii_whitespace().collect::<String>());
         (compact.len() != text.len())
             .then(|| decode(&compact))
             .flatten()

@@ -509,7 +509,8 @@ impl Scenario {
 /// What the guest kernel prints when a CPU has been stuck in the kernel for over 20 s.
 const SOFT_LOCKUP: &str = "watchdog: BUG: soft lockup";
 
-/// One boot: it ended (as [`Boot`] says), or it timed out after a guest soft lockup.
+/// One boot: it ended (as [`Boot`] says), or the guest kernel locked up (QEMU killed at the
+/// watchdog's line, or timed out after it).
 enum Attempt {
     Done(Boot),
     LockedUp(Error),

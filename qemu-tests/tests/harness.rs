@@ -55,9 +55,10 @@ fn hanging_boot_times_out_with_the_log_tail() {
     assert!(err.contains("about-to-hang"), "{err}");
 }
 
-/// A first boot that times out after the guest kernel's soft-lockup watchdog fired runs again,
-/// once, on a fresh disk (`Scenario::boot`): here the guest prints the watchdog's line and hangs
-/// on its first attempt, and finishes on the second, which finds none of the first's disk.
+/// A first boot in which the guest kernel's soft-lockup watchdog fired is killed at that line
+/// and runs again, once, on a fresh disk (`Scenario::boot`): here the guest prints the
+/// watchdog's line and hangs on its first attempt, and finishes on the second, which finds none
+/// of the first's disk.
 #[test]
 fn first_boot_locked_up_is_booted_again_once_on_a_fresh_disk() {
     let mut sc = Scenario::new("harness-lockup").unwrap();
@@ -88,4 +89,10 @@ fn first_boot_locked_up_is_booted_again_once_on_a_fresh_disk() {
     assert_eq!(b.read_out("boot-count").unwrap(), "1");
     let kept = std::fs::read_to_string(sc.dir().join("boot-1.lockup.serial.log")).unwrap();
     assert!(kept.contains("watchdog: BUG: soft lockup"), "{kept}");
+    // Killed at the line, not left to run into the (25 s) timeout.
+    assert!(
+        kept.contains("[harness] guest soft lockup: QEMU killed"),
+        "{kept}"
+    );
+    assert!(!kept.contains("TIMEOUT"), "{kept}");
 }
