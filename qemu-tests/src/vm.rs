@@ -237,13 +237,18 @@ impl Scenario {
 
     /// Replaces the persistent disk by a fresh copy-on-write overlay of the blank base.
     pub fn new_local_disk(&self) -> Result<()> {
+        self.create_disk(&self.artifacts.images.local_base, "raw")
+    }
+
+    /// Creates `local.qcow2` (replacing it) as an empty qcow2 overlay of `backing`.
+    fn create_disk(&self, backing: &Path, backing_format: &str) -> Result<()> {
         let disk = self.dir.join("local.qcow2");
         if disk.exists() {
             fs::remove_file(&disk).ctx(format!("remove {}", disk.display()))?;
         }
         let st = Command::new("qemu-img")
-            .args(["create", "-q", "-f", "qcow2", "-F", "raw", "-b"])
-            .arg(&self.artifacts.images.local_base)
+            .args(["create", "-q", "-f", "qcow2", "-F", backing_format, "-b"])
+            .arg(backing)
             .arg(&disk)
             .status()
             .ctx("qemu-img (images/setup-host.sh installs qemu-utils)")?;
@@ -342,31 +347,34 @@ impl Scenario {
     /// Boots the VM once on the scenario's persistent disk and waits until QEMU exits, the
     /// `kill_at` marker shows up (QEMU is then SIGKILLed) or the timeout passes (error).
     ///
-    /// One exception, printed: a first boot in which the guest kernel's soft-lockup watchdog
-    /// fired (a vCPU stuck in the kernel, which multi-threaded TCG has produced twice in this
-    /// project's runs: inside runc, and in a simulator process, both before certrotor ran, and
-    /// the guest never recovered) is an emulator fault met before anything persisted. QEMU is
-    /// killed at the watchdog's line, not at the timeout (20 min for the cluster scenarios), and
-    /// the boot runs again once, on a fresh disk, its serial log kept as
-    /// `boot-1.lockup.serial.log`. A lockup in that second try or in a later boot waits for the
-    /// timeout (a guest may recover) and then fails, as any other timeout does.
+    /// One exception, printed: a boot in which the guest kernel's soft-lockup watchdog fired (a
+    /// vCPU stuck in the kernel, which multi-threaded TCG has produced three times in this
+    /// project's runs: twice inside runc, once in a simulator process, each time before
+    /// certrotor ran, and the guest never recovered) is an emulator fault. QEMU is killed at the
+    /// watchdog's line, not at the timeout (20 min for the cluster scenarios), and the boot runs
+    /// again once, on the disk exactly as it was before the locked-up attempt (each boot writes
+    /// to a new copy-on-write overlay of the disk its predecessor left, so the attempt's writes
+    /// are thrown away with its overlay), its serial log kept as `boot-N.lockup.serial.log`. A
+    /// lockup in that second try waits for the timeout (a guest may recover) and then fails, as
+    /// any other timeout does.
     pub fn boot(&mut self, opts: &BootOptions) -> Result<Boot> {
-        let first = self.boots == 0;
-        match self.boot_once(opts, first)? {
+        let index = self.boots + 1;
+        self.overlay_disk(index)?;
+        match self.boot_once(opts, true)? {
             Attempt::Done(b) => Ok(b),
-            Attempt::LockedUp(_) if first => {
-                let serial = self.dir.join("boot-1.serial.log");
-                let kept = self.dir.join("boot-1.lockup.serial.log");
+            Attempt::LockedUp(_) => {
+                let serial = self.dir.join(format!("boot-{index}.serial.log"));
+                let kept = self.dir.join(format!("boot-{index}.lockup.serial.log"));
                 fs::rename(&serial, &kept).ctx(format!("keep {}", serial.display()))?;
-                let out = self.share_dir().join("out/boot-1");
+                let out = self.share_dir().join(format!("out/boot-{index}"));
                 if out.exists() {
                     fs::remove_dir_all(&out).ctx(format!("remove {}", out.display()))?;
                 }
-                self.new_local_disk()?;
-                self.boots = 0;
+                self.new_overlay(index)?;
+                self.boots = index - 1;
                 eprintln!(
                     "qemu-tests: {}: the guest kernel locked up under TCG (soft-lockup watchdog) \
-                     in boot 1, before anything persisted: boot 1 again, once, on a fresh disk \
+                     in boot {index}: boot {index} again, once, on the disk as it was before it \
                      (the locked-up boot's serial log: {})",
                     self.name,
                     kept.display()
@@ -376,8 +384,26 @@ impl Scenario {
                     Attempt::LockedUp(e) => Err(e),
                 }
             }
-            Attempt::LockedUp(e) => Err(e),
         }
+    }
+
+    /// The disk boot `index` starts from, kept read-only: the backing file of its overlays.
+    fn disk_before(&self, index: u32) -> PathBuf {
+        self.dir.join(format!("local.before-boot-{index}.qcow2"))
+    }
+
+    /// Freezes the persistent disk as boot `index` finds it (`disk_before`) and puts a fresh
+    /// overlay on top of it for the boot to write to.
+    fn overlay_disk(&self, index: u32) -> Result<()> {
+        let disk = self.dir.join("local.qcow2");
+        let before = self.disk_before(index);
+        fs::rename(&disk, &before).ctx(format!("rename {}", disk.display()))?;
+        self.new_overlay(index)
+    }
+
+    /// Replaces `local.qcow2` by an empty overlay of the disk boot `index` started from.
+    fn new_overlay(&self, index: u32) -> Result<()> {
+        self.create_disk(&self.disk_before(index), "qcow2")
     }
 
     /// `stop_at_lockup`: QEMU is killed at the soft-lockup watchdog's first line (the boot is

@@ -1,6 +1,6 @@
-//! Self-tests of the harness that need a VM but not containerd (~15 s): a failing guest
+//! Self-tests of the harness that need a VM but not containerd: a failing guest
 //! script is reported with its rc, and a boot that hangs hits the timeout and fails with the
-//! serial log's path and tail.
+//! serial log's path and tail, and a boot whose guest kernel locked up is tried again once.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use qemu_tests::{BootOptions, Ending, Scenario};
@@ -55,21 +55,25 @@ fn hanging_boot_times_out_with_the_log_tail() {
     assert!(err.contains("about-to-hang"), "{err}");
 }
 
-/// A first boot in which the guest kernel's soft-lockup watchdog fired is killed at that line
-/// and runs again, once, on a fresh disk (`Scenario::boot`): here the guest prints the
-/// watchdog's line and hangs on its first attempt, and finishes on the second, which finds none
-/// of the first's disk.
+/// A boot in which the guest kernel's soft-lockup watchdog fired is killed at that line and
+/// runs again, once, on the disk as it was before the attempt (`Scenario::boot`): here each
+/// boot's first attempt writes to the disk, prints the watchdog's line and hangs, and the
+/// second finds what earlier boots kept and nothing of the attempt. Boot 1 and boot 2 both, as
+/// boot 1 starts from the blank disk and boot 2 from what boot 1 left.
 #[test]
-fn first_boot_locked_up_is_booted_again_once_on_a_fresh_disk() {
+fn locked_up_boot_is_booted_again_once_on_the_disk_before_it() {
     let mut sc = Scenario::new("harness-lockup").unwrap();
     sc.set_script(
         ". /usr/lib/certrotor-e2e/lib.sh\n\
-         if [ -f \"$E2E_SHARE/attempted\" ]; then\n\
-           e2e_save leftover \"$(cat /var/lib/first-attempt 2>/dev/null || echo none)\"\n\
+         if [ -f \"$E2E_SHARE/attempted-$E2E_BOOT\" ]; then\n\
+           echo \"kept by boot $E2E_BOOT\" > /var/lib/kept-$E2E_BOOT; sync\n\
+           e2e_save leftover \"$(cat /var/lib/attempt-* 2>/dev/null || echo none)\"\n\
+           e2e_save kept \"$(cat /var/lib/kept-* | tr '\\n' ,)\"\n\
            e2e_save boot-count \"$E2E_BOOT_COUNT\"\n\
            exit 0\n\
          fi\n\
-         touch \"$E2E_SHARE/attempted\"; echo on-disk > /var/lib/first-attempt; sync\n\
+         touch \"$E2E_SHARE/attempted-$E2E_BOOT\"\n\
+         echo \"attempt of boot $E2E_BOOT\" > /var/lib/attempt-$E2E_BOOT; sync\n\
          echo '[   49.000] watchdog: BUG: soft lockup - CPU#0 stuck for 22s! [harness]'\n\
          while :; do read -r _ < /dev/zero; done\n",
     )
@@ -78,21 +82,33 @@ fn first_boot_locked_up_is_booted_again_once_on_a_fresh_disk() {
         timeout: Duration::from_secs(25),
         ..quick()
     };
-    let b = sc.boot(&opts).unwrap();
-    assert_eq!(b.ending, Ending::Finished { rc: 0 }, "{}", b.failure("rc"));
-    assert_eq!(b.index, 1);
-    assert_eq!(
-        b.read_out("leftover").unwrap(),
-        "none",
-        "the disk was not fresh"
-    );
-    assert_eq!(b.read_out("boot-count").unwrap(), "1");
-    let kept = std::fs::read_to_string(sc.dir().join("boot-1.lockup.serial.log")).unwrap();
-    assert!(kept.contains("watchdog: BUG: soft lockup"), "{kept}");
-    // Killed at the line, not left to run into the (25 s) timeout.
-    assert!(
-        kept.contains("[harness] guest soft lockup: QEMU killed"),
-        "{kept}"
-    );
-    assert!(!kept.contains("TIMEOUT"), "{kept}");
+    for index in 1..=2u32 {
+        let b = sc.boot(&opts).unwrap();
+        assert_eq!(b.ending, Ending::Finished { rc: 0 }, "{}", b.failure("rc"));
+        assert_eq!(b.index, index);
+        assert_eq!(
+            b.read_out("leftover").unwrap(),
+            "none",
+            "the locked-up attempt's writes were not thrown away"
+        );
+        let kept: String = (1..=index).map(|i| format!("kept by boot {i},")).collect();
+        assert_eq!(
+            b.read_out("kept").unwrap(),
+            kept,
+            "earlier boots' writes lost"
+        );
+        assert_eq!(b.read_out("boot-count").unwrap(), index.to_string());
+        let log = sc.dir().join(format!("boot-{index}.lockup.serial.log"));
+        let kept_log = std::fs::read_to_string(log).unwrap();
+        assert!(
+            kept_log.contains("watchdog: BUG: soft lockup"),
+            "{kept_log}"
+        );
+        // Killed at the line, not left to run into the (25 s) timeout.
+        assert!(
+            kept_log.contains("[harness] guest soft lockup: QEMU killed"),
+            "{kept_log}"
+        );
+        assert!(!kept_log.contains("TIMEOUT"), "{kept_log}");
+    }
 }
