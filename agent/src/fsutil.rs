@@ -259,13 +259,20 @@ pub fn with_pinned_root<R>(root: &Path, f: impl FnOnce() -> R) -> R {
 /// The common case of [`read_in_root_with_mode`] in a few system calls: a path with no symlink
 /// and no `..`, which the kernel opens beneath the root and refuses at the first symlink
 /// (`openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`), so it names the same file the
-/// step-by-step resolution would. The file is opened `O_PATH` and examined before it is opened
-/// for reading, so a FIFO or device named like a certificate is never opened. `None` when the
-/// fast path does not apply (a symlink or `..` on the way, a kernel without `openat2`, any
-/// error): the caller resolves step by step, which also words the errors.
+/// step-by-step resolution would. The file is examined before it is opened for reading, so a
+/// FIFO or device named like a certificate is never opened: first by name (`fstatat`, no
+/// symlink followed at the end, no automount), and when that finds a regular file within the
+/// limit, it is opened at once; anything else is looked at again as an `O_PATH` open beneath the
+/// root, which words the answer. (`fstatat` may follow a symlink or `..` on the way, even out
+/// of the root: the open that follows refuses those, so such a path still takes the step-by-step
+/// resolution. One look by name saves an `O_PATH` open and its close per file: 2 of the 6
+/// system calls of each of a `check`'s ~27 reads.) `None` when the fast path does not apply (a
+/// symlink or `..` on the way, a kernel without `openat2`, any error): the caller resolves step
+/// by step, which also words the errors.
 fn read_beneath(root: &Path, rel: &str, limit: u64) -> Option<Result<ReadWithMode, ReadError>> {
     use nix::errno::Errno;
-    use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
+    use nix::fcntl::{AtFlags, OFlag, OpenHow, ResolveFlag, openat2};
+    use nix::sys::stat::{SFlag, fstatat};
     let rel_path = rel.trim_start_matches('/');
     if rel_path.is_empty() {
         return None;
@@ -278,6 +285,20 @@ fn read_beneath(root: &Path, rel: &str, limit: u64) -> Option<Result<ReadWithMod
             .flags(flags | OFlag::O_CLOEXEC)
             .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS)
     };
+    let look = AtFlags::AT_SYMLINK_NOFOLLOW | AtFlags::AT_NO_AUTOMOUNT;
+    if let Ok(st) = fstatat(dir, rel_path, look) {
+        let regular =
+            SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFREG;
+        if let Ok(size) = u64::try_from(st.st_size)
+            && regular
+            && size <= limit
+        {
+            let file =
+                File::from(openat2(dir, rel_path, how(OFlag::O_RDONLY | OFlag::O_NOCTTY)).ok()?);
+            let mode = st.st_mode & 0o7777;
+            return Some(read_bounded(file, rel, limit, size).map(|bytes| Some((bytes, mode))));
+        }
+    }
     let path_fd = match openat2(dir, rel_path, how(OFlag::O_PATH)) {
         Ok(fd) => fd,
         Err(Errno::ENOENT) => return Some(Ok(None)),
@@ -636,6 +657,44 @@ mod tests {
         ));
         fs::write(root.join("ok"), "hello").unwrap();
         assert_eq!(read_in_root(&root, "ok", 1024).unwrap().unwrap(), b"hello");
+    }
+
+    /// The fast read's look by name (`fstatat`) follows symlinks and `..` on the host; what it
+    /// finds there must never be what is read.
+    #[test]
+    fn reads_resolve_inside_the_root_whatever_the_look_by_name_finds() {
+        let root = tmp("read-links");
+        let outside = tmp("read-links-outside");
+        // A decoy where an absolute link points on the host, and the file the link names
+        // inside the root.
+        fs::write(outside.join("f.crt"), "host").unwrap();
+        let inside = root.join(outside.strip_prefix("/").unwrap());
+        fs::create_dir_all(&inside).unwrap();
+        fs::write(inside.join("f.crt"), "root").unwrap();
+        symlink(&outside, root.join("pki")).unwrap();
+        assert_eq!(
+            read_in_root(&root, "pki/f.crt", 1024).unwrap().unwrap(),
+            b"root"
+        );
+        // `..` out of the root names the host's file to fstatat: refused, not read.
+        let up = format!(
+            "../{}/f.crt",
+            outside.file_name().unwrap().to_str().unwrap()
+        );
+        assert!(read_in_root(&root, &up, 1024).is_err());
+        // A FIFO is refused without being opened (opening it would block).
+        nix::unistd::mkfifo(&root.join("fifo.crt"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        assert!(matches!(
+            read_in_root(&root, "fifo.crt", 1024),
+            Err(ReadError::NotRegular { .. })
+        ));
+        // The permission bits come with the bytes.
+        fs::write(root.join("k.key"), "k").unwrap();
+        fs::set_permissions(root.join("k.key"), fs::Permissions::from_mode(0o640)).unwrap();
+        let (bytes, mode) = read_in_root_with_mode(&root, "k.key", 1024)
+            .unwrap()
+            .unwrap();
+        assert_eq!((bytes.as_slice(), mode), (&b"k"[..], 0o640));
     }
 
     #[test]
