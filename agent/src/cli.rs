@@ -999,7 +999,13 @@ fn check(c: CheckCmd) -> Result<u8, CliError> {
             certrotor::metrics::certificate_gauges(&root, &inv, now)
         ),
     }
-    Ok(outcome::for_inventory(&inv))
+    let code = outcome::for_inventory(&inv);
+    // The process ends here: the inventory's many small allocations (names, paths, report
+    // text) go back with it instead of being freed one by one (~3% of a `check`). It holds no
+    // key material (keys are read, matched and scrubbed inside `inventory::take`), so nothing
+    // is left unscrubbed.
+    std::mem::forget(inv);
+    Ok(code)
 }
 
 fn lab_init(c: LabInitCmd) -> Result<u8, CliError> {
