@@ -9,6 +9,7 @@
 // at its use with a SAFETY comment.
 #![deny(unsafe_code)]
 
+mod bignum;
 pub mod catalog;
 pub mod clock;
 pub mod cluster;

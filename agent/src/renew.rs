@@ -485,10 +485,10 @@ fn issue_one(
             (old, key, None)
         }
     };
-    // The old key is read for its encoding; checked in full only when it is carried into the
-    // new certificate.
+    // The old key is read for its encoding; its private parts are checked only when it is
+    // carried into the new certificate.
     let key = if plan.reuse_keys {
-        old_key.validate().map_err(|e| ctx(&e))?;
+        old_key.check_private_parts().map_err(|e| ctx(&e))?;
         old_key
     } else {
         let mut k = PrivateKey::generate(old.public_key_algorithm()).map_err(|e| ctx(&e))?;
