@@ -11,7 +11,7 @@ use serde::Serialize;
 use crate::catalog::{self, Entry, Kind, Layout};
 use crate::fsutil::{self, ReadError};
 use crate::kubeconfig::{Kubeconfig, Source};
-use crate::pki::{Cert, CertFacts, MAX_PEM_FILE_BYTES, PrivateKey};
+use crate::pki::{Cert, CertFacts, KeyPublic, MAX_PEM_FILE_BYTES};
 
 /// The state of one certificate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -129,7 +129,7 @@ pub fn default_root() -> PathBuf {
 /// What was loaded for one entry, before statuses are decided.
 struct Loaded {
     cert: Option<Cert>,
-    key: Option<PrivateKey>,
+    key: Option<KeyPublic>,
     cert_path: Option<String>,
     error: Option<String>,
     warnings: Vec<String>,
@@ -245,7 +245,7 @@ fn load(root: &Path, entry: &Entry) -> Loaded {
         out.key_present = !matches!(key_read, Ok(None));
         match key_read {
             // The key's PEM is scrubbed when the match ends (the parsed key keeps its own copy).
-            Ok(Some((kb, mode))) => match PrivateKey::read_pem(&zeroize::Zeroizing::new(kb)) {
+            Ok(Some((kb, mode))) => match KeyPublic::read_pem(&zeroize::Zeroizing::new(kb)) {
                 Ok(k) => {
                     out.key = Some(k);
                     out.warnings.extend(key_mode_warning(key_path, mode));
@@ -322,7 +322,7 @@ fn load_kubeconfig(root: &Path, entry: &Entry, bytes: &[u8], mode: u32, out: &mu
         Source::File(p) => p.trim_start_matches('/').to_string(),
     };
     match fetch(&creds.client_key, "client key").map(|(b, _, mode)| {
-        let key = PrivateKey::read_pem(&b);
+        let key = KeyPublic::read_pem(&b);
         // A key read from its own file is scrubbed here; an embedded one when `creds` drops.
         if let std::borrow::Cow::Owned(mut bytes) = b {
             zeroize::Zeroize::zeroize(&mut bytes);
@@ -622,7 +622,7 @@ fn service_account(root: &Path, layout: &Layout) -> Option<KeyRecord> {
             rec.status = Status::Invalid;
             rec.error = Some(e.to_string());
         }
-        Ok(Some(bytes)) => match PrivateKey::read_pem(&bytes) {
+        Ok(Some(bytes)) => match KeyPublic::read_pem(&bytes) {
             Err(e) => {
                 rec.status = Status::Invalid;
                 rec.error = Some(format!("'{key_path}': {e}"));

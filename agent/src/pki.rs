@@ -37,6 +37,9 @@ use x509_cert::serial_number::SerialNumber;
 use x509_cert::spki::{AlgorithmIdentifierOwned, SubjectPublicKeyInfoOwned};
 use x509_cert::time::{Time, Validity};
 
+mod key_public;
+pub use key_public::KeyPublic;
+
 /// OIDs certrotor reads or writes.
 pub mod oid {
     use der::oid::ObjectIdentifier as Oid;
@@ -2085,6 +2088,7 @@ mod fuzz {
         let key_pem = key.to_pem(KeyEncoding::Sec1).unwrap();
         let rsa = PrivateKey::generate(KeyAlgorithm::Rsa(2048)).unwrap();
         let rsa_pem = rsa.to_pem(KeyEncoding::Pkcs8).unwrap();
+        let rsa_pkcs1 = rsa.to_pem(KeyEncoding::Pkcs1).unwrap();
         let (ca_cert, _) = tests_ca();
         let cert_pem = ca_cert.to_pem().unwrap();
         let kubeconfig = Kubeconfig::new_embedded(
@@ -2110,10 +2114,12 @@ mod fuzz {
         let secrets: Vec<String> = body_fragments(&key_pem.0)
             .into_iter()
             .chain(body_fragments(&rsa_pem.0))
+            .chain(body_fragments(&rsa_pkcs1.0))
             .collect();
-        let seeds: [&[u8]; 6] = [
+        let seeds: [&[u8]; 7] = [
             key_pem.0.as_bytes(),
             rsa_pem.0.as_bytes(),
+            rsa_pkcs1.0.as_bytes(),
             cert_pem.as_bytes(),
             &ca_cert.der,
             kubeconfig.as_bytes(),
@@ -2129,6 +2135,12 @@ mod fuzz {
             let t = Instant::now();
             let mut texts = Vec::new();
             if let Err(e) = PrivateKey::from_pem(&input) {
+                texts.push(e.to_string());
+            }
+            if let Err(e) = KeyPublic::read_pem(&input) {
+                texts.push(e.to_string());
+            }
+            if let Err(e) = PrivateKey::read_pem(&input).and_then(|k| k.check_private_parts()) {
                 texts.push(e.to_string());
             }
             if let Err(e) = Cert::from_pem(&input) {
