@@ -90,7 +90,12 @@ fn rsa_public_quickly(bytes: &[u8]) -> Option<KeyPublic> {
     let mut rest = &bytes[b"-----BEGIN -----\n".len() + label.len()..];
     let mut lines: Vec<&[u8]> = Vec::with_capacity(32);
     loop {
-        let len = rest.iter().take(LINE + 1).position(|&b| b == b'\n')?;
+        // A full line is recognised by where its newline must be; only the last is searched.
+        let len = if rest.get(LINE) == Some(&b'\n') {
+            LINE
+        } else {
+            rest.iter().take(LINE).position(|&b| b == b'\n')?
+        };
         let (line, after) = (&rest[..len], &rest[len + 1..]);
         if line.is_empty() || line.starts_with(b"-----") {
             return None;
@@ -149,8 +154,14 @@ fn in_alphabet(text: &[u8]) -> bool {
     const HIGH: u64 = 0x8080_8080_8080_8080;
     // With every byte of `y` below 0x80, the high bit of each byte of the sum is set where
     // that byte is `lo` or more (no carry crosses into the next byte).
-    let at_least = |y: u64, lo: u8| y + (0x80 - u64::from(lo)) * ONES;
-    let within = |y: u64, lo: u8, hi: u8| at_least(y, lo) & !at_least(y, hi + 1);
+    #[inline(always)]
+    fn at_least(y: u64, lo: u8) -> u64 {
+        y + (0x80 - u64::from(lo)) * ONES
+    }
+    #[inline(always)]
+    fn within(y: u64, lo: u8, hi: u8) -> u64 {
+        at_least(y, lo) & !at_least(y, hi + 1)
+    }
     let mut bad = 0u64;
     let mut chunks = text.chunks_exact(8);
     for chunk in &mut chunks {
