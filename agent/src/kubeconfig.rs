@@ -618,12 +618,12 @@ pub fn base64_encode(data: &[u8]) -> String {
 /// Decodes standard base64 in constant time (key material), ignoring whitespace (YAML
 /// folding), padded or not. `None` on any other stray character.
 pub fn base64_decode(text: &str) -> Option<Vec<u8>> {
-    use base64ct::{Base64, Base64Unpadded, Encoding};
+    use base64ct::{Base64Unpadded, Encoding};
     lenient(text, |t| {
         // One buffer for both attempts, scrubbed if neither decodes (a failed attempt may have
         // written part of the key into it).
         let mut out = zeroize::Zeroizing::new(vec![0u8; t.len() / 4 * 3 + 3]);
-        let len = match Base64::decode(t, &mut out) {
+        let len = match certrotor_hot::base64_decode(t.as_bytes(), &mut out) {
             Ok(decoded) => decoded.len(),
             Err(_) => Base64Unpadded::decode(t, &mut out).ok()?.len(),
         };

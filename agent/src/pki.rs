@@ -22,8 +22,8 @@ use der::asn1::{BitString, Ia5String, OctetString, PrintableStringRef, SetOfVec,
 use der::oid::ObjectIdentifier;
 use der::pem::LineEnding;
 use der::{Any, Decode, Encode, EncodePem};
+use rustls_pki_types::PrivateKeyDer;
 use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use x509_cert::Certificate;
 use x509_cert::attr::AttributeTypeAndValue;
 use x509_cert::ext::Extension;
@@ -162,7 +162,7 @@ pub struct CertFacts {
 impl Cert {
     /// Parses the first `CERTIFICATE` block of a PEM file.
     pub fn from_pem(bytes: &[u8]) -> Result<Cert, PkiError> {
-        let first = CertificateDer::pem_slice_iter(bytes).next();
+        let first = certrotor_hot::first_certificate_pem(bytes);
         match first {
             None => Err(PkiError::NoPemBlock {
                 wanted: "CERTIFICATE",
@@ -176,9 +176,10 @@ impl Cert {
 
     /// Parses DER bytes.
     pub fn from_der(der: &[u8]) -> Result<Cert, PkiError> {
-        let x509 = Certificate::from_der(der).map_err(|e| PkiError::BadCertificate {
-            detail: e.to_string(),
-        })?;
+        let x509 =
+            certrotor_hot::certificate_from_der(der).map_err(|e| PkiError::BadCertificate {
+                detail: e.to_string(),
+            })?;
         Ok(Cert {
             der: der.to_vec(),
             x509,
@@ -213,12 +214,12 @@ impl Cert {
 
     /// Whether BasicConstraints says CA:TRUE.
     pub fn is_ca(&self) -> bool {
-        matches!(self.x509.tbs_certificate.get::<BasicConstraints>(), Ok(Some((_, bc))) if bc.ca)
+        matches!(certrotor_hot::basic_constraints(&self.x509.tbs_certificate), Ok(Some((_, bc))) if bc.ca)
     }
 
     /// The SubjectKeyIdentifier, if present.
     pub fn subject_key_id(&self) -> Option<Vec<u8>> {
-        match self.x509.tbs_certificate.get::<SubjectKeyIdentifier>() {
+        match certrotor_hot::subject_key_identifier(&self.x509.tbs_certificate) {
             Ok(Some((_, ski))) => Some(ski.0.as_bytes().to_vec()),
             _ => None,
         }
@@ -227,7 +228,7 @@ impl Cert {
     /// Subject alternative names other than DNS and IP (URI, email, otherName, ...), in
     /// certificate order: kept verbatim on renewal.
     pub fn other_sans(&self) -> Vec<GeneralName> {
-        match self.x509.tbs_certificate.get::<SubjectAltName>() {
+        match certrotor_hot::subject_alt_name(&self.x509.tbs_certificate) {
             Ok(Some((_, san))) => san
                 .0
                 .into_iter()
@@ -241,7 +242,7 @@ impl Cert {
     pub fn sans(&self) -> (Vec<String>, Vec<IpAddr>) {
         let mut dns = Vec::new();
         let mut ips = Vec::new();
-        if let Ok(Some((_, san))) = self.x509.tbs_certificate.get::<SubjectAltName>() {
+        if let Ok(Some((_, san))) = certrotor_hot::subject_alt_name(&self.x509.tbs_certificate) {
             for name in san.0 {
                 match name {
                     GeneralName::DnsName(d) => dns.push(d.to_string()),
@@ -259,7 +260,7 @@ impl Cert {
 
     /// Extended key usages as OIDs, in certificate order.
     pub fn ext_key_usage_oids(&self) -> Vec<ObjectIdentifier> {
-        match self.x509.tbs_certificate.get::<ExtendedKeyUsage>() {
+        match certrotor_hot::extended_key_usage(&self.x509.tbs_certificate) {
             Ok(Some((_, eku))) => eku.0,
             _ => Vec::new(),
         }
@@ -267,7 +268,7 @@ impl Cert {
 
     /// The KeyUsage extension, if present.
     pub fn key_usage(&self) -> Option<KeyUsage> {
-        match self.x509.tbs_certificate.get::<KeyUsage>() {
+        match certrotor_hot::key_usage(&self.x509.tbs_certificate) {
             Ok(Some((_, ku))) => Some(ku),
             _ => None,
         }

@@ -16,7 +16,6 @@
 //! ([`PrivateKey::check_private_parts`]) or the component loading it.
 
 use super::{Cert, KeyAlgorithm, KeyEncoding, PkiError, PrivateKey, RsaPublicKeyRef, bit_len, oid};
-use base64ct::{Base64, Encoding as _};
 use der::asn1::UintRef;
 use der::{Decode, Encode, ErrorKind, Header, Reader, SliceReader, Tag};
 
@@ -124,7 +123,9 @@ fn rsa_public_quickly(bytes: &[u8]) -> Option<KeyPublic> {
         return None;
     }
     let mut tail = zeroize::Zeroizing::new([0u8; 3]);
-    let tail_len = Base64::decode(last_group, &mut tail[..]).ok()?.len();
+    let tail_len = certrotor_hot::base64_decode(last_group, &mut tail[..])
+        .ok()?
+        .len();
     let total = (LINE * lines.len() + last.len()) / 4 * 3 - 3 + tail_len;
     // The first lines, decoded one by one (a full line is 48 bytes): 6 hold a 2048-bit PKCS#1
     // key's public part, 7 a PKCS#8 one's, 24 an 8192-bit one's.
@@ -134,7 +135,7 @@ fn rsa_public_quickly(bytes: &[u8]) -> Option<KeyPublic> {
     for want in [6, 7, 24] {
         let want = usize::min(want, lines.len());
         for (i, line) in lines.iter().enumerate().take(want).skip(decoded) {
-            Base64::decode(line, &mut der[i * per_line..(i + 1) * per_line]).ok()?;
+            certrotor_hot::base64_decode(line, &mut der[i * per_line..(i + 1) * per_line]).ok()?;
         }
         decoded = want;
         match rsa_public_in_prefix(&der[..decoded * per_line], total, encoding) {
@@ -259,6 +260,7 @@ fn rsa_public_in_prefix(prefix: &[u8], total: usize, encoding: KeyEncoding) -> S
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64ct::{Base64, Encoding as _};
     use rustls_pki_types::PrivateKeyDer;
     use rustls_pki_types::pem::PemObject;
 
