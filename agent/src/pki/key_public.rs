@@ -3,7 +3,8 @@
 //! certificate.
 //!
 //! An RSA key in PKCS#1 or PKCS#8 carries its public key first: the modulus and the exponent
-//! are the first ~270 bytes of a 2048-bit key's ~1,190, in the first 8 of its 25 lines of PEM.
+//! are the first ~270 bytes of a 2048-bit key's ~1,190, in the first 6 (PKCS#1) or 7 (PKCS#8)
+//! of its 25 lines of PEM.
 //! In the shape kubeadm, Go, etcdadm and OpenSSL write (a `BEGIN` line, lines of 64 characters,
 //! the `END` line), only those lines are decoded (constant-time, `base64ct`); the rest of the
 //! text is checked to be base64 and the structure's outer length to agree with the text's, so a
