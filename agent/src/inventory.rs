@@ -244,7 +244,7 @@ fn load(root: &Path, entry: &Entry) -> Loaded {
         let key_read = read_with_mode(root, key_path);
         out.key_present = !matches!(key_read, Ok(None));
         match key_read {
-            // The key's PEM is scrubbed when the match ends (the parsed key keeps its own copy).
+            // The key's PEM is scrubbed when the match ends (`KeyPublic` keeps only the public part).
             Ok(Some((kb, mode))) => match KeyPublic::read_pem(&zeroize::Zeroizing::new(kb)) {
                 Ok(k) => {
                     out.key = Some(k);

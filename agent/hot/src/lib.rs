@@ -8,8 +8,8 @@
 //! the types, so that the code is built here, at 3: `check` −9% for +8 KB. Building all of
 //! `certrotor` at 2 or 3 would make the static binary 5.1–5.4 MB, past its 4 MiB limit.
 //!
-//! Nothing here decides anything: each function is one call to the library it wraps, or a
-//! byte-class test, and `certrotor` keeps every check and error message.
+//! Nothing here decides anything: each function is one call to the library it wraps, and
+//! `certrotor` keeps every check and error message.
 
 use der::Decode;
 use rustls_pki_types::CertificateDer;
