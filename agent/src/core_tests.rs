@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use crate::catalog::{Entry, Flavor, Kind};
-use crate::inventory::{Inventory, Record, Status};
-use crate::manifests::Component;
+use crate::node::catalog::{Entry, Flavor, Kind};
+use crate::node::inventory::{Inventory, Record, Status};
+use crate::node::manifests::Component;
 use crate::renew::{self, Policy, Reason};
 
 const NOW: i64 = 1_800_000_000;
@@ -38,8 +38,8 @@ fn record(e: &Entry, status: Status, residual: Option<i64>) -> Record {
         subject: None,
         issuer: None,
         serial: None,
-        not_before: Some(crate::clock::rfc3339(NOW - 300 * DAY)),
-        not_after: residual.map(|r| crate::clock::rfc3339(NOW + r)),
+        not_before: Some(crate::sys::clock::rfc3339(NOW - 300 * DAY)),
+        not_after: residual.map(|r| crate::sys::clock::rfc3339(NOW + r)),
         residual_seconds: residual,
         ca: e.ca.clone(),
         externally_managed: false,
@@ -91,7 +91,7 @@ fn inventory(etcd_status: Status) -> Inventory {
     Inventory {
         root: "/node".into(),
         layouts: vec!["kubeadm".into()],
-        generated_at: crate::clock::rfc3339(NOW),
+        generated_at: crate::sys::clock::rfc3339(NOW),
         warn_within_seconds: 30 * DAY,
         certificates: rows.iter().map(|(e, s, r)| record(e, *s, *r)).collect(),
         keys: vec![],
@@ -299,7 +299,7 @@ fn restart_sets_follow_which_files_each_component_reads() {
 #[test]
 fn jitter_stays_within_ten_percent_and_varies() {
     let d = Duration::from_secs(3600);
-    let samples: Vec<Duration> = (0..200).map(|_| crate::ops::jitter(d)).collect();
+    let samples: Vec<Duration> = (0..200).map(|_| crate::pass::ops::jitter(d)).collect();
     for s in &samples {
         assert!(
             *s >= d.mul_f64(0.9) && *s <= d.mul_f64(1.1),
@@ -320,12 +320,12 @@ fn backoff_doubles_from_a_minute_and_is_capped_at_the_interval() {
             "{got:?} is not {secs}s ± 10%"
         );
     };
-    around(crate::ops::backoff(1, hour), 60.0);
-    around(crate::ops::backoff(2, hour), 120.0);
-    around(crate::ops::backoff(3, hour), 240.0);
-    around(crate::ops::backoff(6, hour), 1920.0);
-    around(crate::ops::backoff(7, hour), 3600.0);
+    around(crate::pass::ops::backoff(1, hour), 60.0);
+    around(crate::pass::ops::backoff(2, hour), 120.0);
+    around(crate::pass::ops::backoff(3, hour), 240.0);
+    around(crate::pass::ops::backoff(6, hour), 1920.0);
+    around(crate::pass::ops::backoff(7, hour), 3600.0);
     // No overflow, however many failures; a short interval caps at once.
-    around(crate::ops::backoff(u32::MAX, hour), 3600.0);
-    around(crate::ops::backoff(5, Duration::from_secs(90)), 90.0);
+    around(crate::pass::ops::backoff(u32::MAX, hour), 3600.0);
+    around(crate::pass::ops::backoff(5, Duration::from_secs(90)), 90.0);
 }

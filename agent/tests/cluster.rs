@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use certrotor::cluster::{self, Access, Client, LOCK_KEY};
-use certrotor::verify::{self, Probe};
+use certrotor::restart::verify::{self, Probe};
 use testbed::kubelet_sim::PodState;
 
 use crate::platform::platform_util::{RESTART_TIMEOUT, sibling};

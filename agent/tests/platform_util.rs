@@ -28,7 +28,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use certrotor::verify::{self, Probe};
+use certrotor::restart::verify::{self, Probe};
 use testbed::kubelet_sim::PodState;
 
 /// The binary under test.

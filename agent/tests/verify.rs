@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use certrotor::verify::{self, Probe};
+use certrotor::restart::verify::{self, Probe};
 
 struct Server(Child);
 

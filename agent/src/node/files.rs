@@ -1,0 +1,133 @@
+//! The files certrotor may write on a node, as a check on paths read from its own state files
+//! (a journal, a backup manifest): a path there must be one of the renewable files of the
+//! node's layouts ([`crate::node::catalog`]) or the kubelet's ([`crate::node::kubelet`]), inside
+//! the root. A state file is untrusted input; this is what keeps a tampered one from sending a
+//! write anywhere else.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use crate::node::catalog;
+use crate::sys::state::{check_inside_root, check_relative};
+
+/// The files certrotor may write on a node: the certificates, keys and kubeconfigs of the
+/// renewable catalog entries of the node's layouts (both names of the apiserver's etcd client
+/// certificate on kubeadm layouts).
+#[derive(Debug, Clone)]
+pub struct NodeFiles {
+    root: PathBuf,
+    known: BTreeSet<String>,
+    /// Certificate path → key path (the key is embedded for kubeconfigs: not listed).
+    pairs: Vec<(String, String)>,
+    kubeconfigs: BTreeSet<String>,
+    /// The kubelet's files ([`crate::node::kubelet`]) on a node with a kubeadm layout.
+    kubelet: bool,
+}
+
+impl NodeFiles {
+    /// The renewable files of the layouts found under `root`.
+    pub fn of(root: &Path) -> NodeFiles {
+        let layouts = catalog::detect(root);
+        let mut known = BTreeSet::new();
+        let mut pairs = Vec::new();
+        let mut kubeconfigs = BTreeSet::new();
+        for entry in catalog::entries(root, &layouts) {
+            if !entry.renewable {
+                continue;
+            }
+            known.insert(entry.path.clone());
+            match (&entry.kind, &entry.key_path) {
+                (catalog::Kind::Kubeconfig, _) => {
+                    kubeconfigs.insert(entry.path.clone());
+                }
+                (_, Some(key)) => {
+                    known.insert(key.clone());
+                    pairs.push((entry.path.clone(), key.clone()));
+                }
+                (_, None) => {}
+            }
+        }
+        for layout in &layouts {
+            if matches!(layout.name, "kubeadm" | "bottlerocket") {
+                let key = format!("{}/pki/apiserver-etcd-client.key", layout.dir);
+                if !known.contains(&key) {
+                    continue;
+                }
+                for alt in ["apiserver-etcd-client.crt", "server-etcd-client.crt"] {
+                    let cert = format!("{}/pki/{alt}", layout.dir);
+                    if known.insert(cert.clone()) {
+                        pairs.push((cert, key.clone()));
+                    }
+                }
+            }
+        }
+        let kubelet = layouts
+            .iter()
+            .any(|l| matches!(l.name, "kubeadm" | "bottlerocket"));
+        if kubelet {
+            pairs.push((
+                crate::node::kubelet::SERVING_CERT.to_string(),
+                crate::node::kubelet::SERVING_KEY.to_string(),
+            ));
+        }
+        NodeFiles {
+            root: root.to_path_buf(),
+            known,
+            pairs,
+            kubeconfigs,
+            kubelet,
+        }
+    }
+
+    /// Checks a node path read from a state file: see the module documentation.
+    pub fn check(&self, rel: &str) -> Result<(), String> {
+        check_relative(rel)?;
+        let kubelet_file = self.kubelet && crate::node::kubelet::is_node_file(rel);
+        if !(self.known.contains(rel) || kubelet_file) {
+            return Err(format!(
+                "the path is not a file certrotor renews on this node's layouts ({})",
+                catalog::layout_summary()
+            ));
+        }
+        if self.is_link(rel) {
+            // The link itself is replaced, never followed: its folder must be inside the root,
+            // and its target is checked on its own (`check_link_target`).
+            let folder = rel.rsplit_once('/').map_or("", |(f, _)| f);
+            return check_inside_root(&self.root, &self.root.join(folder));
+        }
+        check_inside_root(&self.root, &self.root.join(rel))
+    }
+
+    /// The key file of a certificate path, if it is a certificate.
+    pub fn key_of(&self, cert: &str) -> Option<&str> {
+        self.pairs
+            .iter()
+            .find(|(c, _)| c == cert)
+            .map(|(_, k)| k.as_str())
+    }
+
+    /// Whether a path is a symbolic link certrotor swaps (the kubelet's current client pair).
+    pub fn is_link(&self, rel: &str) -> bool {
+        self.kubelet && rel == crate::node::kubelet::CLIENT_CURRENT
+    }
+
+    /// Whether a path is one of the kubelet's dated client files (certificate and key in one).
+    pub fn is_kubelet_pair_file(&self, rel: &str) -> bool {
+        self.kubelet
+            && rel != crate::node::kubelet::CLIENT_CURRENT
+            && rel.starts_with(crate::node::kubelet::PKI_DIR)
+            && crate::node::kubelet::is_node_file(rel)
+            && rel.ends_with(".pem")
+    }
+
+    /// Checks a link target read from a state file.
+    pub fn check_link_target(&self, target: &str) -> Result<(), String> {
+        crate::node::kubelet::check_link_target(target)?;
+        check_inside_root(&self.root, &self.root.join(target.trim_start_matches('/')))
+    }
+
+    /// Whether a path is a kubeconfig.
+    pub fn is_kubeconfig(&self, rel: &str) -> bool {
+        self.kubeconfigs.contains(rel)
+    }
+}

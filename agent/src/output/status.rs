@@ -1,0 +1,248 @@
+//! `certrotor status`: what the node's certrotor did last (the record
+//! [`crate::pass::record`] keeps), what it will do next, and what it still owes.
+//!
+//! Reading never guesses: a last-pass record that exists but cannot be read, or comes from a
+//! newer certrotor, is an error (exit 2), never "no pass yet". The cluster lock holder is read
+//! from etcd best effort (bounded by the etcd client's timeouts) and said to be unknown, with the
+//! reason, when etcd cannot be reached.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::pass::ops::OpsError;
+use crate::pass::record::{LastPass, read_last_pass};
+use crate::sys::clock;
+use crate::sys::state::StateError;
+use crate::txn;
+
+/// Renewal window `status` assumes when no pass recorded one (`run`'s default `--within`).
+pub const DEFAULT_WITHIN: i64 = 90 * clock::DAY;
+
+// === status ===
+
+/// The certificate that comes due first.
+#[derive(Debug, Clone, Serialize)]
+pub struct NextDue {
+    pub name: String,
+    pub not_after: String,
+    pub residual_seconds: Option<i64>,
+    /// When a pass will renew it: notAfter minus the renewal window (or now, if past).
+    pub renewal_at: String,
+    /// The renewal window used, and where it came from (`last pass`, `--within`, `default`).
+    pub within_seconds: i64,
+    pub within_from: String,
+}
+
+/// This node's lock file.
+#[derive(Debug, Clone, Serialize)]
+pub struct LocalLock {
+    pub path: String,
+    pub held: bool,
+    /// What the holder wrote (`pid N`), when held.
+    pub holder: Option<String>,
+}
+
+/// The cluster lock in etcd (cluster mode), best effort.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClusterLock {
+    pub endpoints: Vec<String>,
+    /// Whether etcd answered.
+    pub reachable: bool,
+    /// The holder, when held: node, pid, since.
+    pub holder: Option<String>,
+    /// Why the holder is unknown.
+    pub error: Option<String>,
+}
+
+/// Restarts owed to the node (`pending-restarts.json`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Owed {
+    pub components: Vec<String>,
+    /// Other static pods (kube-vip) that mount a renewed file.
+    pub pods: Vec<String>,
+    pub backup_id: Option<String>,
+}
+
+/// Everything `status` shows; `--output json` is this object.
+#[derive(Debug, Clone, Serialize)]
+pub struct StatusReport {
+    pub root: String,
+    pub generated_at: String,
+    /// `None`: no pass recorded yet on this node.
+    pub last_pass: Option<LastPass>,
+    /// When the daemon's next pass is expected (last pass + interval), for a daemon.
+    pub next_pass_at: Option<String>,
+    pub next_due: Option<NextDue>,
+    pub owed_restarts: Owed,
+    pub lock: LocalLock,
+    /// `None` when cluster mode does not apply here (no etcd endpoints, `--cluster off`).
+    pub cluster_lock: Option<ClusterLock>,
+    pub backups: Vec<txn::BackupInfo>,
+}
+
+/// Options of `status`.
+#[derive(Debug, Clone, Default)]
+pub struct StatusOptions {
+    /// `--within`: overrides the last pass's renewal window.
+    pub within: Option<i64>,
+    /// `--cluster off`: do not ask etcd for the cluster lock.
+    pub cluster: crate::cluster::ClusterOptions,
+    pub restart: Option<crate::restart::RestartOptions>,
+}
+
+/// Why `status` could not say: a state file it reads cannot be used (nothing was changed).
+#[derive(Debug)]
+pub enum StatusError {
+    /// Recovery, the owed-restarts record or the backups.
+    Ops(OpsError),
+    /// The last-pass record exists but cannot be read, or is of a newer certrotor.
+    LastPass(StateError),
+}
+
+impl std::fmt::Display for StatusError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StatusError::Ops(e) => write!(f, "{e}"),
+            StatusError::LastPass(e) => write!(
+                f,
+                "{e}; nothing was changed. The next 'run' or 'daemon' pass rewrites it; remove \
+                 it to see the status without the last pass"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for StatusError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            StatusError::Ops(e) => Some(e),
+            StatusError::LastPass(e) => Some(e),
+        }
+    }
+}
+
+impl From<OpsError> for StatusError {
+    fn from(e: OpsError) -> Self {
+        StatusError::Ops(e)
+    }
+}
+
+/// Gathers the status of the node under `root`. Reads only (after the recovery every command
+/// does), and never waits for the lock.
+pub fn status(root: &Path, opts: &StatusOptions) -> Result<StatusReport, StatusError> {
+    crate::pass::ops::recover_before_reading(root)?;
+    let now = clock::now();
+    let last_pass = read_last_pass(root).map_err(StatusError::LastPass)?;
+    let (within, within_from) = match (opts.within, &last_pass) {
+        (Some(w), _) => (w, "--within"),
+        (None, Some(p)) => (p.within_seconds, "last pass"),
+        (None, None) => (DEFAULT_WITHIN, "default"),
+    };
+    let inv = crate::node::inventory::take(root, now, within);
+    let next_due = inv
+        .certificates
+        .iter()
+        .filter(|r| r.renewable && !r.externally_managed)
+        .filter_map(|r| r.not_after_unix.map(|t| (t, r)))
+        .min_by_key(|(t, _)| *t)
+        .map(|(t, r)| NextDue {
+            name: r.name.clone(),
+            not_after: clock::rfc3339(t),
+            residual_seconds: r.residual_seconds,
+            renewal_at: clock::rfc3339((t - within).max(now)),
+            within_seconds: within,
+            within_from: within_from.into(),
+        });
+    let next_pass_at = last_pass.as_ref().and_then(|p| {
+        p.interval_seconds
+            .and_then(|i| i64::try_from(i).ok())
+            .map(|i| clock::rfc3339(p.finished_unix + i))
+    });
+    let owed = crate::pass::ops::owed_restarts(root)?;
+    let owed_restarts = Owed {
+        components: owed
+            .components
+            .iter()
+            .map(|c| c.name().to_string())
+            .collect(),
+        pods: owed.pods,
+        backup_id: owed.backup_id,
+    };
+    Ok(StatusReport {
+        root: root.display().to_string(),
+        generated_at: clock::rfc3339(now),
+        last_pass,
+        next_pass_at,
+        next_due,
+        owed_restarts,
+        lock: local_lock(root),
+        cluster_lock: cluster_lock(root, opts),
+        backups: txn::list_backups(root).map_err(OpsError::from)?,
+    })
+}
+
+/// Whether another process holds the node's lock file, without taking it for long and without
+/// creating it.
+fn local_lock(root: &Path) -> LocalLock {
+    let path = txn::state_dir(root).join("lock");
+    let mut lock = LocalLock {
+        path: path.display().to_string(),
+        held: false,
+        holder: None,
+    };
+    let Ok(file) = std::fs::File::open(&path) else {
+        return lock;
+    };
+    if let Err(std::fs::TryLockError::WouldBlock) = file.try_lock_shared() {
+        lock.held = true;
+        lock.holder = std::fs::read_to_string(&path)
+            .ok()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .or_else(|| Some("unknown pid".into()));
+    }
+    lock
+}
+
+/// The cluster lock's holder from etcd, when cluster mode applies here.
+fn cluster_lock(root: &Path, opts: &StatusOptions) -> Option<ClusterLock> {
+    use crate::cluster::{self, Mode};
+    if opts.cluster.mode == Mode::Off {
+        return None;
+    }
+    let restart = opts.restart.clone()?;
+    let platform = crate::restart::detect(root, &restart).ok()?;
+    let pods = crate::restart::pods(&platform).unwrap_or_default();
+    let node = match cluster::discover(root, &pods, &opts.cluster) {
+        Ok(Some(n)) => n,
+        Ok(None) => return None,
+        Err(e) => {
+            return Some(ClusterLock {
+                endpoints: opts.cluster.endpoints.clone(),
+                reachable: false,
+                holder: None,
+                error: Some(e.0),
+            });
+        }
+    };
+    let mut out = ClusterLock {
+        endpoints: node.access.endpoints.clone(),
+        reachable: false,
+        holder: None,
+        error: None,
+    };
+    let got = cluster::Client::new(&node.access).and_then(|c| c.get(cluster::LOCK_KEY));
+    match got {
+        Ok(value) => {
+            out.reachable = true;
+            out.holder = value.map(|v| {
+                serde_json::from_slice::<cluster::Holder>(&v)
+                    .map(|h| format!("{} (pid {}, since {})", h.node, h.pid, h.since))
+                    .unwrap_or_else(|_| "unreadable holder record".into())
+            });
+        }
+        Err(e) => out.error = Some(format!("unknown: etcd not reachable: {}", e.0)),
+    }
+    Some(out)
+}

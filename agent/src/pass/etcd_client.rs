@@ -1,0 +1,263 @@
+//! External etcd: carry the apiserver-etcd-client pair from an etcd node to a control plane.
+//!
+//! On an external-etcd cluster the control plane holds only the etcd CA certificate, so it
+//! cannot sign its own etcd client certificate. The etcd node renews it (`certrotor renew`),
+//! `export` writes the pair as one PEM bundle, and `import` on each control-plane node checks it
+//! (chains to `pki/etcd/ca.crt`, matches its key, carries clientAuth, outlives the one it
+//! replaces) and installs it in one transaction, under the names the layout uses (Bottlerocket:
+//! `pki/server-etcd-client.crt` with `pki/apiserver-etcd-client.key`).
+
+use std::fmt;
+use std::path::Path;
+
+use crate::node::catalog::{self, EtcdTopology, Kind};
+use crate::pass::ops::{OpsError, WriteOptions};
+use crate::pki::{Cert, MAX_PEM_FILE_BYTES, PkiError, PrivateKey, oid};
+use crate::sys::fsutil::{self, ReadError};
+use crate::txn::{self, Change, TxnError};
+
+/// Why exporting or installing the apiserver-etcd-client pair failed, with its typed cause.
+/// `Display` is the whole sentence (it includes the cause's text); `source()` is the cause.
+#[derive(Debug)]
+pub enum EtcdClientError {
+    /// Completing an interrupted transaction before reading failed.
+    Recover(Box<OpsError>),
+    /// No apiserver-etcd-client certificate to export under the root.
+    NothingToExport { root: String },
+    /// A file could not be read.
+    Read(ReadError),
+    /// A file the layout names does not exist.
+    Missing { path: String, root: String },
+    /// A certificate or key of the node does not decode.
+    Pem { path: String, source: PkiError },
+    /// The key on the etcd node does not match its certificate.
+    KeyMismatch { key: String, cert: String },
+    /// The certificate to export has expired.
+    Expired { path: String },
+    /// Encoding the bundle failed.
+    Encode(PkiError),
+    /// The bundle is refused; nothing was changed.
+    Refused {
+        what: String,
+        source: Option<PkiError>,
+    },
+    /// The transaction that installs the pair failed.
+    Txn(TxnError),
+}
+
+impl fmt::Display for EtcdClientError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EtcdClientError::Recover(e) => write!(f, "{e}"),
+            EtcdClientError::NothingToExport { root } => write!(
+                f,
+                "no apiserver-etcd-client certificate under '{root}'; export runs on the etcd node ({})",
+                catalog::layout_summary()
+            ),
+            EtcdClientError::Read(e) => write!(f, "{e}"),
+            EtcdClientError::Missing { path, root } => {
+                write!(f, "'{path}' does not exist under '{root}'")
+            }
+            EtcdClientError::Pem { path, source } => write!(f, "'{path}': {source}"),
+            EtcdClientError::KeyMismatch { key, cert } => {
+                write!(f, "'{key}' does not match '{cert}'; renew it first")
+            }
+            EtcdClientError::Expired { path } => write!(
+                f,
+                "'{path}' has expired; run 'certrotor renew' on this node first"
+            ),
+            EtcdClientError::Encode(e) => write!(f, "cannot encode the bundle: {e}"),
+            EtcdClientError::Refused { what, source } => match source {
+                Some(e) => write!(f, "{what}: {e}; nothing was changed"),
+                None => write!(f, "{what}; nothing was changed"),
+            },
+            EtcdClientError::Txn(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for EtcdClientError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            EtcdClientError::Recover(e) => Some(e.as_ref()),
+            EtcdClientError::Read(e) => Some(e),
+            EtcdClientError::Pem { source, .. } => Some(source),
+            EtcdClientError::Encode(e) => Some(e),
+            EtcdClientError::Refused { source, .. } => source
+                .as_ref()
+                .map(|e| e as &(dyn std::error::Error + 'static)),
+            EtcdClientError::Txn(e) => Some(e),
+            EtcdClientError::NothingToExport { .. }
+            | EtcdClientError::Missing { .. }
+            | EtcdClientError::KeyMismatch { .. }
+            | EtcdClientError::Expired { .. } => None,
+        }
+    }
+}
+
+/// A refusal of the bundle with its cause.
+fn refused(what: impl Into<String>) -> impl FnOnce(PkiError) -> EtcdClientError {
+    let what = what.into();
+    move |e| EtcdClientError::Refused {
+        what,
+        source: Some(e),
+    }
+}
+
+/// A refusal of the bundle without an underlying error.
+fn refuse(what: impl Into<String>) -> EtcdClientError {
+    EtcdClientError::Refused {
+        what: what.into(),
+        source: None,
+    }
+}
+
+/// The bundle `export` writes: the certificate, then its key.
+pub fn export(root: &Path) -> Result<Vec<u8>, EtcdClientError> {
+    crate::pass::ops::recover_before_reading(root)
+        .map_err(|e| EtcdClientError::Recover(Box::new(e)))?;
+    let layouts = catalog::detect(root);
+    let entries = catalog::entries(root, &layouts);
+    let entry = entries
+        .iter()
+        .find(|e| e.name == catalog::names::ETCDADM_APISERVER_ETCD_CLIENT)
+        .or_else(|| {
+            entries
+                .iter()
+                .find(|e| e.name == catalog::names::APISERVER_ETCD_CLIENT && e.kind == Kind::Leaf)
+        })
+        .ok_or_else(|| EtcdClientError::NothingToExport {
+            root: root.display().to_string(),
+        })?;
+    let cert_bytes = read(root, &entry.path)?;
+    let key_path = entry.key_path.clone().unwrap_or_default();
+    let key_bytes = read(root, &key_path)?;
+    let cert = Cert::from_pem(&cert_bytes).map_err(|source| EtcdClientError::Pem {
+        path: entry.path.clone(),
+        source,
+    })?;
+    let key = PrivateKey::from_pem(&key_bytes).map_err(|source| EtcdClientError::Pem {
+        path: key_path.clone(),
+        source,
+    })?;
+    if !key.matches(&cert) {
+        return Err(EtcdClientError::KeyMismatch {
+            key: key_path,
+            cert: entry.path.clone(),
+        });
+    }
+    if cert.not_after() <= crate::sys::clock::now() {
+        return Err(EtcdClientError::Expired {
+            path: entry.path.clone(),
+        });
+    }
+    let mut bundle = cert.to_pem().map_err(EtcdClientError::Encode)?.into_bytes();
+    bundle.extend_from_slice(
+        key.to_pem(key.encoding)
+            .map_err(EtcdClientError::Encode)?
+            .0
+            .as_bytes(),
+    );
+    log::info!(
+        "exported '{}' (serial {}, expires {})",
+        entry.path,
+        cert.facts().serial,
+        crate::sys::clock::rfc3339(cert.not_after())
+    );
+    Ok(bundle)
+}
+
+fn read(root: &Path, rel: &str) -> Result<Vec<u8>, EtcdClientError> {
+    match fsutil::read_in_root(root, rel, MAX_PEM_FILE_BYTES) {
+        Ok(Some(b)) => Ok(b),
+        Ok(None) => Err(EtcdClientError::Missing {
+            path: rel.to_string(),
+            root: root.display().to_string(),
+        }),
+        Err(e) => Err(EtcdClientError::Read(e)),
+    }
+}
+
+/// Installs a bundle on a control-plane node, under a lock the caller holds; returns the files
+/// written and the backup id.
+pub fn install(
+    root: &Path,
+    bundle: &[u8],
+    opts: &WriteOptions,
+) -> Result<(Vec<String>, String), EtcdClientError> {
+    let cert = Cert::from_pem(bundle).map_err(refused("the bundle"))?;
+    let key = PrivateKey::from_pem(bundle).map_err(refused("the bundle's key"))?;
+    let layout = catalog::detect(root)
+        .into_iter()
+        .find(|l| l.etcd == EtcdTopology::External)
+        .ok_or_else(|| {
+            refuse(format!(
+                "no external-etcd control plane under '{}' (a kubeadm folder with pki/etcd/ca.crt and no etcd CA key)",
+                root.display()
+            ))
+        })?;
+    let ca_path = format!("{}/pki/etcd/ca.crt", layout.dir);
+    let ca = Cert::from_pem(&read(root, &ca_path)?).map_err(refused(format!("'{ca_path}'")))?;
+    cert.verify_signed_by(&ca, "etcd-ca")
+        .map_err(refused("the bundle's certificate"))?;
+    if !key.matches(&cert) {
+        return Err(refuse("the bundle's key does not match its certificate"));
+    }
+    if !cert.ext_key_usage_oids().contains(&oid::CLIENT_AUTH) {
+        return Err(refuse("the bundle's certificate does not carry clientAuth"));
+    }
+    let now = crate::sys::clock::now();
+    if cert.not_after() <= now || cert.not_before() > now + 300 {
+        return Err(refuse(format!(
+            "the bundle's certificate is not valid now ({} .. {})",
+            crate::sys::clock::rfc3339(cert.not_before()),
+            crate::sys::clock::rfc3339(cert.not_after())
+        )));
+    }
+    let entries = catalog::entries(root, std::slice::from_ref(&layout));
+    let entry = entries
+        .iter()
+        .find(|e| e.name == catalog::names::APISERVER_ETCD_CLIENT)
+        .ok_or_else(|| refuse("the layout has no apiserver-etcd-client entry"))?;
+    // Every name the certificate lives under: the catalog's, plus the other name if present.
+    let mut cert_paths = vec![entry.path.clone()];
+    for alt in ["apiserver-etcd-client.crt", "server-etcd-client.crt"] {
+        let p = format!("{}/pki/{alt}", layout.dir);
+        if p != entry.path && root.join(&p).exists() {
+            cert_paths.push(p);
+        }
+    }
+    if let Ok(Some(old_bytes)) = fsutil::read_in_root(root, &entry.path, MAX_PEM_FILE_BYTES)
+        && let Ok(old) = Cert::from_pem(&old_bytes)
+        && cert.not_after() <= old.not_after()
+    {
+        return Err(refuse(format!(
+            "the bundle's certificate expires {} which is not later than the installed one ({}); export a renewed one",
+            crate::sys::clock::rfc3339(cert.not_after()),
+            crate::sys::clock::rfc3339(old.not_after())
+        )));
+    }
+    let key_path = entry.key_path.clone().unwrap_or_default();
+    let cert_pem = cert.to_pem().map_err(EtcdClientError::Encode)?.into_bytes();
+    let mut changes = vec![Change {
+        rel: key_path,
+        content: Some(
+            key.to_pem(key.encoding)
+                .map_err(EtcdClientError::Encode)?
+                .0
+                .as_bytes()
+                .to_vec(),
+        ),
+        mode_if_new: 0o600,
+    }];
+    for p in cert_paths {
+        changes.push(Change {
+            rel: p,
+            content: Some(cert_pem.clone()),
+            mode_if_new: 0o644,
+        });
+    }
+    let outcome =
+        txn::apply(root, &changes, "import", now, opts.retention).map_err(EtcdClientError::Txn)?;
+    Ok((outcome.files, outcome.backup_id))
+}
