@@ -299,7 +299,7 @@ fn restart_sets_follow_which_files_each_component_reads() {
 #[test]
 fn jitter_stays_within_ten_percent_and_varies() {
     let d = Duration::from_secs(3600);
-    let samples: Vec<Duration> = (0..200).map(|_| crate::pass::ops::jitter(d)).collect();
+    let samples: Vec<Duration> = (0..200).map(|_| crate::pass::daemon::jitter(d)).collect();
     for s in &samples {
         assert!(
             *s >= d.mul_f64(0.9) && *s <= d.mul_f64(1.1),
@@ -320,12 +320,15 @@ fn backoff_doubles_from_a_minute_and_is_capped_at_the_interval() {
             "{got:?} is not {secs}s ± 10%"
         );
     };
-    around(crate::pass::ops::backoff(1, hour), 60.0);
-    around(crate::pass::ops::backoff(2, hour), 120.0);
-    around(crate::pass::ops::backoff(3, hour), 240.0);
-    around(crate::pass::ops::backoff(6, hour), 1920.0);
-    around(crate::pass::ops::backoff(7, hour), 3600.0);
+    around(crate::pass::daemon::backoff(1, hour), 60.0);
+    around(crate::pass::daemon::backoff(2, hour), 120.0);
+    around(crate::pass::daemon::backoff(3, hour), 240.0);
+    around(crate::pass::daemon::backoff(6, hour), 1920.0);
+    around(crate::pass::daemon::backoff(7, hour), 3600.0);
     // No overflow, however many failures; a short interval caps at once.
-    around(crate::pass::ops::backoff(u32::MAX, hour), 3600.0);
-    around(crate::pass::ops::backoff(5, Duration::from_secs(90)), 90.0);
+    around(crate::pass::daemon::backoff(u32::MAX, hour), 3600.0);
+    around(
+        crate::pass::daemon::backoff(5, Duration::from_secs(90)),
+        90.0,
+    );
 }

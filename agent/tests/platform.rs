@@ -375,12 +375,12 @@ fn crash_is_repaired(test: &str, platform: Platform) {
                     run.log_text()
                 );
             }
-            if node.marker().exists() && !manifest.exists() {
+            if node.stop_recorded() && !manifest.exists() {
                 Ok(())
             } else {
                 Err(format!(
                     "marker {}, manifest {}",
-                    node.marker().exists(),
+                    node.stop_recorded(),
                     manifest.exists()
                 ))
             }
@@ -388,7 +388,7 @@ fn crash_is_repaired(test: &str, platform: Platform) {
     );
     run.kill();
     assert!(
-        node.marker().exists(),
+        node.stop_recorded(),
         "the marker of the interrupted restart is left"
     );
     // kubelet-sim stops etcd, which stays down.
@@ -410,7 +410,7 @@ fn crash_is_repaired(test: &str, platform: Platform) {
     let check = node.certrotor(&["check", "--root", node.root.to_str().unwrap()]);
     assert!(matches!(check.code, Some(0 | 1)), "{check}");
     assert!(check.stderr.contains("started static pod 'etcd"), "{check}");
-    assert!(!node.marker().exists(), "{check}");
+    assert!(!node.stop_recorded(), "{check}");
 
     // The manifest is back (the Bottlerocket API renders it asynchronously), and etcd with it.
     wait_for(
@@ -477,12 +477,7 @@ fn crash_is_repaired(test: &str, platform: Platform) {
         node.served_sha(Served::Apiserver),
         node.file_sha(Served::Apiserver)
     );
-    assert!(
-        !node
-            .root
-            .join("var/lib/certrotor/pending-restarts.json")
-            .exists()
-    );
+    assert!(!node.root.join("var/lib/certrotor/pass.json").exists());
 }
 
 #[test]
@@ -623,7 +618,7 @@ fn kubeadm_restarts_kube_vip_mounting_admin_conf() {
     // it. Once killed right after the transaction (the record written before the files
     // change), once just before the consumers' restarts (the record written after the renewal).
     crate::renew_util::require_failpoints(std::path::Path::new(platform_util::CERTROTOR));
-    let pending = node.root.join("var/lib/certrotor/pending-restarts.json");
+    let pending = node.pass_state();
     for (n, failpoint) in ["journal-removed", "before-consumer-restarts"]
         .into_iter()
         .enumerate()
@@ -647,14 +642,20 @@ fn kubeadm_restarts_kube_vip_mounting_admin_conf() {
             admin,
             "{failpoint}: admin.conf not renewed\n{crashed}"
         );
-        let owed: serde_json::Value =
+        // Planned before the files changed (the transaction then ran to its end), or owed
+        // once the renewal was recorded as written.
+        let state: serde_json::Value =
             serde_json::from_slice(&std::fs::read(&pending).unwrap()).unwrap();
+        let pods = match failpoint {
+            "journal-removed" => &state["planned"]["pods"],
+            _ => &state["owed"]["pods"],
+        };
         assert_eq!(
-            owed["pods"],
-            serde_json::json!(["kube-vip.yaml"]),
-            "{failpoint}"
+            pods,
+            &serde_json::json!(["kube-vip.yaml"]),
+            "{failpoint}: {state}"
         );
-        assert_eq!(owed["version"], 2, "{failpoint}");
+        assert_eq!(state["version"], 1, "{failpoint}");
         let history = before.history.len() + 2 + n;
         assert_eq!(read_state().unwrap().history.len(), history, "{failpoint}");
         let status = node.certrotor(&[
@@ -725,8 +726,8 @@ fn kubeadm_restarts_kube_vip_mounting_admin_conf() {
     );
     let owed: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&pending).unwrap()).unwrap();
-    assert_eq!(owed["pods"], serde_json::json!(["kube-vip.yaml"]));
-    assert_eq!(owed["components"], serde_json::json!([]));
+    assert_eq!(owed["owed"]["pods"], serde_json::json!(["kube-vip.yaml"]));
+    assert_eq!(owed["owed"]["components"], serde_json::json!([]));
     let status = node.certrotor(&[
         "status",
         "--root",

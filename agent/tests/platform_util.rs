@@ -444,9 +444,17 @@ impl Node {
             .join(self.platform.manifest_name(pod))
     }
 
-    /// certrotor's restart marker.
-    pub fn marker(&self) -> PathBuf {
-        self.root.join("var/lib/certrotor/restart.json")
+    /// certrotor's pass state.
+    pub fn pass_state(&self) -> PathBuf {
+        self.root.join("var/lib/certrotor/pass.json")
+    }
+
+    /// Whether the pass state records a stopped static pod (to start again after a crash).
+    pub fn stop_recorded(&self) -> bool {
+        std::fs::read(self.pass_state())
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .is_some_and(|v| !v["stopped"].is_null())
     }
 
     /// The health probe of `pod`, with the credentials on disk now.

@@ -1,7 +1,9 @@
 //! certrotor's own state files as untrusted input (issues 13.1 and 14): a damaged, hostile or
-//! future-version journal, restart marker, owed-restarts record or backup manifest stops the
-//! command with a clear error (exit 2) naming the file and the entry, and nothing is written
-//! anywhere: every file under the node root AND its parent folder is compared before and after.
+//! future-version journal, pass state (and the restart marker and owed-restarts record of
+//! earlier releases) or backup manifest stops the command with a clear error (exit 2) naming
+//! the file and the entry, and nothing is written anywhere: every file under the node root AND
+//! its parent folder is compared before and after. And the pass state claims only what
+//! happened, whatever step a pass was killed at (issues 26.4, 28.3).
 
 use std::path::{Path, PathBuf};
 
@@ -692,5 +694,119 @@ fn an_unlistable_backup_folder_is_an_error() {
         vec!["rollback", "--root", s(&root)],
     ] {
         refused_and_unchanged(&t, &args, &["backups", "cannot be listed"]);
+    }
+}
+
+#[test]
+fn a_damaged_pass_state_stops_every_command() {
+    let t = TempDir::new("pass-state");
+    let root = lab(
+        &t.join("node"),
+        &["--expires-in", "2d", "--key-algorithm", "ecdsa-p256"],
+    );
+    std::fs::write(t.join("victim.txt"), "the victim\n").unwrap();
+    let state = root.join(STATE);
+    std::fs::create_dir_all(&state).unwrap();
+    let pass = state.join("pass.json");
+    let commands: [&[&str]; 4] = [
+        &["check", "--root", s(&root)],
+        &["renew", "--root", s(&root)],
+        &["run", "--once", "--root", s(&root), "--platform", "kubeadm"],
+        &["status", "--root", s(&root), "--cluster", "off"],
+    ];
+    std::fs::write(&pass, br#"{"version":1,"stage":"writ"#).unwrap();
+    for args in commands {
+        refused_and_unchanged(&t, args, &["pass state", "pass.json", "not valid JSON"]);
+    }
+    let cases: [(&[u8], &[&str]); 4] = [
+        (br#"{"version":2,"stage":"written"}"#, &["pass.json", "version 2"]),
+        (
+            br#"{"version":1,"stage":"written","backup_id":"../../../x"}"#,
+            &["backup ../../../x"],
+        ),
+        (
+            br#"{"version":1,"stage":"written","owed":{"pods":["../kube-vip.yaml"]}}"#,
+            &["pods ../kube-vip.yaml"],
+        ),
+        (
+            br#"{"version":1,"stage":"restarting","stopped":{"platform":"kubeadm","pod":"../../../../victim.txt"}}"#,
+            &["pod ../../../../victim.txt"],
+        ),
+    ];
+    for (bytes, words) in cases {
+        std::fs::write(&pass, bytes).unwrap();
+        refused_and_unchanged(&t, &["renew", "--root", s(&root)], words);
+    }
+}
+
+/// A `run` pass killed at each step of its renewal's transaction: before the journal nothing
+/// changed and nothing is owed (the next command says so); from the journal on the files are
+/// renewed and the restarts are owed, against the renewal's backup.
+#[test]
+fn a_pass_killed_while_writing_owes_restarts_only_if_it_renewed() {
+    let t = TempDir::new("pass-kill");
+    let pristine = lab(
+        &t.join("pristine"),
+        &["--expires-in", "2d", "--key-algorithm", "ecdsa-p256"],
+    );
+    for point in [
+        "staged-all",
+        "backed-up",
+        "journaled",
+        "renamed",
+        "staging-removed",
+    ] {
+        let root = t.join(point);
+        copy_tree(&pristine, &root);
+        let run = ["run", "--once", "--root", s(&root), "--platform", "kubeadm"];
+        let out = certrotor(&run).env("CERTROTOR_FAILPOINT", point).run();
+        out.expect_sigkill();
+        let status = certrotor(&[
+            "status",
+            "--root",
+            s(&root),
+            "--cluster",
+            "off",
+            "--output",
+            "json",
+        ])
+        .run()
+        .ok();
+        let report: Value = serde_json::from_str(&status.stdout).unwrap();
+        let owed = &report["owed_restarts"];
+        let stderr = status.stderr.clone();
+        let pass: Value = serde_json::from_slice(
+            &std::fs::read(root.join(STATE).join("pass.json")).unwrap_or_default(),
+        )
+        .unwrap_or(Value::Null);
+        if ["staged-all", "backed-up"].contains(&point) {
+            assert_eq!(owed["components"], json!([]), "{point}: {status}");
+            assert!(owed["backup_id"].is_null(), "{point}: {status}");
+            assert!(
+                stderr.contains("stopped before it changed any file; nothing new is owed"),
+                "{point}: {status}"
+            );
+            assert!(pass.is_null(), "{point}: the pass state is left: {pass}");
+        } else {
+            assert_eq!(
+                owed["components"],
+                json!([
+                    "etcd",
+                    "kube-apiserver",
+                    "kube-controller-manager",
+                    "kube-scheduler"
+                ]),
+                "{point}: {status}"
+            );
+            let backup = owed["backup_id"].as_str().unwrap();
+            assert_eq!(backup_ids(&root), [backup.to_string()], "{point}");
+            assert!(
+                stderr.contains(&format!(
+                    "an interrupted pass renewed files (backup {backup})"
+                )),
+                "{point}: {status}"
+            );
+            assert_eq!(pass["stage"], "written", "{point}: {pass}");
+        }
     }
 }

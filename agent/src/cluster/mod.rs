@@ -1254,7 +1254,7 @@ pub fn prefer_reachable(after: Option<Session>, before: Option<Session>) -> Opti
     }
 }
 
-/// The hook `ops::run_once` calls before restarting `components`: `Ok(None)` when cluster mode
+/// The hook `pass::run::run_once` calls before restarting `components`: `Ok(None)` when cluster mode
 /// is off (act alone); `Ok(Some(guard))` with the lock; `Err(())` when the restarts must wait
 /// (the report says why).
 #[allow(clippy::result_unit_err)]

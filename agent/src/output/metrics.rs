@@ -31,7 +31,8 @@ use std::time::Duration;
 use crate::node::catalog::Kind;
 use crate::node::inventory::{self, Inventory, Record, Status};
 use crate::node::kubeconfig::{Kubeconfig, Source};
-use crate::pass::ops::{OpsError, RunReport};
+use crate::pass::ops::OpsError;
+use crate::pass::run::RunReport;
 use crate::pki::{Cert, MAX_PEM_FILE_BYTES};
 
 /// The content type of the text exposition format.

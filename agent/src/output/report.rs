@@ -4,7 +4,9 @@
 
 use crate::node::catalog::Kind;
 use crate::node::inventory::{Inventory, Record, Status};
-use crate::pass::ops::{ImportReport, RenewReport, RunReport};
+use crate::pass::import::ImportReport;
+use crate::pass::ops::RenewReport;
+use crate::pass::run::RunReport;
 use crate::sys::clock::{human_duration, kubeadm_date};
 use crate::txn::{BackupInfo, Outcome};
 

@@ -159,7 +159,7 @@ pub fn status(root: &Path, opts: &StatusOptions) -> Result<StatusReport, StatusE
             .and_then(|i| i64::try_from(i).ok())
             .map(|i| clock::rfc3339(p.finished_unix + i))
     });
-    let owed = crate::pass::ops::owed_restarts(root)?;
+    let (owed, backup_id) = crate::pass::state::owed(root)?;
     let owed_restarts = Owed {
         components: owed
             .components
@@ -167,7 +167,7 @@ pub fn status(root: &Path, opts: &StatusOptions) -> Result<StatusReport, StatusE
             .map(|c| c.name().to_string())
             .collect(),
         pods: owed.pods,
-        backup_id: owed.backup_id,
+        backup_id,
     };
     Ok(StatusReport {
         root: root.display().to_string(),

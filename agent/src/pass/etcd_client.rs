@@ -179,11 +179,12 @@ fn read(root: &Path, rel: &str) -> Result<Vec<u8>, EtcdClientError> {
 }
 
 /// Installs a bundle on a control-plane node, under a lock the caller holds; returns the files
-/// written and the backup id.
+/// written and the backup id. `before_journal` as [`txn::apply_with`].
 pub fn install(
     root: &Path,
     bundle: &[u8],
     opts: &WriteOptions,
+    before_journal: &mut dyn FnMut(&str) -> std::io::Result<()>,
 ) -> Result<(Vec<String>, String), EtcdClientError> {
     let cert = Cert::from_pem(bundle).map_err(refused("the bundle"))?;
     let key = PrivateKey::from_pem(bundle).map_err(refused("the bundle's key"))?;
@@ -257,7 +258,14 @@ pub fn install(
             mode_if_new: 0o644,
         });
     }
-    let outcome =
-        txn::apply(root, &changes, "import", now, opts.retention).map_err(EtcdClientError::Txn)?;
+    let outcome = txn::apply_with(
+        root,
+        &changes,
+        "import",
+        now,
+        opts.retention,
+        before_journal,
+    )
+    .map_err(EtcdClientError::Txn)?;
     Ok((outcome.files, outcome.backup_id))
 }

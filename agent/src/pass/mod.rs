@@ -4,8 +4,12 @@
 //! ([`events`]), the record of the last pass ([`record`]), and the exit codes chosen from what
 //! a pass or command did ([`outcome`]).
 
+pub mod daemon;
 pub mod etcd_client;
 pub mod events;
+pub mod import;
 pub mod ops;
 pub mod outcome;
 pub mod record;
+pub mod run;
+pub mod state;

@@ -14,7 +14,7 @@
 use std::error::Error;
 
 use crate::node::inventory::{Inventory, Status};
-use crate::pass::ops::RolledBack;
+use crate::pass::run::RolledBack;
 use crate::txn::TxnError;
 
 /// Exit code: done.
@@ -68,7 +68,7 @@ pub fn for_rollback(rolled_back: Option<&RolledBack>) -> u8 {
 /// `run`: as [`for_rollback`]; else 2 when the pair published through etcd was refused or a
 /// static pod that mounts a renewed file could not be restarted, 4 when cluster mode put the
 /// restarts off to the next pass; an installed published pair counts as its own rollback.
-pub fn for_run(r: &crate::pass::ops::RunReport) -> u8 {
+pub fn for_run(r: &crate::pass::run::RunReport) -> u8 {
     let import = r
         .import
         .as_ref()

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::pass::ops::{OpsError, RunOptions, RunReport};
+use crate::pass::ops::OpsError;
+use crate::pass::run::{RunOptions, RunReport};
 use crate::sys::clock;
 use crate::sys::state::{self, Kind, StateError};
 use crate::txn;
@@ -168,7 +169,7 @@ pub fn read_last_pass(root: &Path) -> Result<Option<LastPass>, StateError> {
     Ok(state::read::<LastPass>(Kind::LastPass, &last_pass_path(root))?.map(|(_, p)| p))
 }
 
-/// One `run`/`daemon` pass as the commands run it: [`crate::pass::ops::run_once`], then the
+/// One `run`/`daemon` pass as the commands run it: [`crate::pass::run::run_once`], then the
 /// last-pass record (not for `--dry-run`, which writes nothing) and the Kubernetes Event.
 /// Neither changes the pass's result: failing to record or to post is a warning.
 /// `interval`: the daemon's, `None` for `run --once`.
@@ -178,7 +179,7 @@ pub fn run_pass(
     interval: Option<Duration>,
 ) -> Result<RunReport, OpsError> {
     let started = clock::now();
-    let result = crate::pass::ops::run_once(root, opts);
+    let result = crate::pass::run::run_once(root, opts);
     if opts.dry_run {
         return result;
     }

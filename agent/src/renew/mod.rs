@@ -97,7 +97,7 @@ pub struct Skip {
 }
 
 /// The plan of one run: what, why, which signer, the new validity.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Plan {
     pub items: Vec<Item>,
     pub skipped: Vec<Skip>,

@@ -10,8 +10,9 @@
 //! - `none`: nothing is restarted; what must be restarted is printed.
 //!
 //! Every wait is bounded and polls a condition; there are no fixed sleeps. Before a pod is
-//! stopped, a marker (`var/lib/certrotor/restart.json`) records how to start it again, so that a
-//! crash between stop and start is repaired by the next certrotor command ([`recover`]).
+//! stopped, the caller's [`StopRecord`] records how to start it again ([`Stopped`]; the pass
+//! stage keeps it in its state file), so that a crash between stop and start is repaired by the
+//! next certrotor command ([`start_again`]).
 //!
 //! Verification connects over TLS to the component's endpoint (from its manifest, or
 //! `--endpoint`): etcd's client port with the healthcheck client certificate, the apiserver's
@@ -126,8 +127,6 @@ pub const KUBEADM_MANIFESTS: &str = catalog::paths::KUBEADM_MANIFESTS;
 const PARKED: &str = catalog::paths::PARKED_MANIFESTS;
 /// Where Bottlerocket's static-pods helper writes manifests for the kubelet.
 const BOTTLEROCKET_STATIC_PODS: &str = catalog::paths::BOTTLEROCKET_STATIC_PODS;
-/// The restart marker, relative to the state folder.
-const MARKER: &str = "restart.json";
 /// The private Bottlerocket API transaction certrotor uses, so it never commits another
 /// writer's pending changes.
 fn api_tx() -> String {
@@ -413,107 +412,89 @@ fn probe_for(
     Ok((probe, served))
 }
 
-/// The marker written before a pod is stopped (state file, see [`crate::sys::state`]).
-#[derive(Debug, Serialize, Deserialize)]
-struct Marker {
-    #[serde(default)]
-    version: u32,
-    platform: String,
-    pod: String,
-    api_socket: Option<String>,
+/// A static pod stopped for a restart: what is needed to start it again after a crash between
+/// the stop and the start. The pass stage persists it (in its state file) through a
+/// [`StopRecord`] before the pod is stopped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stopped {
+    /// `bottlerocket` or `kubeadm`.
+    pub platform: String,
+    /// Bottlerocket: the static-pods setting name; kubeadm: the manifest file name.
+    pub pod: String,
+    /// Bottlerocket: the API socket the pod was disabled through.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_socket: Option<String>,
+    /// The component the pod runs, when it is one of the four (absent for kube-vip and other
+    /// consumers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub component: Option<Component>,
 }
 
-fn marker_path(root: &Path) -> PathBuf {
-    crate::txn::state_dir(root).join(MARKER)
-}
-
-fn write_marker(root: &Path, marker: &Marker) -> Result<(), RestartError> {
-    let dir = crate::txn::state_dir(root);
-    let path = marker_path(root);
-    let io = |e: std::io::Error| {
-        fail(
-            None,
-            format!("cannot write the restart marker '{}': {e}", path.display()),
-        )
-    };
-    fsutil::create_dir_all_mode(&dir, 0o700).map_err(io)?;
-    crate::sys::state::write(&path, marker).map_err(io)
-}
-
-fn clear_marker(root: &Path) {
-    let _ = crate::sys::state::remove(&marker_path(root));
-}
-
-/// Reads the restart marker and checks every name in it: a known platform, a plain pod name,
-/// an absolute API socket path. `Ok(None)` only when there is none.
-fn read_marker(root: &Path) -> Result<Option<Marker>, crate::sys::state::StateError> {
-    use crate::sys::state::{self, Kind, StateError};
-    let path = marker_path(root);
-    let Some((_, marker)) = state::read::<Marker>(Kind::RestartMarker, &path)? else {
-        return Ok(None);
-    };
-    let bad =
-        |entry: &str, detail: String| StateError::entry(Kind::RestartMarker, &path, entry, detail);
-    match marker.platform.as_str() {
-        "bottlerocket" => {
-            let socket = marker
-                .api_socket
-                .as_deref()
-                .unwrap_or(catalog::paths::API_SOCKET);
-            let shape = socket
-                .strip_prefix('/')
-                .ok_or_else(|| "the API socket path is not absolute".to_string())
-                .and_then(state::check_relative);
-            shape.map_err(|d| bad(&format!("api_socket {socket}"), d))?;
-        }
-        "kubeadm" => {
-            let parked = root.join(PARKED).join(&marker.pod);
-            state::check_inside_root(root, &root.join(KUBEADM_MANIFESTS))
-                .and_then(|_| state::check_inside_root(root, &parked))
-                .map_err(|d| bad(&format!("pod {}", marker.pod), d))?;
-        }
-        other => return Err(bad(&format!("platform {other}"), "unknown platform".into())),
-    }
-    state::check_name(&marker.pod).map_err(|d| bad(&format!("pod {}", marker.pod), d))?;
-    Ok(Some(marker))
-}
-
-/// Starts again a pod that a crashed run left stopped. Called under the lock. A marker that
-/// exists but cannot be read, or names what it must not, is an error: dropping it would leave
-/// the pod stopped.
-pub fn recover(root: &Path) -> Result<Option<String>, RestartError> {
-    let marker = read_marker(root).map_err(|e| {
-        fail(
-            None,
-            format!(
-                "{e}; nothing was changed. A static pod may be stopped: start it again \
-                     (kubeadm: move its manifest from {PARKED} back to {KUBEADM_MANIFESTS}; \
-                     Bottlerocket: enable it with apiclient), then remove the marker"
-            ),
-        )
-    })?;
-    let Some(marker) = marker else {
-        return Ok(None);
-    };
-    let platform = match marker.platform.as_str() {
-        "bottlerocket" => Platform::Bottlerocket {
-            client: bottlerocket::ApiClient::new(
-                marker
+impl Stopped {
+    /// Checks every name read back from a state file: a known platform, a plain pod name, an
+    /// absolute API socket path, a parked manifest inside the root. The error is `(entry,
+    /// detail)`.
+    pub fn check(&self, root: &Path) -> Result<(), (String, String)> {
+        use crate::sys::state;
+        match self.platform.as_str() {
+            "bottlerocket" => {
+                let socket = self
                     .api_socket
-                    .clone()
-                    .unwrap_or_else(|| catalog::paths::API_SOCKET.into()),
-            ),
-        },
-        _ => Platform::Kubeadm {
-            manifests: root.join(KUBEADM_MANIFESTS),
-        },
-    };
-    start(root, &platform, &marker.pod, None)?;
-    clear_marker(root);
-    Ok(Some(format!(
-        "started static pod '{}' again, which an interrupted run had stopped",
-        marker.pod
-    )))
+                    .as_deref()
+                    .unwrap_or(catalog::paths::API_SOCKET);
+                socket
+                    .strip_prefix('/')
+                    .ok_or_else(|| "the API socket path is not absolute".to_string())
+                    .and_then(state::check_relative)
+                    .map_err(|d| (format!("api_socket {socket}"), d))?;
+            }
+            "kubeadm" => {
+                let parked = root.join(PARKED).join(&self.pod);
+                state::check_inside_root(root, &root.join(KUBEADM_MANIFESTS))
+                    .and_then(|_| state::check_inside_root(root, &parked))
+                    .map_err(|d| (format!("pod {}", self.pod), d))?;
+            }
+            other => {
+                return Err((format!("platform {other}"), "unknown platform".into()));
+            }
+        }
+        state::check_name(&self.pod).map_err(|d| (format!("pod {}", self.pod), d))
+    }
+
+    /// The platform to start the pod again on.
+    fn platform(&self, root: &Path) -> Platform {
+        match self.platform.as_str() {
+            "bottlerocket" => Platform::Bottlerocket {
+                client: bottlerocket::ApiClient::new(
+                    self.api_socket
+                        .clone()
+                        .unwrap_or_else(|| catalog::paths::API_SOCKET.into()),
+                ),
+            },
+            _ => Platform::Kubeadm {
+                manifests: root.join(KUBEADM_MANIFESTS),
+            },
+        }
+    }
+}
+
+/// Where a restart records the pod it is about to stop and that it started it again. Recording
+/// the stop must succeed before the pod is stopped: a pod is never stopped without a record.
+pub trait StopRecord {
+    /// Before the pod is stopped.
+    fn stopping(&mut self, stopped: &Stopped) -> Result<(), RestartError>;
+    /// After the pod was started again (the record of its stop is no longer needed).
+    fn started(&mut self, pod: &str);
+}
+
+/// Starts again a pod that a crashed run left stopped (called by recovery, under the lock).
+pub fn start_again(root: &Path, stopped: &Stopped) -> Result<(), RestartError> {
+    start(
+        root,
+        &stopped.platform(root),
+        &stopped.pod,
+        stopped.component,
+    )
 }
 
 fn stop(
@@ -521,20 +502,19 @@ fn stop(
     platform: &Platform,
     pod: &str,
     component: Option<Component>,
+    record: &mut dyn StopRecord,
 ) -> Result<(), RestartError> {
+    let stopped = |name: &str, api_socket| Stopped {
+        platform: name.into(),
+        pod: pod.into(),
+        api_socket,
+        component,
+    };
     match platform {
         Platform::None => Ok(()),
         Platform::Bottlerocket { client } => {
             let socket = client.socket().display().to_string();
-            write_marker(
-                root,
-                &Marker {
-                    version: crate::sys::state::Kind::RestartMarker.current(),
-                    platform: "bottlerocket".into(),
-                    pod: pod.into(),
-                    api_socket: Some(socket),
-                },
-            )?;
+            record.stopping(&stopped("bottlerocket", Some(socket)))?;
             set_enabled(client, pod, false, component)
         }
         Platform::Kubeadm { manifests } => {
@@ -545,15 +525,7 @@ fn stop(
                     format!("cannot create '{}': {e}", parked.display()),
                 )
             })?;
-            write_marker(
-                root,
-                &Marker {
-                    version: crate::sys::state::Kind::RestartMarker.current(),
-                    platform: "kubeadm".into(),
-                    pod: pod.into(),
-                    api_socket: None,
-                },
-            )?;
+            record.stopping(&stopped("kubeadm", None))?;
             fs::rename(manifests.join(pod), parked.join(pod))
                 .and_then(|_| fsutil::sync_dir(manifests))
                 .and_then(|_| fsutil::sync_dir(&parked))
@@ -765,10 +737,11 @@ pub fn restart_all(
     platform: &Platform,
     targets: &[Target],
     opts: &RestartOptions,
+    record: &mut dyn StopRecord,
 ) -> Result<Vec<Restarted>, (Vec<Restarted>, RestartError)> {
     let mut done = Vec::new();
     for target in targets {
-        match restart_one(root, platform, target, opts) {
+        match restart_one(root, platform, target, opts, record) {
             Ok(r) => done.push(r),
             Err(e) => return Err((done, e)),
         }
@@ -781,6 +754,7 @@ fn restart_one(
     platform: &Platform,
     target: &Target,
     opts: &RestartOptions,
+    record: &mut dyn StopRecord,
 ) -> Result<Restarted, RestartError> {
     let c = Some(target.component);
     log::info!(
@@ -792,14 +766,16 @@ fn restart_one(
     );
     let t0 = Instant::now();
     let listener = crate::sys::procfs::listener(target.probe.address.port());
-    stop(root, platform, &target.pod, c)?;
+    stop(root, platform, &target.pod, c, record)?;
     let stopped = wait_stopped(root, platform, target, opts)
         .map(|()| wait_exited(target.component.name(), listener, t0, opts));
     // Start again whatever happened: a pod must never be left stopped.
     let started = start(root, platform, &target.pod, c);
+    if started.is_ok() {
+        record.started(&target.pod);
+    }
     stopped?;
     started?;
-    clear_marker(root);
     let served = wait_verified(root, target, opts)?;
     let unavailable_ms = t0.elapsed().as_millis();
     log::info!(
@@ -875,6 +851,7 @@ pub fn restart_pod(
     platform: &Platform,
     consumer: &crate::node::manifests::Consumer,
     opts: &RestartOptions,
+    record: &mut dyn StopRecord,
 ) -> Result<RestartedPod, PodRestartError> {
     let refused = |error| PodRestartError { error, owed: false };
     let pod = &consumer.pod;
@@ -894,7 +871,7 @@ pub fn restart_pod(
             ),
         ))
     })?;
-    restart_pod_with_health(root, platform, consumer, opts, address, path)
+    restart_pod_with_health(root, platform, consumer, opts, (address, path), record)
         .map_err(|error| PodRestartError { error, owed: true })
 }
 
@@ -903,8 +880,8 @@ fn restart_pod_with_health(
     platform: &Platform,
     consumer: &crate::node::manifests::Consumer,
     opts: &RestartOptions,
-    address: std::net::SocketAddr,
-    path: String,
+    (address, path): (SocketAddr, String),
+    record: &mut dyn StopRecord,
 ) -> Result<RestartedPod, RestartError> {
     let pod = &consumer.pod;
     // Its own serving certificate is not certrotor's: any is accepted, health is what counts.
@@ -923,14 +900,16 @@ fn restart_pod_with_health(
     );
     let t0 = Instant::now();
     let listener = crate::sys::procfs::listener(address.port());
-    stop(root, platform, pod, None)?;
+    stop(root, platform, pod, None, record)?;
     let stopped = verify::wait_closed(address, opts.timeout, opts.poll)
         .map(|()| wait_exited(&format!("static pod '{pod}'"), listener, t0, opts))
         .map_err(|e| fail(None, format!("static pod '{pod}': {}", e.0)));
     let started = start(root, platform, pod, None);
+    if started.is_ok() {
+        record.started(pod);
+    }
     stopped?;
     started?;
-    clear_marker(root);
     verify::wait_for(&probe, opts.timeout, opts.poll, |o| o.healthy())
         .map_err(|e| fail(None, format!("static pod '{pod}': {}", e.0)))?;
     let unavailable_ms = t0.elapsed().as_millis();

@@ -1,10 +1,11 @@
 //! certrotor's own state files, read as untrusted input and written atomically.
 //!
-//! Five files record what certrotor is doing or did (ARCHITECTURE.md, "State files", lists them
+//! Four files record what certrotor is doing or did (ARCHITECTURE.md, "State files", lists them
 //! with their schemas):
 //! - the journal (`var/lib/certrotor/journal.json`), while a transaction commits;
-//! - the restart marker (`var/lib/certrotor/restart.json`), while a static pod is stopped;
-//! - the owed restarts (`var/lib/certrotor/pending-restarts.json`);
+//! - the pass state (`var/lib/certrotor/pass.json`): a pass's stage, the restarts it owes and
+//!   the static pod it has stopped (it replaces the restart marker `restart.json` and the owed
+//!   restarts `pending-restarts.json` of earlier releases, which are still read);
 //! - each backup's manifest (`var/lib/certrotor/backups/<id>/manifest.json`);
 //! - the last pass of `run`/`daemon` (`var/lib/certrotor/last-pass.json`), for `status`.
 //!
@@ -37,7 +38,11 @@ pub const MAX_STATE_BYTES: u64 = 1024 * 1024;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Journal,
+    /// The pass's state (`pass.json`).
+    PassState,
+    /// Earlier releases' record of a stopped pod (`restart.json`), read to migrate it.
     RestartMarker,
+    /// Earlier releases' record of owed restarts (`pending-restarts.json`), read to migrate it.
     OwedRestarts,
     BackupManifest,
     /// The record of the last `run`/`daemon` pass (`status.rs`).
@@ -49,6 +54,7 @@ impl Kind {
     pub fn label(self) -> &'static str {
         match self {
             Kind::Journal => "journal",
+            Kind::PassState => "pass state",
             Kind::RestartMarker => "restart marker",
             Kind::OwedRestarts => "owed-restarts record",
             Kind::BackupManifest => "backup manifest",
@@ -59,7 +65,7 @@ impl Kind {
     /// The version this build writes.
     pub fn current(self) -> u32 {
         match self {
-            Kind::Journal | Kind::RestartMarker | Kind::LastPass => 1,
+            Kind::Journal | Kind::PassState | Kind::RestartMarker | Kind::LastPass => 1,
             // 2: `pods`, the other static pods owed a restart (kube-vip); 1 had components only.
             Kind::OwedRestarts => 2,
             // 2: `version` and each file's `size`; 1 had neither (SHA-256 only).
@@ -73,7 +79,7 @@ impl Kind {
     fn unversioned(self) -> Option<u32> {
         match self {
             // The last-pass record always had one.
-            Kind::Journal | Kind::LastPass => None,
+            Kind::Journal | Kind::PassState | Kind::LastPass => None,
             Kind::RestartMarker | Kind::OwedRestarts | Kind::BackupManifest => Some(1),
         }
     }

@@ -377,6 +377,22 @@ pub fn apply(
     now: i64,
     retention: usize,
 ) -> Result<Outcome, TxnError> {
+    apply_with(root, changes, kind, now, retention, &mut |_| Ok(()))
+}
+
+/// [`apply`], calling `before_journal` with the backup id once the staged files and the backup
+/// are durable and before the journal is written: what the caller records there is true from
+/// the moment the transaction can no longer be discarded (until the journal exists, a crash or
+/// an error discards everything; once it exists, the transaction completes, and its backup is
+/// complete: [`backup_complete`]). An error from `before_journal` discards the transaction.
+pub fn apply_with(
+    root: &Path,
+    changes: &[Change],
+    kind: &str,
+    now: i64,
+    retention: usize,
+    before_journal: &mut dyn FnMut(&str) -> io::Result<()>,
+) -> Result<Outcome, TxnError> {
     let txid = format!(
         "{}-{}",
         crate::sys::clock::compact_stamp(now),
@@ -384,9 +400,15 @@ pub fn apply(
     );
     let resolved = resolve_and_probe(root, changes)?;
     let changes = &resolved[..];
+    let txn = Txn {
+        kind,
+        now,
+        retention,
+        txid: &txid,
+    };
     let result = undo_failed_commit(
         root,
-        prepare_and_commit(root, changes, kind, now, retention, &txid),
+        prepare_and_commit(root, changes, &txn, before_journal),
     );
     if let Err(TxnError::Prepare { .. } | TxnError::Locked { .. }) = &result {
         // Nothing live was touched: remove what was staged, and the unjournaled backup (copies
@@ -395,6 +417,20 @@ pub fn apply(
         remove_incomplete_backups(root);
     }
     result
+}
+
+/// Whether backup `id` is complete: its transaction reached its journal (and so completes,
+/// now or at the next recovery), or it was made before.
+pub fn backup_complete(root: &Path, id: &str) -> bool {
+    state::check_name(id).is_ok() && backups_dir(root).join(id).join(MANIFEST).is_file()
+}
+
+/// What a transaction is, besides its changes.
+struct Txn<'a> {
+    kind: &'a str,
+    now: i64,
+    retention: usize,
+    txid: &'a str,
 }
 
 /// Before anything is staged: resolves every change's path as reads resolve it (symlinks inside
@@ -599,11 +635,15 @@ fn unescape_mount(s: &str) -> String {
 fn prepare_and_commit(
     root: &Path,
     changes: &[Change],
-    kind: &str,
-    now: i64,
-    retention: usize,
-    txid: &str,
+    txn: &Txn<'_>,
+    before_journal: &mut dyn FnMut(&str) -> io::Result<()>,
 ) -> Result<Outcome, TxnError> {
+    let Txn {
+        kind,
+        now,
+        retention,
+        txid,
+    } = *txn;
     // 1. Stage: write every staged file; the batch (each file once, and each folder that got a
     //    new entry once: the staging folders, the folders holding them, any folder created for
     //    them) is made durable with the backup's below. See ARCHITECTURE.md "Durability".
@@ -687,6 +727,11 @@ fn prepare_and_commit(
         .sync()
         .map_err(|(path, e)| prep("sync the staged files and the backup", &path)(e))?;
     failpoint("backed-up");
+    before_journal(&backup_id).map_err(|source| TxnError::Prepare {
+        step: "record the renewal in the pass state",
+        path: state_dir(root).display().to_string(),
+        source,
+    })?;
 
     // 3. Journal.
     let journal = Journal {
@@ -1565,7 +1610,17 @@ mod hostile_tests {
         let _lock = lock(&root, Duration::ZERO).unwrap();
         let result = undo_failed_commit(
             &root,
-            prepare_and_commit(&root, &changes, "renew", now, 5, "undo-test"),
+            prepare_and_commit(
+                &root,
+                &changes,
+                &Txn {
+                    kind: "renew",
+                    now,
+                    retention: 5,
+                    txid: "undo-test",
+                },
+                &mut |_| Ok(()),
+            ),
         );
         chattr("-i");
         let Err(err) = result else {

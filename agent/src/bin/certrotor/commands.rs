@@ -11,8 +11,9 @@ use argh::FromArgs;
 use certrotor::lab::{self, LabOptions};
 use certrotor::node::inventory;
 use certrotor::output::report;
-use certrotor::pass::ops::{RunOptions, WriteOptions};
+use certrotor::pass::ops::WriteOptions;
 use certrotor::pass::outcome::{self, EXIT_USAGE};
+use certrotor::pass::run::RunOptions;
 use certrotor::renew::Policy;
 use certrotor::renew::engine::{Engine, KubeadmOptions};
 use certrotor::restart::reload::{DEFAULT_RELOAD_TIMEOUT, RestartMode};
@@ -405,7 +406,7 @@ fn etcd_import(c: EtcdImportCmd) -> Result<u8, CliError> {
         certrotor::sys::fsutil::read_limited(Path::new(&c.from), &c.from, limit)
             .map_err(CliError::ReadBundle)?
     };
-    let done = certrotor::pass::ops::import_etcd_client(&root, &bundle, &opts)?;
+    let done = certrotor::pass::import::from_bundle(&root, &bundle, &opts)?;
     print!("{}", report::import_text(&done));
     Ok(outcome::for_rollback(done.rolled_back.as_ref()))
 }
@@ -449,14 +450,14 @@ fn daemon_cmd(c: DaemonCmd) -> Result<u8, CliError> {
     };
     // --- metrics (issue 12.1) ---
     let Some(addr) = c.own.metrics_address else {
-        certrotor::pass::ops::daemon(&root, &opts, c.own.interval);
+        certrotor::pass::daemon::daemon(&root, &opts, c.own.interval);
         return Ok(outcome::EXIT_OK);
     };
     let shared = certrotor::output::metrics::Shared::new(&root);
     let bound = certrotor::output::metrics::serve(addr, std::sync::Arc::clone(&shared))
         .map_err(|source| CliError::Metrics { addr, source })?;
     log::info!("metrics served on http://{bound}/metrics");
-    certrotor::pass::ops::daemon_observed(&root, &opts, c.own.interval, &mut |result, took| {
+    certrotor::pass::daemon::daemon_observed(&root, &opts, c.own.interval, &mut |result, took| {
         shared.update(|m| m.record_pass(result, clock::now(), took));
     });
     Ok(outcome::EXIT_OK)
