@@ -140,6 +140,9 @@ Exit codes: 0 after SIGTERM/SIGINT, 1 on a runtime error, 2 on a usage error.";
 const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Bound on the wait of a triggering request for the server to be down.
 const DOWN_WAIT: Duration = Duration::from_secs(10);
+/// The generation of applier runs started by a request after which the server goes down:
+/// never current, so they are lost whatever the timing.
+pub(crate) const DOOMED_GENERATION: u64 = u64::MAX;
 
 /// What the emulator was asked to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -419,12 +422,11 @@ impl Sim {
         let persist_path = config.root.join(SETTINGS_STATE_FILE);
         let pending_dir = config.root.join(PENDING_STATE_DIR);
         let live = initial_settings(config, &persist_path)?;
-        let store = Store::with_pending_dir(live, &pending_dir).map_err(|source| {
-            SimError::Datastore {
+        let store =
+            Store::with_pending_dir(live, &pending_dir).map_err(|source| SimError::Datastore {
                 path: pending_dir.clone(),
                 source,
-            }
-        })?;
+            })?;
         let (sender, receiver) = mpsc::channel();
         let state = Arc::new(State::new(
             store,
@@ -545,12 +547,13 @@ impl Sim {
                     }
                     let id = state.register(&stream);
                     let conn_state = Arc::clone(&state);
-                    let spawned = std::thread::Builder::new()
-                        .name("connection".into())
-                        .spawn(move || {
-                            serve_connection(&conn_state, &stream, id);
-                            conn_state.unregister(id);
-                        });
+                    let spawned =
+                        std::thread::Builder::new()
+                            .name("connection".into())
+                            .spawn(move || {
+                                serve_connection(&conn_state, &stream, id);
+                                conn_state.unregister(id);
+                            });
                     if let Err(error) = spawned {
                         state.unregister(id);
                         log(&format!(
@@ -707,10 +710,12 @@ impl State {
     fn boot(&self) -> Result<(), SimError> {
         let live = {
             let mut store = lock(&self.store);
-            store.clear_pending().map_err(|source| SimError::Datastore {
-                path: self.paths.pending.clone().unwrap_or_default(),
-                source,
-            })?;
+            store
+                .clear_pending()
+                .map_err(|source| SimError::Datastore {
+                    path: self.paths.pending.clone().unwrap_or_default(),
+                    source,
+                })?;
             store.live().clone()
         };
         let report = render::render_static_pods(&live, &self.paths.root);
@@ -796,12 +801,12 @@ impl State {
     fn come_back(&self, plan: &RestartPlan) -> Result<(), SimError> {
         let live = read_settings(&self.paths.persist)?;
         let store = match &self.paths.pending {
-            Some(dir) => Store::with_pending_dir(live, dir).map_err(|source| {
-                SimError::Datastore {
+            Some(dir) => {
+                Store::with_pending_dir(live, dir).map_err(|source| SimError::Datastore {
                     path: dir.clone(),
                     source,
-                }
-            })?,
+                })?
+            }
             None => Store::new(live),
         };
         *lock(&self.store) = store;
@@ -1155,10 +1160,12 @@ fn serve_connection(state: &State, stream: &UnixStream, id: u64) {
             && trigger.when == TriggerWhen::Before
         {
             state.restart(trigger.plan(), Some(id));
-            log(&format!("{method} {target} -> connection dropped, not handled"));
+            log(&format!(
+                "{method} {target} -> connection dropped, not handled"
+            ));
             return;
         }
-        let reply = routes::handle(state, &method, &target, &head, &body);
+        let reply = routes::handle_doomed(state, &method, &target, &head, &body, fired.is_some());
         let close = head
             .header("connection")
             .is_some_and(|value| value.eq_ignore_ascii_case("close"))
@@ -1362,9 +1369,7 @@ mod tests {
             "Welcome to Bottlerocket!"
         );
         let control = bottlerocket::ApiClient::new(dir.join("control.sock"));
-        let (_, events) = control
-            .raw_request("GET", "/events", None)
-            .expect("events");
+        let (_, events) = control.raw_request("GET", "/events", None).expect("events");
         let events: Value = serde_json::from_slice(&events).expect("json");
         assert_eq!(events[0]["kind"], "boot", "{events}");
         handle.shutdown();

@@ -272,13 +272,23 @@ mod tests {
         .expect("valid");
         let trigger = &faults.restarts[0];
         assert_eq!(
-            (trigger.down_ms, trigger.times, trigger.remove_socket, trigger.boot),
+            (
+                trigger.down_ms,
+                trigger.times,
+                trigger.remove_socket,
+                trigger.boot
+            ),
             (1000, 1, false, false)
         );
         assert_eq!(faults.applier, ApplierFaults::default());
         let error = Faults::parse(br#"{"restart":[]}"#).expect_err("typo");
-        assert!(error.to_string().contains("unknown field `restart`"), "{error}");
-        assert!(Faults::parse(br#"{"restarts":[{"method":"GET","path":"/","when":"later"}]}"#).is_err());
+        assert!(
+            error.to_string().contains("unknown field `restart`"),
+            "{error}"
+        );
+        assert!(
+            Faults::parse(br#"{"restarts":[{"method":"GET","path":"/","when":"later"}]}"#).is_err()
+        );
     }
 
     #[test]
@@ -289,13 +299,25 @@ mod tests {
                  "value":true,"when":"before","down_ms":5000,"times":2}]}"#,
         )
         .expect("valid");
-        let disable = || vec![("settings.kubernetes.static-pods.etcd.enabled".to_string(), json!(false))];
-        let enable = || vec![("settings.kubernetes.static-pods.etcd.enabled".to_string(), json!(true))];
+        let disable = || {
+            vec![(
+                "settings.kubernetes.static-pods.etcd.enabled".to_string(),
+                json!(false),
+            )]
+        };
+        let enable = || {
+            vec![(
+                "settings.kubernetes.static-pods.etcd.enabled".to_string(),
+                json!(true),
+            )]
+        };
         let motd = || vec![("settings.motd".to_string(), json!("x"))];
         assert!(faults.fire(&view("PATCH", "/settings", &disable)).is_none());
         assert!(faults.fire(&view("PATCH", "/settings", &motd)).is_none());
         assert!(faults.fire(&view("POST", "/settings", &enable)).is_none());
-        let fired = faults.fire(&view("patch", "/settings", &enable)).expect("fires");
+        let fired = faults
+            .fire(&view("patch", "/settings", &enable))
+            .expect("fires");
         assert_eq!(fired.plan().down_ms, 5000);
         assert_eq!(
             fired.plan().cause,
@@ -314,7 +336,10 @@ mod tests {
             "settings.kubernetes.node-labels.*",
             "settings.kubernetes.node-labels.\"a.b\""
         ));
-        assert!(!key_matches("settings.*", "settings.kubernetes.cluster-name"));
+        assert!(!key_matches(
+            "settings.*",
+            "settings.kubernetes.cluster-name"
+        ));
         assert!(!key_matches("settings.motd", "settings.motdx"));
     }
 

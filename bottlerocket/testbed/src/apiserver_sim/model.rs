@@ -615,9 +615,15 @@ mod tests {
         );
         assert_eq!(filter_leaves("settings", &live, &|_| false), None);
         assert_eq!(
-            leaf_pairs("settings", &json!({"motd": "a", "kubernetes": {"static-pods": {"etcd": {"enabled": true}}}})),
+            leaf_pairs(
+                "settings",
+                &json!({"motd": "a", "kubernetes": {"static-pods": {"etcd": {"enabled": true}}}})
+            ),
             [
-                ("settings.kubernetes.static-pods.etcd.enabled".to_string(), json!(true)),
+                (
+                    "settings.kubernetes.static-pods.etcd.enabled".to_string(),
+                    json!(true)
+                ),
                 ("settings.motd".to_string(), json!("a")),
             ]
         );

@@ -129,8 +129,27 @@ fn param<'a>(query: &'a [(String, String)], name: &str) -> Option<&'a str> {
         .map(|(_, value)| value.as_str())
 }
 
-/// Routes one request.
+/// Routes one request after which the server stays up (what the unit tests call).
+#[cfg(test)]
 pub(crate) fn handle(state: &State, method: &str, target: &str, head: &Head, body: &[u8]) -> Reply {
+    handle_doomed(state, method, target, head, body, false)
+}
+
+/// Routes one request; with `doomed`, the API server goes down right after it, so an applier
+/// it starts is lost (it cannot query the API).
+pub(crate) fn handle_doomed(
+    state: &State,
+    method: &str,
+    target: &str,
+    head: &Head,
+    body: &[u8],
+    doomed: bool,
+) -> Reply {
+    let generation = if doomed {
+        super::DOOMED_GENERATION
+    } else {
+        state.generation()
+    };
     let (path, raw_query) = target.split_once('?').unwrap_or((target, ""));
     let query = parse_query(raw_query);
     let param = |name: &str| param(&query, name);
@@ -141,7 +160,10 @@ pub(crate) fn handle(state: &State, method: &str, target: &str, head: &Head, bod
             .and_then(|settings| stage(state, tx_name(param("tx")), settings)),
         ("PATCH", "/settings/keypair") if state.keypair => parse_keypair_body(head, body)
             .and_then(|settings| stage(state, tx_name(param("tx")), settings)),
-        ("GET", "/tx") => Ok(Reply::json(state, &lock(state).pending(tx_name(param("tx"))))),
+        ("GET", "/tx") => Ok(Reply::json(
+            state,
+            &lock(state).pending(tx_name(param("tx"))),
+        )),
         ("DELETE", "/tx") => discard(state, tx_name(param("tx"))),
         ("GET", "/tx/list") => {
             let names = lock(state).transactions();
@@ -153,10 +175,10 @@ pub(crate) fn handle(state: &State, method: &str, target: &str, head: &Head, bod
         ("POST", "/tx/apply") => param("keys")
             .map(|keys| comma_separated("keys", keys))
             .transpose()
-            .and_then(|keys| queue_apply(state, keys))
+            .and_then(|keys| queue_apply(state, keys, generation))
             .map(|()| Reply::no_content_json()),
         ("POST", "/tx/commit_and_apply") => commit(state, tx_name(param("tx")))
-            .and_then(|keys| queue_apply(state, Some(keys.clone())).map(|()| keys))
+            .and_then(|keys| queue_apply(state, Some(keys.clone()), generation).map(|()| keys))
             .map(|keys| Reply::names(state, keys)),
         ("GET", "/os") => get_os(state, param("prefix")),
         ("GET", "/metadata/affected-services") => affected_services(state, param("keys")),
@@ -345,7 +367,10 @@ fn get_os(state: &State, prefix: Option<&str>) -> Routed<Reply> {
         format!("os.{prefix}")
     };
     let kept = filter_leaves("os", &state.os, &|name| name.starts_with(&prefix));
-    Ok(Reply::json(state, &kept.unwrap_or_else(model::empty_object)))
+    Ok(Reply::json(
+        state,
+        &kept.unwrap_or_else(model::empty_object),
+    ))
 }
 
 fn affected_services(state: &State, keys: Option<&str>) -> Routed<Reply> {
@@ -420,9 +445,8 @@ fn parse_keypair_body(head: &Head, body: &[u8]) -> Routed<Value> {
                 format!("Failed to split the string: expected 'key=value', got '{pair}'"),
             )
         })?;
-        let mut segments = split_key(key.trim()).map_err(|why| {
-            Reply::api_error(400, format!("Unable to create key '{key}': {why}"))
-        })?;
+        let mut segments = split_key(key.trim())
+            .map_err(|why| Reply::api_error(400, format!("Unable to create key '{key}': {why}")))?;
         if segments.first().map(String::as_str) == Some("settings") {
             segments.remove(0);
         }
@@ -501,10 +525,10 @@ fn commit(state: &State, tx: &str) -> Routed<Vec<String>> {
         })
 }
 
-fn queue_apply(state: &State, keys: Option<Vec<String>>) -> Routed<()> {
+fn queue_apply(state: &State, keys: Option<Vec<String>>, generation: u64) -> Routed<()> {
     state
         .applier
-        .send(ApplyRequest::new(keys, state.generation()))
+        .send(ApplyRequest::new(keys, generation))
         .map_err(|_| {
             Reply::api_error(
                 500,
@@ -570,8 +594,20 @@ mod tests {
         }
     }
 
-    fn content_type(fixture: &Fixture, method: &str, target: &str, body: &str) -> Option<&'static str> {
-        handle(&fixture.state, method, target, &json_head(), body.as_bytes()).content_type
+    fn content_type(
+        fixture: &Fixture,
+        method: &str,
+        target: &str,
+        body: &str,
+    ) -> Option<&'static str> {
+        handle(
+            &fixture.state,
+            method,
+            target,
+            &json_head(),
+            body.as_bytes(),
+        )
+        .content_type
     }
 
     fn json_head() -> Head {
@@ -715,9 +751,15 @@ mod tests {
     #[test]
     fn an_empty_transaction_name_stages_under_settings() {
         let f = fixture("empty-tx");
-        assert_eq!(call(&f, "PATCH", "/settings?tx=", r#"{"motd":"x"}"#), (204, String::new()));
+        assert_eq!(
+            call(&f, "PATCH", "/settings?tx=", r#"{"motd":"x"}"#),
+            (204, String::new())
+        );
         assert_eq!(call_json(&f, "GET", "/tx/list", ""), json!(["settings"]));
-        assert_eq!(call_json(&f, "GET", "/tx?tx=settings", ""), json!({"motd": "x"}));
+        assert_eq!(
+            call_json(&f, "GET", "/tx?tx=settings", ""),
+            json!({"motd": "x"})
+        );
         assert_eq!(
             call_json(&f, "POST", "/tx/commit?tx=settings", ""),
             json!(["settings.motd"])
@@ -734,7 +776,12 @@ mod tests {
             },
         );
         for tx in ["a", "b", "c", "d", "e"] {
-            call(&f, "PATCH", &format!("/settings?tx={tx}"), r#"{"motd":"x"}"#);
+            call(
+                &f,
+                "PATCH",
+                &format!("/settings?tx={tx}"),
+                r#"{"motd":"x"}"#,
+            );
         }
         let mut models = std::collections::BTreeSet::new();
         let mut lists = std::collections::BTreeSet::new();

@@ -180,12 +180,9 @@ impl Store {
     }
 
     fn tx_path(&self, tx: &str) -> Option<PathBuf> {
-        self.pending_dir.as_ref().map(|dir| {
-            dir.join(format!(
-                "{}.json",
-                utf8_percent_encode(tx, FILE_NAME)
-            ))
-        })
+        self.pending_dir
+            .as_ref()
+            .map(|dir| dir.join(format!("{}.json", utf8_percent_encode(tx, FILE_NAME))))
     }
 
     fn remove_tx_file(&self, tx: &str) -> io::Result<()> {
@@ -278,10 +275,18 @@ mod tests {
         drop(first);
         let names: Vec<String> = fs::read_dir(&dir)
             .expect("list")
-            .map(|entry| entry.expect("entry").file_name().to_string_lossy().into_owned())
+            .map(|entry| {
+                entry
+                    .expect("entry")
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned()
+            })
             .collect();
         assert!(
-            names.iter().all(|n| !n.starts_with('.') && !n.contains('/')),
+            names
+                .iter()
+                .all(|n| !n.starts_with('.') && !n.contains('/')),
             "{names:?}"
         );
 
