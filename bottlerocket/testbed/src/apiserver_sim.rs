@@ -48,7 +48,8 @@
 //!   from what is on disk, without re-rendering (unless the trigger says `boot`).
 //! - Applier failures: the next N runs of `static-pods` (or all) exit 1: no manifest changes,
 //!   every API call still answers 200/204, only the log says
-//!   `Restart command failed - '/usr/bin/static-pods'`.
+//!   `Restart command failed - '/usr/bin/static-pods'`. Or the next N applier starts fail:
+//!   the commit stands and the call answers 500 `Unable to start config applier`.
 //!
 //! A test can also restart the emulator for real (SIGTERM or SIGKILL, then start it again with
 //! the same `--root`): the on-disk state makes that an API restart, not a boot.

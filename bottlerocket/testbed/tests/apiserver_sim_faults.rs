@@ -422,3 +422,33 @@ fn the_control_socket_refuses_what_it_does_not_understand() {
     );
     sim.stop();
 }
+
+#[test]
+fn an_applier_that_cannot_start_answers_500_after_the_commit() {
+    let (sandbox, sim) = node("applier-start", &[]);
+    let api = sim.client();
+    sim.set_faults(&json!({"applier": {"start_fail_next": 1}}));
+    let tx = unique_tx_name("certrotor");
+    api.set_static_pod_enabled(&tx, "etcd", false)
+        .expect("stage");
+    let error = api.commit_and_apply(&tx).expect_err("500");
+    assert_eq!(error.status(), Some(500), "{error}");
+    assert!(
+        error
+            .server_message()
+            .is_some_and(|m| m.starts_with("Unable to start config applier")),
+        "{error}"
+    );
+    assert!(error.is_transient() && error.may_have_taken_effect());
+    sim.wait_event("apply-not-started", "could not be started");
+    // The commit happened; nothing applied it.
+    assert_eq!(api.static_pod_enabled("etcd").expect("live"), Some(false));
+    assert!(api.list_tx().expect("list").is_empty());
+    assert!(sandbox.manifest("etcd").exists());
+    api.apply(&[&static_pod_enabled_key("etcd")])
+        .expect("the next start works");
+    wait_until("etcd's manifest removed", || {
+        !sandbox.manifest("etcd").exists()
+    });
+    sim.stop();
+}

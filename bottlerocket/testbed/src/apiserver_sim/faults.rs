@@ -12,7 +12,10 @@
 //!   open connection and every config-applier run not yet started (the commit stands, the
 //!   applier dies), then serves again without re-rendering anything (unless `boot`).
 //! - `applier`: the next `fail_next` runs of `/usr/bin/static-pods`, or all of them while
-//!   `fail_always`, exit 1: no manifest changes, every API call still answers as usual.
+//!   `fail_always`, exit 1: no manifest changes, every API call still answers as usual. The
+//!   next `start_fail_next` applier starts fail: the commit stands but `commit_and_apply` (and
+//!   `/tx/apply`) answer 500 `Unable to start config applier`, as the real server does when it
+//!   cannot fork `thar-be-settings`.
 
 use std::collections::VecDeque;
 
@@ -94,6 +97,9 @@ pub struct ApplierFaults {
     /// Every run exits 1 while set.
     #[serde(default)]
     pub fail_always: bool,
+    /// The next this many applier starts fail (500 after the commit).
+    #[serde(default)]
+    pub start_fail_next: u32,
 }
 
 /// How one restart goes.
@@ -151,6 +157,15 @@ impl Faults {
             self.restarts.remove(index);
         }
         Some(fired)
+    }
+
+    /// Whether the next start of the config applier fails (counted).
+    pub(crate) fn applier_start_fails(&mut self) -> bool {
+        if self.applier.start_fail_next > 0 {
+            self.applier.start_fail_next -= 1;
+            return true;
+        }
+        false
     }
 
     /// Whether the next run of `/usr/bin/static-pods` fails (counted).
@@ -216,8 +231,8 @@ pub struct Event {
     pub seq: u64,
     /// Milliseconds since the emulator process started.
     pub ms: u128,
-    /// `boot`, `start`, `fault`, `down`, `up`, `apply-rendered`, `apply-failed`,
-    /// `apply-lost`, `apply-skipped`.
+    /// `boot`, `start`, `fault`, `down`, `up`, `control`, `apply-rendered`, `apply-failed`,
+    /// `apply-lost`, `apply-skipped`, `apply-not-started`.
     pub kind: &'static str,
     /// What exactly, in words.
     pub detail: String,
@@ -352,6 +367,9 @@ mod tests {
         assert!(!faults.applier_fails());
         faults.applier.fail_always = true;
         assert!(faults.applier_fails() && faults.applier_fails());
+        faults.applier.start_fail_next = 1;
+        assert!(faults.applier_start_fails());
+        assert!(!faults.applier_start_fails());
     }
 
     #[test]

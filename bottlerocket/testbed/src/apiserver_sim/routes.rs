@@ -526,6 +526,16 @@ fn commit(state: &State, tx: &str) -> Routed<Vec<String>> {
 }
 
 fn queue_apply(state: &State, keys: Option<Vec<String>>, generation: u64) -> Routed<()> {
+    if super::lock(&state.faults).applier_start_fails() {
+        state.event(
+            "apply-not-started",
+            "fault: the config applier could not be started (after the commit, if any)".to_string(),
+        );
+        return Err(Reply::api_error(
+            500,
+            "Unable to start config applier: Resource temporarily unavailable (os error 11)",
+        ));
+    }
     state
         .applier
         .send(ApplyRequest::new(keys, generation))
