@@ -6,6 +6,13 @@
 //! only place the API explains itself (`Tried to commit with no pending changes`,
 //! ``Json deserialize error: unknown field `xx` ...``); its message mirrors apiclient's
 //! `Status <code> when <METHOD>ing <uri>: <body>`.
+//!
+//! Classification for callers that must survive the real server (bottlerocket-api.md, "Faults
+//! of the real API server"): [`ApiError::is_transient`] says whether the same call may succeed
+//! later (the API server restarting: socket absent, connection refused or reset, a dropped
+//! connection, a timeout, a 5xx), [`ApiError::may_have_taken_effect`] whether the server may
+//! have acted on a call that failed (so that a caller reads the live value back instead of
+//! assuming either outcome).
 
 use std::fmt;
 use std::io;
@@ -68,6 +75,14 @@ pub enum ApiError {
         /// What was wrong with it.
         reason: String,
     },
+    /// A settings key given to the client is not a valid full key (`settings.a.b`); nothing
+    /// was sent.
+    InvalidKey {
+        /// The key.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A JSON request body could not be serialized or a response body could not be parsed.
     Json {
         /// HTTP method of the request.
@@ -108,13 +123,46 @@ impl ApiError {
     }
 
     /// True if retrying the same call later may succeed: the API server is down or restarting
-    /// (apiserver.service has `Restart=always`), slow, or reported an internal error. Client
-    /// errors (4xx), malformed responses and JSON errors are not transient.
+    /// (apiserver.service has `Restart=always`, `RestartSec=5`): the socket file is absent or
+    /// left behind by a killed server (connection refused), the connection was reset or
+    /// dropped without a response, the exchange timed out, or the server reported an internal
+    /// error (5xx). Not transient: a socket the caller may not open (permission denied) or
+    /// cannot name (path too long), client errors (4xx), malformed responses, JSON errors, an
+    /// invalid key.
     pub fn is_transient(&self) -> bool {
         match self {
-            Self::Connect { .. } | Self::Timeout { .. } | Self::Io { .. } => true,
+            Self::Connect { source, .. } => matches!(
+                source.kind(),
+                io::ErrorKind::NotFound
+                    | io::ErrorKind::ConnectionRefused
+                    | io::ErrorKind::ConnectionReset
+                    | io::ErrorKind::ConnectionAborted
+                    | io::ErrorKind::TimedOut
+                    | io::ErrorKind::WouldBlock
+                    | io::ErrorKind::Interrupted
+            ),
+            Self::Timeout { .. } | Self::Io { .. } => true,
             Self::Status { code, .. } => *code >= 500,
-            Self::BadResponse { .. } | Self::Json { .. } => false,
+            Self::BadResponse { .. } | Self::InvalidKey { .. } | Self::Json { .. } => false,
+        }
+    }
+
+    /// True if the server may have acted on the request although the call failed: the request
+    /// was (or may have been) sent and no definite refusal came back. A connection dropped
+    /// after a commit was sent, or a timeout, leaves the commit possibly done; a 5xx too (the
+    /// real server answers 500 "Unable to start config applier" after committing). False when
+    /// the request never reached the server (connect failed, invalid key) or the server refused
+    /// it (4xx).
+    pub fn may_have_taken_effect(&self) -> bool {
+        match self {
+            Self::Connect { .. } | Self::InvalidKey { .. } => false,
+            Self::Timeout { .. } | Self::Io { .. } => true,
+            Self::Status { code, .. } => *code >= 500,
+            // An answer the call could not use (an unexpected 2xx, a body it could not read or
+            // parse): the server may well have acted. (A `Value` request body cannot fail to
+            // serialize, so a JSON error is about an answer; when in doubt, say yes: the
+            // caller then reads the live value back, which is always safe.)
+            Self::BadResponse { .. } | Self::Json { .. } => true,
         }
     }
 }
@@ -162,6 +210,9 @@ impl fmt::Display for ApiError {
                 uri,
                 reason,
             } => write!(f, "Invalid response to {method} '{uri}': {reason}"),
+            Self::InvalidKey { key, reason } => {
+                write!(f, "Invalid settings key '{key}': {reason}")
+            }
             Self::Json {
                 method,
                 uri,
@@ -176,7 +227,10 @@ impl std::error::Error for ApiError {
         match self {
             Self::Connect { source, .. } | Self::Io { source, .. } => Some(source),
             Self::Json { source, .. } => Some(source),
-            Self::Timeout { .. } | Self::Status { .. } | Self::BadResponse { .. } => None,
+            Self::Timeout { .. }
+            | Self::Status { .. }
+            | Self::BadResponse { .. }
+            | Self::InvalidKey { .. } => None,
         }
     }
 }
@@ -233,5 +287,58 @@ mod tests {
         assert!(unknown.is_unknown_key() && !unknown.is_empty_commit());
         assert!(status(500, "datastore").is_transient());
         assert!(!status(422, "Report type not supported").is_empty_commit());
+    }
+
+    #[test]
+    fn tells_transient_from_permanent_and_what_may_have_happened() {
+        let connect = |kind: io::ErrorKind| ApiError::Connect {
+            socket: "/run/api.sock".into(),
+            source: io::Error::from(kind),
+        };
+        let exchange = |kind: io::ErrorKind| ApiError::Io {
+            socket: "/run/api.sock".into(),
+            method: "POST".into(),
+            uri: "/tx/commit_and_apply?tx=a".into(),
+            source: io::Error::from(kind),
+        };
+        // Restarting: refused (socket left behind), absent, reset.
+        for kind in [
+            io::ErrorKind::ConnectionRefused,
+            io::ErrorKind::NotFound,
+            io::ErrorKind::ConnectionReset,
+        ] {
+            let error = connect(kind);
+            assert!(error.is_transient(), "{error}");
+            assert!(!error.may_have_taken_effect(), "{error}");
+        }
+        // Not fixed by waiting.
+        for kind in [io::ErrorKind::PermissionDenied, io::ErrorKind::InvalidInput] {
+            assert!(!connect(kind).is_transient(), "{kind:?}");
+        }
+        // Sent, then dropped: may have been committed.
+        for kind in [
+            io::ErrorKind::UnexpectedEof,
+            io::ErrorKind::BrokenPipe,
+            io::ErrorKind::ConnectionReset,
+        ] {
+            let error = exchange(kind);
+            assert!(
+                error.is_transient() && error.may_have_taken_effect(),
+                "{error}"
+            );
+        }
+        let applier = status(500, "Unable to start config applier");
+        assert!(applier.is_transient() && applier.may_have_taken_effect());
+        let empty = status(422, "Tried to commit with no pending changes");
+        assert!(!empty.is_transient() && !empty.may_have_taken_effect());
+        let invalid = ApiError::InvalidKey {
+            key: "motd".into(),
+            reason: "a settings key starts with 'settings.'".into(),
+        };
+        assert_eq!(
+            invalid.to_string(),
+            "Invalid settings key 'motd': a settings key starts with 'settings.'"
+        );
+        assert!(!invalid.is_transient() && !invalid.may_have_taken_effect());
     }
 }

@@ -117,29 +117,31 @@ pub(crate) fn read_request_body(
     }
 }
 
-/// Writes a complete response. `204` gets neither body nor `Content-Length`, as actix sends it.
+/// Writes a complete response, with a `content-type` header only when `content_type` is given
+/// (the API server's own errors have none). A `204` never gets a `Content-Length`, as actix
+/// sends it; a body given with a 204 is written after the head all the same, unframed: what the
+/// real server does for `POST /tx/apply` (`NoContent().json(())` sends `null`), which corrupts
+/// the next response on a kept-alive connection.
 pub(crate) fn write_response(
     writer: &mut impl Write,
     status: u16,
-    content_type: &str,
+    content_type: Option<&str>,
     body: &[u8],
     close: bool,
 ) -> io::Result<()> {
     let mut head = format!("HTTP/1.1 {status} {}\r\n", reason_phrase(status));
     if status != 204 {
         head.push_str(&format!("content-length: {}\r\n", body.len()));
-        if !body.is_empty() {
-            head.push_str(&format!("content-type: {content_type}\r\n"));
-        }
+    }
+    if let Some(content_type) = content_type {
+        head.push_str(&format!("content-type: {content_type}\r\n"));
     }
     if close {
         head.push_str("connection: close\r\n");
     }
     head.push_str("\r\n");
     writer.write_all(head.as_bytes())?;
-    if status != 204 {
-        writer.write_all(body)?;
-    }
+    writer.write_all(body)?;
     writer.flush()
 }
 
@@ -345,14 +347,26 @@ mod tests {
     #[test]
     fn writes_responses_like_actix() {
         let mut out = Vec::new();
-        write_response(&mut out, 204, "text/plain", b"ignored", false).expect("write");
+        write_response(&mut out, 204, None, b"", false).expect("write");
         assert_eq!(out, b"HTTP/1.1 204 No Content\r\n\r\n");
         let mut out = Vec::new();
-        write_response(&mut out, 422, "text/plain", b"no", true).expect("write");
+        write_response(&mut out, 204, Some("application/json"), b"null", false).expect("write");
+        assert_eq!(
+            out,
+            b"HTTP/1.1 204 No Content\r\ncontent-type: application/json\r\n\r\nnull"
+        );
+        let mut out = Vec::new();
+        write_response(&mut out, 422, None, b"no", true).expect("write");
         assert_eq!(
             out,
             b"HTTP/1.1 422 Unprocessable Entity\r\ncontent-length: 2\r\n\
-              content-type: text/plain\r\nconnection: close\r\n\r\nno"
+              connection: close\r\n\r\nno"
+        );
+        let mut out = Vec::new();
+        write_response(&mut out, 400, Some("text/plain"), b"no", false).expect("write");
+        assert_eq!(
+            out,
+            b"HTTP/1.1 400 Bad Request\r\ncontent-length: 2\r\ncontent-type: text/plain\r\n\r\nno"
         );
     }
 }

@@ -1,29 +1,29 @@
-//! Integration tests for the Bottlerocket API client against the real `apiserver-sim` binary:
-//! transaction isolation, commit-without-diff, the API's error statuses and messages, the
-//! asynchronous static-pod applier, persistence across restarts, socket handling.
+//! Integration tests for the Bottlerocket API client against the real `apiserver-sim` binary,
+//! the contract of the v1.20.5 API server: transaction isolation, commit-without-diff, the
+//! API's error statuses, messages and content types, the asynchronous static-pod applier that
+//! rewrites every enabled manifest, `/tx/apply?keys=`, JSON order, oversized bodies,
+//! persistence, boots, socket handling. The faults (restarts, lost and failed applies) are in
+//! `apiserver_sim_faults.rs`.
 //!
 //! Each test gets its own directory (socket, emulated root, log) and its own emulator process,
 //! started through `CARGO_BIN_EXE_apiserver-sim` and stopped with SIGTERM. Waits poll against a
 //! deadline; on failure the emulator's log is printed and the directory is kept.
 #![forbid(unsafe_code)]
 
+mod apisim;
+
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
+use apisim::{
+    APISERVER_MANIFEST, DEADLINE, ETCD_MANIFEST, Sandbox, Sim, inode, path_str, raw_exchange,
+    raw_request, split_response, wait_until,
+};
 use bottlerocket::{ApiClient, ApiError};
-use serde_json::json;
+use serde_json::{Value, json};
 use testbed::base64;
-
-/// Generous bound for things that take milliseconds on an idle machine.
-const DEADLINE: Duration = Duration::from_secs(20);
-
-const APISERVER_MANIFEST: &[u8] = b"apiVersion: v1\nkind: Pod\nmetadata:\n  name: kube-apiserver\n";
-const ETCD_MANIFEST: &[u8] = b"apiVersion: v1\nkind: Pod\nmetadata:\n  name: etcd\n";
 
 #[test]
 fn pending_changes_are_isolated_per_transaction() {
@@ -45,10 +45,7 @@ fn pending_changes_are_isolated_per_transaction() {
         json!({"kubernetes": {"cluster-name": "b"}})
     );
     assert_eq!(api.pending("default").expect("pending default"), json!({}));
-    assert_eq!(
-        api.transactions().expect("list"),
-        ["certrotor-a", "certrotor-b"]
-    );
+    assert_eq!(api.list_tx().expect("list"), ["certrotor-a", "certrotor-b"]);
     assert_eq!(
         api.settings().expect("live")["motd"],
         "Welcome to Bottlerocket!"
@@ -67,10 +64,10 @@ fn pending_changes_are_isolated_per_transaction() {
         "Welcome to Bottlerocket!"
     );
     assert_eq!(
-        api.discard("certrotor-a").expect("discard"),
+        api.delete_tx("certrotor-a").expect("delete"),
         ["settings.motd"]
     );
-    assert!(api.transactions().expect("list").is_empty());
+    assert!(api.list_tx().expect("list").is_empty());
     assert_eq!(
         api.settings().expect("live")["motd"],
         "Welcome to Bottlerocket!"
@@ -230,7 +227,7 @@ fn static_pod_toggle_renders_manifests_asynchronously_for_every_pod() {
 }
 
 #[test]
-fn settings_survive_a_restart_and_static_pods_are_rendered_at_boot() {
+fn settings_survive_a_reboot_and_static_pods_are_rendered_at_boot() {
     let sandbox = Sandbox::new("restart");
     let first = Sim::start(&sandbox, &["--apply-delay-ms", "0"]);
     let api = first.client();
@@ -245,8 +242,9 @@ fn settings_survive_a_restart_and_static_pods_are_rendered_at_boot() {
     assert!(status.success(), "{status}");
     assert!(!sandbox.socket().exists(), "socket removed on SIGTERM");
 
-    // /etc is a tmpfs on Bottlerocket: lose it, restart, and expect it rebuilt at boot.
-    fs::remove_dir_all(sandbox.root().join("etc")).expect("wipe /etc");
+    // /etc and /run are tmpfs on Bottlerocket: lose them (a reboot), start, and expect the
+    // manifests rebuilt at boot.
+    sandbox.reboot();
     let other_settings = sandbox.path().join("other.json");
     fs::write(&other_settings, r#"{"motd": "not used"}"#).expect("write settings");
     let second = Sim::start(&sandbox, &["--settings", path_str(&other_settings)]);
@@ -282,7 +280,7 @@ fn initial_settings_come_from_the_settings_file_and_are_validated() {
         fs::read(sandbox.root().join("etc/kubernetes/static-pods/etcd")).expect("boot render"),
         ETCD_MANIFEST
     );
-    assert_eq!(api.os().expect("os")["variant_id"], "metal-k8s-1.31");
+    assert_eq!(api.os().expect("os")["variant_id"], "metal-k8s-1.29");
     sim.stop();
 
     let bad = Sandbox::new("bad-settings");
@@ -355,149 +353,215 @@ fn concurrent_clients_each_commit_their_own_transaction() {
     sim.stop();
 }
 
-// === harness ===
+#[test]
+fn status_codes_bodies_and_content_types_are_those_of_v1_20_5() {
+    let sandbox = Sandbox::new("codes");
+    let sim = Sim::start(&sandbox, &[]);
+    let api = sim.client();
+    let socket = sandbox.socket();
+    let exchange = |method: &str, target: &str, body: &str| {
+        let raw = raw_exchange(&socket, &raw_request(method, target, body));
+        let (head, body) = split_response(&raw);
+        (head, String::from_utf8_lossy(&body).into_owned())
+    };
 
-/// A fresh directory per test: `api.sock`, `root/`, logs. Kept if the test fails.
-struct Sandbox(PathBuf);
+    // 422 and the server's own 400s: plain text without a content type.
+    let (head, body) = exchange("POST", "/tx/commit?tx=never-existed", "");
+    assert!(head.starts_with("http/1.1 422"), "{head}");
+    assert!(!head.contains("content-type"), "{head}");
+    assert_eq!(body, "Tried to commit with no pending changes");
+    let (head, body) = exchange("POST", "/tx/apply?keys=", "");
+    assert!(head.starts_with("http/1.1 400"), "{head}");
+    assert!(!head.contains("content-type"), "{head}");
+    assert_eq!(body, "Input 'keys' cannot be empty");
+    let error = api.apply(&[]).expect_err("empty keys");
+    assert_eq!(error.status(), Some(400), "{error}");
+    assert_eq!(error.server_message(), Some("Input 'keys' cannot be empty"));
+    assert!(!error.is_transient());
 
-impl Sandbox {
-    fn new(name: &str) -> Self {
-        static COUNTER: AtomicU32 = AtomicU32::new(0);
-        let path = std::env::temp_dir().join(format!(
-            "br-apisim-{name}-{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = fs::remove_dir_all(&path);
-        fs::create_dir_all(&path).expect("create sandbox");
-        Self(path)
-    }
+    // serde's 400: text/plain.
+    let (head, body) = exchange("PATCH", "/settings?tx=a", r#"{"motd": 1}"#);
+    assert!(head.starts_with("http/1.1 400"), "{head}");
+    assert!(head.contains("content-type: text/plain"), "{head}");
+    assert!(
+        body.starts_with("Json deserialize error: invalid type"),
+        "{body}"
+    );
 
-    fn path(&self) -> &Path {
-        &self.0
-    }
+    // /tx/apply: 204, a JSON content type, and `null` without a length.
+    let (head, body) = exchange("POST", "/tx/apply", "");
+    assert!(head.starts_with("http/1.1 204"), "{head}");
+    assert!(head.contains("content-type: application/json"), "{head}");
+    assert!(!head.contains("content-length"), "{head}");
+    assert_eq!(body, "null");
+    // On a kept-alive connection the stray `null` comes before the next answer's status line.
+    let two = [
+        "POST /tx/apply HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n",
+        "GET /os HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+    ]
+    .concat();
+    let raw = String::from_utf8_lossy(&raw_exchange(&socket, two.as_bytes())).into_owned();
+    assert!(raw.contains("\r\n\r\nnullHTTP/1.1 200 OK\r\n"), "{raw}");
+    // The client opens one connection per request and is not affected.
+    api.apply_all().expect("apply_all");
+    api.os().expect("the next request");
 
-    fn socket(&self) -> PathBuf {
-        self.0.join("api.sock")
-    }
+    // PATCH /settings/keypair: 404 in v1.20.5.
+    let (head, _) = exchange(
+        "PATCH",
+        "/settings/keypair?tx=k",
+        r#"{"request_payload":["motd=x"]}"#,
+    );
+    assert!(head.starts_with("http/1.1 404"), "{head}");
 
-    fn root(&self) -> PathBuf {
-        self.0.join("root")
-    }
+    // An empty transaction name is accepted and lists as `settings`.
+    api.patch_settings("", &json!({"motd": "unnamed"}))
+        .expect("PATCH ?tx= is 204");
+    assert_eq!(api.list_tx().expect("list"), ["settings"]);
+    assert_eq!(
+        api.pending("settings").expect("pending"),
+        json!({"motd": "unnamed"})
+    );
+    sim.stop();
 }
 
-impl Drop for Sandbox {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("keeping test directory {}", self.0.display());
-        } else {
-            let _ = fs::remove_dir_all(&self.0);
-        }
-    }
+#[test]
+fn keypair_is_served_only_when_asked_for() {
+    let sandbox = Sandbox::new("keypair");
+    let sim = Sim::start(&sandbox, &["--keypair"]);
+    let body = br#"{"request_payload":["kubernetes.static-pods.etcd.enabled=false"]}"#;
+    let (status, _) = sim
+        .client()
+        .raw_request("PATCH", "/settings/keypair?tx=k", Some(body))
+        .expect("keypair");
+    assert_eq!(status, 204);
+    assert_eq!(
+        sim.client()
+            .pending_setting("k", "settings.kubernetes.static-pods.etcd.enabled")
+            .expect("pending"),
+        Some(json!(false))
+    );
+    sim.stop();
 }
 
-/// A running `apiserver-sim`; killed on drop, its log printed if the test is failing.
-struct Sim {
-    child: Child,
-    socket: PathBuf,
-    log: PathBuf,
+#[test]
+fn json_key_order_changes_between_calls() {
+    let sandbox = Sandbox::new("order");
+    let sim = Sim::start(&sandbox, &[]);
+    let api = sim.client();
+    for tx in ["a", "b", "c", "d"] {
+        api.patch_settings(tx, &json!({"motd": tx})).expect("patch");
+    }
+    let mut settings_bodies = std::collections::BTreeSet::new();
+    let mut list_bodies = std::collections::BTreeSet::new();
+    for _ in 0..20 {
+        let (_, body) = api.raw_request("GET", "/", None).expect("model");
+        let model: Value = serde_json::from_slice(&body).expect("json");
+        assert_eq!(model["settings"]["motd"], "Welcome to Bottlerocket!");
+        settings_bodies.insert(body);
+        let (_, body) = api.raw_request("GET", "/tx/list", None).expect("list");
+        list_bodies.insert(body);
+        assert_eq!(
+            api.list_tx().expect("sorted by the client"),
+            ["a", "b", "c", "d"]
+        );
+    }
+    assert!(settings_bodies.len() > 1, "the same order 20 times");
+    assert!(list_bodies.len() > 1, "the same order 20 times");
+    sim.stop();
+
+    let stable = Sim::start(&sandbox, &["--stable-json"]);
+    let api = stable.client();
+    let first = api.raw_request("GET", "/", None).expect("model").1;
+    for _ in 0..5 {
+        assert_eq!(api.raw_request("GET", "/", None).expect("model").1, first);
+    }
+    stable.stop();
 }
 
-impl Sim {
-    /// Starts the emulator and waits until it answers `GET /os`.
-    fn start(sandbox: &Sandbox, extra: &[&str]) -> Self {
-        static STARTS: AtomicU32 = AtomicU32::new(0);
-        let log = sandbox
-            .path()
-            .join(format!("sim-{}.log", STARTS.fetch_add(1, Ordering::SeqCst)));
-        let child = Command::new(env!("CARGO_BIN_EXE_apiserver-sim"))
-            .args(["--socket", path_str(&sandbox.socket())])
-            .args(["--root", path_str(&sandbox.root())])
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(fs::File::create(&log).expect("log file"))
-            .spawn()
-            .expect("spawn apiserver-sim");
-        let mut sim = Self {
-            child,
-            socket: sandbox.socket(),
-            log,
-        };
-        let api = sim.client();
-        let started = Instant::now();
-        loop {
-            match api.os() {
-                Ok(_) => return sim,
-                Err(error) => {
-                    let exited = sim.child.try_wait().expect("try_wait");
-                    assert!(
-                        exited.is_none() && started.elapsed() < DEADLINE,
-                        "apiserver-sim not ready ({error}); exit: {exited:?}; log:\n{}",
-                        sim.log_text()
-                    );
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-            }
-        }
-    }
-
-    fn client(&self) -> ApiClient {
-        ApiClient::new(&self.socket).with_timeout(DEADLINE)
-    }
-
-    fn log_text(&self) -> String {
-        fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// SIGTERM, then wait for the exit status.
-    fn stop(mut self) -> ExitStatus {
-        let pid = i32::try_from(self.child.id()).expect("pid");
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGTERM,
-        )
-        .expect("SIGTERM our own child");
-        let started = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                return status;
-            }
-            assert!(
-                started.elapsed() < DEADLINE,
-                "apiserver-sim ignored SIGTERM; log:\n{}",
-                self.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
+#[test]
+fn a_body_of_several_mib_drops_the_connection_without_an_answer() {
+    let sandbox = Sandbox::new("big-body");
+    let sim = Sim::start(&sandbox, &[]);
+    let api = sim.client();
+    let huge = json!({"motd": "x".repeat(5 << 20)});
+    let error = api.patch_settings("big", &huge).expect_err("dropped");
+    assert!(matches!(error, ApiError::Io { .. }), "{error:?}");
+    assert!(error.is_transient(), "{error}");
+    assert!(api.list_tx().expect("still serving").is_empty());
+    // Below actix's 2 MiB limit it is an ordinary PATCH.
+    let big = json!({"motd": "y".repeat((2 << 20) - 100)});
+    api.patch_settings("big", &big).expect("under the limit");
+    assert_eq!(api.list_tx().expect("list"), ["big"]);
+    sim.stop();
 }
 
-impl Drop for Sim {
-    fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-        if std::thread::panicking() {
-            eprintln!(
-                "--- apiserver-sim log {} ---\n{}",
-                self.log.display(),
-                self.log_text()
-            );
-        }
+#[test]
+fn os_has_a_semver_version_id() {
+    let sandbox = Sandbox::new("os");
+    let sim = Sim::start(&sandbox, &[]);
+    let os = sim.client().os().expect("os");
+    let version = os["version_id"].as_str().expect("version_id");
+    let parts: Vec<&str> = version.split('.').collect();
+    assert_eq!(parts.len(), 3, "{version}");
+    assert!(parts.iter().all(|p| p.parse::<u64>().is_ok()), "{version}");
+    for field in ["pretty_name", "variant_id", "build_id", "arch"] {
+        assert!(os[field].is_string(), "{field}: {os}");
     }
+    sim.stop();
 }
 
-/// Polls `condition` every 20 ms until it holds, failing after [`DEADLINE`].
-fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !condition() {
-        assert!(started.elapsed() < DEADLINE, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+#[test]
+fn every_apply_rewrites_every_enabled_manifest_and_apply_keys_reruns_it() {
+    let sandbox = Sandbox::new("rewrite");
+    let settings = sandbox.pods_settings(&[
+        ("etcd", ETCD_MANIFEST),
+        ("kube-apiserver", APISERVER_MANIFEST),
+    ]);
+    let sim = Sim::start(&sandbox, &["--settings", path_str(&settings)]);
+    let api = sim.client();
+    let etcd = sandbox.manifest("etcd");
+    let apiserver = sandbox.manifest("kube-apiserver");
+    let before = inode(&etcd);
+
+    // Toggling kube-apiserver rewrites etcd's manifest: same bytes, new inode.
+    let tx = bottlerocket::unique_tx_name("test");
+    api.set_static_pod_enabled(&tx, "kube-apiserver", false)
+        .expect("stage");
+    api.commit_and_apply(&tx).expect("commit");
+    wait_until("kube-apiserver removed", || !apiserver.exists());
+    sim.wait_event("apply-rendered", "disabled [\"kube-apiserver\"]");
+    let after = inode(&etcd);
+    assert_ne!(after, before);
+    assert_eq!(fs::read(&etcd).expect("etcd"), ETCD_MANIFEST);
+
+    // A settings change that affects no static pod rewrites nothing.
+    api.patch_settings(&tx, &json!({"motd": "x"}))
+        .expect("stage");
+    api.commit_and_apply(&tx).expect("commit");
+    sim.wait_event("apply-skipped", "settings.motd");
+    assert_eq!(inode(&etcd), after);
+
+    // /tx/apply?keys= re-runs static-pods from the live settings: rewritten again.
+    api.apply(&[&bottlerocket::static_pod_enabled_key("etcd")])
+        .expect("apply");
+    wait_until("etcd rewritten", || inode(&etcd) != after);
+    assert_eq!(fs::read(&etcd).expect("etcd"), ETCD_MANIFEST);
+    assert!(!apiserver.exists(), "live settings say disabled");
+    sim.stop();
 }
 
-fn path_str(path: &Path) -> &str {
-    path.to_str().expect("test paths are UTF-8")
+#[test]
+fn commit_of_an_unknown_transaction_is_422_for_both_commit_routes() {
+    let sandbox = Sandbox::new("unknown-tx");
+    let sim = Sim::start(&sandbox, &[]);
+    let api = sim.client();
+    for error in [
+        api.commit("never").expect_err("commit"),
+        api.commit_and_apply("never").expect_err("commit_and_apply"),
+    ] {
+        assert!(error.is_empty_commit(), "{error}");
+        assert!(!error.is_transient() && !error.may_have_taken_effect());
+    }
+    sim.stop();
 }

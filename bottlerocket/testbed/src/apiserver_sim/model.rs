@@ -204,6 +204,24 @@ pub(crate) fn leaf_names(root: &str, value: &Value) -> Vec<String> {
     names
 }
 
+/// Every leaf under `value` (which lives at key `root`) with its value, sorted by key name.
+pub(crate) fn leaf_pairs(root: &str, value: &Value) -> Vec<(String, Value)> {
+    fn collect(name: &str, value: &Value, out: &mut Vec<(String, Value)>) {
+        match value {
+            Value::Object(map) => {
+                for (segment, child) in map {
+                    collect(&join_key(name, segment), child, out);
+                }
+            }
+            leaf => out.push((name.to_string(), leaf.clone())),
+        }
+    }
+    let mut pairs = Vec::new();
+    collect(root, value, &mut pairs);
+    pairs.sort_by(|a, b| a.0.cmp(&b.0));
+    pairs
+}
+
 /// The part of `value` (living at key `root`) whose leaf key names satisfy `keep`; `None` if
 /// nothing matches.
 pub(crate) fn filter_leaves(
@@ -596,6 +614,19 @@ mod tests {
             Some(json!({"kubernetes":{"node-labels":{"x":"1","y.z":"2"}}}))
         );
         assert_eq!(filter_leaves("settings", &live, &|_| false), None);
+        assert_eq!(
+            leaf_pairs(
+                "settings",
+                &json!({"motd": "a", "kubernetes": {"static-pods": {"etcd": {"enabled": true}}}})
+            ),
+            [
+                (
+                    "settings.kubernetes.static-pods.etcd.enabled".to_string(),
+                    json!(true)
+                ),
+                ("settings.motd".to_string(), json!("a")),
+            ]
+        );
     }
 
     #[test]
