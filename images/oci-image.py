@@ -14,8 +14,8 @@ Options (both forms):
   --annotation K=V    OCI annotation (org.opencontainers.image.*) on the index, on every
                       manifest and as a config label; repeatable
   --created RFC3339   the configs' `created` (default 1970-01-01T00:00:00Z)
-  --summary FILE      write the digests (index, and per platform manifest, config, layer,
-                      diff_id) as JSON
+  --summary FILE      write the digests as JSON: index (or manifest), and per platform the
+                      manifest, config, layer, diff_id, and the binary's path, sha256 and size
 Each binary's ELF header must match its platform (BINARY alone: the platform is read from it).
 
 Output is deterministic (files mtime 0, uid 0, sorted; gzip mtime 0; JSON with sorted keys): the
@@ -212,6 +212,10 @@ def main():
         files[dest_bin.lstrip("/")] = binary
         desc, s = image(arch, variant, files, a.entrypoint or dest_bin, a.created, annotations,
                         blobs)
+        with open(binary, "rb") as fh:
+            data = fh.read()
+        s.update(binary=binary, binary_sha256=hashlib.sha256(data).hexdigest(),
+                 binary_size=len(data))
         descs.append(desc)
         summary["platforms"][plat] = s
 

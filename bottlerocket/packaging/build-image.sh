@@ -19,12 +19,6 @@ out=${1:-target/certrotor-oci.tar}
 shift || true
 die() { echo "build-image: error: $*" >&2; exit 1; }
 
-amd64=$(agent/build-static.sh --arch amd64)
-arm64=$(agent/build-static.sh --arch arm64)
-version=$("$amd64" version) || die "$amd64 version failed"
-version=${version#certrotor }
-[ -n "$version" ] && [ "$version" = "${version#* }" ] || die "unexpected '$amd64 version' output: $version"
-
 if [ -n "${CERTROTOR_IMAGE_REVISION:-}" ]; then
   revision=$CERTROTOR_IMAGE_REVISION
 elif revision=$(git rev-parse HEAD 2>/dev/null); then
@@ -36,6 +30,14 @@ fi
 epoch=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct HEAD 2>/dev/null || true)}
 [[ "$epoch" =~ ^[0-9]+$ ]] || die "SOURCE_DATE_EPOCH '$epoch' is not a number of seconds (outside git, set it)"
 created=$(date -u -d "@$epoch" +%Y-%m-%dT%H:%M:%SZ)
+
+# The binaries do not depend on the date; cc-rs (aws-lc-sys) reruns its build script when
+# SOURCE_DATE_EPOCH changes, so cargo does not see it (no rebuild of aws-lc for a new date).
+amd64=$(env -u SOURCE_DATE_EPOCH agent/build-static.sh --arch amd64)
+arm64=$(env -u SOURCE_DATE_EPOCH agent/build-static.sh --arch arm64)
+version=$("$amd64" version) || die "$amd64 version failed"
+version=${version#certrotor }
+[ -n "$version" ] && [ "$version" = "${version#* }" ] || die "unexpected '$amd64 version' output: $version"
 source_url=${CERTROTOR_IMAGE_SOURCE:-https://github.com/certrotor/certrotor}
 license=$(sed -n 's/^license *= *"\(.*\)"/\1/p' Cargo.toml | head -n1)
 [ -n "$license" ] || die "no license in Cargo.toml's [workspace.package]"
