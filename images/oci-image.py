@@ -80,7 +80,7 @@ def elf_arch(path):
     return ELF_ARCH.get(int.from_bytes(head[18:20], "little"))
 
 
-def layer(files):
+def layer(files, level):
     """files: {path in image (no leading /): host path} -> (tar bytes, tar.gz bytes)."""
     dirs = {"etc", "tmp", "proc", "sys", "dev", "run", "var", "root", ".bottlerocket", "usr",
             "usr/bin", "usr/local", "usr/local/bin"}
@@ -100,16 +100,15 @@ def layer(files):
                 tar_add(tf, dest, data=fh.read(), mode=0o755)
     layer_tar = raw.getvalue()
     gz = io.BytesIO()
-    # Level 9: the image is pulled by every node at every start of its container.
-    with gzip.GzipFile(filename="", fileobj=gz, mode="wb", mtime=0, compresslevel=9) as g:
+    with gzip.GzipFile(filename="", fileobj=gz, mode="wb", mtime=0, compresslevel=level) as g:
         g.write(layer_tar)
     return layer_tar, gz.getvalue()
 
 
-def image(arch, variant, files, entry, created, annotations, blobs):
+def image(arch, variant, files, entry, created, annotations, blobs, level):
     """Builds one platform's layer, config and manifest into blobs; returns the manifest's
     descriptor (with its platform) and the summary of its digests."""
-    layer_tar, layer_gz = layer(files)
+    layer_tar, layer_gz = layer(files, level)
     platform = {"architecture": arch, "os": "linux"}
     if variant:
         platform["variant"] = variant
@@ -210,8 +209,10 @@ def main():
             die(f"--dest {dest_bin!r}: expected an absolute file path")
         files = dict(extra)
         files[dest_bin.lstrip("/")] = binary
+        # gzip -9 for the shipped index (every node pulls it at every container start), -1 for
+        # the tests' single-platform archives (some hold 100 MB Kubernetes binaries).
         desc, s = image(arch, variant, files, a.entrypoint or dest_bin, a.created, annotations,
-                        blobs)
+                        blobs, 9 if a.platform else 1)
         with open(binary, "rb") as fh:
             data = fh.read()
         s.update(binary=binary, binary_sha256=hashlib.sha256(data).hexdigest(),
