@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs (idempotently) the Debian packages that the whole test suite needs: the unit and
 # integration tests (openssl, etcd, containerd + runc), images/build-vm.sh and the QEMU harness
-# (QEMU under TCG, the Debian kernel, the VM's userland), the static build (musl-tools), and the
-# Go toolchain that builds Kubernetes from Debian's source package (images/k8s/build.sh).
+# (QEMU under TCG, the Debian kernel, the VM's userland), the static builds (musl-tools; for
+# arm64 the aarch64 cross gcc and Debian's arm64 musl, which needs dpkg's foreign architecture
+# arm64), the image tests (skopeo, docker-registry, qemu-user-static), and the Go toolchain that
+# builds Kubernetes from Debian's source package (images/k8s/build.sh).
 # Then checks that every tool the suite calls is on PATH, naming the package of any that is not.
 # Debian bookworm; must run as root (or via sudo). Usage: images/setup-host.sh [--check-only]
 set -euo pipefail
@@ -23,6 +25,9 @@ PKGS=(
   dpkg-dev                          # apt-get source
   golang-github-modern-go-reflect2-dev # reflect2 1.0.2 replacing the vendored 1.0.1 (Go >= 1.18)
   prometheus                        # promtool + a real Prometheus for the metrics tests (bookworm main only)
+  gcc-aarch64-linux-gnu musl-dev:arm64 # the arm64 static build (agent/build-static.sh --arch arm64)
+  skopeo docker-registry            # push/pull the OCI image index to/from a real registry on loopback
+  qemu-user-static                  # run the arm64 binary of the image on this amd64 machine
 )
 
 # tool -> package that provides it; checked after installing.
@@ -33,6 +38,8 @@ TOOLS=(
   go:golang-go make:make rsync:rsync gcc:gcc ip:iproute2 dpkg-source:dpkg-dev
   hyperfine:hyperfine strings:binutils promtool:prometheus prometheus:prometheus
   chattr:e2fsprogs lsattr:e2fsprogs flock:util-linux setpriv:util-linux mount:mount findmnt:util-linux
+  readelf:binutils aarch64-linux-gnu-gcc:gcc-aarch64-linux-gnu aarch64-linux-musl-gcc:musl-dev:arm64
+  skopeo:skopeo docker-registry:docker-registry qemu-aarch64-static:qemu-user-static
 )
 
 check_tools() {
@@ -78,6 +85,12 @@ export DEBIAN_FRONTEND=noninteractive
 qemu_family=(qemu-system-x86 qemu-system-common qemu-utils)
 qemu_args=()
 if [ ${#missing[@]} -gt 0 ] || ! check_tools >/dev/null 2>&1; then
+  # musl-dev:arm64 is a package of the arm64 architecture (multiarch): apt lists arm64 packages
+  # only once dpkg knows the architecture.
+  if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    echo "setup-host: adding the foreign architecture arm64 (for musl-dev:arm64)"
+    $SUDO dpkg --add-architecture arm64
+  fi
   $SUDO apt-get update -q
   qv=$(apt-cache policy qemu-system-x86 | awk '/Candidate:/{print $2}')
   if [ -z "$qv" ] || [ "$qv" = "(none)" ]; then
@@ -105,6 +118,9 @@ $SUDO systemctl stop etcd 2>/dev/null || true
 # Likewise Prometheus (it would listen on every address); the metrics tests start their own on
 # loopback.
 $SUDO systemctl disable --now prometheus 2>/dev/null || true
+# And docker-registry (Debian's unit serves :5000 on every address); the image tests start their
+# own on a free 127.0.0.1 port.
+$SUDO systemctl disable --now docker-registry 2>/dev/null || true
 check_tools
 
 # kubectl v1.20.2, the client of the control plane under test (the platform tests and the QEMU

@@ -28,11 +28,25 @@ e2e_wait_for() {
   done
 }
 
+# ---- network (a boot with BootOptions::user_net: QEMU's user network) ---------------------
+# e2e_net_up   loads virtio_net and gives the NIC QEMU's slirp address 10.0.2.15/24, with no
+# default route: the guest reaches 10.0.2.2, which QEMU maps to the host's 127.0.0.1, and
+# nothing else.
+e2e_net_up() {
+  modprobe virtio_net || return 1
+  e2e_wait_for 10 sh -c 'ls /sys/class/net | grep -qvx lo' || return 1
+  _if=$(ls /sys/class/net | grep -vx lo | head -n1)
+  ip addr add 10.0.2.15/24 dev "$_if" && ip link set "$_if" up
+}
+
 # ---- containers ------------------------------------------------------------------------
 # e2e_image_present REF
 e2e_image_present() { ctr -n default images ls -q | grep -qx "$1"; }
 # e2e_import_image TAR   (ctr images import into namespace "default")
 e2e_import_image() { ctr -n default images import --all-platforms "$1"; }
+# e2e_pull_image REF   (ctr images pull into namespace "default", this VM's platform only) from a
+# plain-HTTP registry, e.g. the host's on 10.0.2.2:PORT; REF may name a digest (repo@sha256:...)
+e2e_pull_image() { ctr -n default images pull --plain-http "$1"; }
 
 # e2e_host_ctr_run [--superpowered|--bootstrap] [--detach] [--mount SPEC]... [--env K=V]... NAME IMAGE [CMD ARGS...]
 # Runs IMAGE like Bottlerocket's host-ctr does (bottlerocket-api.md §3.2/3.3): host network,

@@ -1,11 +1,14 @@
 #!/bin/sh
 # Smoke scenario (runs inside the VM as /mnt/share/run.sh; see qemu-tests/tests/smoke.rs).
-# Boot 1: import the certrotor OCI image, run it as a superpowered host container, check the
-#         host-container mounts, start etcd with TLS, write the host's token, print the
-#         MARK ETCD-WRITTEN marker and wait: the harness kills QEMU there (power loss).
-# Boot 2: same /local disk: the image is still in containerd, etcd returns the token.
+# Boot 1: pull certrotor's image, as users pull it (the linux/amd64 + linux/arm64 index, by its
+#         digest), from the host's registry through QEMU's user network, run it as a
+#         superpowered host container, check the host-container mounts, start etcd with TLS,
+#         write the host's token, print the MARK ETCD-WRITTEN marker and wait: the harness kills
+#         QEMU there (power loss).
+# Boot 2 (no network): same /local disk: the image is still in containerd, etcd returns the token.
 . /usr/lib/certrotor-e2e/lib.sh
-IMG=localhost/certrotor:e2e
+# 10.0.2.2:PORT/certrotor@sha256:<index digest>: the host pushed the index there.
+IMG=$(cat "$E2E_SHARE/image-ref")
 e2e_save boot-count "$E2E_BOOT_COUNT"
 
 # /run/api.sock: the Bottlerocket API simulator when the image has it (host root = /, so
@@ -23,9 +26,13 @@ if e2e_image_present "$IMG"; then
   e2e_save image-was-present yes
 else
   e2e_save image-was-present no
-  e2e_check "ctr images import" e2e_import_image "$E2E_SHARE/certrotor.oci.tar"
+  e2e_check "network to the host (QEMU user network, 10.0.2.2)" e2e_net_up
+  e2e_check "ctr pull by digest from the host's registry" e2e_pull_image "$IMG"
 fi
 e2e_check "image $IMG present" e2e_image_present "$IMG"
+e2e_mark IMAGE-READY
+# REF TYPE DIGEST SIZE PLATFORMS LABELS: the host checks the index's digest and platforms.
+ctr -n default images ls | grep -F "$IMG" > "$E2E_OUT/image-ls.txt"
 
 # certrotor as a superpowered host container: `certrotor version` must exit 0 (ctr: a
 # command given after the image replaces the entrypoint, hence the full path).
@@ -43,6 +50,7 @@ e2e_host_ctr_run --superpowered "probe-$E2E_BOOT" "$IMG" $BB sh -c "
   \$BB test -e /run/api.sock && echo api-sock=ok
   \$BB test -S /run/api.sock && echo api-sock=socket
   \$BB test -x /usr/bin/certrotor && echo certrotor-bin=ok
+  echo certrotor-sha256=\$(\$BB sha256sum /usr/bin/certrotor | \$BB cut -d' ' -f1)
   \$BB test -d /.bottlerocket/rootfs/var/lib/containerd && echo host-rootfs=ok
   \$BB touch /.bottlerocket/rootfs/e2e-ro-probe 2>/dev/null || echo rootfs-top=ro
   \$BB touch /.bottlerocket/rootfs/var/lib/certrotor-e2e/from-container && echo host-var=rw

@@ -22,6 +22,7 @@
 pub mod artifacts;
 pub mod error;
 pub mod paths;
+pub mod registry;
 pub mod vm;
 
 pub use artifacts::{Artifacts, Binaries, Images, artifacts};

@@ -46,6 +46,11 @@ pub struct BootOptions {
     pub smp: Option<u32>,
     /// Guest memory in MiB for this boot (overrides `QEMU_TESTS_MEM`).
     pub mem_mib: Option<u32>,
+    /// A virtio NIC on QEMU's user network (slirp), for pulling from a registry on the host:
+    /// the guest's connections to 10.0.2.2 reach the host's 127.0.0.1 (the guest configures it
+    /// with `e2e_net_up`, which sets no default route: the guest reaches nothing else). Without
+    /// it the VM has no network device at all.
+    pub user_net: bool,
 }
 
 impl Default for BootOptions {
@@ -57,6 +62,7 @@ impl Default for BootOptions {
             rtc_base: None,
             smp: None,
             mem_mib: None,
+            user_net: false,
         }
     }
 }
@@ -332,6 +338,11 @@ impl Scenario {
             "local,path={},mount_tag=share,security_model=none,id=share",
             self.share_dir().display()
         ));
+        if opts.user_net {
+            // ipv6=off: 10.0.2.0/24 only; romfile=: no iPXE option ROM (nothing boots from it).
+            c.args(["-netdev", "user,id=net0,ipv6=off"])
+                .args(["-device", "virtio-net-pci,netdev=net0,romfile="]);
+        }
         if let Some(base) = &opts.rtc_base {
             c.args(["-rtc", &format!("base={base}")]);
         }

@@ -1,17 +1,20 @@
 //! Smoke scenario: proves the harness and the VM image end to end (2 boots, ~1 min under TCG).
 //!
-//! Boot 1: containerd is up, the certrotor OCI image is imported and run as a superpowered
-//! host container (`/.bottlerocket/rootfs`, `/run/api.sock`, host PID namespace, all caps),
-//! etcd with TLS stores a token on the persistent disk, then QEMU is killed at a marker
-//! (power loss). Boot 2, same disk: the image is still there and etcd returns the token.
+//! Boot 1: containerd is up; certrotor's image as users pull it (the linux/amd64 + linux/arm64
+//! index of `bottlerocket/packaging/build-image.sh`, pushed by this test to Debian's
+//! `docker-registry` on the host's loopback) is pulled by the index's digest through QEMU's user
+//! network (the guest reaches the host's 127.0.0.1 as 10.0.2.2), and run as a superpowered host
+//! container (`/.bottlerocket/rootfs`, `/run/api.sock`, host PID namespace, all caps): the
+//! binary in it is the index's linux/amd64 one. etcd with TLS stores a token on the persistent
+//! disk, then QEMU is killed at a marker (power loss). Boot 2, same disk, no network: the image
+//! is still there and etcd returns the token.
 //! Guest side: `qemu-tests/scenarios/smoke.sh`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use qemu_tests::registry::{HOST_FROM_GUEST, REPOSITORY, Registry, image_index};
 use qemu_tests::{Boot, BootOptions, Scenario};
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-const IMAGE_REF: &str = "localhost/certrotor:e2e";
 
 fn timing(b: &Boot, out: &mut String) {
     let mut line = format!("boot {}: total {:.1}s", b.index, b.elapsed.as_secs_f64());
@@ -19,6 +22,7 @@ fn timing(b: &Boot, out: &mut String) {
         "BOOTED",
         "CONTAINERD-UP",
         "RUN-BEGIN",
+        "MARK IMAGE-READY",
         "MARK ETCD-WRITTEN",
         "RESULT",
         "POWEROFF",
@@ -57,14 +61,24 @@ fn smoke_boot_container_etcd_power_loss_reboot() {
     sc.set_script(include_str!("../scenarios/smoke.sh"))
         .unwrap();
     sc.write_share("token", token.as_bytes()).unwrap();
-    sc.add_certrotor_image(IMAGE_REF, "certrotor.oci.tar")
-        .unwrap();
+    // The shipped image index (both static binaries; cargo-cached), in a registry on loopback.
+    let index = image_index().unwrap();
+    let amd64 = index.platform("linux/amd64").unwrap();
+    let registry = Registry::start("smoke").unwrap();
+    registry.push(index).unwrap();
+    let image_ref = format!(
+        "{HOST_FROM_GUEST}:{}/{REPOSITORY}@{}",
+        registry.port(),
+        index.digest
+    );
+    sc.write_share("image-ref", image_ref.as_bytes()).unwrap();
     let setup = t0.elapsed();
 
     // ---- boot 1: everything, then power loss right after the etcd write
     let b1 = sc
         .boot(&BootOptions {
             timeout: Duration::from_secs(300),
+            user_net: true,
             ..BootOptions::kill_at_mark("ETCD-WRITTEN")
         })
         .unwrap();
@@ -97,10 +111,33 @@ fn smoke_boot_container_etcd_power_loss_reboot() {
         assert!(mounts.lines().any(|l| l == "api-sock=socket"), "{mounts}");
     }
     let version = b1.read_out("certrotor-version.txt").unwrap();
-    assert!(
-        !version.trim().is_empty(),
+    assert_eq!(
+        version.trim(),
+        format!("certrotor {}", index.tag),
         "{}",
-        b1.failure("`certrotor version` printed nothing")
+        b1.failure("`certrotor version` in the pulled image")
+    );
+    // containerd holds the index under its digest, both platforms listed, and unpacked amd64's.
+    let listed = b1.read_out("image-ls.txt").unwrap();
+    for want in [
+        index.digest.as_str(),
+        "application/vnd.oci.image.index.v1+json",
+        "linux/amd64",
+        "linux/arm64",
+    ] {
+        assert!(
+            listed.contains(want),
+            "{}",
+            b1.failure(&format!("ctr images ls: no {want:?} in {listed:?}"))
+        );
+    }
+    let sha = format!("certrotor-sha256={}", amd64.binary_sha256);
+    assert!(
+        mounts.lines().any(|l| l == sha),
+        "{}",
+        b1.failure(&format!(
+            "the host container's binary is not the index's linux/amd64 one ({sha}):\n{mounts}"
+        ))
     );
     // host PID namespace: the container sees the host's PID 1
     let host_pid1 = b1.read_out("host-pid1").unwrap();
@@ -145,11 +182,14 @@ fn smoke_boot_container_etcd_power_loss_reboot() {
         b2.failure("etcd lost the key across the power loss")
     );
 
+    drop(registry);
+
     let mut report = format!(
-        "binaries {:.1}s, images {:.1}s (build-vm.sh, {}), setup total {:.1}s\n",
+        "binaries {:.1}s, images {:.1}s (build-vm.sh, {}), image index {:.1}s, setup total {:.1}s\n",
         arts.bins.build_time.as_secs_f64(),
         arts.images.build_time.as_secs_f64(),
         arts.images.kver,
+        index.build_time.as_secs_f64(),
         setup.as_secs_f64()
     );
     eprint!("{report}");
