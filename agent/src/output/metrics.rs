@@ -62,6 +62,7 @@ const NOT_BEFORE_HELP: &str = "Indicates the certificate's not before timestamp"
 const NOT_AFTER_HELP: &str = "Indicates the certificate's not after timestamp";
 const EXPIRED_HELP: &str = "Indicates if the certificate is expired";
 const READ_ERRORS_HELP: &str = "Indicates the number of read failure(s)";
+/// v3's HELP of `x509_cert_error`, verbatim (its spelling included).
 const CERT_ERROR_HELP: &str = "Indicates wether the corresponding secret has read failure(s)";
 const SOURCE_UP_HELP: &str =
     "1 if the source (a folder of certificate files, or a kubeconfig) could be read, 0 otherwise";
