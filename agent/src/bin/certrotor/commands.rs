@@ -454,6 +454,7 @@ fn daemon_cmd(c: DaemonCmd) -> Result<u8, CliError> {
         return Ok(outcome::EXIT_OK);
     };
     let shared = certrotor::output::metrics::Shared::new(&root);
+    shared.update(|m| m.schedule(c.own.interval, opts.policy.within));
     let bound = certrotor::output::metrics::serve(addr, std::sync::Arc::clone(&shared))
         .map_err(|source| CliError::Metrics { addr, source })?;
     log::info!("metrics served on http://{bound}/metrics");
