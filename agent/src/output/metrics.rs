@@ -19,7 +19,7 @@
 //!   successful pass, renewals, rollbacks, restarts and live reloads per component, the
 //!   unavailability of the last restart of each component, the time spent waiting for the
 //!   cluster lock, the daemon's start, `--interval` and `--within`, the restarts owed
-//!   (`pending-restarts.json`, read at each scrape) and when each certificate certrotor renews
+//!   (the pass state `pass.json`, read at each scrape) and when each certificate certrotor renews
 //!   falls due (its notAfter minus `--within`): what the alert rules of
 //!   `bottlerocket/packaging/monitoring/` need.
 //!
@@ -729,7 +729,7 @@ impl Counters {
 }
 
 /// What the daemon reads from the node at each scrape besides the certificates: the restarts
-/// owed (`pending-restarts.json`: 1 for each component or static pod owed, 0 for the other
+/// owed (the pass state `pass.json`: 1 for each component or static pod owed, 0 for the other
 /// components) and, given `--within`, when each certificate certrotor renews falls due.
 fn node_state(root: &Path, inv: &Inventory, within: Option<i64>) -> String {
     use crate::node::manifests::Component;
@@ -738,8 +738,8 @@ fn node_state(root: &Path, inv: &Inventory, within: Option<i64>) -> String {
         .iter()
         .map(|c| (c.name().to_string(), 0))
         .collect();
-    match crate::pass::ops::owed_restarts(root) {
-        Ok(record) => {
+    match crate::pass::state::owed(root) {
+        Ok((record, _)) => {
             let names = (record.components.iter().map(|c| c.name().to_string()))
                 .chain(record.pods.iter().cloned());
             for name in names {
@@ -749,14 +749,14 @@ fn node_state(root: &Path, inv: &Inventory, within: Option<i64>) -> String {
         // A record that cannot be read owes something unknown: the alert shows it and
         // `certrotor status` says what is wrong with the record.
         Err(e) => {
-            log::debug!("metrics: the owed-restarts record: {e}");
+            log::debug!("metrics: the pass state: {e}");
             owed.insert("unknown".into(), 1);
         }
     }
     per_component(
         &mut o,
         "certrotor_restarts_owed",
-        "Restarts owed to the next pass (pending-restarts.json): 1 for each component or \
+        "Restarts owed to the next pass (the pass state, pass.json): 1 for each component or \
          static pod owed, 0 for the other components",
         "gauge",
         &owed,
