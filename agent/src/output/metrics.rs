@@ -1105,7 +1105,7 @@ mod tests {
         c.schedule(Duration::from_secs(6 * 3600), 60 * 86_400);
         c.record_pass(&Ok(sample_report()), 1_000, Duration::from_secs(1));
         let mut rolled_back = sample_report();
-        rolled_back.rolled_back = Some(crate::pass::ops::RolledBack {
+        rolled_back.rolled_back = Some(crate::pass::run::RolledBack {
             failure: "test".into(),
             backup_id: "b".into(),
             restarted: Vec::new(),
