@@ -75,3 +75,56 @@ pub fn all_enabled(root: &Path, state: &mut PassState, opts: &RestartOptions) ->
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::catalog::paths;
+    use crate::node::manifests::Component;
+    use crate::restart::{PlatformChoice, Stopped};
+    use std::time::Duration;
+
+    #[test]
+    fn a_pod_left_stopped_is_started_and_stays_owed_one_running_changes_nothing() {
+        let dir = std::env::temp_dir().join(format!("certrotor-ensure-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (manifests, parked) = (
+            dir.join(paths::KUBEADM_MANIFESTS),
+            dir.join(paths::PARKED_MANIFESTS),
+        );
+        std::fs::create_dir_all(&manifests).unwrap();
+        std::fs::create_dir_all(&parked).unwrap();
+        std::fs::write(parked.join("etcd.yaml"), "kind: Pod\n").unwrap();
+        std::fs::write(manifests.join("kube-scheduler.yaml"), "kind: Pod\n").unwrap();
+        let stopped = |pod: &str, c| Stopped {
+            platform: "kubeadm".into(),
+            pod: pod.into(),
+            api_socket: None,
+            component: Some(c),
+        };
+        let opts = RestartOptions {
+            platform: PlatformChoice::Kubeadm,
+            api_socket: dir.join("api.sock"),
+            timeout: Duration::from_secs(1),
+            poll: Duration::from_millis(10),
+            endpoints: Default::default(),
+            mode: crate::restart::reload::RestartMode::Always,
+            reload_timeout: Duration::ZERO,
+        };
+        let mut state = PassState::default();
+        state.this_process.stopped = vec![stopped("kube-scheduler.yaml", Component::KubeScheduler)];
+        assert_eq!(all_enabled(&dir, &mut state, &opts), Ensure::default());
+        assert!(!crate::txn::state_dir(&dir).join("pass.json").exists());
+
+        state.this_process.stopped = vec![stopped("etcd.yaml", Component::Etcd)];
+        state.stopped = Some(stopped("etcd.yaml", Component::Etcd));
+        let ensured = all_enabled(&dir, &mut state, &opts);
+        assert_eq!(ensured.re_enabled, ["etcd.yaml"]);
+        assert!(ensured.left_disabled.is_empty());
+        assert!(manifests.join("etcd.yaml").exists());
+        let saved = PassState::load(&dir).unwrap();
+        assert_eq!(saved.owed.components, [Component::Etcd]);
+        assert_eq!(saved.stopped, None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
