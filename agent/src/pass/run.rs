@@ -1,7 +1,8 @@
 //! One pass of `run --once` and the daemon, top to bottom: check, renew what is due in one
 //! transaction, let each component reload or restart it one at a time, verify what is served,
-//! and roll back by itself when verification fails. Every step is a method of [`Pass`] in the
-//! order [`run_once`] calls them; the pass's state between steps is persisted by
+//! and roll back by itself when verification fails; last, on every path, make sure every static
+//! pod the pass stopped runs again ([`crate::pass::ensure`]). Every step is a method of [`Pass`]
+//! in the order [`run_once`] calls them; the pass's state between steps is persisted by
 //! [`crate::pass::state`] (planned → committing → written → restarting → done), so that a crash
 //! at any step is finished by the next command.
 
@@ -687,34 +688,14 @@ fn roll_back(
         rolled.error = Some(format!("restoring backup {backup_id} failed: {e}"));
         return rolled;
     }
-    let mut again: Vec<Component> = done.iter().map(|r| r.component).collect();
-    let mut unstopped = None;
-    match error.component {
-        Some(c) if failed.never_stopped && !again.contains(&c) => unstopped = Some(c),
-        Some(c) => again.push(c),
-        None => again = components.to_vec(),
-    }
-    again.sort();
-    again.dedup();
-    let targets = restart::targets(root, platform, &again, &opts.restart).map(|mut targets| {
-        for t in &mut targets {
-            t.reason = format!("backup {backup_id} was restored");
-        }
-        targets
-    });
-    let restarted = targets
-        .map_err(|e| (vec![], restart::Failed::other(e)))
-        .and_then(|t| restart::restart_all(root, platform, &t, &opts.restart, record))
-        .and_then(|mut back| match unstopped {
-            Some(c) => match verify_unstopped(root, platform, c, backup_id, &opts.restart) {
-                Ok(r) => {
-                    back.push(r);
-                    Ok(back)
-                }
-                Err(e) => Err((back, restart::Failed::other(e))),
-            },
-            None => Ok(back),
-        });
+    let restarted = restart_again(
+        root,
+        platform,
+        (components, done, failed),
+        backup_id,
+        opts,
+        record,
+    );
     match restarted {
         Ok(back) => {
             log::warn!(
@@ -728,6 +709,44 @@ fn roll_back(
         }
     }
     rolled
+}
+
+/// After the restore: restarts again what was restarted and the component that failed (all of
+/// them when the failure names none); verifies, instead, a failed component whose stop never
+/// took effect.
+fn restart_again(
+    root: &Path,
+    platform: &Platform,
+    (components, done, failed): (&[Component], &[Restarted], &restart::Failed),
+    backup_id: &str,
+    opts: &RunOptions,
+    record: &mut dyn StopRecord,
+) -> Result<Vec<Restarted>, (Vec<Restarted>, restart::Failed)> {
+    let mut again: Vec<Component> = done.iter().map(|r| r.component).collect();
+    let mut unstopped = None;
+    match failed.error.component {
+        Some(c) if failed.never_stopped && !again.contains(&c) => unstopped = Some(c),
+        Some(c) => again.push(c),
+        None => again = components.to_vec(),
+    }
+    again.sort();
+    again.dedup();
+    let targets = restart::targets(root, platform, &again, &opts.restart).map(|mut targets| {
+        for t in &mut targets {
+            t.reason = format!("backup {backup_id} was restored");
+        }
+        targets
+    });
+    let mut back = targets
+        .map_err(|e| (vec![], restart::Failed::other(e)))
+        .and_then(|t| restart::restart_all(root, platform, &t, &opts.restart, record))?;
+    if let Some(c) = unstopped {
+        match verify_unstopped(root, platform, c, backup_id, &opts.restart) {
+            Ok(r) => back.push(r),
+            Err(e) => return Err((back, restart::Failed::other(e))),
+        }
+    }
+    Ok(back)
 }
 
 /// After the restore: verifies `c`, whose stop never took effect (it kept the files it started

@@ -197,7 +197,25 @@ pub fn set_enabled(
         );
         return Ok(());
     };
-    let live = call(client, cleanup, stats, |c| c.static_pod_enabled(pod));
+    read_back(
+        client,
+        (pod, enabled, component),
+        (&tx, error, t0),
+        cleanup,
+        stats,
+    )
+}
+
+/// After a change failed: the live value, read back within `deadline`, says whether it stands
+/// after all (a last answer lost after the commit); if not, the error says what was tried.
+fn read_back(
+    client: &ApiClient,
+    (pod, enabled, component): (&str, bool, Option<Component>),
+    (tx, error, t0): (&str, ApiError, Instant),
+    deadline: Instant,
+    stats: &mut ApiStats,
+) -> Result<(), RestartError> {
+    let live = call(client, deadline, stats, |c| c.static_pod_enabled(pod));
     if let Ok(Some(v)) = live
         && v == enabled
     {
@@ -276,6 +294,7 @@ fn follow(
     };
     let (t0, mut reapplies) = (Instant::now(), 0u32);
     let key = bottlerocket::static_pod_enabled_key(pod);
+    let what = if present { "written" } else { "removed" };
     loop {
         let round = (Instant::now() + apply_wait).min(deadline);
         while file.exists() != present && Instant::now() < round {
@@ -285,25 +304,18 @@ fn follow(
             return Ok(());
         }
         if Instant::now() >= deadline {
-            return Err(fail(
-                component,
-                format!(
-                    "the static pod manifest '{}' was not {} within {:.0} s of {}ing it ({} \
-                     re-run{} of the config applier)",
-                    file.display(),
-                    if present { "written" } else { "removed" },
-                    t0.elapsed().as_secs_f64(),
-                    verb(present),
-                    reapplies,
-                    if reapplies == 1 { "" } else { "s" }
-                ),
-            ));
+            let m = format!(
+                "the static pod manifest '{}' was not {what} within {:.0} s of {}ing it \
+                 ({reapplies} re-run(s) of the config applier)",
+                file.display(),
+                t0.elapsed().as_secs_f64(),
+                verb(present),
+            );
+            return Err(fail(component, m));
         }
         let live = call(client, deadline, stats, |c| c.static_pod_enabled(pod)).map_err(|e| {
-            fail(
-                component,
-                format!("static pod '{pod}': cannot read {key} back from the API: {e}"),
-            )
+            let m = format!("static pod '{pod}': cannot read {key} back from the API: {e}");
+            fail(component, m)
         })?;
         if live != Some(present) {
             log::warn!(
@@ -315,29 +327,21 @@ fn follow(
             continue;
         }
         if reapplies >= MAX_REAPPLIES {
-            return Err(applier_failed(
-                &file,
-                (pod, &key, present),
-                reapplies,
-                t0,
-                component,
-            ));
+            let want = (pod, key.as_str(), present);
+            return Err(applier_failed(&file, want, reapplies, t0, component));
         }
         reapplies += 1;
         stats.reapplies += 1;
         log::warn!(
-            "static pod '{pod}': settings say enabled={present} but '{}' was not {} within {:.1} \
-             s; re-running the API's config applier for {key} (POST /tx/apply), {reapplies} of \
-             {MAX_REAPPLIES}",
+            "static pod '{pod}': settings say enabled={present} but '{}' was not {what} within \
+             {:.1} s; re-running the API's config applier for {key} (POST /tx/apply), \
+             {reapplies} of {MAX_REAPPLIES}",
             file.display(),
-            if present { "written" } else { "removed" },
             apply_wait.as_secs_f64()
         );
         call(client, deadline, stats, |c| c.apply(&[&key])).map_err(|e| {
-            fail(
-                component,
-                format!("static pod '{pod}': cannot re-run the config applier for {key}: {e}"),
-            )
+            let m = format!("static pod '{pod}': cannot re-run the config applier for {key}: {e}");
+            fail(component, m)
         })?;
     }
 }
