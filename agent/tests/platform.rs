@@ -3,12 +3,17 @@
 //! under kubelet-sim, with apiserver-sim for the Bottlerocket API. Restart one at a time,
 //! verification of the served certificates, kubectl with the renewed admin.conf, automatic
 //! rollback after a real failure (etcd refusing the apiserver's client certificate), repair
-//! after a crash, `--platform none` and `--dry-run`. The harness is in `platform_util`.
+//! after a crash, `--platform none` and `--dry-run`; the Bottlerocket API's faults (issue 26) in
+//! `api` (`platform_api.rs`). The harness is in `platform_util`.
 
 use std::time::Duration;
 
 #[path = "platform_util.rs"]
 pub(crate) mod platform_util;
+
+// Issue 26: the fault cases of the Bottlerocket API (apiserver-sim's faults).
+#[path = "platform_api.rs"]
+mod api;
 
 use platform_util::{
     Node, PODS, Platform, RESTART_TIMEOUT, Served, changed_pods, one_at_a_time, restarted_once,

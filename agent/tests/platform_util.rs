@@ -395,7 +395,9 @@ impl Node {
             .arg("--root")
             .arg(&self.root)
             .arg("--settings")
-            .arg(&file);
+            .arg(&file)
+            .arg("--control")
+            .arg(self.control_socket());
         self.api = Some(Proc::spawn(
             "apiserver-sim",
             cmd,
@@ -412,7 +414,7 @@ impl Node {
                     .copied()
                     .filter(|p| !static_pods.join(p).is_file())
                     .collect();
-                if self.socket.exists() && missing.is_empty() {
+                if self.socket.exists() && self.control_socket().exists() && missing.is_empty() {
                     Ok(())
                 } else {
                     Err(format!(
@@ -426,6 +428,60 @@ impl Node {
 
     pub fn state_dir(&self) -> PathBuf {
         self.root.join("var/lib/kubelet-sim")
+    }
+
+    /// apiserver-sim's control socket (faults, events; not part of the real server).
+    fn control_socket(&self) -> PathBuf {
+        self.dir.join("control.sock")
+    }
+
+    /// A client of the node's Bottlerocket API (apiserver-sim).
+    pub fn api(&self) -> bottlerocket::ApiClient {
+        bottlerocket::ApiClient::new(&self.socket).with_timeout(Duration::from_secs(10))
+    }
+
+    fn control(&self) -> bottlerocket::ApiClient {
+        bottlerocket::ApiClient::new(self.control_socket()).with_timeout(Duration::from_secs(30))
+    }
+
+    /// Arms apiserver-sim's faults (`PUT /faults`; replaces every armed fault).
+    pub fn api_faults(&self, faults: &serde_json::Value) {
+        let body = serde_json::to_vec(faults).unwrap();
+        self.control()
+            .raw_request("PUT", "/faults", Some(&body))
+            .unwrap_or_else(|e| panic!("PUT /faults {faults}: {e}"));
+    }
+
+    /// What apiserver-sim did so far (`GET /events`): `{seq, ms, kind, detail}` each.
+    pub fn api_events(&self) -> Vec<serde_json::Value> {
+        let (_, body) = self
+            .control()
+            .raw_request("GET", "/events", None)
+            .unwrap_or_else(|e| panic!("GET /events: {e}"));
+        serde_json::from_slice(&body).unwrap()
+    }
+
+    /// The events of `kind` whose detail contains `detail`.
+    pub fn api_events_of(&self, kind: &str, detail: &str) -> Vec<serde_json::Value> {
+        self.api_events()
+            .into_iter()
+            .filter(|e| e["kind"] == kind && e["detail"].as_str().unwrap().contains(detail))
+            .collect()
+    }
+
+    /// Waits for an event of `kind` whose detail contains `detail`; returns it.
+    pub fn api_wait_event(&self, kind: &str, detail: &str) -> serde_json::Value {
+        wait_for(
+            &format!("apiserver-sim event {kind} '{detail}'"),
+            UP_DEADLINE,
+            Duration::from_millis(20),
+            || {
+                self.api_events_of(kind, detail)
+                    .into_iter()
+                    .next()
+                    .ok_or_else(|| format!("{:#?}", self.api_events()))
+            },
+        )
     }
 
     fn log_dir(&self) -> PathBuf {
@@ -458,7 +514,7 @@ impl Node {
     }
 
     /// The health probe of `pod`, with the credentials on disk now.
-    fn probe(&self, pod: &str) -> Probe {
+    pub fn probe(&self, pod: &str) -> Probe {
         let read = |rel: &str| Some(fs::read(self.kfile(rel)).unwrap());
         let (port, path, creds) = match pod {
             "etcd" => (2379, "/health", Some(Served::EtcdClient.credentials())),
@@ -693,6 +749,20 @@ impl Node {
     ) -> Out {
         let args = self.run_args(platform, restart_timeout, extra);
         self.certrotor_env(&args.iter().map(String::as_str).collect::<Vec<_>>(), env)
+    }
+
+    /// Starts `run --once` in the background with `extra` flags (its log: [`Proc::log_text`]).
+    pub fn spawn_run_once_args(&self, platform: &str, extra: &[&str]) -> Proc {
+        let mut cmd = Command::new(CERTROTOR);
+        cmd.args(self.run_args(platform, RESTART_TIMEOUT, extra))
+            .env("CERTROTOR_EVENTS", "off")
+            .env_remove("CERTROTOR_FAILPOINT");
+        let n = self.runs.fetch_add(1, Ordering::SeqCst);
+        Proc::spawn(
+            "certrotor run --once",
+            cmd,
+            &self.dir.join(format!("background-run-{n}.log")),
+        )
     }
 
     /// Starts `run --once` in the background.
@@ -932,4 +1002,100 @@ pub fn changed_pods(
         .filter(|p| before[**p].history != after[**p].history)
         .map(|p| p.to_string())
         .collect()
+}
+
+/// Polls kube-apiserver's `/readyz` every 100 ms from a thread, with the node's credentials of
+/// when it started (the figures of issue 26: how long the node had no apiserver).
+pub struct Prober {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Vec<(Instant, bool)>>>,
+}
+
+/// What a [`Prober`] saw.
+#[derive(Debug, Clone, Copy)]
+pub struct NoApiserver {
+    /// Sum of the intervals in which `/readyz` failed.
+    pub total_ms: u128,
+    /// The longest of them.
+    pub longest_ms: u128,
+}
+
+impl Prober {
+    pub fn start(node: &Node) -> Prober {
+        let mut probe = node.probe("kube-apiserver");
+        probe.timeout = Duration::from_secs(1);
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = std::sync::Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            let mut samples = Vec::new();
+            while !flag.load(Ordering::SeqCst) {
+                let tick = Instant::now();
+                let ok = verify::probe(&probe).is_ok_and(|o| o.healthy());
+                samples.push((Instant::now(), ok));
+                let next = tick + Duration::from_millis(100);
+                if let Some(left) = next.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(left);
+                }
+            }
+            samples.push((Instant::now(), true));
+            samples
+        });
+        Prober {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops polling; the time without an apiserver.
+    pub fn finish(mut self) -> NoApiserver {
+        self.stop.store(true, Ordering::SeqCst);
+        let samples = self.thread.take().unwrap().join().unwrap();
+        let (mut total, mut longest, mut run) = (0u128, 0u128, 0u128);
+        for w in samples.windows(2) {
+            if w[0].1 {
+                run = 0;
+            } else {
+                let ms = (w[1].0 - w[0].0).as_millis();
+                total += ms;
+                run += ms;
+                longest = longest.max(run);
+            }
+        }
+        NoApiserver {
+            total_ms: total,
+            longest_ms: longest,
+        }
+    }
+}
+
+impl Drop for Prober {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Prints a figure of issue 26 and appends it to `target/issue26-figures.txt`.
+pub fn figure(case: &str, healthy_after: Duration, no_api: NoApiserver, extra: &str) {
+    let line = format!(
+        "FIGURE issue26 {case}: healthy_after_ms={} no_apiserver_ms={} \
+         longest_no_apiserver_ms={}{}{extra}",
+        healthy_after.as_millis(),
+        no_api.total_ms,
+        no_api.longest_ms,
+        if extra.is_empty() { "" } else { " " }
+    );
+    eprintln!("{line}");
+    let target = Path::new(CERTROTOR)
+        .parent()
+        .and_then(Path::parent)
+        .expect("target folder");
+    let mut file = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(target.join("issue26-figures.txt"))
+        .unwrap();
+    writeln!(file, "{line}").unwrap();
 }

@@ -1074,6 +1074,7 @@ mod tests {
                 unavailable_ms: 2500,
                 served_sha256: None,
                 reason: "test".into(),
+                api: Default::default(),
             }],
             other_consumers: Vec::new(),
             restarted_pods: vec![crate::restart::RestartedPod {
@@ -1081,12 +1082,17 @@ mod tests {
                 file: "etc/kubernetes/admin.conf".into(),
                 unavailable_ms: 1500,
                 reason: "test".into(),
+                api: Default::default(),
             }],
             pod_errors: Vec::new(),
             owed_pods: Vec::new(),
             rolled_back: None,
             cluster: None,
             import: None,
+            discarded_transactions: Vec::new(),
+            re_enabled: Vec::new(),
+            left_disabled: Vec::new(),
+            api: Default::default(),
             duration_ms: 0,
         }
     }

@@ -217,8 +217,43 @@ pub fn renew_table(r: &RenewReport, restart_hint: bool) -> String {
     out
 }
 
-/// The restart part of one `run` pass (after [`renew_table`]).
+/// The restart part of one `run` pass (after [`renew_table`]), then what the Bottlerocket API
+/// did to it.
 pub fn run_table(r: &RunReport) -> String {
+    let mut out = restarts_table(r);
+    out.push_str(&api_lines(r));
+    out
+}
+
+/// What the pass met in the Bottlerocket API: transactions an interrupted run left pending,
+/// pods found stopped at the end, the retries and re-applies of the whole pass.
+fn api_lines(r: &RunReport) -> String {
+    let mut out = String::new();
+    for t in &r.discarded_transactions {
+        out.push_str(&format!(
+            "Discarded the Bottlerocket API transaction '{}' left pending by an interrupted run \
+             (it would have set {}).\n",
+            t.name,
+            t.sets.join(", ")
+        ));
+    }
+    if !r.re_enabled.is_empty() {
+        out.push_str(&format!(
+            "Found stopped at the end of the pass and started again (not verified; owed to the \
+             next pass): {}\n",
+            r.re_enabled.join(", ")
+        ));
+    }
+    for e in &r.left_disabled {
+        out.push_str(&format!("STILL STOPPED: {e}\n"));
+    }
+    if let Some(text) = r.api.describe() {
+        out.push_str(&format!("Bottlerocket API during this pass: {text}.\n"));
+    }
+    out
+}
+
+fn restarts_table(r: &RunReport) -> String {
     let mut out = String::new();
     for c in &r.other_consumers {
         let done = r.restarted_pods.iter().find(|p| p.pod == c.pod);
@@ -312,6 +347,9 @@ pub fn run_table(r: &RunReport) -> String {
                 .unwrap_or_else(|| "healthy".into()),
             x.reason
         ));
+        if let Some(text) = x.api.describe() {
+            out.push_str(&format!("  {:<24} {text}\n", ""));
+        }
     }
     if let Some(rb) = &r.rolled_back {
         out.push_str(&format!("VERIFICATION FAILED: {}\n", rb.failure));
@@ -321,9 +359,14 @@ pub fn run_table(r: &RunReport) -> String {
         ));
         for x in &rb.restarted {
             out.push_str(&format!(
-                "  {:<24} unavailable {:>6} ms  previous certificate served\n",
+                "  {:<24} unavailable {:>6} ms  previous certificate served{}\n",
                 x.component.name(),
-                x.unavailable_ms
+                x.unavailable_ms,
+                if x.reason.contains("not restarted") {
+                    " (its stop had not taken effect: verified, not restarted)"
+                } else {
+                    ""
+                }
             ));
         }
         if let Some(e) = &rb.error {

@@ -1,13 +1,15 @@
 //! The operations behind the commands that change a node: renew, roll back, list backups.
 //! Each takes the lock, completes any interrupted transaction, then does its work.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::node::inventory;
 use crate::renew::{self, Plan, Policy};
+use crate::restart::api::{ApiStats, DiscardedTx};
+use crate::restart::{self, PlatformChoice, RestartOptions};
 use crate::sys::clock;
 use crate::txn::{self, Lock, Recovery, TxnError};
 
@@ -166,8 +168,30 @@ pub fn recover_before_reading(root: &std::path::Path) -> Result<(), OpsError> {
 }
 
 /// Takes the lock and completes or discards an interrupted transaction, logging what it did;
-/// starts again a static pod that an interrupted restart left stopped.
+/// discards the Bottlerocket API transactions an interrupted run left pending; makes sure a
+/// static pod that an interrupted restart left stopped runs again. For commands without
+/// restart options (see [`lock_and_recover_with`]).
 pub fn lock_and_recover(root: &Path, timeout: Duration) -> Result<Lock, OpsError> {
+    lock_and_recover_with(root, timeout, None).map(|(lock, _)| lock)
+}
+
+/// What recovery did that a pass reports.
+#[derive(Debug, Clone, Default)]
+pub struct Recovered {
+    /// Pending `certrotor-*` transactions of the Bottlerocket API, discarded.
+    pub discarded: Vec<DiscardedTx>,
+    /// What recovery's API calls met.
+    pub api: ApiStats,
+}
+
+/// [`lock_and_recover`] for a command with restart options: recovery's API calls use their
+/// socket (unless an interrupted restart recorded its own) and are retried within their
+/// restart timeout (else [`restart::DEFAULT_RESTART_TIMEOUT`]).
+pub fn lock_and_recover_with(
+    root: &Path,
+    timeout: Duration,
+    restart: Option<&RestartOptions>,
+) -> Result<(Lock, Recovered), OpsError> {
     let lock = txn::lock(root, timeout)?;
     // The transaction first: a pod started again below must start on the files as they stay.
     let recovery = txn::recover(root)?;
@@ -182,10 +206,55 @@ pub fn lock_and_recover(root: &Path, timeout: Duration) -> Result<Lock, OpsError
             files,
         } => log::warn!("completed an interrupted {kind} of {files} file(s) (backup {backup_id})"),
     }
-    for said in crate::pass::state::recover(root, &recovery)? {
+    let bound = restart.map_or(restart::DEFAULT_RESTART_TIMEOUT, |r| r.timeout);
+    let poll = restart.map_or(Duration::from_millis(200), |r| r.poll);
+    let mut recovered = Recovered::default();
+    // Then the stale transactions: the pod started below is started in a transaction of its
+    // own, and nothing stale may be committed with it later.
+    if let Some(socket) = recovery_api(root, restart) {
+        let client = restart::api::client(&socket, bound);
+        let deadline = std::time::Instant::now() + bound;
+        match restart::api::discard_stale(&client, deadline, &mut recovered.api) {
+            Ok(discarded) => recovered.discarded = discarded,
+            Err(e) => log::warn!(
+                "cannot list the Bottlerocket API's pending transactions through '{}': {e}; one \
+                 an interrupted run left pending stays (certrotor never commits it)",
+                socket.display()
+            ),
+        }
+    }
+    let said = crate::pass::state::recover(root, &recovery, (bound, poll), &mut recovered.api)?;
+    for said in said {
         log::warn!("{said}");
     }
-    Ok(lock)
+    Ok((lock, recovered))
+}
+
+/// The Bottlerocket API whose stale transactions recovery discards: the one an interrupted
+/// restart recorded; else the one the command was given, on a Bottlerocket node; else, for
+/// commands without restart options, the default socket where it exists.
+fn recovery_api(root: &Path, restart: Option<&RestartOptions>) -> Option<PathBuf> {
+    let recorded = crate::pass::state::PassState::load(root)
+        .ok()
+        .and_then(|s| s.stopped)
+        .filter(|s| s.platform == "bottlerocket")
+        .map(|s| {
+            PathBuf::from(
+                s.api_socket
+                    .unwrap_or_else(|| crate::node::catalog::paths::API_SOCKET.into()),
+            )
+        });
+    if recorded.is_some() {
+        return recorded;
+    }
+    let given = match restart {
+        Some(r) => match r.platform {
+            PlatformChoice::Bottlerocket | PlatformChoice::Auto => r.api_socket.clone(),
+            PlatformChoice::Kubeadm | PlatformChoice::None => return None,
+        },
+        None => PathBuf::from(crate::node::catalog::paths::API_SOCKET),
+    };
+    given.exists().then_some(given)
 }
 
 /// The result of a renewal.

@@ -498,8 +498,11 @@ fn resolve_image(opts: &KubeadmOptions) -> Result<String, IssueError> {
             opts.api_socket.display()
         )));
     }
-    let value = bottlerocket::ApiClient::new(&opts.api_socket)
-        .settings_by_prefix(IMAGE_SETTING)
+    // The API server may be restarting (systemd Restart=always): retried for a while.
+    let client = bottlerocket::ApiClient::new(&opts.api_socket);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let value = bottlerocket::Retry::until(deadline)
+        .run(|left| client.bounded(left).settings_by_prefix(IMAGE_SETTING))
         .map_err(|e| {
             err(format!(
                 "reading {IMAGE_SETTING} from '{}': {e}; give --kubeadm-image",

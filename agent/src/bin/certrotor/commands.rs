@@ -408,7 +408,7 @@ fn etcd_import(c: EtcdImportCmd) -> Result<u8, CliError> {
     };
     let done = certrotor::pass::import::from_bundle(&root, &bundle, &opts)?;
     print!("{}", report::import_text(&done));
-    Ok(outcome::for_rollback(done.rolled_back.as_ref()))
+    Ok(outcome::for_import(&done))
 }
 
 fn run_cmd(c: RunCmd) -> Result<u8, CliError> {
