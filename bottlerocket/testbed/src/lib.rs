@@ -4,7 +4,10 @@
 //! - [`apiserver_sim`]: the Bottlerocket API server emulator behind the `apiserver-sim` binary
 //!   (transactions, commit/apply semantics, asynchronous rendering of static pods).
 //! - [`kubelet_sim`]: runs static pod manifests as host processes (`kubelet-sim`).
-//! - [`k8s_sim`]: TLS stand-ins for kube-apiserver, controller-manager and scheduler (`k8s-sim`).
+//! - [`k8s_sim`]: TLS stand-ins for kube-apiserver, controller-manager and scheduler (`k8s-sim`),
+//!   and [`kube_vip`], its stand-in of EKS Anywhere's kube-vip (`kube-vip manager`).
+//! - [`kubelet_api`]: kubelet-sim's stand-in of the kubelet's API port, for what kube-apiserver
+//!   does with its kubelet client certificate.
 //!
 //! The emulator parses HTTP with its own minimal server-side reader ([`http`]); the client uses
 //! ureq, so a parsing bug cannot hide on both sides of the socket.
@@ -13,6 +16,8 @@
 
 pub mod apiserver_sim;
 pub mod k8s_sim;
+pub mod kube_vip;
+pub mod kubelet_api;
 pub mod kubelet_sim;
 
 mod http;
