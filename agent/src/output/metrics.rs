@@ -714,6 +714,8 @@ mod tests {
                 served_sha256: None,
                 reason: "test".into(),
             }],
+            versions: Vec::new(),
+            reload_notes: Vec::new(),
             other_consumers: Vec::new(),
             restarted_pods: vec![crate::restart::RestartedPod {
                 pod: "kube-vip".into(),

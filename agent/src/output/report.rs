@@ -284,6 +284,21 @@ pub fn run_table(r: &RunReport) -> String {
             return out;
         }
     }
+    if !r.versions.is_empty() {
+        let list: Vec<String> = r
+            .versions
+            .iter()
+            .map(|v| match &v.origin {
+                crate::restart::reload::Origin::ImageTag(image) => {
+                    format!("{} {} ({image})", v.component.name(), v.version)
+                }
+                crate::restart::reload::Origin::Flag => {
+                    format!("{} {} (flag)", v.component.name(), v.version)
+                }
+            })
+            .collect();
+        out.push_str(&format!("Versions: {}\n", list.join(", ")));
+    }
     for x in &r.reloaded {
         out.push_str(&format!(
             "  {:<24} reloaded live in {:.1} s, not restarted{}\n",
@@ -294,6 +309,9 @@ pub fn run_table(r: &RunReport) -> String {
                 .map(|s| format!("; serves sha256 {s}"))
                 .unwrap_or_default()
         ));
+    }
+    for n in &r.reload_notes {
+        out.push_str(&format!("  note: {n}\n"));
     }
     if !r.restarted.is_empty() || r.rolled_back.is_some() {
         out.push_str(&format!(

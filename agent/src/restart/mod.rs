@@ -19,6 +19,7 @@
 //! `/readyz` with a client certificate, the controller-manager's and scheduler's `/healthz`. For
 //! etcd and the apiserver the SHA-256 of the served certificate must equal the file's.
 
+pub mod pairs;
 pub mod reload;
 pub mod verify;
 
@@ -75,6 +76,9 @@ pub struct RestartOptions {
     pub mode: crate::restart::reload::RestartMode,
     /// Bound on the wait for a component to serve a renewed file by itself.
     pub reload_timeout: Duration,
+    /// Versions given on the command line and the held-certificate margin of the reload
+    /// decision ([`crate::restart::reload::decide`]).
+    pub reload: crate::restart::reload::ReloadOptions,
 }
 
 /// The platform in use.

@@ -36,7 +36,7 @@
 //! * **Host names**: with `--hostname NAME` every pod runs in a UTS namespace of its own with
 //!   that host name (what pods with `hostNetwork` see on a real node: the node's name), so that
 //!   lab nodes sharing one host have distinct lease holders. It needs root.
-//! * **The kubelet's API port** is a stand-in ([`crate::kubelet_api`], `--serve-api`):
+//! * **The kubelet's API port** is a stand-in ([`crate::recording_api`], `--serve-api`):
 //!   per-request x509 authentication on keep-alive connections, pods' logs, `/healthz`; SIGUSR1
 //!   closes its open connections, as a kubelet restart does.
 //! * It ignores dotfiles (as the kubelet does) and also names ending in `~`, `.tmp`, `.swp` and
@@ -124,7 +124,7 @@ pub struct Config {
     /// The host name of every pod (each in a UTS namespace of its own); `None`: the host's.
     pub hostname: Option<String>,
     /// The kubelet API stand-in, when asked for.
-    pub api: Option<crate::kubelet_api::ApiConfig>,
+    pub api: Option<crate::recording_api::ApiConfig>,
 }
 
 /// Result of parsing the command line.
@@ -312,7 +312,8 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Invocation,
                 config.hostname = Some(value);
             }
             "--serve-api" => {
-                serve_api = Some(crate::kubelet_api::parse_address(&value).map_err(Error::Usage)?);
+                serve_api =
+                    Some(crate::recording_api::parse_address(&value).map_err(Error::Usage)?);
             }
             "--client-ca-file" => client_ca = Some(PathBuf::from(value)),
             "--api-record" => record = Some(PathBuf::from(value)),
@@ -321,7 +322,7 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Invocation,
     }
     config.api = match (serve_api, client_ca, record) {
         (Some(address), Some(client_ca_file), Some(record_file)) => {
-            Some(crate::kubelet_api::ApiConfig {
+            Some(crate::recording_api::ApiConfig {
                 address,
                 client_ca_file,
                 record_file,
@@ -394,8 +395,13 @@ pub fn run(config: &Config, shutdown: &AtomicBool) -> Result<(), Error> {
     ));
     let api = match &config.api {
         Some(api) => {
-            let server = crate::kubelet_api::Server::start(api, config.log_dir.clone())
-                .map_err(Error::Api)?;
+            let server = crate::recording_api::Server::start(
+                api,
+                crate::recording_api::Personality::Kubelet {
+                    log_dir: config.log_dir.clone(),
+                },
+            )
+            .map_err(Error::Api)?;
             log(format_args!(
                 "kubelet API stand-in on https://{}, requests recorded in '{}'",
                 server.address(),
