@@ -1263,6 +1263,8 @@ fn kubelet_client_pair_reloads_for_new_connections() {
     );
     renewed.expect(0);
     let kf = node.cert_sha(cert);
+    // client-go reads the pair at most once a second (`cachingCertificateLoader`).
+    std::thread::sleep(Duration::from_millis(1500));
     close_kubelet_connections(&node);
     assert!(
         !kubelet_logs(&node),
@@ -1332,11 +1334,14 @@ fn kubelet_client_pair_reloads_for_new_connections() {
         out
     });
     out.expect(3);
+    let r = out.json();
     assert!(
-        out.stdout.contains("VERIFICATION FAILED: kube-apiserver"),
+        r["rolled_back"]["failure"]
+            .as_str()
+            .is_some_and(|f| f.starts_with("kube-apiserver: ") && f.contains("HTTP 401")),
         "{out}"
     );
-    let r = out.json();
+    assert!(r["rolled_back"]["error"].is_null(), "{out}");
     assert!(
         components(&r["rolled_back"], "restarted").contains(&"kube-apiserver".to_string()),
         "{out}"
