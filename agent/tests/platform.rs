@@ -1311,8 +1311,11 @@ fn kubelet_client_pair_reloads_for_new_connections() {
         .as_millis() as u64;
     let done = std::sync::atomic::AtomicBool::new(false);
     let out = std::thread::scope(|s| {
+        // Each request on a new connection, so that the pair on disk is presented (a busy
+        // connection would keep the one it was opened with).
         s.spawn(|| {
             while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                close_kubelet_connections(&node);
                 let _ = kubelet_logs(&node);
                 std::thread::sleep(Duration::from_secs(1));
             }
