@@ -311,10 +311,9 @@ impl<'a> Pass<'a> {
     /// verified; the others, and one that did not reload within the bound, are restarted, each
     /// with its reason.
     fn decide_reloads(&mut self, names: &[String]) {
-        self.versions = match restart::pods(&self.platform) {
-            Ok(pods) => reload::versions(&pods, &self.opts.restart.reload.versions),
-            Err(_) => reload::versions(&[], &self.opts.restart.reload.versions),
-        };
+        // Pods that cannot be listed: versions only from flags, the others unknown (restart).
+        let pods = restart::pods(&self.platform).unwrap_or_default();
+        self.versions = reload::versions(&pods, &self.opts.restart.reload.versions);
         let held = self.held_certificates();
         for c in self.work.components.clone() {
             if self.verified_after_recovery(c) {
