@@ -12,7 +12,7 @@
 //! - Every child is stopped when the node is dropped, even when the test fails (kubelet-sim
 //!   stops its pods on SIGTERM); on failure the logs of kubelet-sim, apiserver-sim and every pod
 //!   are printed and the folder is kept.
-//! - Ports: a random `--port-offset` whose six ports are free and not used by another node of
+//! - Ports: a random `--port-offset` whose ports are free and not used by another node of
 //!   this process.
 //! - Oracles independent of certrotor: `openssl s_client` for the served certificates,
 //!   `openssl x509 -fingerprint` for the files, `etcdctl` for etcd's data, `kubectl` v1.20.2
@@ -270,6 +270,31 @@ impl Out {
     }
 }
 
+/// What a node is started with besides the defaults.
+#[derive(Debug, Clone, Default)]
+pub struct NodeOptions {
+    /// Extra `lab init` flags (`--kubernetes-version 1.31.4`, `--kube-vip eks-anywhere`).
+    pub lab: Vec<String>,
+    /// The node has a kube-vip static pod (`lab init --kube-vip`): seeded into apiserver-sim
+    /// on Bottlerocket.
+    pub kube_vip: bool,
+    /// kubelet-sim's `--hostname`: every pod in a UTS namespace with this host name (root).
+    pub hostname: Option<String>,
+    /// kubelet-sim serves its kubelet API stand-in on 10250 + offset, authenticating against
+    /// the cluster CA, recording into [`Node::kubelet_api_record`].
+    pub serve_api: bool,
+}
+
+impl NodeOptions {
+    /// A node whose lab init gets `lab`.
+    pub fn lab(lab: &[&str]) -> NodeOptions {
+        NodeOptions {
+            lab: lab.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+}
+
 /// A lab node with its control plane running.
 pub struct Node {
     pub platform: Platform,
@@ -285,6 +310,11 @@ pub struct Node {
 impl Node {
     /// Starts a node (etcd must be installed: without it the test fails saying what to install).
     pub fn start(test: &str, platform: Platform) -> Node {
+        Node::start_with(test, platform, &NodeOptions::default())
+    }
+
+    /// Starts a node with `options`.
+    pub fn start_with(test: &str, platform: Platform, options: &NodeOptions) -> Node {
         crate::cluster::etcd_installed(&format!("platform::{}", test));
         let (kubelet_sim, apiserver_sim) = (sibling("kubelet-sim"), sibling("apiserver-sim"));
         static COUNTER: AtomicU32 = AtomicU32::new(0);
@@ -312,7 +342,8 @@ impl Node {
         // add it.
         std::os::unix::fs::symlink(sibling("k8s-sim"), bin.join("kube-vip")).unwrap();
         let root = node.root.to_str().unwrap().to_string();
-        node.certrotor(&[
+        let offset_text = offset.to_string();
+        let mut lab = vec![
             "lab",
             "init",
             &root,
@@ -323,13 +354,18 @@ impl Node {
             "--expires-in",
             "2d",
             "--port-offset",
-            &offset.to_string(),
+            &offset_text,
             "--key-algorithm",
             "ecdsa-p256",
-        ])
-        .expect(0);
+        ];
+        lab.extend(options.lab.iter().map(String::as_str));
+        node.certrotor(&lab).expect(0);
         if platform == Platform::Bottlerocket {
-            node.start_apiserver_sim(&apiserver_sim);
+            let mut pods = PODS.to_vec();
+            if options.kube_vip {
+                pods.push("kube-vip");
+            }
+            node.start_apiserver_sim(&apiserver_sim, &pods);
         }
         let path = format!(
             "{}:{}",
@@ -355,6 +391,18 @@ impl Node {
                 "5",
             ])
             .env("PATH", path);
+        if let Some(h) = &options.hostname {
+            kubelet.arg("--hostname").arg(h);
+        }
+        if options.serve_api {
+            kubelet
+                .arg("--serve-api")
+                .arg(format!("127.0.0.1:{}", node.kubelet_api_port()))
+                .arg("--client-ca-file")
+                .arg(node.kfile("pki/ca.crt"))
+                .arg("--api-record")
+                .arg(node.kubelet_api_record());
+        }
         node.kubelet = Some(Proc::spawn(
             "kubelet-sim",
             kubelet,
@@ -373,10 +421,10 @@ impl Node {
         testkit::k8s::grant_cluster_admins(&self.kfile("super-admin.conf"));
     }
 
-    fn start_apiserver_sim(&mut self, binary: &Path) {
+    fn start_apiserver_sim(&mut self, binary: &Path, seeded: &[&str]) {
         let manifests = self.root.join("var/lib/kubeadm/manifests");
         let mut pods = serde_json::Map::new();
-        for pod in PODS {
+        for &pod in seeded {
             let bytes = fs::read(manifests.join(format!("{pod}.yaml"))).unwrap();
             pods.insert(
                 pod.into(),
@@ -409,7 +457,7 @@ impl Node {
             UP_DEADLINE,
             Duration::from_millis(20),
             || {
-                let missing: Vec<&str> = PODS
+                let missing: Vec<&str> = seeded
                     .iter()
                     .copied()
                     .filter(|p| !static_pods.join(p).is_file())
@@ -484,6 +532,28 @@ impl Node {
         )
     }
 
+    /// The port of kubelet-sim's kubelet API stand-in ([`NodeOptions::serve_api`]).
+    pub fn kubelet_api_port(&self) -> u16 {
+        10250 + self.offset
+    }
+
+    /// Where the kubelet API stand-in records each request (JSON lines).
+    pub fn kubelet_api_record(&self) -> PathBuf {
+        self.dir.join("kubelet-api.jsonl")
+    }
+
+    /// kubelet-sim's process id.
+    pub fn kubelet_pid(&self) -> u32 {
+        self.kubelet.as_ref().expect("kubelet-sim runs").child.id()
+    }
+
+    /// kubelet-sim's state of one pod.
+    pub fn pod_state(&self, pod: &str) -> Result<PodState, String> {
+        let path = self.state_dir().join(format!("{pod}.json"));
+        let bytes = fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
     fn log_dir(&self) -> PathBuf {
         self.root.join("var/log/pods")
     }
@@ -544,11 +614,13 @@ impl Node {
 
     /// Runs kubectl v1.20.2 with the node's `admin.conf` as it is on disk now.
     pub fn kubectl(&self, args: &[&str]) -> Output {
+        self.kubectl_as("admin.conf", args)
+    }
+
+    /// Runs kubectl v1.20.2 with the node's kubeconfig `conf` (`super-admin.conf`).
+    pub fn kubectl_as(&self, conf: &str, args: &[&str]) -> Output {
         Command::new(kubectl_path())
-            .arg(format!(
-                "--kubeconfig={}",
-                self.kfile("admin.conf").display()
-            ))
+            .arg(format!("--kubeconfig={}", self.kfile(conf).display()))
             .arg("--request-timeout=20s")
             .args(args)
             .stdin(Stdio::null())

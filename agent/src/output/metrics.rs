@@ -1076,6 +1076,8 @@ mod tests {
                 reason: "test".into(),
                 api: Default::default(),
             }],
+            versions: Vec::new(),
+            reload_notes: Vec::new(),
             other_consumers: Vec::new(),
             restarted_pods: vec![crate::restart::RestartedPod {
                 pod: "kube-vip".into(),
@@ -1146,6 +1148,7 @@ mod tests {
                 advertise_address: [10, 0, 0, 10].into(),
                 cluster_name: "kubernetes".into(),
                 port_offset: 0,
+                kubernetes_version: crate::lab::manifests::DEFAULT_KUBERNETES_VERSION,
                 now: crate::sys::clock::now(),
             },
         )

@@ -319,6 +319,21 @@ fn restarts_table(r: &RunReport) -> String {
             return out;
         }
     }
+    if !r.versions.is_empty() {
+        let list: Vec<String> = r
+            .versions
+            .iter()
+            .map(|v| match &v.origin {
+                crate::restart::reload::Origin::ImageTag(image) => {
+                    format!("{} {} ({image})", v.component.name(), v.version)
+                }
+                crate::restart::reload::Origin::Flag => {
+                    format!("{} {} (flag)", v.component.name(), v.version)
+                }
+            })
+            .collect();
+        out.push_str(&format!("Versions: {}\n", list.join(", ")));
+    }
     for x in &r.reloaded {
         out.push_str(&format!(
             "  {:<24} reloaded live in {:.1} s, not restarted{}\n",
@@ -329,6 +344,9 @@ fn restarts_table(r: &RunReport) -> String {
                 .map(|s| format!("; serves sha256 {s}"))
                 .unwrap_or_default()
         ));
+    }
+    for n in &r.reload_notes {
+        out.push_str(&format!("  note: {n}\n"));
     }
     if !r.restarted.is_empty() || r.rolled_back.is_some() {
         out.push_str(&format!(
@@ -599,4 +617,70 @@ pub fn status_table(r: &crate::output::status::StatusReport) -> String {
     let dir = format!("{}/var/lib/certrotor/backups", r.root.trim_end_matches('/'));
     out.push_str(&backups_table(&r.backups, &dir));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::manifests::{Component, Version};
+    use crate::restart::reload::{ComponentVersion, Origin};
+
+    /// A live pass's table names the versions it decided by and prints the reload notes.
+    #[test]
+    fn the_run_table_shows_versions_and_reload_notes() {
+        let report = RunReport {
+            renew: crate::pass::ops::RenewReport::empty(std::path::Path::new("/"), false),
+            platform: "kubeadm".into(),
+            components: vec![Component::KubeApiserver],
+            reloaded: vec![crate::restart::Reloaded {
+                component: Component::KubeApiserver,
+                pod: "kube-apiserver.yaml".into(),
+                reloaded_after_ms: 41_000,
+                served_sha256: None,
+            }],
+            restarted: Vec::new(),
+            versions: vec![
+                ComponentVersion {
+                    component: Component::KubeApiserver,
+                    version: Version::new(1, 20, 2),
+                    origin: Origin::ImageTag("k8s.gcr.io/kube-apiserver:v1.20.2".into()),
+                },
+                ComponentVersion {
+                    component: Component::Etcd,
+                    version: Version::new(3, 5, 16),
+                    origin: Origin::Flag,
+                },
+            ],
+            reload_notes: vec!["front-proxy-client: taken within 60 s".into()],
+            other_consumers: Vec::new(),
+            restarted_pods: Vec::new(),
+            pod_errors: Vec::new(),
+            owed_pods: Vec::new(),
+            rolled_back: None,
+            discarded_transactions: Vec::new(),
+            re_enabled: Vec::new(),
+            left_disabled: Vec::new(),
+            api: Default::default(),
+            cluster: None,
+            import: None,
+            duration_ms: 5,
+        };
+        let text = run_table(&report);
+        assert!(
+            text.contains(
+                "Versions: kube-apiserver 1.20.2 (k8s.gcr.io/kube-apiserver:v1.20.2), \
+                 etcd 3.5.16 (flag)\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("reloaded live in 41.0 s, not restarted"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  note: front-proxy-client: taken within 60 s\n"),
+            "{text}"
+        );
+        assert!(!text.contains("Restarted one at a time"), "{text}");
+    }
 }

@@ -110,6 +110,7 @@ mod tests {
             endpoints: Default::default(),
             mode: crate::restart::reload::RestartMode::Always,
             reload_timeout: Duration::ZERO,
+            reload: Default::default(),
         };
         let mut state = PassState::default();
         state.this_process.stopped = vec![stopped("kube-scheduler.yaml", Component::KubeScheduler)];

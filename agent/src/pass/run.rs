@@ -20,7 +20,7 @@ use crate::pass::ops::{self, OpsError, Recovered, RenewReport, WriteOptions};
 use crate::pass::state::{PassState, Restarts};
 use crate::renew::{Plan, Policy};
 use crate::restart::api::{ApiStats, DiscardedTx};
-use crate::restart::reload::{self, Action};
+use crate::restart::reload::{self, Action, ComponentVersion};
 use crate::restart::{self, Platform, Reloaded, RestartOptions, Restarted, StopRecord};
 use crate::sys::clock;
 use crate::txn;
@@ -45,6 +45,11 @@ pub struct RunReport {
     pub components: Vec<Component>,
     /// Components that served their renewed files without a restart (see `reload`).
     pub reloaded: Vec<Reloaded>,
+    /// The version of each component the reload decision used, and where it was read.
+    pub versions: Vec<ComponentVersion>,
+    /// What the reload decision says about files reloaded without a restart that nothing
+    /// probes (front-proxy-client), or that open connections keep (apiserver-kubelet-client).
+    pub reload_notes: Vec<String>,
     /// Components restarted, each with its reason.
     pub restarted: Vec<Restarted>,
     /// Other static pods that mount a renewed file (from their manifests), and why they need a
@@ -122,6 +127,8 @@ struct Pass<'a> {
     work: Restarts,
     other_consumers: Vec<Consumer>,
     reloaded: Vec<Reloaded>,
+    versions: Vec<ComponentVersion>,
+    reload_notes: Vec<String>,
     /// Verified without a restart: started again by recovery on the renewed files.
     recovered_restarts: Vec<Restarted>,
     to_restart: Vec<Component>,
@@ -173,6 +180,8 @@ impl<'a> Pass<'a> {
             work: Restarts::default(),
             other_consumers: vec![],
             reloaded: vec![],
+            versions: vec![],
+            reload_notes: vec![],
             recovered_restarts: vec![],
             to_restart: vec![],
             reasons: BTreeMap::new(),
@@ -339,6 +348,10 @@ impl<'a> Pass<'a> {
     /// verified; the others, and one that did not reload within the bound, are restarted, each
     /// with its reason.
     fn decide_reloads(&mut self, names: &[String]) {
+        // Pods that cannot be listed: versions only from flags, the others unknown (restart).
+        let pods = restart::pods(&self.platform).unwrap_or_default();
+        self.versions = reload::versions(&pods, &self.opts.restart.reload.versions);
+        let held = self.held_certificates();
         for c in self.work.components.clone() {
             if self.verified_after_recovery(c) {
                 continue;
@@ -349,11 +362,20 @@ impl<'a> Pass<'a> {
                         .into(),
                 }
             } else {
-                reload::decide(c, names, self.opts.restart.mode)
+                let ctx = reload::Context {
+                    mode: self.opts.restart.mode,
+                    version: self.versions.iter().find(|v| v.component == c),
+                    held: &held,
+                    now: clock::now(),
+                    margin: self.opts.restart.reload.held_cert_margin,
+                };
+                let d = reload::decide(c, names, &ctx);
+                self.reload_notes.extend(d.notes);
+                d.action
             };
             let reason = match action {
                 Action::Restart { because } => because,
-                Action::WaitLive => match self.wait_live(c) {
+                Action::WaitLive => match self.wait_live(c, names) {
                     Ok(r) => {
                         self.reloaded.push(r);
                         continue;
@@ -366,10 +388,25 @@ impl<'a> Pass<'a> {
         }
     }
 
-    /// Waits for `c` to serve its renewed files by itself; the reason to restart it otherwise.
-    fn wait_live(&self, c: Component) -> Result<Reloaded, String> {
+    /// The renewed certificates' NotAfter before this pass renewed them, by catalog name (for
+    /// the reload decision: what open connections may still present).
+    fn held_certificates(&self) -> Vec<(String, i64)> {
+        let plan = &self.renewed.plan;
+        let planned_at = plan.not_before_unix + crate::renew::BACKDATE;
+        plan.items
+            .iter()
+            .filter_map(|i| Some((i.name.clone(), planned_at + i.residual_seconds?)))
+            .collect()
+    }
+
+    /// Waits for `c` to serve its renewed files by itself (and, for a client pair it reloads,
+    /// checks that the server it is for accepts it: [`restart::pairs`]); the reason to restart
+    /// it otherwise.
+    fn wait_live(&self, c: Component, names: &[String]) -> Result<Reloaded, String> {
         let targets = restart::targets(self.root, &self.platform, &[c], &self.opts.restart)
             .map_err(|e| format!("it could not be probed for a live reload: {e}"))?;
+        let pods = restart::pods(&self.platform).unwrap_or_default();
+        restart::pairs::check_renewed(self.root, c, names, &pods, self.opts.restart.poll)?;
         targets
             .first()
             .and_then(|t| restart::wait_reloaded(self.root, t, &self.opts.restart))
@@ -446,7 +483,7 @@ impl<'a> Pass<'a> {
         self.state.restarting(self.root)?;
         let backup_id = self.backup_id();
         let mut record = self.state.recorder(self.root);
-        let (restarted, rolled_back) = restart_verified(
+        let (restarted, mut rolled_back) = restart_verified(
             self.root,
             &self.platform,
             (&self.to_restart, &self.reasons),
@@ -454,6 +491,26 @@ impl<'a> Pass<'a> {
             self.opts,
             &mut record,
         );
+        if let Some(rolled) = rolled_back.as_mut() {
+            let names: Vec<String> = match self.renewed.backup_id {
+                Some(_) => self
+                    .renewed
+                    .plan
+                    .items
+                    .iter()
+                    .map(|i| i.name.clone())
+                    .collect(),
+                None => vec![],
+            };
+            restart_after_rollback(
+                self.root,
+                &self.platform,
+                (&names, &self.versions),
+                self.opts,
+                rolled,
+                &mut record,
+            );
+        }
         if rolled_back.is_none() {
             // Test-only: a crash after the renewal, before the consumers' restarts.
             txn::failpoint("before-consumer-restarts");
@@ -595,6 +652,8 @@ impl<'a> Pass<'a> {
             components: self.work.components,
             reloaded: self.reloaded,
             restarted,
+            versions: self.versions,
+            reload_notes: self.reload_notes,
             other_consumers: self.other_consumers,
             restarted_pods: self.restarted_pods,
             pod_errors: self.pod_errors,
@@ -661,6 +720,47 @@ pub fn restart_verified(
                 record,
             );
             (done, Some(rolled))
+        }
+    }
+}
+
+/// The rollback rule of the reload table ([`reload::restart_after_rollback`]): after `rolled`
+/// restored `names`, restarts a component that took them by itself but may keep the renewed
+/// pair on open connections (kube-apiserver before 1.27 and apiserver-kubelet-client).
+fn restart_after_rollback(
+    root: &Path,
+    platform: &Platform,
+    (names, versions): (&[String], &[ComponentVersion]),
+    opts: &RunOptions,
+    rolled: &mut RolledBack,
+    record: &mut dyn StopRecord,
+) {
+    for c in Component::ALL {
+        if rolled.error.is_some() || rolled.restarted.iter().any(|r| r.component == c) {
+            continue;
+        }
+        let version = versions.iter().find(|v| v.component == c);
+        let Some(why) = reload::restart_after_rollback(c, names, version) else {
+            continue;
+        };
+        let restarted = restart::targets(root, platform, &[c], &opts.restart)
+            .map(|mut targets| {
+                for t in &mut targets {
+                    t.reason = why.clone();
+                }
+                targets
+            })
+            .map_err(|e| (vec![], restart::Failed::other(e)))
+            .and_then(|t| restart::restart_all(root, platform, &t, &opts.restart, record));
+        match restarted {
+            Ok(done) => rolled.restarted.extend(done),
+            Err((done, failed)) => {
+                rolled.restarted.extend(done);
+                rolled.error = Some(format!(
+                    "after restoring backup {}: {}",
+                    rolled.backup_id, failed.error
+                ));
+            }
         }
     }
 }

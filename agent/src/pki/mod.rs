@@ -2111,6 +2111,7 @@ mod fuzz {
             port_offset: 0,
             external_etcd: None,
             etcd_client_cert: "apiserver-etcd-client.crt",
+            kubernetes_version: crate::lab::manifests::DEFAULT_KUBERNETES_VERSION,
         })
         .remove(0)
         .1;

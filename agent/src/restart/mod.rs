@@ -22,6 +22,7 @@
 //! etcd and the apiserver the SHA-256 of the served certificate must equal the file's.
 
 pub mod api;
+pub mod pairs;
 pub mod reload;
 pub mod verify;
 
@@ -79,6 +80,9 @@ pub struct RestartOptions {
     pub mode: crate::restart::reload::RestartMode,
     /// Bound on the wait for a component to serve a renewed file by itself.
     pub reload_timeout: Duration,
+    /// Versions given on the command line and the held-certificate margin of the reload
+    /// decision ([`crate::restart::reload::decide`]).
+    pub reload: crate::restart::reload::ReloadOptions,
 }
 
 /// `--restart-timeout`'s default, and the bound of recovery's API calls for commands that have
@@ -1181,6 +1185,7 @@ mod tests {
             endpoints: BTreeMap::new(),
             mode: reload::RestartMode::Always,
             reload_timeout: Duration::ZERO,
+            reload: Default::default(),
         }
     }
 

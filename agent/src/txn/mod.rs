@@ -1578,6 +1578,7 @@ mod hostile_tests {
                 advertise_address: [10, 0, 0, 10].into(),
                 cluster_name: "kubernetes".into(),
                 port_offset: 0,
+                kubernetes_version: crate::lab::manifests::DEFAULT_KUBERNETES_VERSION,
                 now,
             },
         )

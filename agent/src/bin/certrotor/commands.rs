@@ -172,12 +172,14 @@ fn lab_init(c: LabInitCmd) -> Result<u8, CliError> {
         advertise_address: c.advertise_address,
         cluster_name: "kubernetes".into(),
         port_offset: c.port_offset,
+        kubernetes_version: c.kubernetes_version,
         now: clock::now(),
     };
     let summary = lab::init(&c.dir, &opts).map_err(CliError::Lab)?;
-    if c.kube_vip {
+    if let Some(shape) = c.kube_vip {
         for root in &summary.roots {
-            lab::add_kube_vip(root, c.layout, c.port_offset).map_err(CliError::Lab)?;
+            lab::add_kube_vip(root, c.layout, c.port_offset, shape, c.kubernetes_version)
+                .map_err(CliError::Lab)?;
         }
     }
     for root in &summary.roots {
@@ -273,6 +275,7 @@ fn restart_options(p: &PassFlags) -> RestartOptions {
         endpoints: p.endpoint.iter().cloned().collect::<BTreeMap<_, _>>(),
         mode: p.restart,
         reload_timeout: p.reload_timeout,
+        reload: p.reload_options(),
     }
 }
 
@@ -382,6 +385,7 @@ fn etcd_import(c: EtcdImportCmd) -> Result<u8, CliError> {
             // The import changes apiserver-etcd-client, which kube-apiserver cannot reload.
             mode: RestartMode::Always,
             reload_timeout: DEFAULT_RELOAD_TIMEOUT,
+            reload: Default::default(),
         },
         // The old pair may have expired, so etcd may be out of reach: an import acts alone.
         cluster: certrotor::cluster::ClusterOptions {
@@ -482,6 +486,7 @@ fn status_cmd(c: StatusCmd) -> Result<u8, CliError> {
             endpoints: BTreeMap::new(),
             mode: RestartMode::Live,
             reload_timeout: DEFAULT_RELOAD_TIMEOUT,
+            reload: Default::default(),
         }),
     };
     let report = certrotor::output::status::status(&root, &opts).map_err(CliError::Status)?;
