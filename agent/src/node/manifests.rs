@@ -136,6 +136,10 @@ pub struct PodInfo {
     pub name: String,
     /// The first container's command and args.
     pub argv: Vec<String>,
+    /// Its first container's `command` alone (empty: the image's entrypoint runs, with `args`).
+    pub command: Vec<String>,
+    /// Its first container's hostPath mounts: (mountPath in the container, path on the node).
+    pub mounts: Vec<(String, String)>,
     /// The paths of its hostPath volumes (on the node).
     pub host_paths: Vec<String>,
     /// Its first container's HTTPS liveness (else readiness) probe: address and path.
@@ -153,12 +157,15 @@ impl PodInfo {
         let doc: Value = serde_norway::from_slice(yaml).ok()?;
         let name = doc.get("metadata")?.get("name")?.as_str()?.to_string();
         let container = doc.get("spec")?.get("containers")?.as_sequence()?.first()?;
-        let mut argv = Vec::new();
-        for key in ["command", "args"] {
-            if let Some(list) = container.get(key).and_then(Value::as_sequence) {
-                argv.extend(list.iter().filter_map(Value::as_str).map(str::to_string));
-            }
-        }
+        let strings = |key: &str| -> Vec<String> {
+            container
+                .get(key)
+                .and_then(Value::as_sequence)
+                .map(|l| l.iter().filter_map(Value::as_str).map(str::to_string).collect())
+                .unwrap_or_default()
+        };
+        let command = strings("command");
+        let argv = command.iter().cloned().chain(strings("args")).collect();
         let host_paths = doc
             .get("spec")?
             .get("volumes")
@@ -204,14 +211,77 @@ impl PodInfo {
                     .collect()
             })
             .unwrap_or_default();
+        let mounts = mounts(&doc, container);
         Some(PodInfo {
             name,
             argv,
+            command,
+            mounts,
             host_paths,
             health,
             image,
             env,
         })
+    }
+
+    /// The value of the literal environment variable `name` of its first container.
+    pub fn env_value(&self, name: &str) -> Option<&str> {
+        self.env
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The program its first container runs: `command[0]`, else the image's entrypoint by the
+    /// image-entrypoint convention (the last part of the image repository: kube-vip's image
+    /// runs `/kube-vip`); its file name only.
+    pub fn program(&self) -> Option<String> {
+        let first = match self.command.first() {
+            Some(c) => c.clone(),
+            None => {
+                let image = self.image.as_deref()?.split('@').next()?;
+                let last = image.rsplit('/').next()?;
+                last.split(':').next()?.to_string()
+            }
+        };
+        let name = first.rsplit('/').next().unwrap_or(&first).to_string();
+        (!name.is_empty()).then_some(name)
+    }
+
+    /// The arguments after the program: the rest of `command`, then `args`.
+    pub fn program_args(&self) -> &[String] {
+        match self.command.is_empty() {
+            true => &self.argv,
+            false => &self.argv[1..],
+        }
+    }
+
+    /// The leader-election Lease a kube-vip pod takes part in, `(namespace, name)`, from its
+    /// environment as kube-vip reads it (`pkg/kubevip/config_environment.go`): control-plane
+    /// mode (`cp_enable`) with leader election (`vip_leaderelection`) on, Lease `vip_leasename`
+    /// (default `plndr-cp-lock`) in `cp_namespace` (default `kube-system`). `None` for a pod
+    /// that is not kube-vip, or one that elects no leader.
+    pub fn kube_vip_lease(&self) -> Option<(String, String)> {
+        let kube_vip = self.program().as_deref() == Some("kube-vip")
+            || self.name == "kube-vip"
+            || self
+                .image
+                .as_deref()
+                .is_some_and(|i| i.split(':').next().unwrap_or(i).ends_with("/kube-vip"));
+        let on = |k: &str| self.env_value(k) == Some("true");
+        if !kube_vip || !on("cp_enable") || !on("vip_leaderelection") {
+            return None;
+        }
+        let pick = |k: &str, default: &str| {
+            self.env_value(k)
+                .filter(|v| !v.is_empty())
+                .unwrap_or(default)
+                .to_string()
+        };
+        Some((
+            pick("cp_namespace", "kube-system"),
+            pick("vip_leasename", "plndr-cp-lock"),
+        ))
     }
 
     /// The version the pod runs, from its image tag (see [`image_version`]): what the node
@@ -291,6 +361,36 @@ impl PodInfo {
             }
         }
     }
+}
+
+/// The hostPath mounts of `container`: (mountPath, hostPath) for each volumeMount whose volume
+/// is a hostPath.
+fn mounts(doc: &Value, container: &Value) -> Vec<(String, String)> {
+    let volumes = doc
+        .get("spec")
+        .and_then(|s| s.get("volumes"))
+        .and_then(Value::as_sequence);
+    let host_path = |name: &str| {
+        volumes?
+            .iter()
+            .find(|v| v.get("name").and_then(Value::as_str) == Some(name))?
+            .get("hostPath")?
+            .get("path")?
+            .as_str()
+    };
+    container
+        .get("volumeMounts")
+        .and_then(Value::as_sequence)
+        .map(|list| {
+            list.iter()
+                .filter_map(|m| {
+                    let path = m.get("mountPath")?.as_str()?;
+                    let host = host_path(m.get("name")?.as_str()?)?;
+                    Some((path.to_string(), host.to_string()))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// A component version, `major.minor.patch` (Kubernetes `1.31.4`, etcd `3.5.16`).
@@ -450,5 +550,40 @@ mod tests {
         assert_eq!(p.env, [("port".to_string(), "6443".to_string())]);
         assert_eq!(p.version(), Some(Version::new(0, 8, 9)));
         assert_eq!(p.argv, ["manager"]);
+        assert_eq!(p.program().as_deref(), Some("kube-vip"));
+        assert_eq!(p.program_args(), ["manager"]);
+        // Not in control-plane mode with leader election: no lease.
+        assert_eq!(p.kube_vip_lease(), None);
+    }
+
+    #[test]
+    fn kube_vip_lease_program_and_mounts() {
+        let yaml = "metadata: {name: kube-vip}\nspec:\n  containers:\n  - args: [manager]\n    \
+                    image: public.ecr.aws/l0g8r8j6/kube-vip/kube-vip:v0.7.0\n    env:\n    \
+                    - {name: cp_enable, value: \"true\"}\n    - {name: vip_leaderelection, value: \"true\"}\n    \
+                    volumeMounts:\n    - {mountPath: /etc/kubernetes/admin.conf, name: kubeconfig}\n  \
+                    volumes:\n  - hostPath: {path: /var/lib/kubeadm/admin.conf, type: File}\n    name: kubeconfig\n";
+        let p = PodInfo::parse(yaml.as_bytes()).unwrap();
+        assert_eq!(
+            p.kube_vip_lease(),
+            Some(("kube-system".into(), "plndr-cp-lock".into()))
+        );
+        assert_eq!(
+            p.mounts,
+            [(
+                "/etc/kubernetes/admin.conf".to_string(),
+                "/var/lib/kubeadm/admin.conf".to_string()
+            )]
+        );
+        let named = yaml.replace(
+            "    volumeMounts",
+            "    - {name: vip_leasename, value: other}\n    - {name: cp_namespace, value: ns}\n    volumeMounts",
+        );
+        let p = PodInfo::parse(named.as_bytes()).unwrap();
+        assert_eq!(p.kube_vip_lease(), Some(("ns".into(), "other".into())));
+        let cmd = "metadata: {name: x}\nspec:\n  containers:\n  - command: [/usr/local/bin/kube-apiserver, --a=b]\n    args: [--c]\n";
+        let p = PodInfo::parse(cmd.as_bytes()).unwrap();
+        assert_eq!(p.program().as_deref(), Some("kube-apiserver"));
+        assert_eq!(p.program_args(), ["--a=b", "--c"]);
     }
 }

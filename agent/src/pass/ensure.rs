@@ -111,6 +111,7 @@ mod tests {
             mode: crate::restart::reload::RestartMode::Always,
             reload_timeout: Duration::ZERO,
             reload: Default::default(),
+            settle: Duration::ZERO,
         };
         let mut state = PassState::default();
         state.this_process.stopped = vec![stopped("kube-scheduler.yaml", Component::KubeScheduler)];

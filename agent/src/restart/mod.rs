@@ -16,15 +16,23 @@
 //! stage keeps it in its state file), so that a crash between stop and start is repaired by the
 //! next certrotor command ([`ensure_enabled`]), which reads what is live before acting.
 //!
+//! Other static pods that mount a renewed file (kube-vip) are restarted the same way and
+//! verified by their processes in `/proc`, probe or not ([`consumer`]).
+//!
 //! Verification connects over TLS to the component's endpoint (from its manifest, or
 //! `--endpoint`): etcd's client port with the healthcheck client certificate, the apiserver's
 //! `/readyz` with a client certificate, the controller-manager's and scheduler's `/healthz`. For
 //! etcd and the apiserver the SHA-256 of the served certificate must equal the file's.
 
 pub mod api;
+pub mod consumer;
+pub mod lease;
 pub mod pairs;
+pub mod process;
 pub mod reload;
 pub mod verify;
+
+pub use consumer::{PodRestartError, RestartedPod, manual_restart, restart_pod};
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -83,7 +91,13 @@ pub struct RestartOptions {
     /// Versions given on the command line and the held-certificate margin of the reload
     /// decision ([`crate::restart::reload::decide`]).
     pub reload: crate::restart::reload::ReloadOptions,
+    /// How long a restarted static pod without a probe of certrotor's (kube-vip) must keep its
+    /// new process before its restart counts as verified ([`consumer`]).
+    pub settle: Duration,
 }
+
+/// `--settle`'s default.
+pub const DEFAULT_SETTLE: Duration = Duration::from_secs(10);
 
 /// `--restart-timeout`'s default, and the bound of recovery's API calls for commands that have
 /// no restart options.
@@ -1044,126 +1058,6 @@ pub fn parse_endpoint(text: &str) -> Result<(Component, SocketAddr), String> {
     Ok((component, addr))
 }
 
-/// A static pod other than the four components, restarted because it mounts a renewed file.
-#[derive(Debug, Clone, Serialize)]
-pub struct RestartedPod {
-    pub pod: String,
-    pub file: String,
-    /// From stop to healthy.
-    pub unavailable_ms: u128,
-    pub reason: String,
-    /// What its API calls met (Bottlerocket): retries, re-applies, time unreachable.
-    #[serde(flatten)]
-    pub api: ApiStats,
-}
-
-/// Why a consumer pod's restart failed, and whether it stays owed to the next pass.
-#[derive(Debug)]
-pub struct PodRestartError {
-    pub error: RestartError,
-    /// The pod was (or may have been) stopped, started or found unhealthy: the next pass tries
-    /// again. False when nothing was touched (the pod is gone, or has no health to verify a
-    /// restart by: the error says to restart it by hand, and retrying could not do better).
-    pub owed: bool,
-}
-
-impl fmt::Display for PodRestartError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.error.fmt(f)
-    }
-}
-
-impl std::error::Error for PodRestartError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.error)
-    }
-}
-
-/// Restarts the static pod of `consumer` (see [`crate::node::manifests::other_consumers`]) and
-/// verifies it by its HTTPS liveness or readiness probe (its health, from its manifest). A pod
-/// without such a probe is not restarted: nothing could prove that the kubelet stopped it and
-/// that it came back; the error says to restart it by hand.
-pub fn restart_pod(
-    root: &Path,
-    platform: &Platform,
-    consumer: &crate::node::manifests::Consumer,
-    opts: &RestartOptions,
-    record: &mut dyn StopRecord,
-) -> Result<RestartedPod, PodRestartError> {
-    let refused = |error| PodRestartError { error, owed: false };
-    let pod = &consumer.pod;
-    // Listing the pods failed: nothing touched, but the restart is still due.
-    let found = pods(platform).map_err(|error| PodRestartError { error, owed: true })?;
-    let info = found
-        .iter()
-        .find(|(p, _)| p == pod)
-        .map(|(_, i)| i)
-        .ok_or_else(|| refused(fail(None, format!("static pod '{pod}' is gone"))))?;
-    let (address, path) = info.health.clone().ok_or_else(|| {
-        refused(fail(
-            None,
-            format!(
-                "static pod '{pod}' has no HTTPS liveness or readiness probe to verify a restart \
-                 by; restart it yourself"
-            ),
-        ))
-    })?;
-    restart_pod_with_health(root, platform, consumer, opts, (address, path), record)
-        .map_err(|error| PodRestartError { error, owed: true })
-}
-
-fn restart_pod_with_health(
-    root: &Path,
-    platform: &Platform,
-    consumer: &crate::node::manifests::Consumer,
-    opts: &RestartOptions,
-    (address, path): (SocketAddr, String),
-    record: &mut dyn StopRecord,
-) -> Result<RestartedPod, RestartError> {
-    let pod = &consumer.pod;
-    // Its own serving certificate is not certrotor's: any is accepted, health is what counts.
-    let probe = Probe {
-        address,
-        path,
-        ca_pem: None,
-        client_cert_pem: None,
-        client_key_pem: None,
-        timeout: opts.timeout.min(Duration::from_secs(5)),
-    };
-    log::info!(
-        "restarting static pod '{pod}' (platform {}) because {}",
-        platform.name(),
-        consumer.reason
-    );
-    let t0 = Instant::now();
-    let listener = crate::sys::procfs::listener(address.port());
-    let what = format!("static pod '{pod}'");
-    let mut wait_gone = |deadline: Instant| {
-        let left = deadline.saturating_duration_since(Instant::now());
-        verify::wait_closed(address, left, opts.poll)
-            .map(|()| wait_exited(&what, listener, t0, opts))
-            .map_err(|e| fail(None, format!("static pod '{pod}': {}", e.0)))
-    };
-    let api = stop_and_start(root, platform, (pod, None), opts, record, &mut wait_gone).map_err(
-        |(f, stats)| {
-            log_api(&format!("static pod '{pod}'"), &stats);
-            f.error
-        },
-    )?;
-    verify::wait_for(&probe, opts.timeout, opts.poll, |o| o.healthy())
-        .map_err(|e| fail(None, format!("static pod '{pod}': {}", e.0)))?;
-    let unavailable_ms = t0.elapsed().as_millis();
-    log::info!("static pod '{pod}' healthy again after {unavailable_ms} ms");
-    log_api(&format!("static pod '{pod}'"), &api);
-    Ok(RestartedPod {
-        pod: pod.clone(),
-        file: consumer.file.clone(),
-        unavailable_ms,
-        reason: consumer.reason.clone(),
-        api,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1186,6 +1080,7 @@ mod tests {
             mode: reload::RestartMode::Always,
             reload_timeout: Duration::ZERO,
             reload: Default::default(),
+            settle: Duration::ZERO,
         }
     }
 

@@ -1,4 +1,5 @@
-//! Which process listens on a TCP port, and whether it has exited, from `/proc` (the host's,
+//! Which process listens on a TCP port, which processes run a program, and whether they have
+//! exited, from `/proc` (the host's,
 //! where certrotor runs with the host's PID and network namespaces: a superpowered host
 //! container, a bootstrap container, or a process on a kubeadm node).
 //!
@@ -9,16 +10,40 @@
 //! sandbox (measured in the QEMU scenario `kubelet_control_plane`). So a restart waits for the
 //! process that listened to exit before it gives the pod back. Best effort: where the process
 //! cannot be seen (another PID namespace), there is nothing to wait for.
+//!
+//! A static pod without a port or probe (kube-vip as EKS Anywhere renders it) is known by its
+//! processes: [`Proc::all`] with each one's command line, environment, cgroup and mounts, and
+//! its start time in clock ticks since boot, which orders it against [`now_ticks`].
 
 use std::fs;
 use std::time::{Duration, Instant};
 
-/// The process that listened on a port when [`listener`] looked.
+/// Clock ticks per second of the times in `/proc` (`USER_HZ`): the kernel exports them in
+/// USER_HZ whatever its internal HZ, and USER_HZ is 100 on every architecture Kubernetes nodes
+/// run (x86_64, arm64; `sysconf(_SC_CLK_TCK)`).
+pub const USER_HZ: u64 = 100;
+
+/// A process, told apart from a later one with the same PID by its start time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Listener {
+pub struct Proc {
     pub pid: u32,
-    /// `starttime` from `/proc/PID/stat`: tells a reused PID apart.
-    start_time: u64,
+    /// `starttime` from `/proc/PID/stat`: clock ticks ([`USER_HZ`]) since boot.
+    pub start_time: u64,
+}
+
+/// The process that listened on a port when [`listener`] looked.
+pub type Listener = Proc;
+
+/// Now, in clock ticks since boot (`/proc/uptime`), on the clock of [`Proc::start_time`].
+pub fn now_ticks() -> Option<u64> {
+    let text = fs::read_to_string("/proc/uptime").ok()?;
+    let secs: f64 = text.split_whitespace().next()?.parse().ok()?;
+    Some((secs * USER_HZ as f64) as u64)
+}
+
+/// Milliseconds between two tick counts (0 when `later` is not later).
+pub fn ticks_ms(earlier: u64, later: u64) -> u64 {
+    later.saturating_sub(earlier) * 1000 / USER_HZ
 }
 
 /// The process listening on TCP `port` (any address, IPv4 or IPv6), if one can be seen.
@@ -56,7 +81,55 @@ pub fn listener(port: u16) -> Option<Listener> {
     None
 }
 
-impl Listener {
+impl Proc {
+    /// The process `pid` now, if it runs (a zombie does not).
+    pub fn of(pid: u32) -> Option<Proc> {
+        let (state, start_time) = stat(pid)?;
+        (state != 'Z').then_some(Proc { pid, start_time })
+    }
+
+    /// Every process this `/proc` shows, but zombies and this one.
+    pub fn all() -> Vec<Proc> {
+        let me = std::process::id();
+        let Ok(dir) = fs::read_dir("/proc") else {
+            return vec![];
+        };
+        dir.flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| *pid != me)
+            .filter_map(Proc::of)
+            .collect()
+    }
+
+    /// Its command line, one string per argument; `None` when it is gone (or a kernel thread).
+    pub fn cmdline(&self) -> Option<Vec<String>> {
+        let list = nul_separated(&format!("/proc/{}/cmdline", self.pid))?;
+        (!list.is_empty()).then_some(list)
+    }
+
+    /// Its environment, `NAME=value` each (readable by root or its owner only).
+    pub fn environ(&self) -> Option<Vec<String>> {
+        nul_separated(&format!("/proc/{}/environ", self.pid))
+    }
+
+    /// Its cgroup membership as `/proc/PID/cgroup` lists it.
+    pub fn cgroup(&self) -> Option<String> {
+        fs::read_to_string(format!("/proc/{}/cgroup", self.pid)).ok()
+    }
+
+    /// The root (the source path inside its filesystem) of the mount at `mount_point` in its
+    /// mount namespace, from `/proc/PID/mountinfo`: a bind mount of a file that was renamed
+    /// over ends in `//deleted`. `None` when it has no mount there (no mount namespace of its
+    /// own: the mount is not visible) or is gone.
+    pub fn mount_root(&self, mount_point: &str) -> Option<String> {
+        let text = fs::read_to_string(format!("/proc/{}/mountinfo", self.pid)).ok()?;
+        // id parent major:minor root mount-point options ... - fstype source super-options
+        text.lines().rev().find_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (f.len() > 4 && unescape(f[4]) == mount_point).then(|| unescape(f[3]))
+        })
+    }
+
     /// The process has exited: gone, a zombie, or its PID now another process's.
     pub fn exited(&self) -> bool {
         match stat(self.pid) {
@@ -79,6 +152,39 @@ impl Listener {
             std::thread::sleep(poll.min(timeout.saturating_sub(started.elapsed())));
         }
     }
+}
+
+/// A NUL-separated `/proc` file as strings (lossy UTF-8).
+fn nul_separated(path: &str) -> Option<Vec<String>> {
+    let bytes = fs::read(path).ok()?;
+    Some(
+        bytes
+            .split(|b| *b == 0)
+            .filter(|s| !s.is_empty())
+            .map(|s| String::from_utf8_lossy(s).into_owned())
+            .collect(),
+    )
+}
+
+/// mountinfo's octal escapes (`\040` for a space, `\011`, `\012`, `\134`).
+fn unescape(field: &str) -> String {
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = b.get(i + 1..i + 4).filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match (b[i], octal) {
+            (b'\\', Some(d)) => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The inodes of the sockets listening on `port` (`/proc/net/tcp` and `tcp6`, state 0A).
@@ -156,5 +262,33 @@ mod tests {
             start_time: stat(std::process::id()).unwrap().1 + 1,
         };
         assert!(me.exited());
+    }
+
+    #[test]
+    fn a_child_is_seen_with_its_command_line_environment_and_start_time() {
+        let before = now_ticks().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .env("CERTROTOR_PROCFS_TEST", "a b")
+            .spawn()
+            .unwrap();
+        let p = Proc::of(child.id()).unwrap();
+        assert!(Proc::all().contains(&p));
+        assert!(!Proc::all().iter().any(|x| x.pid == std::process::id()));
+        assert_eq!(p.cmdline().unwrap(), ["sleep", "60"]);
+        assert!(p.environ().unwrap().iter().any(|e| e == "CERTROTOR_PROCFS_TEST=a b"));
+        // Started after `before`, within a second or so of now (ticks of 10 ms; uptime's
+        // hundredths are rounded down).
+        assert!(p.start_time + 1 >= before, "{} < {before}", p.start_time);
+        assert!(ticks_ms(before, now_ticks().unwrap()) < 60_000);
+        assert!(p.cgroup().is_some());
+        // The root filesystem is mounted at / in every mount namespace.
+        assert!(p.mount_root("/").is_some());
+        assert_eq!(p.mount_root("/no/such/mount/point"), None);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(Proc::of(p.pid).filter(|q| q.start_time == p.start_time), None);
+        assert_eq!(unescape("/a\\040b//deleted"), "/a b//deleted");
+        assert_eq!(unescape("/a\\04"), "/a\\04");
     }
 }

@@ -276,6 +276,7 @@ fn restart_options(p: &PassFlags) -> RestartOptions {
         mode: p.restart,
         reload_timeout: p.reload_timeout,
         reload: p.reload_options(),
+        settle: p.settle,
     }
 }
 
@@ -386,6 +387,7 @@ fn etcd_import(c: EtcdImportCmd) -> Result<u8, CliError> {
             mode: RestartMode::Always,
             reload_timeout: DEFAULT_RELOAD_TIMEOUT,
             reload: Default::default(),
+            settle: certrotor::restart::DEFAULT_SETTLE,
         },
         // The old pair may have expired, so etcd may be out of reach: an import acts alone.
         cluster: certrotor::cluster::ClusterOptions {
@@ -487,6 +489,7 @@ fn status_cmd(c: StatusCmd) -> Result<u8, CliError> {
             mode: RestartMode::Live,
             reload_timeout: DEFAULT_RELOAD_TIMEOUT,
             reload: Default::default(),
+            settle: certrotor::restart::DEFAULT_SETTLE,
         }),
     };
     let report = certrotor::output::status::status(&root, &opts).map_err(CliError::Status)?;

@@ -1,0 +1,471 @@
+//! Restarting a static pod other than the four components because it mounts a renewed file
+//! (kube-vip and `admin.conf`), and proving that it restarted, probe or not.
+//!
+//! EKS Anywhere renders kube-vip with no probe (issue 25), and on Bottlerocket nobody has a shell
+//! to restart it by hand, so a restart is proven from `/proc` ([`crate::restart::process`]):
+//! 1. before the stop, the pod's processes (and, where its mount namespace shows it, that a
+//!    single-file mount holds a file renamed over: `…//deleted`);
+//! 2. stop (Bottlerocket `enabled=false`, kubeadm: the manifest parked); every old process must
+//!    exit (bounded), and the moment they all had is recorded;
+//! 3. start; a process of the pod must appear that started after that moment (its mount fresh
+//!    where visible);
+//! 4. kube-vip: its leader-election Lease (`plndr-cp-lock`) must be written by some holder
+//!    after the new process started (the apiserver's resourceVersion changes: an order of
+//!    observations, not of clocks), where this node's apiserver answers;
+//! 5. a probe, when the manifest has one, must answer healthy;
+//! 6. the new process must still run, with no newer one (a crash loop), after `settle`.
+//!
+//! Where certrotor cannot act or prove, the error says exactly what to run instead
+//! ([`manual_restart`]).
+
+use std::fmt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::node::manifests::{Consumer, PodInfo};
+use crate::restart::api::ApiStats;
+use crate::restart::lease::{Lease, Reader};
+use crate::restart::process::Signature;
+use crate::restart::verify::{self, Probe};
+use crate::restart::{Platform, RestartError, RestartOptions, StopRecord, fail, pods};
+use crate::sys::procfs::{self, Proc};
+
+/// A static pod other than the four components, restarted because it mounts a renewed file.
+#[derive(Debug, Clone, Serialize)]
+pub struct RestartedPod {
+    pub pod: String,
+    pub file: String,
+    /// From stop to verified.
+    pub unavailable_ms: u128,
+    pub reason: String,
+    /// What proves the restart.
+    pub evidence: Evidence,
+    /// What its API calls met (Bottlerocket): retries, re-applies, time unreachable.
+    #[serde(flatten)]
+    pub api: ApiStats,
+}
+
+/// What proves that a pod restarted (see the module doc).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Evidence {
+    /// How its processes were recognised.
+    pub signature: String,
+    /// Its processes before the stop; each exited.
+    pub old_pids: Vec<u32>,
+    pub new_pid: Option<u32>,
+    /// From the moment every old process had exited (or the stop) to the new one's start.
+    pub started_after_stop_ms: Option<u64>,
+    /// How long the new process was watched alive, with no newer one.
+    pub alive_for_ms: u64,
+    /// What `/proc/PID/mountinfo` showed of its single-file mounts.
+    pub mounts: Vec<String>,
+    /// Its HTTPS probe, when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probe: Option<String>,
+    /// kube-vip: its Lease before the stop and after the restart.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_before: Option<Lease>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_after: Option<Lease>,
+    /// kube-vip: what the Lease showed, or why it was not checked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease: Option<String>,
+    /// One line for people.
+    pub summary: String,
+}
+
+/// Why a consumer pod's restart failed, and whether it stays owed to the next pass.
+#[derive(Debug)]
+pub struct PodRestartError {
+    pub error: RestartError,
+    /// The pod was (or may have been) stopped, started or found unhealthy: the next pass tries
+    /// again. False when nothing was touched (the pod is gone, or certrotor cannot restart it
+    /// here: the error says what to run instead, and retrying could not do better).
+    pub owed: bool,
+}
+
+impl fmt::Display for PodRestartError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl std::error::Error for PodRestartError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+/// What to run to restart static pod `pod` by hand where certrotor cannot: the platform's own
+/// way, exactly.
+pub fn manual_restart(platform: &Platform, pod: &str) -> String {
+    let bottlerocket = format!(
+        "from the admin container run 'apiclient set settings.kubernetes.static-pods.{pod}.enabled=false', \
+         wait until its process is gone, then 'apiclient set settings.kubernetes.static-pods.{pod}.enabled=true'"
+    );
+    match platform {
+        Platform::Bottlerocket { .. } => bottlerocket,
+        Platform::Kubeadm { manifests } => format!(
+            "move '{}' out of the kubelet's folder, wait until its process is gone, and move it \
+             back",
+            manifests.join(pod).display()
+        ),
+        Platform::None => format!(
+            "on Bottlerocket {bottlerocket}; on a kubeadm node move its manifest out of \
+             /etc/kubernetes/manifests and back"
+        ),
+    }
+}
+
+/// Restarts the static pod of `consumer` (see [`crate::node::manifests::other_consumers`])
+/// through the platform and verifies it (module doc).
+pub fn restart_pod(
+    root: &Path,
+    platform: &Platform,
+    consumer: &Consumer,
+    opts: &RestartOptions,
+    record: &mut dyn StopRecord,
+) -> Result<RestartedPod, PodRestartError> {
+    let refused = |error| PodRestartError { error, owed: false };
+    let pod = &consumer.pod;
+    // Listing the pods failed: nothing touched, but the restart is still due.
+    let found = pods(platform).map_err(|error| PodRestartError { error, owed: true })?;
+    let info = found
+        .iter()
+        .find(|(p, _)| p == pod)
+        .map(|(_, i)| i)
+        .ok_or_else(|| refused(fail(None, format!("static pod '{pod}' is gone"))))?;
+    let cannot = |why: &str| {
+        let how = manual_restart(platform, pod);
+        refused(fail(None, format!("static pod '{pod}': {why}; {how}")))
+    };
+    if matches!(platform, Platform::None) {
+        return Err(cannot("no platform to restart it through (--platform none)"));
+    }
+    let sig = Signature::of(root, info)
+        .ok_or_else(|| cannot("its manifest names no command and no image"))?;
+    let watch = Watch::before(root, &found, info, sig, opts);
+    watch
+        .restart(root, platform, consumer, record)
+        .map_err(|error| PodRestartError { error, owed: true })
+}
+
+/// One pod's restart and what is watched to prove it.
+struct Watch<'a> {
+    info: &'a PodInfo,
+    sig: Signature,
+    opts: &'a RestartOptions,
+    probe: Option<Probe>,
+    /// kube-vip: `(namespace, name)` of its Lease, and a reader when an apiserver is known.
+    lease: Option<((String, String), Result<Reader, String>)>,
+    old: Vec<Proc>,
+    evidence: Evidence,
+}
+
+impl<'a> Watch<'a> {
+    /// What is seen before the stop: the old processes, their mounts, the Lease.
+    fn before(
+        root: &Path,
+        pods: &[(String, PodInfo)],
+        info: &'a PodInfo,
+        sig: Signature,
+        opts: &'a RestartOptions,
+    ) -> Watch<'a> {
+        let probe = info.health.clone().map(|(address, path)| Probe {
+            address,
+            path,
+            // Its own serving certificate is not certrotor's: any is accepted.
+            ca_pem: None,
+            client_cert_pem: None,
+            client_key_pem: None,
+            timeout: opts.timeout.min(Duration::from_secs(5)),
+        });
+        let lease = info
+            .kube_vip_lease()
+            .map(|l| (l, Reader::own(root, pods)));
+        let old = sig.find();
+        let mut evidence = Evidence {
+            signature: sig.describe(),
+            old_pids: old.iter().map(|p| p.pid).collect(),
+            ..Evidence::default()
+        };
+        for p in &old {
+            evidence.mounts.extend(mounts_seen(root, info, p, "old"));
+        }
+        if let Some(((ns, name), Ok(reader))) = &lease {
+            evidence.lease_before = reader.get(ns, name).ok().flatten();
+        }
+        Watch {
+            info,
+            sig,
+            opts,
+            probe,
+            lease,
+            old,
+            evidence,
+        }
+    }
+
+    /// Stops and starts the pod, then proves the restart.
+    fn restart(
+        mut self,
+        root: &Path,
+        platform: &Platform,
+        consumer: &Consumer,
+        record: &mut dyn StopRecord,
+    ) -> Result<RestartedPod, RestartError> {
+        let pod = consumer.pod.as_str();
+        log::info!(
+            "restarting static pod '{pod}' (platform {}) because {}; its processes: {} (pids {:?})",
+            platform.name(),
+            consumer.reason,
+            self.sig.describe(),
+            self.evidence.old_pids
+        );
+        let t0 = Instant::now();
+        let mut gone_at = None;
+        let mut wait_gone = |deadline: Instant| {
+            let r = self.wait_gone(pod, deadline);
+            gone_at = procfs::now_ticks();
+            r
+        };
+        let api = crate::restart::stop_and_start(
+            root,
+            platform,
+            (pod, None),
+            self.opts,
+            record,
+            &mut wait_gone,
+        )
+        .map_err(|(f, stats)| {
+            crate::restart::log_api(&format!("static pod '{pod}'"), &stats);
+            f.error
+        })?;
+        self.verify(root, pod, gone_at.unwrap_or(0))?;
+        let unavailable_ms = t0.elapsed().as_millis();
+        self.evidence.summary = summary(&self.evidence);
+        log::info!(
+            "static pod '{pod}' restarted and verified after {unavailable_ms} ms: {}",
+            self.evidence.summary
+        );
+        crate::restart::log_api(&format!("static pod '{pod}'"), &api);
+        Ok(RestartedPod {
+            pod: pod.to_string(),
+            file: consumer.file.clone(),
+            unavailable_ms,
+            reason: consumer.reason.clone(),
+            evidence: self.evidence,
+            api,
+        })
+    }
+
+    /// After the stop: its port closed (a probe's), every old process exited.
+    fn wait_gone(&self, pod: &str, deadline: Instant) -> Result<(), RestartError> {
+        let left = || deadline.saturating_duration_since(Instant::now());
+        if let Some(p) = &self.probe {
+            verify::wait_closed(p.address, left(), self.opts.poll)
+                .map_err(|e| fail(None, format!("static pod '{pod}': {}", e.0)))?;
+        }
+        for p in &self.old {
+            if !p.wait_exited(left(), self.opts.poll) {
+                return Err(fail(
+                    None,
+                    format!(
+                        "static pod '{pod}': its process {} still runs {} s after the stop",
+                        p.pid,
+                        self.opts.timeout.as_secs()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// After the start: a new process, its mounts, the Lease, the probe, then the settle.
+    fn verify(&mut self, root: &Path, pod: &str, gone_at: u64) -> Result<(), RestartError> {
+        let err = |m: String| fail(None, format!("static pod '{pod}': {m}"));
+        let new = self.wait_new(gone_at).map_err(err)?;
+        let seen = Instant::now();
+        self.evidence.new_pid = Some(new.pid);
+        self.evidence.started_after_stop_ms = Some(procfs::ticks_ms(gone_at, new.start_time));
+        let fresh = mounts_seen(root, self.info, &new, "new");
+        if let Some(stale) = fresh.iter().find(|m| m.contains("//deleted")) {
+            return Err(err(format!("the new process {} holds a deleted file: {stale}", new.pid)));
+        }
+        self.evidence.mounts.extend(fresh);
+        self.check_lease(new).map_err(err)?;
+        if let Some(p) = &self.probe {
+            let o = verify::wait_for(p, self.opts.timeout, self.opts.poll, |o| o.healthy())
+                .map_err(|e| err(e.0))?;
+            self.evidence.probe = Some(format!("https://{}{} HTTP {}", p.address, p.path, o.status));
+        }
+        let left = self.opts.settle.saturating_sub(seen.elapsed());
+        self.settle(new, left).map_err(err)?;
+        self.evidence.alive_for_ms = u64::try_from(seen.elapsed().as_millis()).unwrap_or(u64::MAX);
+        Ok(())
+    }
+
+    /// Waits (restart timeout) for a process of the pod that started at or after `gone_at`.
+    fn wait_new(&self, gone_at: u64) -> Result<Proc, String> {
+        let t0 = Instant::now();
+        loop {
+            let newest = self
+                .sig
+                .find()
+                .into_iter()
+                .filter(|p| p.start_time >= gone_at)
+                .max_by_key(|p| p.start_time);
+            if let Some(p) = newest {
+                return Ok(p);
+            }
+            if t0.elapsed() >= self.opts.timeout {
+                return Err(format!(
+                    "no new process ({}) started within {} s; certrotor sees processes in \
+                     /proc: it must run in the host's PID namespace",
+                    self.sig.describe(),
+                    self.opts.timeout.as_secs()
+                ));
+            }
+            std::thread::sleep(self.opts.poll);
+        }
+    }
+
+    /// The new process stays, and no newer one appears, for `left`.
+    fn settle(&self, new: Proc, left: Duration) -> Result<(), String> {
+        let end = Instant::now() + left;
+        loop {
+            if new.exited() {
+                return Err(format!(
+                    "its new process {} exited within the {} s settle time",
+                    new.pid,
+                    self.opts.settle.as_secs()
+                ));
+            }
+            if let Some(p) = self.sig.find().iter().find(|p| p.start_time > new.start_time) {
+                return Err(format!(
+                    "another process {} started after its new process {} (a crash loop?)",
+                    p.pid, new.pid
+                ));
+            }
+            if Instant::now() >= end {
+                return Ok(());
+            }
+            std::thread::sleep(self.opts.poll.min(end - Instant::now()));
+        }
+    }
+}
+
+impl Watch<'_> {
+    /// kube-vip: some holder writes the Lease after the new process started, within two lease
+    /// durations and a renew deadline (kube-vip's timing, from its environment). Not checked,
+    /// and said so, where no apiserver of this node answers.
+    fn check_lease(&mut self, new: Proc) -> Result<(), String> {
+        let Some(((ns, name), reader)) = &self.lease else {
+            return Ok(());
+        };
+        let reader = match reader {
+            Ok(r) => r,
+            Err(e) => {
+                self.evidence.lease = Some(format!("{ns}/{name} not checked: {e}"));
+                return Ok(());
+            }
+        };
+        let first = match reader.get(ns, name) {
+            Ok(l) => l,
+            Err(e) => {
+                let why = format!("{ns}/{name} not checked: apiserver {}: {e}", reader.address());
+                log::warn!("{why}");
+                self.evidence.lease = Some(why);
+                return Ok(());
+            }
+        };
+        let seconds = |k: &str, d: u64| {
+            self.info
+                .env_value(k)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(d)
+        };
+        let bound = Duration::from_secs(
+            2 * seconds("vip_leaseduration", 5) + seconds("vip_renewdeadline", 3),
+        );
+        let after = wait_renewed(reader, (ns, name), first.as_ref(), bound, self.opts.poll)?;
+        self.evidence.lease = Some(format!(
+            "{ns}/{name} written after new process {} started: held by '{}' (resourceVersion {} -> {})",
+            new.pid,
+            after.holder,
+            first.map(|l| l.resource_version).unwrap_or_default(),
+            after.resource_version
+        ));
+        self.evidence.lease_after = Some(after);
+        Ok(())
+    }
+}
+
+/// Polls the Lease (every second at most) until its resourceVersion differs from `first`'s
+/// with a holder, within `bound`.
+fn wait_renewed(
+    reader: &Reader,
+    (ns, name): (&str, &str),
+    first: Option<&Lease>,
+    bound: Duration,
+    poll: Duration,
+) -> Result<Lease, String> {
+    let t0 = Instant::now();
+    let mut last = String::from("not read");
+    loop {
+        match reader.get(ns, name) {
+            Ok(Some(l))
+                if !l.holder.is_empty()
+                    && first.is_none_or(|f| f.resource_version != l.resource_version) =>
+            {
+                return Ok(l);
+            }
+            Ok(l) => last = format!("{l:?}"),
+            Err(e) => last = e,
+        }
+        if t0.elapsed() >= bound {
+            return Err(format!(
+                "Lease {ns}/{name} was not renewed by any holder within {} s after the restart \
+                 (kube-vip renews it every retry period while it leads); last seen: {last}",
+                bound.as_secs()
+            ));
+        }
+        std::thread::sleep(poll.clamp(Duration::from_millis(100), Duration::from_secs(1)));
+    }
+}
+
+/// What `p`'s mount namespace shows at each single-file mount of the pod (`which`: old/new).
+fn mounts_seen(root: &Path, info: &PodInfo, p: &Proc, which: &str) -> Vec<String> {
+    info.mounts
+        .iter()
+        .filter(|(_, host)| root.join(host.trim_start_matches('/')).is_file())
+        .map(|(path, _)| match p.mount_root(path) {
+            Some(r) if r.ends_with("//deleted") => {
+                format!("{which} pid {}: {path} holds a file renamed over ({r})", p.pid)
+            }
+            Some(r) => format!("{which} pid {}: {path} is {r}", p.pid),
+            None => format!("{which} pid {}: {path} not visible (no mount of its own)", p.pid),
+        })
+        .collect()
+}
+
+/// The evidence in one line.
+fn summary(e: &Evidence) -> String {
+    let mut parts = vec![match e.old_pids.as_slice() {
+        [] => "no process ran before the stop".to_string(),
+        pids => format!("old pid {pids:?} exited"),
+    }];
+    if let (Some(pid), Some(ms)) = (e.new_pid, e.started_after_stop_ms) {
+        parts.push(format!(
+            "new pid {pid} started {:.1} s after the stop",
+            ms as f64 / 1000.0
+        ));
+    }
+    parts.push(format!("alive after {:.1} s", e.alive_for_ms as f64 / 1000.0));
+    parts.extend(e.lease.clone());
+    parts.extend(e.probe.clone().map(|p| format!("probe {p}")));
+    parts.extend(e.mounts.iter().filter(|m| m.contains("//deleted")).cloned());
+    parts.join("; ")
+}
