@@ -902,6 +902,42 @@ users:
         );
     }
 
+    /// Issue 30.5: a quote inside a plain scalar starts no quoted scalar (YAML's rule), so it
+    /// hides no bracket after it; real quoted scalars still hide theirs.
+    #[test]
+    fn a_quote_inside_a_plain_scalar_hides_no_bracket() {
+        let deep = "[".repeat(MAX_YAML_FLOW_DEPTH + 1);
+        for text in [
+            format!("a: [x 'y, {deep}\n"),
+            format!("a: [x \"y, {deep}\n"),
+            format!(
+                "a: {{k: x 'y, b: {}\n",
+                "{a: ".repeat(MAX_YAML_FLOW_DEPTH + 1)
+            ),
+            format!("a: b'c: {deep}\n"),
+            format!("- x 'y {deep}\n"),
+            format!("a: [x, y'z, {deep}]\n"),
+            format!("a: it's [{deep}\n"),
+        ] {
+            let e = check_yaml_shape(&text).expect_err(&text);
+            assert!(e.contains("nests brackets"), "{text}: {e}");
+        }
+        // Brackets inside real quoted scalars are text.
+        for text in [
+            format!("a: '{deep}'\n"),
+            format!("a: \"{deep}\"\n"),
+            format!("a: [x, '{deep}', \"{deep}\"]\n"),
+            format!("a: {{k: '{deep}'}}\n"),
+            format!("- '{deep}'\n"),
+            format!("'{deep}': v\n"),
+            format!("a: &x '{deep}'\n"),
+            format!("a: !!str '{deep}'\n"),
+        ] {
+            assert_eq!(check_yaml_shape(&text), Ok(()), "{text}");
+            assert!(serde_norway::from_str::<Value>(&text).is_ok(), "{text}");
+        }
+    }
+
     #[test]
     fn file_credentials_are_reported_not_replaced() {
         let yaml = "apiVersion: v1\nclusters:\n- cluster:\n    server: https://x\n  name: default-cluster\ncontexts:\n- context:\n    cluster: default-cluster\n    user: default-auth\n  name: default-context\ncurrent-context: default-context\nkind: Config\nusers:\n- name: default-auth\n  user:\n    client-certificate: /var/lib/kubelet/pki/kubelet-client-current.pem\n    client-key: /var/lib/kubelet/pki/kubelet-client-current.pem\n";
