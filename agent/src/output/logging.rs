@@ -8,7 +8,9 @@
 //! A write error (a closed pipe, a full disk behind a redirection) is ignored: losing a log line
 //! must never stop the daemon. This is why certrotor implements `log::Log` itself instead of
 //! using `simple_logger`, whose `eprintln!` panics on such an error (and `panic = "abort"` would
-//! end the process); see ARCHITECTURE.md. Never log key material.
+//! end the process); see ARCHITECTURE.md. Never log key material. Dependencies (ureq,
+//! ureq-proto, rustls) are heard at debug at most ([`DEPENDENCY_MAX`]): their trace lines carry
+//! HTTP bodies, which can hold a private key (issue 30.1).
 
 use std::io::Write;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -116,9 +118,26 @@ pub fn format_line(format: Format, time: &str, level: Level, target: &str, msg: 
     }
 }
 
+/// The most a dependency (anything but certrotor and its bottlerocket crate) may log: debug.
+/// Below it, ureq-proto prints every HTTP body it reads or writes as hex and ASCII rows (the
+/// apiserver-etcd-client pair published through etcd, private key included, at `--log-level
+/// trace`); rustls' trace lines describe handshake bytes. No such line ever reaches the output.
+pub const DEPENDENCY_MAX: Level = Level::Debug;
+
+/// Whether a line of `level` from `target` may be written (below the `--log-level`).
+pub fn passes(level: Level, target: &str) -> bool {
+    let own = ["certrotor", "bottlerocket"].iter().any(|c| {
+        target == *c
+            || target
+                .strip_prefix(c)
+                .is_some_and(|rest| rest.starts_with("::"))
+    });
+    level <= log::max_level() && (own || level <= DEPENDENCY_MAX)
+}
+
 impl Log for StderrLogger {
     fn enabled(&self, metadata: &Metadata) -> bool {
-        metadata.level() <= log::max_level()
+        passes(metadata.level(), metadata.target())
     }
 
     fn log(&self, record: &Record) {
@@ -173,6 +192,33 @@ mod tests {
         assert_eq!(v["target"], "ops");
         assert_eq!(v["msg"], "say \"hi\"\n");
         assert_eq!(j.matches('\n').count(), 1);
+    }
+
+    /// Issue 30.1: dependencies never log below debug, whatever `--log-level`; certrotor's own
+    /// modules (and its bottlerocket crate) do.
+    #[test]
+    fn dependency_trace_lines_never_pass() {
+        log::set_max_level(LevelFilter::Trace);
+        for target in [
+            "ureq_proto::util",
+            "ureq::run",
+            "rustls::client::hs",
+            "certrotorx",
+        ] {
+            assert!(!passes(Level::Trace, target), "{target}");
+            assert!(passes(Level::Debug, target), "{target}");
+        }
+        for target in [
+            "certrotor",
+            "certrotor::ops",
+            "certrotor::cli",
+            "bottlerocket::client",
+        ] {
+            assert!(passes(Level::Trace, target), "{target}");
+        }
+        log::set_max_level(LevelFilter::Info);
+        assert!(!passes(Level::Debug, "certrotor::ops"));
+        assert!(passes(Level::Info, "ureq::run"));
     }
 
     #[test]
