@@ -1172,7 +1172,10 @@ fn unpem(text: &str) -> (String, Vec<u8>) {
 }
 
 /// Structural changes of a PKCS#1 RSA key or a SEC1 EC key (its children), each named.
-fn inner_mutations(inner: &[(u8, Vec<u8>)], rsa: bool) -> Vec<(String, Vec<(u8, Vec<u8>)>)> {
+/// A structure's children: (tag, content).
+type Tlvs = Vec<(u8, Vec<u8>)>;
+
+fn inner_mutations(inner: &[(u8, Vec<u8>)], rsa: bool) -> Vec<(String, Tlvs)> {
     let mut out = Vec::new();
     let flip = |c: &[u8]| {
         let mut c = c.to_vec();
@@ -2076,8 +2079,7 @@ fn issue30_8_the_lock_holders_text_is_escaped() {
     );
     let who = certrotor::cluster::try_lock(&client, "me", ttl)
         .unwrap()
-        .err()
-        .expect("the lock is held");
+        .expect_err("the lock is held");
     assert!(who.contains("FORGED"), "{who}");
     assert_eq!(
         raw_controls(&who),

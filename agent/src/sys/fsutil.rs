@@ -217,13 +217,42 @@ pub fn read_in_root_with_mode(
     let Some(path) = resolve_in_root(root, rel)? else {
         return Ok(None);
     };
-    let meta = checked_meta(fs::metadata(&path), rel, limit)?;
-    let file = File::open(&path).map_err(|e| ReadError::Io {
-        path: rel.into(),
-        source: e,
-    })?;
+    let looked = checked_meta(fs::metadata(&path), rel, limit)?;
+    let (file, meta) = reopen_checked(open_nonblocking(&path), &looked, rel, limit)?;
     let bytes = read_bounded(file, rel, limit, meta.len())?;
     Ok(Some((bytes, meta.permissions().mode() & 0o7777)))
+}
+
+/// Opens `path` for reading without blocking: a FIFO swapped in after the file was examined
+/// opens at once (and is then refused by [`reopen_checked`]) instead of waiting for a writer.
+fn open_nonblocking(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path)
+}
+
+/// The file opened after it was examined (`looked`): it must be that very file (same device
+/// and inode), still a regular file within the limit. What the name pointed to may have been
+/// swapped between the look and the open; what was opened is what counts.
+fn reopen_checked(
+    opened: io::Result<File>,
+    looked: &fs::Metadata,
+    label: &str,
+    limit: u64,
+) -> Result<(File, fs::Metadata), ReadError> {
+    let file = opened.map_err(|e| ReadError::Io {
+        path: label.into(),
+        source: e,
+    })?;
+    let meta = checked_meta(file.metadata(), label, limit)?;
+    if meta.dev() != looked.dev() || meta.ino() != looked.ino() {
+        return Err(ReadError::Io {
+            path: label.into(),
+            source: io::Error::other("it was replaced while being read; run again"),
+        });
+    }
+    Ok((file, meta))
 }
 
 thread_local! {
@@ -286,6 +315,9 @@ fn read_beneath(root: &Path, rel: &str, limit: u64) -> Option<Result<ReadWithMod
             .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS)
     };
     let look = AtFlags::AT_SYMLINK_NOFOLLOW | AtFlags::AT_NO_AUTOMOUNT;
+    // Opened without blocking, and examined again once open: a FIFO swapped in after the look
+    // opens at once and is refused (issue 30.9).
+    let read = OFlag::O_RDONLY | OFlag::O_NOCTTY | OFlag::O_NONBLOCK;
     if let Ok(st) = fstatat(dir, rel_path, look) {
         let regular =
             SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFREG;
@@ -293,10 +325,16 @@ fn read_beneath(root: &Path, rel: &str, limit: u64) -> Option<Result<ReadWithMod
             && regular
             && size <= limit
         {
-            let file =
-                File::from(openat2(dir, rel_path, how(OFlag::O_RDONLY | OFlag::O_NOCTTY)).ok()?);
-            let mode = st.st_mode & 0o7777;
-            return Some(read_bounded(file, rel, limit, size).map(|bytes| Some((bytes, mode))));
+            let file = File::from(openat2(dir, rel_path, how(read)).ok()?);
+            let meta = match checked_meta(file.metadata(), rel, limit) {
+                Ok(m) if m.dev() == st.st_dev && m.ino() == st.st_ino => m,
+                Ok(_) => return None,
+                Err(e) => return Some(Err(e)),
+            };
+            let mode = meta.permissions().mode() & 0o7777;
+            return Some(
+                read_bounded(file, rel, limit, meta.len()).map(|bytes| Some((bytes, mode))),
+            );
         }
     }
     let path_fd = match openat2(dir, rel_path, how(OFlag::O_PATH)) {
@@ -304,11 +342,17 @@ fn read_beneath(root: &Path, rel: &str, limit: u64) -> Option<Result<ReadWithMod
         Err(Errno::ENOENT) => return Some(Ok(None)),
         Err(_) => return None,
     };
-    let meta = match checked_meta(File::from(path_fd).metadata(), rel, limit) {
+    let looked = match checked_meta(File::from(path_fd).metadata(), rel, limit) {
         Ok(meta) => meta,
         Err(e) => return Some(Err(e)),
     };
-    let file = File::from(openat2(dir, rel_path, how(OFlag::O_RDONLY | OFlag::O_NOCTTY)).ok()?);
+    let opened = openat2(dir, rel_path, how(read))
+        .map(File::from)
+        .map_err(io::Error::from);
+    let (file, meta) = match reopen_checked(opened, &looked, rel, limit) {
+        Ok(x) => x,
+        Err(e) => return Some(Err(e)),
+    };
     let mode = meta.permissions().mode() & 0o7777;
     Some(read_bounded(file, rel, limit, meta.len()).map(|bytes| Some((bytes, mode))))
 }
@@ -428,11 +472,8 @@ fn read_bounded(file: File, label: &str, limit: u64, size: u64) -> Result<Vec<u8
 
 /// Reads a regular file, refusing non-regular files and files over `limit` bytes.
 pub fn read_limited(path: &Path, label: &str, limit: u64) -> Result<Vec<u8>, ReadError> {
-    let meta = checked_meta(fs::metadata(path), label, limit)?;
-    let file = File::open(path).map_err(|e| ReadError::Io {
-        path: label.into(),
-        source: e,
-    })?;
+    let looked = checked_meta(fs::metadata(path), label, limit)?;
+    let (file, meta) = reopen_checked(open_nonblocking(path), &looked, label, limit)?;
     read_bounded(file, label, limit, meta.len())
 }
 
