@@ -207,6 +207,15 @@ pub fn lock_and_recover_with(
             backup_id,
             files,
         } => log::warn!("completed an interrupted {kind} of {files} file(s) (backup {backup_id})"),
+        Recovery::Undone {
+            kind,
+            backup_id,
+            damaged,
+        } => log::error!(
+            "an interrupted {kind} was undone: the staged copy of '{damaged}' is damaged (not \
+             the content validated before the crash), so backup {backup_id} was restored and \
+             nothing damaged went live; check the disk, then run again"
+        ),
     }
     let bound = restart.map_or(restart::DEFAULT_RESTART_TIMEOUT, |r| r.timeout);
     let poll = restart.map_or(Duration::from_millis(200), |r| r.poll);

@@ -19,7 +19,9 @@
 //! next run removes. From step 3 on the journal exists, and the next certrotor command of any
 //! kind (all of them call [`recover`] under the lock) rolls the transaction forward: every
 //! staged file was validated and synced before the journal was written, so finishing the
-//! renames is always possible. An exclusive lock (`var/lib/certrotor/lock`) keeps two runs from
+//! renames is always possible. Each staged copy still waiting is checked against its journaled
+//! SHA-256 first: one damaged since makes recovery restore the backup instead, so nothing
+//! damaged goes live (issue 30.10). An exclusive lock (`var/lib/certrotor/lock`) keeps two runs from
 //! interleaving.
 //!
 //! What this module does not do: decide what to write (renewal does), or check certificates
@@ -258,6 +260,14 @@ pub enum Recovery {
         kind: String,
         backup_id: String,
         files: usize,
+    },
+    /// A staged file of an interrupted commit was damaged (its SHA-256 is not the journaled
+    /// one): the transaction was undone from its backup instead, before that file went live.
+    Undone {
+        kind: String,
+        backup_id: String,
+        /// The live file whose staged copy was damaged.
+        damaged: String,
     },
 }
 
@@ -611,47 +621,7 @@ fn undo_failed_commit(root: &Path, result: Result<Outcome, TxnError>) -> Result<
         let (_, journal) = state::read::<Journal>(Kind::Journal, &journal_path)
             .map_err(|e| e.to_string())?
             .ok_or("no journal")?;
-        let (_, restore) = restore_changes(root, &journal.backup_id).map_err(|e| e.to_string())?;
-        for change in &restore {
-            let live = root.join(&change.rel);
-            let link = change.mode_if_new == SYMLINK;
-            let current = live_content(&live, link);
-            match &change.content {
-                Some(old) if link && current.as_deref() != Some(&old[..]) => {
-                    let tmp = live.with_file_name(".certrotor-undo-link");
-                    let _ = fs::remove_file(&tmp);
-                    std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(old), &tmp)
-                        .and_then(|()| fs::rename(&tmp, &live))
-                        .and_then(|()| fsutil::sync_dir(live.parent().unwrap_or(root)))
-                        .map_err(|e| format!("'{}': {e}", live.display()))?;
-                }
-                Some(old) if current.as_deref() != Some(&old[..]) => {
-                    let parent = live.parent().unwrap_or(root);
-                    let tmp = parent.join(format!(
-                        ".certrotor-undo-{}",
-                        live.file_name()
-                            .map(|n| n.to_string_lossy())
-                            .unwrap_or_default()
-                    ));
-                    let _ = fs::remove_file(&tmp);
-                    // The replaced file kept the old owner; the restored one keeps it too.
-                    let owner = FileMeta::of(&live).ok().map(|m| (m.uid, m.gid));
-                    fsutil::write_new(&tmp, old, change.mode_if_new, owner)
-                        .and_then(|()| fs::rename(&tmp, &live))
-                        .and_then(|()| fsutil::sync_dir(parent))
-                        .map_err(|e| format!("'{}': {e}", live.display()))?;
-                }
-                None if current.is_some() || fs::symlink_metadata(&live).is_ok() => {
-                    fs::remove_file(&live).map_err(|e| format!("'{}': {e}", live.display()))?
-                }
-                _ => {}
-            }
-        }
-        state::remove(&journal_path).map_err(|e| e.to_string())?;
-        for d in &journal.staging_dirs {
-            let _ = fs::remove_dir_all(root.join(d));
-        }
-        Ok(journal.backup_id)
+        restore_journaled(root, &journal)
     };
     match undo() {
         Ok(backup_id) => Err(TxnError::RolledBack {
@@ -664,6 +634,67 @@ fn undo_failed_commit(root: &Path, result: Result<Outcome, TxnError>) -> Result<
             Err(TxnError::Commit { path, source })
         }
     }
+}
+
+/// Undoes a journaled transaction from its backup: every live file that differs from the
+/// backup is restored by an atomic rename, then the journal and the staging folders are
+/// removed. Returns the backup's id.
+fn restore_journaled(root: &Path, journal: &Journal) -> Result<String, String> {
+    let journal_path = state_dir(root).join(JOURNAL);
+    let (_, restore) = restore_changes(root, &journal.backup_id).map_err(|e| e.to_string())?;
+    for change in &restore {
+        let live = root.join(&change.rel);
+        let link = change.mode_if_new == SYMLINK;
+        let current = live_content(&live, link);
+        match &change.content {
+            Some(old) if link && current.as_deref() != Some(&old[..]) => {
+                let tmp = live.with_file_name(".certrotor-undo-link");
+                let _ = fs::remove_file(&tmp);
+                std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(old), &tmp)
+                    .and_then(|()| fs::rename(&tmp, &live))
+                    .and_then(|()| fsutil::sync_dir(live.parent().unwrap_or(root)))
+                    .map_err(|e| format!("'{}': {e}", live.display()))?;
+            }
+            Some(old) if current.as_deref() != Some(&old[..]) => {
+                let parent = live.parent().unwrap_or(root);
+                let tmp = parent.join(format!(
+                    ".certrotor-undo-{}",
+                    live.file_name()
+                        .map(|n| n.to_string_lossy())
+                        .unwrap_or_default()
+                ));
+                let _ = fs::remove_file(&tmp);
+                // The replaced file kept the old owner; the restored one keeps it too.
+                let owner = FileMeta::of(&live).ok().map(|m| (m.uid, m.gid));
+                fsutil::write_new(&tmp, old, change.mode_if_new, owner)
+                    .and_then(|()| fs::rename(&tmp, &live))
+                    .and_then(|()| fsutil::sync_dir(parent))
+                    .map_err(|e| format!("'{}': {e}", live.display()))?;
+            }
+            None if current.is_some() || fs::symlink_metadata(&live).is_ok() => {
+                fs::remove_file(&live).map_err(|e| format!("'{}': {e}", live.display()))?
+            }
+            _ => {}
+        }
+    }
+    state::remove(&journal_path).map_err(|e| e.to_string())?;
+    for d in &journal.staging_dirs {
+        let _ = fs::remove_dir_all(root.join(d));
+    }
+    Ok(journal.backup_id.clone())
+}
+
+/// The first journaled file whose staged copy, still waiting to be renamed into place, does not
+/// hold the journaled content (its SHA-256): damaged on disk since it was validated and synced.
+fn damaged_staged_file(root: &Path, journal: &Journal) -> Option<String> {
+    let node = NodeFiles::of(root);
+    journal.files.iter().find_map(|file| {
+        let staged = root.join(file.staged.as_ref()?);
+        let want = file.new_sha256.as_ref()?;
+        fs::symlink_metadata(&staged).ok()?;
+        let got = live_content(&staged, node.is_link(&file.rel)).map(|b| sha256_hex(&b));
+        (got.as_deref() != Some(want.as_str())).then(|| file.rel.clone())
+    })
 }
 
 /// Every mount point of this process's mount namespace (from /proc/self/mountinfo).
@@ -1097,6 +1128,27 @@ pub fn recover(root: &Path) -> Result<Recovery, TxnError> {
     if let Some((_, journal)) = journal {
         check_journal(root, &path, &journal)?;
         finalize_backup(root, &journal.backup_id)?;
+        // Every staged file still to be renamed must hold what was validated: one damaged
+        // since (a bad disk, a hand) never goes live; the backup is restored instead.
+        if let Some(damaged) = damaged_staged_file(root, &journal) {
+            return match restore_journaled(root, &journal) {
+                Ok(backup_id) => Ok(Recovery::Undone {
+                    kind: journal.kind,
+                    backup_id,
+                    damaged,
+                }),
+                Err(why) => Err(TxnError::State {
+                    path: damaged,
+                    detail: format!(
+                        "its staged copy is damaged (not the journaled SHA-256), so the \
+                         interrupted {} was not completed, and restoring backup {} failed: {why}; \
+                         the PKI may be half-renewed: restore it with 'certrotor rollback \
+                         --backup {}' once the backup is readable",
+                        journal.kind, journal.backup_id, journal.backup_id
+                    ),
+                }),
+            };
+        }
         commit(root, &journal)?;
         // Verify that the live files are what the journal promised.
         let node = NodeFiles::of(root);
