@@ -199,9 +199,20 @@ pub fn lock_and_recover_with(
     let recovery = txn::recover(root)?;
     match &recovery {
         Recovery::Clean => {}
-        Recovery::DiscardedStaging(n) => log::warn!(
-            "removed {n} staging folder(s) of an interrupted run; the PKI was not touched"
-        ),
+        Recovery::DiscardedStaging { with_files, empty } => {
+            if *with_files > 0 {
+                log::warn!(
+                    "removed {with_files} staging folder(s) holding the staged files of a run \
+                     interrupted before it changed anything; the PKI was not touched"
+                );
+            }
+            if *empty > 0 {
+                log::info!(
+                    "removed {empty} empty staging folder(s) left by an earlier run (its \
+                     transaction had completed, or had not staged a file yet)"
+                );
+            }
+        }
         Recovery::RolledForward {
             kind,
             backup_id,

@@ -530,6 +530,12 @@ pub fn write_new_unsynced(
 /// Replaces (or creates) `path` atomically: the data goes to a temporary file in the same folder
 /// (mode `mode`, fsynced), which is renamed over `path`, then the folder is synced. A crash at
 /// any moment leaves either the old file whole or the new one whole, never a truncated file.
+///
+/// The temporary file has no name while it is written (`O_TMPFILE`): a process killed in the
+/// middle (a file-size limit, SIGKILL) leaves nothing behind, not even part of a key (issue
+/// 30.12). It is named (`.<name>.certrotor-tmp-<pid>`) only once whole and synced, just before
+/// the rename; such names left by an earlier run killed in between, or by a filesystem without
+/// `O_TMPFILE` (where the file is written under that name), are removed first.
 pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> io::Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
@@ -537,20 +543,62 @@ pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> io::Result<()> {
     };
     let name = path
         .file_name()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a file name"))?;
-    let tmp = dir.join(format!(
-        ".{}.certrotor-tmp-{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let _ = fs::remove_file(&tmp);
-    let result = write_new(&tmp, data, mode, None)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a file name"))?
+        .to_string_lossy()
+        .into_owned();
+    let prefix = format!(".{name}.certrotor-tmp-");
+    if let Ok(list) = fs::read_dir(&dir) {
+        for e in list.flatten() {
+            if e.file_name().to_string_lossy().starts_with(&prefix) {
+                let _ = fs::remove_file(e.path());
+            }
+        }
+    }
+    let tmp = dir.join(format!("{prefix}{}", std::process::id()));
+    let named = match write_unnamed(&dir, data, mode) {
+        Ok(file) => {
+            use std::os::fd::AsRawFd;
+            let fd = format!("/proc/self/fd/{}", file.as_raw_fd());
+            nix::unistd::linkat(
+                nix::fcntl::AT_FDCWD,
+                fd.as_str(),
+                nix::fcntl::AT_FDCWD,
+                &tmp,
+                nix::fcntl::AtFlags::AT_SYMLINK_FOLLOW,
+            )
+            .map_err(io::Error::from)
+        }
+        // No O_TMPFILE here (an old kernel, some filesystems): a named temporary file.
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL | libc::ENOENT)
+            ) =>
+        {
+            write_new(&tmp, data, mode, None)
+        }
+        Err(e) => Err(e),
+    };
+    let result = named
         .and_then(|()| fs::rename(&tmp, path))
         .and_then(|()| sync_dir(&dir));
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
     }
     result
+}
+
+/// A file without a name in `dir` (`O_TMPFILE`), holding `data` with `mode`, synced.
+fn write_unnamed(dir: &Path, data: &[u8], mode: u32) -> io::Result<File> {
+    let mut file = OpenOptions::new()
+        .write(true)
+        .mode(mode)
+        .custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC)
+        .open(dir)?;
+    file.set_permissions(fs::Permissions::from_mode(mode))?;
+    file.write_all(data)?;
+    file.sync_all()?;
+    Ok(file)
 }
 
 /// fsyncs a folder, so that renames and creations in it survive a power loss.

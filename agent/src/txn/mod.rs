@@ -253,8 +253,11 @@ pub struct Outcome {
 pub enum Recovery {
     /// No journal, no leftovers.
     Clean,
-    /// Staging leftovers of an interrupted preparation were removed; the PKI was untouched.
-    DiscardedStaging(usize),
+    /// Staging folders left by an earlier run were removed: `with_files` still held staged
+    /// files (a preparation interrupted before its journal: the PKI was untouched), `empty`
+    /// held none (a transaction that completed, killed before it removed them, or one
+    /// interrupted before it staged anything: the PKI is whole either way).
+    DiscardedStaging { with_files: usize, empty: usize },
     /// An interrupted commit was completed.
     RolledForward {
         kind: String,
@@ -1177,7 +1180,7 @@ pub fn recover(root: &Path) -> Result<Recovery, TxnError> {
     }
     let _ = fs::remove_file(dir.join(format!("{JOURNAL}.tmp")));
     // No journal: remove staging folders and incomplete backups left by a crash.
-    let mut removed = 0;
+    let (mut with_files, mut empty) = (0, 0);
     for base in staging_search_dirs(root) {
         let Ok(list) = fs::read_dir(&base) else {
             continue;
@@ -1188,14 +1191,21 @@ pub fn recover(root: &Path) -> Result<Recovery, TxnError> {
                 .to_string_lossy()
                 .starts_with(STAGING_PREFIX)
             {
+                let holds_files = fs::read_dir(entry.path())
+                    .map(|mut d| d.next().is_some())
+                    .unwrap_or(false);
                 let _ = fs::remove_dir_all(entry.path());
-                removed += 1;
+                if holds_files {
+                    with_files += 1;
+                } else {
+                    empty += 1;
+                }
             }
         }
     }
     remove_incomplete_backups(root);
-    Ok(if removed > 0 {
-        Recovery::DiscardedStaging(removed)
+    Ok(if with_files + empty > 0 {
+        Recovery::DiscardedStaging { with_files, empty }
     } else {
         Recovery::Clean
     })
