@@ -81,11 +81,26 @@ pub const MAX_YAML_ALIASES: usize = 64;
 
 /// Checks, in one linear pass and before the YAML parser sees it, that a document's nesting is
 /// bounded (see the constants above). Overestimates the depth (brackets in plain scalars count),
-/// which real kubeconfigs and manifests never come near. The error says what was found; it
-/// never quotes the text.
+/// which real kubeconfigs and manifests never come near; never underestimates it: a quote
+/// starts a quoted scalar (whose brackets are text) only where YAML starts one, at the start of
+/// a node (issue 30.5: an apostrophe inside a plain scalar, `[x 'y, [[[…`, hid every bracket
+/// after it, and the parser's quadratic work on deep flow nesting came back). The error says
+/// what was found; it never quotes the text.
 pub fn check_yaml_shape(text: &str) -> Result<(), String> {
+    shape_scan(text).0
+}
+
+/// [`check_yaml_shape`], with the number of bytes it examined: each at most once, so its work
+/// is linear in the text (a refusal stops early).
+pub fn shape_scan(text: &str) -> (Result<(), String>, usize) {
     let mut flow: usize = 0;
     let mut aliases = 0usize;
+    let mut scanned = 0usize;
+    // Where a node may start (so a quote opens a quoted scalar): at the start of a line in
+    // block context, and after `[`, `{`, a flow `,`, a `: `, a block indicator, an anchor or a
+    // tag. Inside a flow collection a line continues the previous one (a plain scalar may go
+    // on over several lines, and a quote at its next line's start is part of it).
+    let mut expect_node = true;
     for (n, line) in text.lines().enumerate() {
         let lineno = n + 1;
         let bytes = line.as_bytes();
@@ -94,15 +109,22 @@ pub fn check_yaml_shape(text: &str) -> Result<(), String> {
             .take_while(|&&b| b == b' ' || b == b'\t')
             .count();
         if indent > MAX_YAML_INDENT {
-            return Err(format!(
-                "line {lineno} is indented {indent} columns, more than the {MAX_YAML_INDENT} a \
-                 kubeconfig or manifest ever needs (a hostile or damaged file?)"
-            ));
+            return (
+                Err(format!(
+                    "line {lineno} is indented {indent} columns, more than the {MAX_YAML_INDENT} \
+                     a kubeconfig or manifest ever needs (a hostile or damaged file?)"
+                )),
+                scanned + indent,
+            );
+        }
+        if flow == 0 {
+            expect_node = true;
         }
         // Leading block indicators: "- - - x".
         let mut i = indent;
         let mut indicators = 0usize;
-        while i < bytes.len()
+        while flow == 0
+            && i < bytes.len()
             && (bytes[i] == b'-' || bytes[i] == b'?')
             && bytes.get(i + 1).is_none_or(|b| *b == b' ' || *b == b'\t')
         {
@@ -113,16 +135,21 @@ pub fn check_yaml_shape(text: &str) -> Result<(), String> {
             }
         }
         if indicators > MAX_YAML_LINE_INDICATORS {
-            return Err(format!(
-                "line {lineno} nests {indicators} block collections, more than the \
-                 {MAX_YAML_LINE_INDICATORS} accepted (a hostile or damaged file?)"
-            ));
+            return (
+                Err(format!(
+                    "line {lineno} nests {indicators} block collections, more than the \
+                     {MAX_YAML_LINE_INDICATORS} accepted (a hostile or damaged file?)"
+                )),
+                scanned + i,
+            );
         }
         let mut quote: Option<u8> = None;
         let mut prev = b' ';
-        let mut j = 0;
+        let mut j = i;
         while j < bytes.len() {
             let b = bytes[j];
+            let next = bytes.get(j + 1).copied();
+            let blank_next = next.is_none_or(|c| c == b' ' || c == b'\t');
             match quote {
                 Some(q) => {
                     if b == b'\\' && q == b'"' {
@@ -132,38 +159,70 @@ pub fn check_yaml_shape(text: &str) -> Result<(), String> {
                     }
                 }
                 None => match b {
+                    b' ' | b'\t' => {}
                     b'#' if prev == b' ' || prev == b'\t' => break,
-                    b'\'' | b'"' if matches!(prev, b' ' | b'\t' | b'[' | b'{' | b',' | b':') => {
-                        quote = Some(b)
+                    b'\'' | b'"' if expect_node => {
+                        quote = Some(b);
+                        expect_node = false;
                     }
                     b'[' | b'{' => {
                         flow += 1;
+                        expect_node = true;
                         if flow > MAX_YAML_FLOW_DEPTH {
-                            return Err(format!(
-                                "line {lineno} nests brackets more than {MAX_YAML_FLOW_DEPTH} \
-                                 deep (a hostile or damaged file?)"
-                            ));
+                            return (
+                                Err(format!(
+                                    "line {lineno} nests brackets more than {MAX_YAML_FLOW_DEPTH} \
+                                     deep (a hostile or damaged file?)"
+                                )),
+                                scanned + j + 1,
+                            );
                         }
                     }
-                    b']' | b'}' => flow = flow.saturating_sub(1),
-                    b'*' if matches!(prev, b' ' | b'\t' | b'[' | b'{' | b',' | b':') => {
+                    b']' | b'}' => {
+                        flow = flow.saturating_sub(1);
+                        expect_node = false;
+                    }
+                    b',' if flow > 0 => expect_node = true,
+                    b':' if blank_next => expect_node = true,
+                    b'-' | b'?' if expect_node && flow == 0 && blank_next => {}
+                    b'&' | b'!' if expect_node => {
+                        // An anchor or a tag: its name, then still the start of a node.
+                        while j + 1 < bytes.len()
+                            && !matches!(bytes[j + 1], b' ' | b'\t')
+                            && !(flow > 0
+                                && matches!(bytes[j + 1], b',' | b'[' | b']' | b'{' | b'}'))
+                        {
+                            j += 1;
+                        }
+                    }
+                    // Counted wherever an alias may start, and wherever the old check counted
+                    // one (after a blank or a flow indicator): more is safe, fewer is not.
+                    b'*' if expect_node
+                        || matches!(prev, b' ' | b'\t' | b'[' | b'{' | b',' | b':') =>
+                    {
                         aliases += 1;
+                        expect_node = false;
                         if aliases > MAX_YAML_ALIASES {
-                            return Err(format!(
-                                "more than {MAX_YAML_ALIASES} YAML aliases (a hostile or \
-                                 damaged file?)"
-                            ));
+                            return (
+                                Err(format!(
+                                    "more than {MAX_YAML_ALIASES} YAML aliases (a hostile or \
+                                     damaged file?)"
+                                )),
+                                scanned + j + 1,
+                            );
                         }
                     }
-                    _ => {}
+                    _ => expect_node = false,
                 },
             }
             prev = b;
             j += 1;
         }
-        // A quoted scalar may continue on the next line; a single-quoted one too.
+        // A line ending inside a quoted scalar: the next line is examined as plain text (the
+        // quote's brackets count, an overestimate).
+        scanned += bytes.len() + 1;
     }
-    Ok(())
+    (Ok(()), scanned.min(text.len()))
 }
 
 /// A parsed kubeconfig document.
@@ -918,6 +977,11 @@ users:
             format!("- x 'y {deep}\n"),
             format!("a: [x, y'z, {deep}]\n"),
             format!("a: it's [{deep}\n"),
+            // A plain scalar continued on the next line inside a flow collection: the quote
+            // at that line's start is part of it.
+            format!("a: [x\n 'y, {deep}\n"),
+            format!("a: [x,\n y\n 'z, {deep}\n"),
+            format!("a: {{k: v\n  'w: {deep}}}\n"),
         ] {
             let e = check_yaml_shape(&text).expect_err(&text);
             assert!(e.contains("nests brackets"), "{text}: {e}");
@@ -935,6 +999,47 @@ users:
         ] {
             assert_eq!(check_yaml_shape(&text), Ok(()), "{text}");
             assert!(serde_norway::from_str::<Value>(&text).is_ok(), "{text}");
+        }
+    }
+
+    /// Issue 30.5, the growth measured as work: the shape check examines each byte at most
+    /// once (so it is linear), refuses every hostile family before the parser sees it, and
+    /// reads a large legitimate kubeconfig to its end. `agent/yaml-bench.sh` times `check` on
+    /// the same families, growing, with the real parser behind.
+    #[test]
+    fn the_shape_check_examines_each_byte_at_most_once() {
+        let user = "- name: u\n  user:\n    client-certificate-data: LS0tQ2VydA==\n    \
+                    client-key-data: LS0tS2V5\n";
+        for size in [1usize << 10, 1 << 14, 1 << 17, 1 << 20] {
+            let hostile = [
+                ("apostrophe", format!("a: [x 'y, {}\n", "[".repeat(size))),
+                ("quote", format!("a: [x \"y, {}\n", "[".repeat(size))),
+                ("continued", format!("a: [x\n 'y, {}\n", "[".repeat(size))),
+                (
+                    "flow map",
+                    format!("a: {}\n", "{k: x 'y, b: ".repeat(size / 12)),
+                ),
+                ("aliases", "a: [*x, ".repeat(size / 8)),
+                ("indicators", format!("{}x\n", "- ".repeat(size / 2))),
+                ("indent", format!("{}k: v\n", " ".repeat(size))),
+            ];
+            for (what, doc) in &hostile {
+                let (result, scanned) = shape_scan(doc);
+                assert!(result.is_err(), "{what} {size}: accepted");
+                assert!(
+                    scanned <= doc.len(),
+                    "{what} {size}: {scanned} > {}",
+                    doc.len()
+                );
+            }
+            let legit = format!("{SMALL}{}", user.repeat(size / user.len()));
+            let (result, scanned) = shape_scan(&legit);
+            assert_eq!(result, Ok(()));
+            assert_eq!(
+                scanned,
+                legit.len(),
+                "{size}: every byte of a sound file, once"
+            );
         }
     }
 
