@@ -521,6 +521,43 @@ impl Client {
         }
     }
 
+    /// The value of `key`, its `mod_revision` and its lease (0: none), if it exists.
+    pub fn get_with_lease(&self, key: &str) -> Result<Option<(Vec<u8>, i64, i64)>, ClusterError> {
+        let v = self.post("/v3/kv/range", &json!({ "key": b64(key.as_bytes()) }))?;
+        match v
+            .get("kvs")
+            .and_then(Value::as_array)
+            .and_then(|a| a.first())
+        {
+            None => Ok(None),
+            Some(kv) => Ok(Some((
+                unb64(kv.get("value"))?,
+                int(kv.get("mod_revision")).unwrap_or(0),
+                int(kv.get("lease")).unwrap_or(0),
+            ))),
+        }
+    }
+
+    /// Writes `key` attached to `lease` only if it is still at `mod_revision`. `Ok(false)`:
+    /// another writer was first.
+    pub fn put_if_with_lease(
+        &self,
+        key: &str,
+        value: &[u8],
+        mod_revision: i64,
+        lease: i64,
+    ) -> Result<bool, ClusterError> {
+        let k = b64(key.as_bytes());
+        let v = self.post(
+            "/v3/kv/txn",
+            &json!({
+                "compare": [{ "key": k, "target": "MOD", "mod_revision": mod_revision.to_string() }],
+                "success": [{ "request_put": { "key": k, "value": b64(value), "lease": lease.to_string() } }],
+            }),
+        )?;
+        Ok(v.get("succeeded").and_then(Value::as_bool) == Some(true))
+    }
+
     /// Writes `key` only if it is still at `mod_revision` (0: only if it does not exist).
     /// `Ok(false)`: another writer was first.
     pub fn put_if(&self, key: &str, value: &[u8], mod_revision: i64) -> Result<bool, ClusterError> {
@@ -649,6 +686,16 @@ pub struct Holder {
     pub since: String,
 }
 
+/// What the lock key says of its holder, as text safe to print (its node name comes from etcd:
+/// no control character reaches a log or a terminal raw).
+pub fn holder_text(value: &[u8]) -> String {
+    let text = serde_json::from_slice::<Holder>(value)
+        .map(|h| format!("{} (pid {}, since {})", h.node, h.pid, h.since))
+        .unwrap_or_else(|_| String::from_utf8_lossy(value).into_owned());
+    let text: String = text.chars().take(512).collect();
+    crate::output::logging::escape_controls(&text).into_owned()
+}
+
 /// Tries once to take the lock. `Ok(Err(holder))`: another node holds it.
 pub fn try_lock(
     client: &Arc<Client>,
@@ -665,11 +712,31 @@ pub fn try_lock(
     match client.create(LOCK_KEY, &value, lease) {
         Ok(None) => {}
         Ok(Some(current)) => {
-            let _ = client.revoke(lease);
-            let who = serde_json::from_slice::<Holder>(&current)
-                .map(|h| format!("{} (pid {}, since {})", h.node, h.pid, h.since))
-                .unwrap_or_else(|_| String::from_utf8_lossy(&current).into_owned());
-            return Ok(Err(who));
+            let who = holder_text(&current);
+            // A certrotor holder always attaches its lock to a lease, which expires with it. A
+            // key without one (written by hand, or by something else) would hold every node's
+            // restarts for ever: it is taken over, if it is still the same key.
+            match client.get_with_lease(LOCK_KEY) {
+                Ok(Some((_, revision, 0))) => {
+                    if client.put_if_with_lease(LOCK_KEY, &value, revision, lease)? {
+                        log::warn!(
+                            "cluster lock: the key {LOCK_KEY} (holder {who}) had no lease, so \
+                             nothing would ever have released it; taken over by {node}"
+                        );
+                    } else {
+                        let _ = client.revoke(lease);
+                        return Ok(Err(who));
+                    }
+                }
+                Ok(_) => {
+                    let _ = client.revoke(lease);
+                    return Ok(Err(who));
+                }
+                Err(e) => {
+                    let _ = client.revoke(lease);
+                    return Err(e);
+                }
+            }
         }
         Err(e) => {
             let _ = client.revoke(lease);
@@ -979,6 +1046,9 @@ fn ready(probe: &crate::restart::verify::Probe) -> Result<(), String> {
 
 // === external etcd: the apiserver-etcd-client pair through etcd ===
 
+/// The format of [`PublishedPair`] this build writes and reads.
+const PUBLISHED_PAIR_VERSION: u32 = 1;
+
 /// What [`PAIR_KEY`] holds. The key PEM is in it: never log this value.
 #[derive(Serialize, serde::Deserialize)]
 struct PublishedPair {
@@ -1050,7 +1120,7 @@ pub fn publish_if_due(
     let key = PrivateKey::from_pem(&key_pem).map_err(|e| err(format!("'{key_rel}': {e}")));
     let matches = key.as_ref().is_ok_and(|k| k.matches(&cert));
     let pair = PublishedPair {
-        version: 1,
+        version: PUBLISHED_PAIR_VERSION,
         cert_pem: String::from_utf8_lossy(&cert_pem).into_owned(),
         key_pem: String::from_utf8_lossy(&key_pem).into_owned(),
         published_by: s.node.name.clone(),
@@ -1100,6 +1170,12 @@ pub fn published_bundle(s: &Session, root: &Path) -> Result<Option<Vec<u8>>, Clu
             "the pair published under {PAIR_KEY} is not readable ({e}); nothing was installed, the current pair stays in use; run 'certrotor run' on an etcd node to publish it again, or use 'etcd-client export/import'"
         ))
     })?;
+    if pair.version != PUBLISHED_PAIR_VERSION {
+        return Err(err(format!(
+            "the pair published under {PAIR_KEY} is version {}, which this certrotor does not know (it reads version {PUBLISHED_PAIR_VERSION}); nothing was installed, the current pair stays in use: run the certrotor release that published it on this node, or use 'etcd-client export/import'",
+            pair.version
+        )));
+    }
     let entries = catalog::entries(root, std::slice::from_ref(layout));
     if let Some(entry) = entries.iter().find(|e| e.name == "apiserver-etcd-client")
         && let Ok(installed) = read_rel(root, &entry.path)

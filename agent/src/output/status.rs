@@ -247,9 +247,11 @@ fn cluster_lock(root: &Path, opts: &StatusOptions) -> Option<ClusterLock> {
         Ok(value) => {
             out.reachable = true;
             out.holder = value.map(|v| {
-                serde_json::from_slice::<cluster::Holder>(&v)
-                    .map(|h| format!("{} (pid {}, since {})", h.node, h.pid, h.since))
-                    .unwrap_or_else(|_| "unreadable holder record".into())
+                if serde_json::from_slice::<cluster::Holder>(&v).is_ok() {
+                    cluster::holder_text(&v)
+                } else {
+                    "unreadable holder record".into()
+                }
             });
         }
         Err(e) => out.error = Some(format!("unknown: etcd not reachable: {}", e.0)),

@@ -209,6 +209,20 @@ impl Cert {
         name_text(&self.x509.tbs_certificate.subject)
     }
 
+    /// The subject's values of one attribute (CN, O, …) in order, for the string types kubeadm
+    /// and etcdadm write.
+    pub fn subject_values(&self, attribute: ObjectIdentifier) -> Vec<String> {
+        self.x509
+            .tbs_certificate
+            .subject
+            .0
+            .iter()
+            .flat_map(|rdn| rdn.0.iter())
+            .filter(|atv| atv.oid == attribute)
+            .filter_map(|atv| common_attribute(atv).map(|(_, v)| v.to_string()))
+            .collect()
+    }
+
     /// SHA-256 of the DER, lower-case hex: what live verification compares.
     pub fn sha256_hex(&self) -> String {
         hex(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &self.der).as_ref())
