@@ -285,9 +285,34 @@ impl Kubeconfig {
     }
 
     /// Serializes back to YAML.
+    ///
+    /// Written as client-go writes kubeconfigs (go-yaml v2's block style: sequences at their
+    /// key's indentation, `{}` for an empty mapping), with every string that a YAML 1.1 reader
+    /// (client-go) or a YAML 1.2 one could read as something else double-quoted: `on`, `NO`,
+    /// `1_000`, `12:30`, `2001-12-14` as names stay strings for kubectl (issue 30.3: written
+    /// plain by the YAML library, kubectl refused the renewed file). The text is read back before
+    /// it is returned: it must give the very document.
     pub fn to_yaml(&self) -> Result<String, KubeconfigError> {
-        serde_norway::to_string(&self.doc)
-            .map_err(|e| err(format!("cannot write the kubeconfig: {e}")))
+        let Value::Mapping(map) = &self.doc else {
+            return Err(err("cannot write the kubeconfig: it is not a YAML mapping"));
+        };
+        let mut out = String::with_capacity(8192);
+        if map.is_empty() {
+            out.push_str("{}\n");
+        } else {
+            emit_entries(&mut out, map, 0, false)?;
+        }
+        let again = Kubeconfig::parse(out.as_bytes()).map_err(|e| {
+            err(format!(
+                "cannot write the kubeconfig: it would not read back ({e})"
+            ))
+        })?;
+        if again.doc != self.doc {
+            return Err(err(
+                "cannot write the kubeconfig: it would not read back as the same document",
+            ));
+        }
+        Ok(out)
     }
 
     /// Builds a kubeconfig the way kubeadm's `CreateWithCerts` does.
@@ -461,6 +486,89 @@ impl Kubeconfig {
     }
 }
 
+/// The entries of a non-empty mapping at `indent`; `inline_first`: the first one goes on the
+/// current line (after a sequence's `- `).
+fn emit_entries(
+    out: &mut String,
+    map: &Mapping,
+    indent: usize,
+    inline_first: bool,
+) -> Result<(), KubeconfigError> {
+    for (i, (k, v)) in map.iter().enumerate() {
+        if i > 0 || !inline_first {
+            out.push_str(&" ".repeat(indent));
+        }
+        match k {
+            Value::String(s) if fast::plain_key(s) => out.push_str(s),
+            Value::Mapping(_) | Value::Sequence(_) | Value::Tagged(_) => {
+                return Err(err(
+                    "cannot write the kubeconfig: it has a key that is not a plain value",
+                ));
+            }
+            other => out.push_str(&scalar_text(other)?),
+        }
+        out.push(':');
+        match v {
+            Value::Mapping(m) if !m.is_empty() => {
+                out.push('\n');
+                emit_entries(out, m, indent + 2, false)?;
+            }
+            Value::Sequence(s) if !s.is_empty() => {
+                out.push('\n');
+                emit_items(out, s, indent)?;
+            }
+            other => {
+                out.push(' ');
+                out.push_str(&scalar_text(other)?);
+                out.push('\n');
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The items of a non-empty sequence, their `- ` at `indent`.
+fn emit_items(out: &mut String, seq: &[Value], indent: usize) -> Result<(), KubeconfigError> {
+    for item in seq {
+        out.push_str(&" ".repeat(indent));
+        out.push_str("- ");
+        match item {
+            Value::Mapping(m) if !m.is_empty() => emit_entries(out, m, indent + 2, true)?,
+            Value::Sequence(s) if !s.is_empty() => {
+                out.push('\n');
+                emit_items(out, s, indent + 2)?;
+            }
+            other => {
+                out.push_str(&scalar_text(other)?);
+                out.push('\n');
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A scalar (or an empty collection) as YAML text: a string plain when every YAML reader reads
+/// it back as that string ([`fast::plain_value`]), else double-quoted (JSON's string syntax is
+/// YAML's double-quoted style).
+fn scalar_text(v: &Value) -> Result<String, KubeconfigError> {
+    Ok(match v {
+        Value::String(s) if fast::plain_value(s) => s.clone(),
+        Value::String(s) => serde_json::to_string(s)
+            .map_err(|e| err(format!("cannot write the kubeconfig: {e}")))?,
+        Value::Null => "null".into(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::Mapping(m) if m.is_empty() => "{}".into(),
+        Value::Sequence(s) if s.is_empty() => "[]".into(),
+        Value::Mapping(_) | Value::Sequence(_) | Value::Tagged(_) => {
+            return Err(err(
+                "cannot write the kubeconfig: it holds a YAML tag or a collection where a value \
+                 was expected, which client-go never writes; renew it with kubeadm",
+            ));
+        }
+    })
+}
+
 /// Finds `list[*]` with `name == wanted` and returns its `inner` mapping.
 fn named<'a>(
     doc: &'a Value,
@@ -622,30 +730,38 @@ mod fast {
                 (key, Some(value))
             }
         };
-        let mut chars = key.bytes();
         // libyaml refuses implicit keys over 1024 characters; kubeconfig keys are short.
-        let ok = key.len() <= 64
-            && chars.next().is_some_and(|b| b.is_ascii_alphabetic())
-            && chars.all(|b| b.is_ascii_alphanumeric() || b == b'-')
-            && !special(key);
-        ok.then_some((key, value))
+        plain_key(key).then_some((key, value))
     }
 
     fn scalar(v: &str) -> Option<Value> {
         if v == "{}" {
             return Some(Value::Mapping(Mapping::new()));
         }
+        plain_value(v).then(|| Value::String(v.to_string()))
+    }
+
+    /// Whether `key` is a key of the subset, written plain.
+    pub(super) fn plain_key(key: &str) -> bool {
+        let mut chars = key.bytes();
+        key.len() <= 64
+            && chars.next().is_some_and(|b| b.is_ascii_alphabetic())
+            && chars.all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !special(key)
+    }
+
+    /// Whether `v` is a plain scalar of the subset: a string every YAML reader (1.1 as
+    /// client-go's go-yaml v2, 1.2 as certrotor's) reads as this very string.
+    pub(super) fn plain_value(v: &str) -> bool {
         let b = v.as_bytes();
         // Every byte in the subset's set: one table look-up per byte, without a branch (the
         // values are mostly ~2 KB base64 lines).
         let plain = b.iter().fold(true, |ok, &c| ok & PLAIN[usize::from(c)]);
-        let ok = b
-            .first()
+        b.first()
             .is_some_and(|c| c.is_ascii_alphabetic() || *c == b'/')
             && b.last() != Some(&b':')
             && plain
-            && !special(v);
-        ok.then(|| Value::String(v.to_string()))
+            && !special(v)
     }
 
     /// The bytes of the subset's plain scalars: `[A-Za-z0-9._:/+=@-]`.
@@ -1041,6 +1157,64 @@ users:
                 "{size}: every byte of a sound file, once"
             );
         }
+    }
+
+    /// Issue 30.3: names YAML 1.1 (client-go) reads as booleans, nulls, numbers or dates are
+    /// written quoted, and the written text reads back as the same document; a kubeadm-shaped
+    /// kubeconfig is written exactly as client-go writes it.
+    #[test]
+    fn names_yaml_1_1_reads_otherwise_are_written_quoted() {
+        for name in [
+            "on",
+            "OFF",
+            "no",
+            "Y",
+            "n",
+            "true",
+            "null",
+            "~",
+            "1_000",
+            "0x1F",
+            "1e3",
+            ".inf",
+            "12:30",
+            "1:20:30",
+            "2001-12-14",
+            "=",
+            "<<",
+            "- x",
+            "a: b",
+            "c #d",
+            "'q'",
+            "",
+            " lead",
+            "caf\u{e9}",
+            "x\ny",
+        ] {
+            let text = SMALL
+                .replace(
+                    "name: admin\n",
+                    &format!("name: {}\n", serde_json::to_string(name).unwrap()),
+                )
+                .replace(
+                    "user: admin\n",
+                    &format!("user: {}\n", serde_json::to_string(name).unwrap()),
+                );
+            let kc = Kubeconfig::parse(text.as_bytes()).unwrap();
+            let out = kc.to_yaml().unwrap();
+            assert!(
+                out.contains(&format!(
+                    "- name: {}\n",
+                    serde_json::to_string(name).unwrap()
+                )),
+                "{name:?} not quoted:\n{out}"
+            );
+            let again = Kubeconfig::parse(out.as_bytes()).unwrap();
+            assert_eq!(again.doc, kc.doc, "{name:?}");
+            assert_eq!(again.credentials().unwrap().user, name);
+        }
+        let kc = Kubeconfig::parse(SMALL.as_bytes()).unwrap();
+        assert_eq!(kc.to_yaml().unwrap(), SMALL);
     }
 
     #[test]
