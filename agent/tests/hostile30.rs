@@ -651,17 +651,25 @@ fn issue30_12_control_characters_from_state_files_are_escaped() {
 
 /// README: "A journal, restart marker or owed-restarts record that exists but cannot be read,
 /// or comes from a newer certrotor, stops every command with exit 2 and changes nothing". A
-/// damaged `pending-restarts.json` stopped only `status` (and `run` on a platform).
+/// damaged `pending-restarts.json` stopped only `status` (and `run` on a platform); the pass
+/// state (`pass.json`) that replaced it must stop every command too.
 #[test]
 fn issue30_12_a_damaged_owed_restarts_record_stops_every_command() {
     let t = TempDir::new("i30-12d");
     let root = node(&t, "n", &[]);
     run(&["renew", "--root", s(&root), "--cert", "apiserver"]).expect_code(0);
-    let pending = root.join(STATE).join("pending-restarts.json");
-    for damaged in [
-        &br#"{"version":2,"components":["kube-apiser"#[..],
-        br#"{"version":9}"#,
+    // The owed restarts: `pass.json` now, `pending-restarts.json` of an earlier release (read
+    // and migrated).
+    for (file, damaged) in [
+        (
+            "pending-restarts.json",
+            &br#"{"version":2,"components":["kube-apiser"#[..],
+        ),
+        ("pending-restarts.json", br#"{"version":9}"#),
+        ("pass.json", br#"{"version":1,"stage":"#),
+        ("pass.json", br#"{"version":99}"#),
     ] {
+        let pending = root.join(STATE).join(file);
         fs::write(&pending, damaged).unwrap();
         let before = pki_files(&root);
         for args in [
@@ -674,13 +682,14 @@ fn issue30_12_a_damaged_owed_restarts_record_stops_every_command() {
             vec!["run", "--once", "--root", s(&root), "--platform", "none"],
         ] {
             let out = run(&args);
-            assert_eq!(out.code(), Some(2), "{args:?} must stop\n{out}");
+            assert_eq!(out.code(), Some(2), "{file}: {args:?} must stop\n{out}");
             assert!(
-                out.stderr.contains("pending-restarts.json"),
-                "{args:?} must name the file\n{out}"
+                out.stderr.contains(file),
+                "{file}: {args:?} must name the file\n{out}"
             );
-            assert_eq!(pki_files(&root), before, "{args:?} changed the PKI");
+            assert_eq!(pki_files(&root), before, "{file}: {args:?} changed the PKI");
         }
+        fs::remove_file(&pending).unwrap();
     }
 }
 
