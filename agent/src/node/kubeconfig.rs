@@ -269,17 +269,67 @@ impl fmt::Debug for Kubeconfig {
 
 impl Kubeconfig {
     /// Parses YAML (or JSON) text.
+    ///
+    /// Read as client-go reads it, or refused with the reason (issue 30.11): a UTF-8 byte order
+    /// mark is skipped, as client-go skips it; a name twice in `clusters`, `users` or
+    /// `contexts` is refused (client-go refuses the whole file: "duplicate name in list"), as
+    /// are a key twice in a mapping (client-go takes the last, the YAML parser refuses) and
+    /// several YAML documents (client-go reads the first: certrotor does not guess which one a
+    /// renewal should rewrite).
     pub fn parse(bytes: &[u8]) -> Result<Kubeconfig, KubeconfigError> {
         let text =
             std::str::from_utf8(bytes).map_err(|_| err("the kubeconfig is not UTF-8 text"))?;
-        if let Some(doc) = fast::parse(text) {
-            return Ok(Kubeconfig { doc });
-        }
-        check_yaml_shape(text).map_err(|e| err(format!("the kubeconfig is refused: {e}")))?;
-        let doc: Value = serde_norway::from_str(text)
-            .map_err(|e| err(format!("the kubeconfig is not valid YAML: {e}")))?;
-        if !doc.is_mapping() {
-            return Err(err("the kubeconfig is not a YAML mapping"));
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+        let doc = match fast::parse(text) {
+            Some(doc) => doc,
+            None => {
+                check_yaml_shape(text)
+                    .map_err(|e| err(format!("the kubeconfig is refused: {e}")))?;
+                let doc: Value = serde_norway::from_str(text).map_err(|e| {
+                    let documents = serde_norway::Deserializer::from_str(text).take(3).count();
+                    if documents > 1 {
+                        err(
+                            "the kubeconfig holds several YAML documents ('---'); client-go \
+                             reads only the first, and certrotor does not guess which one to \
+                             renew: keep one document in the file",
+                        )
+                    } else if e.to_string().contains("duplicate entry") {
+                        err(format!(
+                            "the kubeconfig is not valid YAML: {e}; client-go would take the \
+                             last one, certrotor does not guess: remove the duplicate key"
+                        ))
+                    } else {
+                        err(format!("the kubeconfig is not valid YAML: {e}"))
+                    }
+                })?;
+                if !doc.is_mapping() {
+                    return Err(err("the kubeconfig is not a YAML mapping"));
+                }
+                doc
+            }
+        };
+        for (list, what) in [
+            ("clusters", "cluster"),
+            ("users", "user"),
+            ("contexts", "context"),
+        ] {
+            let names: Vec<&str> = doc
+                .get(list)
+                .and_then(Value::as_sequence)
+                .into_iter()
+                .flatten()
+                .filter_map(|i| i.get("name").and_then(Value::as_str))
+                .collect();
+            if let Some(twice) = names
+                .iter()
+                .enumerate()
+                .find_map(|(i, n)| names[..i].contains(n).then_some(*n))
+            {
+                return Err(err(format!(
+                    "the kubeconfig names {what} '{twice}' twice in '{list}'; client-go (kubectl, \
+                     the components) refuses such a file (duplicate name in list): remove one"
+                )));
+            }
         }
         Ok(Kubeconfig { doc })
     }
@@ -567,6 +617,20 @@ fn scalar_text(v: &Value) -> Result<String, KubeconfigError> {
             ));
         }
     })
+}
+
+/// Where a file a kubeconfig names (`client-certificate`, `client-key`) is, relative to the node
+/// root: client-go resolves a relative path against the kubeconfig's own folder
+/// (`ResolvePaths`), not against the folder it runs in (issue 30.11); an absolute one as the
+/// node sees it. `kubeconfig` is the kubeconfig's path relative to the root.
+pub fn file_under_root(kubeconfig: &str, named: &str) -> String {
+    if named.starts_with('/') {
+        return named.trim_start_matches('/').to_string();
+    }
+    match kubeconfig.trim_start_matches('/').rsplit_once('/') {
+        Some((folder, _)) => format!("{folder}/{named}"),
+        None => named.to_string(),
+    }
 }
 
 /// Finds `list[*]` with `name == wanted` and returns its `inner` mapping.
@@ -1215,6 +1279,37 @@ users:
         }
         let kc = Kubeconfig::parse(SMALL.as_bytes()).unwrap();
         assert_eq!(kc.to_yaml().unwrap(), SMALL);
+    }
+
+    /// Issue 30.11: read as client-go reads, or refused with the reason.
+    #[test]
+    fn kubeconfigs_are_read_as_client_go_reads_them_or_refused() {
+        let bom = format!("\u{feff}{SMALL}");
+        assert_eq!(
+            Kubeconfig::parse(bom.as_bytes()).unwrap().doc,
+            Kubeconfig::parse(SMALL.as_bytes()).unwrap().doc
+        );
+        let two_users = format!("{SMALL}- name: admin\n  user:\n    token: x\n");
+        let e = Kubeconfig::parse(two_users.as_bytes()).unwrap_err().0;
+        assert!(
+            e.contains("user 'admin' twice") && e.contains("client-go"),
+            "{e}"
+        );
+        let two_docs = format!("{SMALL}---\n{SMALL}");
+        let e = Kubeconfig::parse(two_docs.as_bytes()).unwrap_err().0;
+        assert!(e.contains("several YAML documents"), "{e}");
+        let two_keys = SMALL.replace("kind: Config\n", "kind: Config\nkind: Config\n");
+        let e = Kubeconfig::parse(two_keys.as_bytes()).unwrap_err().0;
+        assert!(e.contains("duplicate"), "{e}");
+        assert_eq!(
+            file_under_root("etc/kubernetes/admin.conf", "pki/a.crt"),
+            "etc/kubernetes/pki/a.crt"
+        );
+        assert_eq!(
+            file_under_root("etc/kubernetes/kubelet.conf", "/var/lib/kubelet/pki/x.pem"),
+            "var/lib/kubelet/pki/x.pem"
+        );
+        assert_eq!(file_under_root("admin.conf", "a.crt"), "a.crt");
     }
 
     #[test]
