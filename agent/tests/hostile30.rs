@@ -1354,13 +1354,17 @@ fn key_mutations(text: &str) -> Vec<(String, String)> {
 /// 669 of 6,000 mutated keys got `key_matches: true` while Go's `tls.X509KeyPair` refuses them:
 /// CR-only line ends, junk after `-----END`, unpadded or over-padded bodies, and damage past the
 /// public part that the quick reader did not decode. Differential test: every key `check`
-/// calls sound (its certificate's key, matching), Go loads with that certificate.
+/// calls sound (its certificate's key, matching), Go loads with that certificate; the same key
+/// in any layout Go reads is sound. `check` is stricter than Go where Go recomputes what the
+/// file stores (RSA CRT values, an EC key's public point) and where Go's ASN.1 reader is
+/// lenient: such keys are damaged, and aws-lc and OpenSSL refuse them too (printed, counted).
 #[test]
 fn issue30_4_every_key_check_calls_sound_is_one_go_loads() {
     let oracle = go_oracle();
     let t = TempDir::new("i30-4");
     let mut problems = Vec::new();
     let (mut total, mut sound, mut go_ok, mut stricter) = (0, 0, 0, 0);
+    let mut stricter_reasons: BTreeMap<String, usize> = BTreeMap::new();
     for alg in ["rsa-2048", "ecdsa-p256"] {
         let root = lab(
             &t.join(alg),
@@ -1391,11 +1395,37 @@ fn issue30_4_every_key_check_calls_sound_is_one_go_loads() {
             total += 1;
             sound += usize::from(ours);
             go_ok += usize::from(go[i].is_ok());
+            // The same key bytes in another layout Go reads: always sound.
+            let same_key = [
+                "as written",
+                "CRLF line ends",
+                "spaces after END",
+                "a line of junk after the key",
+                "text before the key",
+                "no final newline",
+                "76-character lines",
+                "one body line",
+                "spaces inside a line",
+            ];
+            if same_key.contains(&what.as_str()) && !ours {
+                problems.push(format!(
+                    "{alg} m-{i:05} ({what}): the key itself, and check refuses it: {}",
+                    r["error"]
+                ));
+            }
             match (&go[i], ours) {
                 (Err(e), true) => problems.push(format!(
                     "{alg} m-{i:05} ({what}): check calls it sound, Go refuses: {e}"
                 )),
-                (Ok(()), false) => stricter += 1,
+                (Ok(()), false) => {
+                    stricter += 1;
+                    // The reason without the file's name: one line per kind of refusal.
+                    let reason = r["error"].as_str().unwrap_or("key_matches false");
+                    let reason = reason.split_once(": ").map_or(reason, |(_, r)| r);
+                    *stricter_reasons
+                        .entry(format!("{alg}: {reason}"))
+                        .or_insert(0) += 1;
+                }
                 _ => {}
             }
         }
@@ -1409,8 +1439,11 @@ fn issue30_4_every_key_check_calls_sound_is_one_go_loads() {
          refuses, {stricter} keys Go loads that check refuses",
         problems.len()
     );
+    for (reason, n) in &stricter_reasons {
+        eprintln!("  Go loads, check refuses ({n}): {reason}");
+    }
     assert!(
-        total > 1000 && sound > 100 && go_ok > sound / 2,
+        total > 1000 && sound >= 20 && go_ok > 100,
         "both outcomes covered"
     );
     assert!(problems.is_empty(), "{}", problems.join("\n"));

@@ -13,6 +13,7 @@
 //! ones kubeadm writes.
 
 pub(crate) mod bignum;
+pub mod go_pem;
 
 use std::fmt;
 use std::net::IpAddr;
@@ -24,8 +25,6 @@ use der::asn1::{BitString, Ia5String, OctetString, PrintableStringRef, SetOfVec,
 use der::oid::ObjectIdentifier;
 use der::pem::LineEnding;
 use der::{Any, Decode, Encode, EncodePem};
-use rustls_pki_types::PrivateKeyDer;
-use rustls_pki_types::pem::PemObject;
 use x509_cert::Certificate;
 use x509_cert::attr::AttributeTypeAndValue;
 use x509_cert::ext::Extension;
@@ -949,22 +948,15 @@ impl PrivateKey {
         if is_encrypted_key(bytes) {
             return Err(PkiError::EncryptedKey);
         }
-        let key = PrivateKeyDer::from_pem_slice(bytes).map_err(|e| match e {
-            rustls_pki_types::pem::Error::NoItemsFound => PkiError::NoPemBlock {
-                wanted: "PRIVATE KEY",
-            },
-            other => PkiError::BadPem {
-                detail: pem_error_text(&other),
-            },
-        })?;
-        let (encoding, der) = match &key {
-            PrivateKeyDer::Pkcs1(k) => (KeyEncoding::Pkcs1, k.secret_pkcs1_der()),
-            PrivateKeyDer::Sec1(k) => (KeyEncoding::Sec1, k.secret_sec1_der()),
-            PrivateKeyDer::Pkcs8(k) => (KeyEncoding::Pkcs8, k.secret_pkcs8_der()),
+        // The block Go's `tls.X509KeyPair` would take, decoded by Go's rules (issue 30.4).
+        let block = go_pem::private_key_block(bytes)?;
+        let encoding = match block.label.as_str() {
+            "RSA PRIVATE KEY" => KeyEncoding::Pkcs1,
+            "EC PRIVATE KEY" => KeyEncoding::Sec1,
+            "PRIVATE KEY" => KeyEncoding::Pkcs8,
             _ => return Err(bad_key("unsupported private key type".into())),
         };
-        let der = zeroize::Zeroizing::new(der.to_vec());
-        drop(key);
+        let der = block.der;
         let public = match encoding {
             KeyEncoding::Pkcs1 => Some(rsa_public_of(&der)?),
             KeyEncoding::Sec1 => ec_public_of(&der, None)?,
@@ -1558,6 +1550,8 @@ pub fn ca_key_usage() -> KeyUsage {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rustls_pki_types::PrivateKeyDer;
+    use rustls_pki_types::pem::PemObject;
 
     /// `name_text` writes every name exactly as x509-cert's `Display`: the table's short names
     /// are const-oid's, escapes, multi-valued RDNs, other attributes and other string types.
