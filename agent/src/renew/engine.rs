@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use crate::node::catalog::paths::{
     BOTTLEROCKET_ETCD_PKI, BOTTLEROCKET_HOST_ROOT, BOTTLEROCKET_KUBEADM_DIR, ETCDADM_PKI,
-    KUBEADM_DIR, STATE_DIR,
+    KUBEADM_DIR,
 };
 use crate::node::catalog::{Flavor, Kind};
 use crate::node::kubeconfig::{Kubeconfig, Source};
@@ -549,7 +549,7 @@ struct Staging {
 
 impl Staging {
     fn new(root: &Path) -> Result<Staging, IssueError> {
-        let parent = root.join(STATE_DIR).join("engine");
+        let parent = crate::txn::state_dir(root).join("engine");
         if let Ok(list) = std::fs::read_dir(&parent) {
             for e in list.flatten() {
                 log::warn!(

@@ -137,7 +137,9 @@ fn render<T: serde::Serialize>(
 ) -> Result<String, CliError> {
     Ok(match output {
         Format::Json => format!("{}\n", report::json(value)?),
-        Format::Table => table(value),
+        // Text from state files, etcd and the node's files, shown without a raw control
+        // character (issue 30.12).
+        Format::Table => certrotor::output::logging::escape_controls(&table(value)).into_owned(),
     })
 }
 
@@ -312,7 +314,10 @@ fn rollback(c: RollbackCmd) -> Result<u8, CliError> {
     };
     let root = root_flag(c.root)?;
     let (id, done) = certrotor::pass::ops::rollback(&root, c.backup.as_deref(), &opts)?;
-    print!("{}", report::rollback_text(&id, &done));
+    print!(
+        "{}",
+        certrotor::output::logging::escape_controls(&report::rollback_text(&id, &done))
+    );
     Ok(outcome::EXIT_OK)
 }
 
@@ -411,7 +416,10 @@ fn etcd_import(c: EtcdImportCmd) -> Result<u8, CliError> {
             .map_err(CliError::ReadBundle)?
     };
     let done = certrotor::pass::import::from_bundle(&root, &bundle, &opts)?;
-    print!("{}", report::import_text(&done));
+    print!(
+        "{}",
+        certrotor::output::logging::escape_controls(&report::import_text(&done))
+    );
     Ok(outcome::for_import(&done))
 }
 
