@@ -1184,7 +1184,7 @@ users:
 
     /// Issue 30.5, the growth measured as work: the shape check examines each byte at most
     /// once (so it is linear), refuses every hostile family before the parser sees it, and
-    /// reads a large legitimate kubeconfig to its end. `agent/yaml-bench.sh` times `check` on
+    /// reads a large legitimate kubeconfig to its end. `agent/parser-growth.sh` counts `check`'s instructions on
     /// the same families, growing, with the real parser behind.
     #[test]
     fn the_shape_check_examines_each_byte_at_most_once() {
