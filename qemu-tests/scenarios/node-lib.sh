@@ -345,3 +345,40 @@ node_pids() {
     echo "$_c ${_pid:-none} $(cat "/proc/${_pp:-0}/comm" 2> /dev/null || echo none)"
   done > "$E2E_OUT/$1"
 }
+
+# ---- Bottlerocket's host-containerd (qemu-tests/tests/engine_kubeadm.rs) ----------------------
+# NODE_HC: host-containerd's socket. node_host_containerd starts a second, real containerd the
+# way Bottlerocket runs host-containerd for host and bootstrap containers (bottlerocket-api.md
+# §3.1, Bottlerocket's host-containerd config: its own root, state and socket, CRI off), beside
+# the kubelet's containerd.
+NODE_HC=/run/host-containerd/containerd.sock
+node_host_containerd() {
+  mkdir -p /etc/host-containerd
+  cat > /etc/host-containerd/config.toml << 'TOML'
+version = 2
+root = "/var/lib/host-containerd"
+state = "/run/host-containerd"
+disabled_plugins = [
+    "io.containerd.internal.v1.opt",
+    "io.containerd.snapshotter.v1.aufs",
+    "io.containerd.snapshotter.v1.devmapper",
+    "io.containerd.snapshotter.v1.native",
+    "io.containerd.snapshotter.v1.zfs",
+    "io.containerd.grpc.v1.cri",
+]
+
+[grpc]
+address = "/run/host-containerd/containerd.sock"
+TOML
+  containerd --config /etc/host-containerd/config.toml > "$E2E_OUT/host-containerd.log" 2>&1 &
+  e2e_wait_for 60 ctr -a "$NODE_HC" version
+}
+# node_apiexec TARGET CMD...   what `apiclient exec TARGET CMD...` runs on Bottlerocket: the API
+# server's exec child, `ctr -a <host-containerd> task exec --exec-id apiexec-<16 random>` into
+# the host container's task, with a cleared environment plus TERM=screen (bottlerocket-api.md
+# §1.5); the exit status is the command's
+node_apiexec() {
+  _target=$1; shift
+  _id=apiexec-$(tr -dc 'A-Za-z0-9' < /dev/urandom | head -c 16)
+  env -i TERM=screen "$(command -v ctr)" -a "$NODE_HC" task exec --exec-id "$_id" "$_target" "$@"
+}
