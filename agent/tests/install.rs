@@ -151,6 +151,39 @@ fn every_shell_block_names_its_test() {
     }
 }
 
+/// The front README shows a short install (issue 27.6): each of its shell blocks that installs
+/// or operates certrotor on a node (it calls `apiclient`, or installs the static pod) must be,
+/// character for character, a block of the page tested here.
+#[test]
+fn the_front_readmes_install_commands_are_the_pages_tested_ones() {
+    let front = Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
+    let text = fs::read_to_string(&front).unwrap();
+    let tested_blocks: Vec<String> = blocks()
+        .into_iter()
+        .filter(|b| matches!(b.tag, Some(Tag::Tested(_))))
+        .map(|b| b.text)
+        .collect();
+    let mut lines = text.lines().enumerate();
+    while let Some((n, line)) = lines.next() {
+        if line.trim() != "```sh" {
+            continue;
+        }
+        let block: String = lines
+            .by_ref()
+            .take_while(|(_, l)| l.trim() != "```")
+            .map(|(_, l)| format!("{l}\n"))
+            .collect();
+        if block.contains("apiclient") || block.contains("certrotor-static-pod.yaml") {
+            assert!(
+                tested_blocks.contains(&block),
+                "README.md:{}: an install command block that is not one of \
+                 bottlerocket/packaging/README.md's tested blocks (copy it from there):\n{block}",
+                n + 1
+            );
+        }
+    }
+}
+
 // ---- apiclient and ssh as the blocks see them --------------------------------------------------
 
 /// `apiclient` for the blocks: records its arguments (NUL-separated) and, for `apply` from

@@ -149,18 +149,25 @@ node_check() {
   echo $? > "$E2E_OUT/$1.rc"
 }
 
-# node_certrotor --superpowered|--bootstrap NAME OUT USER-DATA [--env K=V]...
-# Runs the certrotor image the way Bottlerocket does: the command line comes from the
-# container's user-data file (no arguments after the image). stdout (the JSON report) ->
-# $E2E_OUT/OUT.json, stderr -> $E2E_OUT/OUT.log and the serial console (failpoint markers),
-# exit status -> $E2E_OUT/OUT.rc (and returned).
+# node_certrotor --superpowered|--bootstrap NAME OUT COMMAND-LINE [--env K=V]...
+# Runs the certrotor image the way Bottlerocket does. A bootstrap container takes its command
+# line from its user-data file (no arguments after the image). A host container's user-data
+# must be `daemon` (Bottlerocket restarts a host container 45 s after it exits, and certrotor
+# refuses anything else there), so a one-off command in a superpowered host container goes as
+# arguments, as `apiclient exec certrotor certrotor <command>` gives them. stdout (the JSON
+# report) -> $E2E_OUT/OUT.json, stderr -> $E2E_OUT/OUT.log and the serial console (failpoint
+# markers), exit status -> $E2E_OUT/OUT.rc (and returned).
 node_certrotor() {
   _kind=$1 _cname=$2 _out=$3 _ud=$4; shift 4
-  _dir=host-containers; [ "$_kind" = --bootstrap ] && _dir=bootstrap-containers
-  mkdir -p "/local/$_dir/$_cname"
-  printf '%s\n' "$_ud" > "/local/$_dir/$_cname/user-data"
+  _dir=host-containers _cmd="/usr/bin/certrotor $_ud"
+  if [ "$_kind" = --bootstrap ]; then
+    _dir=bootstrap-containers _cmd=""
+    mkdir -p "/local/$_dir/$_cname"
+    printf '%s\n' "$_ud" > "/local/$_dir/$_cname/user-data"
+  fi
   e2e_mark "CERTROTOR-BEGIN $_out"
-  { e2e_host_ctr_run "$_kind" "$@" "$_cname" "$NODE_IMG" 2>&1 > "$E2E_OUT/$_out.json"
+  # shellcheck disable=SC2086 # _cmd: the command line's words
+  { e2e_host_ctr_run "$_kind" "$@" "$_cname" "$NODE_IMG" $_cmd 2>&1 > "$E2E_OUT/$_out.json"
     echo $? > "$E2E_OUT/$_out.rc"; } | tee "$E2E_OUT/$_out.log"
   e2e_mark "CERTROTOR-END $_out rc=$(cat "$E2E_OUT/$_out.rc")"
   return "$(cat "$E2E_OUT/$_out.rc")"

@@ -1,11 +1,11 @@
 #!/bin/sh
 # Scenario a (qemu-tests/tests/renew_expiring.rs): a stacked control-plane node whose leaf
-# certificates expire in 2 days; certrotor, as a superpowered host container configured by its
-# user-data, renews, reloads etcd live (`--restart live`), restarts each other static pod once
-# through the API and verifies. The host-side
+# certificates expire in 2 days; certrotor, as a superpowered host container given `run --once`
+# as arguments (node_certrotor), renews, reloads etcd live (`--restart live`), restarts each
+# other static pod once through the API and verifies. The host-side
 # test asserts on the files saved here. With `extra-args` in the share (issue 6's scenario,
 # qemu-tests/tests/engine_kubeadm.rs), those arguments are added, and `kubeadm.oci.tar` (the
-# real kubeadm's image) is imported into containerd's k8s.io namespace first. The static pods
+# real kubeadm's image) is imported into host-containerd first (below). The static pods
 # are the real kube-apiserver, controller-manager and scheduler v1.20.2 (the apiserver with the
 # start-up cuts of node_fast_apiserver): kubectl v1.20.2 writes a ConfigMap before the renewal and, with the
 # renewed admin.conf, lists the namespaces and reads it back after; the real apiserver's /readyz
@@ -42,7 +42,12 @@ if [ -f "$E2E_SHARE/first-boot" ]; then
   # host-ctr binds /run/api.sock into every container; nothing calls it here
   : > /run/api.sock
   node_certrotor --bootstrap certrotor first-boot ""
-  node_certrotor --superpowered certrotor host-run-once "run --once --platform none"
+  # `run --once` as a host container's user-data: refused (exit 64, with the reason)
+  mkdir -p /local/host-containers/certrotor
+  printf 'run --once --platform none\n' > /local/host-containers/certrotor/user-data
+  e2e_host_ctr_run --superpowered certrotor "$NODE_IMG" > "$E2E_OUT/host-run-once.json" \
+    2> "$E2E_OUT/host-run-once.log"
+  echo $? > "$E2E_OUT/host-run-once.rc"
   rm -f /run/api.sock
 fi
 if [ -f "$E2E_SHARE/kubeadm.oci.tar" ]; then

@@ -85,9 +85,9 @@ pub fn main(mut args: Vec<String>) -> ExitCode {
     let mut first_boot_allowed = false;
     if let Some((kind, words)) = &from_user_data {
         log::info!(
-            "arguments from the {}'s user-data: {}",
-            kind.name(),
-            words.join(" ")
+            "arguments from the container's user-data: {} ({})",
+            words.join(" "),
+            kind.name()
         );
         // Checked after parsing, so that a mistyped flag is reported as such first.
         if let Err(why) = check_fits(*kind, words) {
