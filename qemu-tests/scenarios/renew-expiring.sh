@@ -124,7 +124,7 @@ if [ -f "$E2E_SHARE/readme-exec.txt" ]; then
     e2e_wait_for 300 grep -q '"daemon"' /var/lib/certrotor/last-pass.json
   apiclient() { [ "$1" = exec ] || return 99; shift; node_apiexec "$@"; }
   _n=0
-  while IFS= read -r _line; do
+  while IFS= read -r _line || [ -n "$_line" ]; do
     [ -n "$_line" ] || continue
     printf '%s\n' "$_line" > "$E2E_OUT/exec-$_n.cmd"
     eval "$_line" < /dev/null > "$E2E_OUT/exec-$_n.out" 2> "$E2E_OUT/exec-$_n.err"
