@@ -19,6 +19,8 @@ mod events;
 mod hostile;
 // Issue 30: the second hostile-input campaign, one test per point (`issue30_…`).
 mod hostile30;
+// The install and operations page (bottlerocket/packaging/README.md), every command run.
+mod install;
 // Parity with the real kubeadm v1.20.2 (images/k8s/build.sh).
 mod kubeadm_parity;
 mod kubeadm_parity_util;
