@@ -66,7 +66,7 @@ elif family == "yaml-quote":
 elif family == "yaml-continued":
     doc = "a: [x\n 'y, " + "[" * size + "\n"
 elif family == "yaml-flow-map":
-    doc = "a: " + "{k: x 'y, b: " * (size // 12) + "\n"
+    doc = "a: " + "{k: x 'y, b: " * (size // 13) + "\n"
 elif family == "yaml-indicators":
     doc = "- " * (size // 2) + "x\n"
 elif family == "yaml-aliases":

@@ -1,15 +1,21 @@
 #!/bin/sh
 # Scenario a (qemu-tests/tests/renew_expiring.rs): a stacked control-plane node whose leaf
-# certificates expire in 2 days; certrotor, as a superpowered host container configured by its
-# user-data, renews, reloads etcd live (`--restart live`), restarts each other static pod once
-# through the API and verifies. The host-side
+# certificates expire in 2 days; certrotor, as a superpowered host container given `run --once`
+# as arguments (node_certrotor), renews, reloads etcd live (`--restart live`), restarts each
+# other static pod once through the API and verifies. The host-side
 # test asserts on the files saved here. With `extra-args` in the share (issue 6's scenario,
 # qemu-tests/tests/engine_kubeadm.rs), those arguments are added, and `kubeadm.oci.tar` (the
-# real kubeadm's image) is imported into containerd's k8s.io namespace first. The static pods
+# real kubeadm's image) is imported into host-containerd first (below). The static pods
 # are the real kube-apiserver, controller-manager and scheduler v1.20.2 (the apiserver with the
 # start-up cuts of node_fast_apiserver): kubectl v1.20.2 writes a ConfigMap before the renewal and, with the
 # renewed admin.conf, lists the namespaces and reads it back after; the real apiserver's /readyz
 # is polled (100 ms between probes) while certrotor runs (readyz.txt).
+# Issue 27 (engine_kubeadm.rs): with `kubeadm.oci.tar`, the image sits where Bottlerocket keeps
+# the kubeadm-bootstrap image (a real host-containerd, namespace default; the API names it in
+# settings.host-containers.kubeadm-bootstrap.source); with `first-boot`, certrotor's containers
+# run first on the node before any PKI exists; with `readme-exec.txt`, the daemon runs as a host
+# container in host-containerd at the end and each `apiclient exec` line of
+# bottlerocket/packaging/README.md runs as the API server runs it.
 . /usr/lib/certrotor-e2e/lib.sh
 . "$E2E_SHARE/node-lib.sh"
 R=/ P=/var/lib/kubeadm/pki
@@ -26,8 +32,23 @@ fi
 e2e_check "certrotor image imported" node_image
 EXTRA=$(cat "$E2E_SHARE/extra-args" 2> /dev/null || true)
 if [ -f "$E2E_SHARE/kubeadm.oci.tar" ]; then
-  e2e_check "kubeadm image imported into k8s.io" \
-    sh -c "ctr -n k8s.io images import '$E2E_SHARE/kubeadm.oci.tar' > /dev/null"
+  e2e_check "host-containerd started" node_host_containerd
+  e2e_check "kubeadm-bootstrap image imported into host-containerd (namespace default)" \
+    sh -c "ctr -a $NODE_HC -n default images import '$E2E_SHARE/kubeadm.oci.tar' > /dev/null"
+  e2e_check "kubeadm-bootstrap image not in the kubelet's containerd" \
+    sh -c "! ctr -n k8s.io images ls -q | grep -q certrotor-kubeadm"
+fi
+if [ -f "$E2E_SHARE/first-boot" ]; then
+  # host-ctr binds /run/api.sock into every container; nothing calls it here
+  : > /run/api.sock
+  node_certrotor --bootstrap certrotor first-boot ""
+  # `run --once` as a host container's user-data: refused (exit 64, with the reason)
+  mkdir -p /local/host-containers/certrotor
+  printf 'run --once --platform none\n' > /local/host-containers/certrotor/user-data
+  e2e_host_ctr_run --superpowered certrotor "$NODE_IMG" > "$E2E_OUT/host-run-once.json" \
+    2> "$E2E_OUT/host-run-once.log"
+  echo $? > "$E2E_OUT/host-run-once.rc"
+  rm -f /run/api.sock
 fi
 if [ -f "$E2E_SHARE/kubeadm.oci.tar" ]; then
   # a node as kubeadm v1.20.2 makes it: RSA-2048 keys (ECDSA came with kubeadm 1.31), and no
@@ -43,6 +64,13 @@ else
 fi
 RESTART_TIMEOUT=300s UP_S=300
 node_real_cp /
+if [ -f "$E2E_SHARE/kubeadm.oci.tar" ]; then
+  # What EKS Anywhere leaves in the API: its kubeadm-bootstrap host container, disabled once it
+  # made the node
+  node_settings / /var/lib/e2e-settings.json
+  sed -i 's|^{|{"host-containers":{"kubeadm-bootstrap":{"source":"localhost/certrotor-kubeadm:v1.20.2","enabled":false,"superpowered":true}},|' \
+    /var/lib/e2e-settings.json
+fi
 e2e_check "apiserver-sim on /run/api.sock" node_api / /run/api.sock node
 if [ $REAL_KUBELET = 1 ]; then
   node_real_kubelet / node
@@ -78,5 +106,32 @@ for b in /var/lib/certrotor/backups/*/; do
   [ -n "$f" ] && sha256sum < "$f" | cut -c1-64 > "$E2E_OUT/backup-apiserver.sha"
 done
 ctr -n k8s.io containers ls -q > "$E2E_OUT/k8s-containers.txt" 2>&1
+if [ -S "$NODE_HC" ]; then
+  ctr -a "$NODE_HC" -n default containers ls -q > "$E2E_OUT/host-containers.txt" 2>&1
+fi
 ls /var/lib/certrotor/engine > "$E2E_OUT/engine-staging.txt" 2>&1 || true
+
+if [ -f "$E2E_SHARE/readme-exec.txt" ]; then
+  e2e_check "certrotor image imported into host-containerd" \
+    sh -c "ctr -a $NODE_HC -n default images import --all-platforms '$E2E_SHARE/certrotor.oci.tar' > /dev/null"
+  mkdir -p /local/host-containers/certrotor
+  printf 'daemon --interval 6h --within 60d\n' > /local/host-containers/certrotor/user-data
+  export CONTAINERD_ADDRESS="$NODE_HC"
+  e2e_check "certrotor daemon started as a host container in host-containerd" \
+    e2e_host_ctr_run --superpowered --detach certrotor "$NODE_IMG"
+  unset CONTAINERD_ADDRESS
+  e2e_check "the daemon's first pass recorded" \
+    e2e_wait_for 300 grep -q '"daemon"' /var/lib/certrotor/last-pass.json
+  apiclient() { [ "$1" = exec ] || return 99; shift; node_apiexec "$@"; }
+  _n=0
+  while IFS= read -r _line || [ -n "$_line" ]; do
+    [ -n "$_line" ] || continue
+    printf '%s\n' "$_line" > "$E2E_OUT/exec-$_n.cmd"
+    eval "$_line" < /dev/null > "$E2E_OUT/exec-$_n.out" 2> "$E2E_OUT/exec-$_n.err"
+    echo $? > "$E2E_OUT/exec-$_n.rc"
+    _n=$((_n + 1))
+  done < "$E2E_SHARE/readme-exec.txt"
+  e2e_save exec-count "$_n"
+  ctr -a "$NODE_HC" tasks kill -s SIGTERM certrotor > /dev/null 2>&1
+fi
 e2e_finish

@@ -1,7 +1,8 @@
 //! Scenario a: a stacked control-plane node whose leaf certificates expire in 2 days, its
 //! static pods the REAL kube-apiserver, kube-controller-manager and kube-scheduler v1.20.2 (and
 //! Debian's etcd) under kubelet-sim. certrotor runs from its OCI image as a superpowered host
-//! container (command line from its user-data): it renews, and in the default `--restart live`
+//! container (its one-off command line as arguments, as `apiclient exec` gives them: a host
+//! container's user-data is `daemon`): it renews, and in the default `--restart live`
 //! etcd (real) reloads its renewed certificates without a restart while the three others are
 //! restarted once each through the Bottlerocket API, each with its reason, and verified. Asserted: new expiries about a year away, CAs untouched, an
 //! etcd key written before still readable, served certificates equal to the files, a backup
@@ -52,10 +53,14 @@ fn host_container_renews_an_expiring_stacked_node() {
         &real_cp_boot(Duration::from_secs(720)),
     );
     let log = b.read_out("run.log").unwrap();
+    // A one-off command goes as arguments: certrotor never reads the host container's
+    // user-data then (which must be `daemon`; engine_kubeadm runs the daemon from it).
     assert!(
-        log.contains("arguments from the container's user-data: run --once"),
+        !log.contains("user-data"),
         "{}",
-        b.failure(&format!("certrotor did not take its user-data:\n{log}"))
+        b.failure(&format!(
+            "certrotor read the host container's user-data:\n{log}"
+        ))
     );
 
     // etcd (Debian's, real) is never restarted for a server/peer/healthcheck renewal: it

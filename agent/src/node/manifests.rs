@@ -88,14 +88,20 @@ pub struct Consumer {
 
 /// The static pods in `pods` other than the four components whose hostPath volumes hold a
 /// renewed file (`renewed`: paths relative to `root`): the volume is the file itself, or a
-/// folder above it.
+/// folder above it. certrotor's own static pod (plain kubeadm nodes,
+/// `bottlerocket/packaging/certrotor-static-pod.yaml`) mounts the folders it renews but is no
+/// consumer: it reads every file afresh at each pass, and restarting it would end the pass
+/// doing the restart.
 pub fn other_consumers(
     root: &std::path::Path,
     pods: &[(String, PodInfo)],
     renewed: &[String],
 ) -> Vec<Consumer> {
     let mut out = Vec::new();
-    for (pod, info) in pods.iter().filter(|(_, i)| i.component().is_none()) {
+    for (pod, info) in pods
+        .iter()
+        .filter(|(_, i)| i.component().is_none() && !i.runs_certrotor())
+    {
         for file in renewed {
             let hit = info.host_paths.iter().find_map(|hp| {
                 let hp = hp.trim_start_matches('/').trim_end_matches('/');
@@ -302,6 +308,23 @@ impl PodInfo {
                 || self.name == c.name()
                 || self.name.starts_with(&format!("{}-", c.name()))
         })
+    }
+
+    /// Whether this pod runs certrotor itself: its command is `certrotor` (any folder), or it
+    /// has no command and its image's repository is named `certrotor`.
+    pub fn runs_certrotor(&self) -> bool {
+        let base = |s: &str| s.rsplit('/').next().unwrap_or(s).to_string();
+        if self.argv.first().is_some_and(|a| base(a) == "certrotor") {
+            return true;
+        }
+        // A command of its own (a path) is another program, whatever the image.
+        let own_command = self.argv.first().is_some_and(|a| a.contains('/'));
+        let image_is_certrotor = self.image.as_deref().is_some_and(|i| {
+            let repo = i.split('@').next().unwrap_or(i);
+            // After the last '/', a ':' starts the tag (a registry's port comes before it).
+            base(repo).split(':').next() == Some("certrotor")
+        });
+        !own_command && image_is_certrotor
     }
 
     /// The value of `--flag` (`--flag=value` or `--flag value`).
@@ -585,5 +608,54 @@ mod tests {
         let p = PodInfo::parse(cmd.as_bytes()).unwrap();
         assert_eq!(p.program().as_deref(), Some("kube-apiserver"));
         assert_eq!(p.program_args(), ["--a=b", "--c"]);
+    }
+
+    /// The static pod certrotor ships for plain kubeadm nodes.
+    const SHIPPED: &str = include_str!("../../../bottlerocket/packaging/certrotor-static-pod.yaml");
+
+    fn pod(yaml: &str) -> PodInfo {
+        PodInfo::parse(yaml.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn certrotor_is_never_a_consumer_of_what_it_renews() {
+        let own = pod(SHIPPED);
+        assert!(own.runs_certrotor(), "{own:?}");
+        assert_eq!(own.component(), None);
+        assert_eq!(own.host_paths, ["/"]);
+        let other = pod(
+            "metadata: {name: watcher}\nspec:\n  containers:\n  - {image: registry.example.com/watcher:1, command: [/bin/watch]}\n  volumes:\n  - {name: h, hostPath: {path: /}}\n",
+        );
+        assert!(!other.runs_certrotor());
+        let pods = vec![
+            ("certrotor.yaml".to_string(), own),
+            ("watcher.yaml".to_string(), other),
+        ];
+        let renewed = ["etc/kubernetes/pki/apiserver.crt".to_string()];
+        let found = other_consumers(std::path::Path::new("/nonexistent"), &pods, &renewed);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].pod, "watcher.yaml");
+    }
+
+    #[test]
+    fn certrotor_is_known_by_its_command_or_its_image() {
+        let with = |image: &str, command: &str| {
+            pod(&format!(
+                "metadata: {{name: x}}\nspec:\n  containers:\n  - {{image: '{image}', {command}}}\n"
+            ))
+            .runs_certrotor()
+        };
+        assert!(with("a/b:1", "command: [certrotor, daemon]"));
+        assert!(with("registry:5000/certrotor:0.1.0", "args: [daemon]"));
+        assert!(with(
+            "registry.example.com/ops/certrotor@sha256:ab",
+            "args: [daemon]"
+        ));
+        assert!(!with("registry:5000/certrotor-exporter:1", "args: [x]"));
+        assert!(!with(
+            "registry.example.com/certrotor:1",
+            "command: [/bin/sh, -c, x]"
+        ));
+        assert!(!with("certrotor.example.com/tool:1", "args: [x]"));
     }
 }

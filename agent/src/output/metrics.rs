@@ -26,9 +26,10 @@
 //! `check --output prometheus` prints the certificate gauges (node-exporter's textfile
 //! collector); `daemon --metrics-address` serves both on `/metrics` with [`serve`], a small
 //! server on `std::net` (no HTTP crate): one thread accepts, each connection gets its own
-//! short-lived thread (at most [`MAX_CONNECTIONS`] at once, more are closed at once), reads at
-//! most [`MAX_REQUEST_BYTES`] with a timeout, so a slow or hostile client neither stalls the
-//! daemon's passes nor other scrapes. The certificate gauges are read fresh from the node's
+//! short-lived thread (at most [`MAX_CONNECTIONS`] at once: when all are taken, the oldest is
+//! closed for the new one), reads at most [`MAX_REQUEST_BYTES`], the whole exchange within
+//! [`IO_TIMEOUT`], so a slow or hostile client neither stalls the daemon's passes nor other
+//! scrapes. The certificate gauges are read fresh from the node's
 //! files at each scrape (an inventory of a node takes milliseconds), so they never lag a
 //! renewal or a hand-made change; the pass counters live in memory for the daemon's life.
 
@@ -37,7 +38,6 @@ use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -54,7 +54,7 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 pub const MAX_CONNECTIONS: usize = 8;
 /// The most of a request read (a scrape's request is a few hundred bytes).
 pub const MAX_REQUEST_BYTES: usize = 8192;
-/// Bound on reading a request and on writing the answer.
+/// Bound on a whole exchange: reading the request and writing the answer, together.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(5);
 
 // === the x509-certificate-exporter family ===
@@ -885,48 +885,99 @@ impl Shared {
     }
 }
 
+/// The connections being served, oldest first: (id, when accepted, a handle to close it).
+#[derive(Default)]
+struct Connections {
+    next: u64,
+    open: Vec<(u64, std::time::Instant, TcpStream)>,
+}
+
 /// Binds `addr` and serves `/metrics` from a background thread. Errors only on bind.
+///
+/// At most [`MAX_CONNECTIONS`] are served at once. When all are taken, the oldest gives its
+/// slot to the new one (it is closed): a scrape takes milliseconds, so the oldest is a client
+/// that is slow on purpose or stuck, and scrapes never wait behind slow clients (issue 30.6).
+/// Each connection has [`IO_TIMEOUT`] in all to send its request and take the answer, however
+/// it trickles.
 pub fn serve(addr: SocketAddr, shared: Arc<Shared>) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(addr)?;
     let bound = listener.local_addr()?;
-    let active = Arc::new(AtomicUsize::new(0));
+    let conns: Arc<Mutex<Connections>> = Arc::default();
     std::thread::Builder::new()
         .name("metrics".into())
         .spawn(move || {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { continue };
-                if active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
-                    active.fetch_sub(1, Ordering::SeqCst);
-                    drop(stream);
+                let Ok(handle) = stream.try_clone() else {
                     continue;
-                }
-                let (shared, mine) = (Arc::clone(&shared), Arc::clone(&active));
+                };
+                let id = {
+                    let mut c = conns.lock().unwrap_or_else(|p| p.into_inner());
+                    if c.open.len() >= MAX_CONNECTIONS {
+                        let (_, since, oldest) = c.open.remove(0);
+                        log::debug!(
+                            "metrics: closing a connection open for {:?} to serve a new one",
+                            since.elapsed()
+                        );
+                        let _ = oldest.shutdown(std::net::Shutdown::Both);
+                    }
+                    c.next += 1;
+                    let id = c.next;
+                    c.open.push((id, std::time::Instant::now(), handle));
+                    id
+                };
+                let (shared, mine) = (Arc::clone(&shared), Arc::clone(&conns));
+                let done = move |conns: &Mutex<Connections>| {
+                    let mut c = conns.lock().unwrap_or_else(|p| p.into_inner());
+                    c.open.retain(|(i, _, _)| *i != id);
+                };
                 let spawned = std::thread::Builder::new()
                     .name("metrics-conn".into())
                     .spawn(move || {
                         if let Err(e) = answer(stream, &shared) {
                             log::debug!("metrics: connection ended: {e}");
                         }
-                        mine.fetch_sub(1, Ordering::SeqCst);
+                        done(&mine);
                     });
                 if spawned.is_err() {
-                    active.fetch_sub(1, Ordering::SeqCst);
+                    let mut c = conns.lock().unwrap_or_else(|p| p.into_inner());
+                    c.open.retain(|(i, _, _)| *i != id);
                 }
             }
         })?;
     Ok(bound)
 }
 
-/// Reads one request (bounded, with a timeout) and answers it.
+/// The time left before `deadline`, or a timeout error when none is left.
+fn left(deadline: std::time::Instant) -> std::io::Result<Duration> {
+    let left = deadline.saturating_duration_since(std::time::Instant::now());
+    if left.is_zero() {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "the request and its answer took longer than the metrics server allows",
+        ))
+    } else {
+        Ok(left)
+    }
+}
+
+/// Reads one request and answers it, the whole exchange bounded by [`IO_TIMEOUT`] (not each
+/// read: a client sending a byte now and then would otherwise hold its slot for ever).
 fn answer(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(IO_TIMEOUT))?;
-    stream.set_write_timeout(Some(IO_TIMEOUT))?;
+    let deadline = std::time::Instant::now() + IO_TIMEOUT;
     let mut buf = vec![0u8; MAX_REQUEST_BYTES];
     let mut len = 0;
     while !buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
         if len == buf.len() {
-            return respond(&mut stream, "431 Request Header Fields Too Large", "", "");
+            return respond(
+                &mut stream,
+                deadline,
+                "431 Request Header Fields Too Large",
+                "",
+                "",
+            );
         }
+        stream.set_read_timeout(Some(left(deadline)?))?;
         let n = stream.read(&mut buf[len..])?;
         if n == 0 {
             return Ok(());
@@ -942,17 +993,32 @@ fn answer(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
         ("GET" | "HEAD", "/metrics") => {
             let page = shared.page();
             let body = if method == "HEAD" { "" } else { page.as_str() };
-            respond_len(&mut stream, "200 OK", CONTENT_TYPE, body, page.len())
+            respond_len(
+                &mut stream,
+                deadline,
+                "200 OK",
+                CONTENT_TYPE,
+                body,
+                page.len(),
+            )
         }
         ("GET" | "HEAD", "/") => respond(
             &mut stream,
+            deadline,
             "200 OK",
             "text/plain; charset=utf-8",
             "certrotor: metrics at /metrics\n",
         ),
-        ("GET" | "HEAD", _) => respond(&mut stream, "404 Not Found", "text/plain", "not found\n"),
+        ("GET" | "HEAD", _) => respond(
+            &mut stream,
+            deadline,
+            "404 Not Found",
+            "text/plain",
+            "not found\n",
+        ),
         _ => respond(
             &mut stream,
+            deadline,
             "405 Method Not Allowed",
             "text/plain",
             "use GET\n",
@@ -960,12 +1026,19 @@ fn answer(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
     }
 }
 
-fn respond(stream: &mut TcpStream, status: &str, ctype: &str, body: &str) -> std::io::Result<()> {
-    respond_len(stream, status, ctype, body, body.len())
+fn respond(
+    stream: &mut TcpStream,
+    deadline: std::time::Instant,
+    status: &str,
+    ctype: &str,
+    body: &str,
+) -> std::io::Result<()> {
+    respond_len(stream, deadline, status, ctype, body, body.len())
 }
 
 fn respond_len(
     stream: &mut TcpStream,
+    deadline: std::time::Instant,
     status: &str,
     ctype: &str,
     body: &str,
@@ -974,8 +1047,14 @@ fn respond_len(
     let head = format!(
         "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n"
     );
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(body.as_bytes())?;
+    // Written in pieces, each bounded by the time left: a client that reads slowly cannot hold
+    // the connection past the deadline either.
+    for part in [head.as_bytes(), body.as_bytes()] {
+        for chunk in part.chunks(16 * 1024) {
+            stream.set_write_timeout(Some(left(deadline)?))?;
+            stream.write_all(chunk)?;
+        }
+    }
     stream.flush()
 }
 

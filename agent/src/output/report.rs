@@ -158,7 +158,9 @@ fn align(rows: &[Vec<String>]) -> String {
 /// A report as pretty JSON. A report that cannot be serialised is an error for the caller to
 /// surface, never an empty or placeholder line.
 pub fn json<T: serde::Serialize + ?Sized>(value: &T) -> Result<String, serde_json::Error> {
+    // The same JSON value, with no character a terminal would obey written raw (issue 30.12).
     serde_json::to_string_pretty(value)
+        .map(|j| crate::output::logging::escape_controls_json(&j).into_owned())
 }
 
 /// What `renew` did (or would do with `--dry-run`); `restart_hint` adds the advice to restart

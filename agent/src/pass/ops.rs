@@ -131,26 +131,6 @@ pub fn recover_before_reading(root: &std::path::Path) -> Result<(), OpsError> {
     if !state.is_dir() {
         return Ok(());
     }
-    // A read-only root (a mounted snapshot, a read-only bind) can still be inspected; say so
-    // when an interrupted transaction could not be completed first.
-    let writable = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(state.join("lock"));
-    if let Err(e) = writable {
-        let journal = state.join("journal.json").exists();
-        log::warn!(
-            "cannot take the lock in '{}' ({e}); reading without it{}",
-            state.display(),
-            if journal {
-                "; an interrupted transaction is pending and the PKI may be half-renewed: run certrotor where the root is writable"
-            } else {
-                ""
-            }
-        );
-        return Ok(());
-    }
     // Reading never waits for another run: a renewal holds the lock for seconds, a daemon's
     // restart pass for minutes. Say that one is in progress and read the files as they are.
     match lock_and_recover(root, std::time::Duration::ZERO) {
@@ -160,6 +140,28 @@ pub fn recover_before_reading(root: &std::path::Path) -> Result<(), OpsError> {
                 "another certrotor run is in progress (it holds '{}'); reading the PKI as it is \
                  now, without waiting: files being renewed may change in a moment",
                 state.join("lock").display()
+            );
+            Ok(())
+        }
+        // A read-only root (a mounted snapshot, a read-only bind) or a user who may not write
+        // there can still inspect it; say so when an interrupted transaction could not be
+        // completed first. Anything else wrong with the lock (a symlink, a FIFO, a folder
+        // leading out of the root) stops the command.
+        Err(OpsError::Txn(txn::TxnError::Prepare { source, .. }))
+            if matches!(
+                source.raw_os_error(),
+                Some(libc::EROFS | libc::EACCES | libc::EPERM)
+            ) =>
+        {
+            let journal = state.join("journal.json").exists();
+            log::warn!(
+                "cannot take the lock in '{}' ({source}); reading without it{}",
+                state.display(),
+                if journal {
+                    "; an interrupted transaction is pending and the PKI may be half-renewed: run certrotor where the root is writable"
+                } else {
+                    ""
+                }
             );
             Ok(())
         }
@@ -197,14 +199,34 @@ pub fn lock_and_recover_with(
     let recovery = txn::recover(root)?;
     match &recovery {
         Recovery::Clean => {}
-        Recovery::DiscardedStaging(n) => log::warn!(
-            "removed {n} staging folder(s) of an interrupted run; the PKI was not touched"
-        ),
+        Recovery::DiscardedStaging { with_files, empty } => {
+            if *with_files > 0 {
+                log::warn!(
+                    "removed {with_files} staging folder(s) holding the staged files of a run \
+                     interrupted before it changed anything; the PKI was not touched"
+                );
+            }
+            if *empty > 0 {
+                log::info!(
+                    "removed {empty} empty staging folder(s) left by an earlier run (its \
+                     transaction had completed, or had not staged a file yet)"
+                );
+            }
+        }
         Recovery::RolledForward {
             kind,
             backup_id,
             files,
         } => log::warn!("completed an interrupted {kind} of {files} file(s) (backup {backup_id})"),
+        Recovery::Undone {
+            kind,
+            backup_id,
+            damaged,
+        } => log::error!(
+            "an interrupted {kind} was undone: the staged copy of '{damaged}' is damaged (not \
+             the content validated before the crash), so backup {backup_id} was restored and \
+             nothing damaged went live; check the disk, then run again"
+        ),
     }
     let bound = restart.map_or(restart::DEFAULT_RESTART_TIMEOUT, |r| r.timeout);
     let poll = restart.map_or(Duration::from_millis(200), |r| r.poll);

@@ -373,10 +373,12 @@ fn settle_interrupted_write(
     s: &mut PassState,
     said: &mut Vec<String>,
 ) -> Result<(), OpsError> {
+    // A transaction recovery undid from its backup (a damaged staged file) renewed nothing.
     let journaled = s
         .committing
         .as_deref()
-        .filter(|id| txn::backup_complete(root, id));
+        .filter(|id| txn::backup_complete(root, id))
+        .filter(|_| !matches!(txn, Recovery::Undone { .. }));
     match journaled {
         Some(id) => {
             let id = id.to_string();

@@ -70,10 +70,12 @@ pub struct RenewFlags {
     /// exists, else ctr from PATH)
     pub ctr_path: Option<PathBuf>,
     #[argh(option)]
-    /// kubeadm engine: containerd's socket (default /run/containerd/containerd.sock)
+    /// kubeadm engine: containerd's socket (default: look in host-containerd's namespace
+    /// default, then in /run/containerd/containerd.sock's k8s.io and default)
     pub containerd_socket: Option<PathBuf>,
     #[argh(option)]
-    /// kubeadm engine: containerd namespace of the image (default k8s.io)
+    /// kubeadm engine: containerd namespace of the image (default k8s.io with
+    /// --containerd-socket)
     pub containerd_namespace: Option<String>,
     #[argh(option, default = "Duration::from_secs(60)", from_str_fn(wait))]
     /// how long to wait for another certrotor run to finish (default 60s)
