@@ -1944,3 +1944,61 @@ fn apiserver_serves_renewed_cert_without_restart() {
         "kube-apiserver was restarted"
     );
 }
+
+/// Issue 25.4: a pass with nothing to restart takes no cluster lock. Another node holds the
+/// lock (a key under a long etcd lease, as a holder in the middle of its restarts would); node
+/// 0 renews its kube-apiserver serving certificate, which the apiserver reloads by itself: the
+/// pass finishes (exit 0, nothing restarted, kube-apiserver reloaded) with a 5 s cluster wait
+/// that a pass needing the lock would have spent waiting and then put its restarts off (exit
+/// 4), and the other holder's lock is untouched.
+#[test]
+fn a_pass_with_nothing_to_restart_takes_no_cluster_lock() {
+    etcd_installed("cluster::a_pass_with_nothing_to_restart_takes_no_cluster_lock");
+    let t = TempDir::new("no-restart-no-lock");
+    let c = Stacked3::start(&t);
+    let grant = c.etcdctl(&["lease", "grant", "600"]);
+    assert!(grant.status.success(), "{grant}");
+    // "lease 694d9a2f3c8b1e0a granted with TTL(600s)"
+    let id = grant.stdout.split_whitespace().nth(1).unwrap().to_string();
+    let holder = "{\"node\":\"another-node-restarting\"}";
+    let put = c.etcdctl(&["put", LOCK_KEY, holder, "--lease", &id]);
+    assert!(put.status.success(), "{put}");
+    let before = c.nodes[0].states();
+    let mut p = c.spawn_pass(
+        0,
+        "reload-only",
+        &[
+            "--cert",
+            "apiserver",
+            "--cluster-wait",
+            "5s",
+            "--reload-timeout",
+            "150s",
+        ],
+    );
+    p.finish_within(PASS_BOUND);
+    let r = report_of(&mut p, 0);
+    assert_eq!(r["restarted"], serde_json::json!([]), "{r:#}");
+    let reloaded: Vec<&str> = r["reloaded"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|x| x["component"].as_str())
+        .collect();
+    assert_eq!(reloaded, ["kube-apiserver"], "{r:#}");
+    assert_eq!(
+        r["cluster"]["waited_for"].as_array().map_or(0, Vec::len),
+        0,
+        "{r:#}"
+    );
+    let get = c.etcdctl(&["get", LOCK_KEY, "--print-value-only"]);
+    assert!(get.status.success(), "{get}");
+    assert_eq!(get.stdout.trim(), holder, "the lock changed hands\n{r:#}");
+    assert_eq!(
+        before["kube-apiserver"].history,
+        c.nodes[0].states()["kube-apiserver"].history,
+        "kube-apiserver was restarted"
+    );
+    let revoke = c.etcdctl(&["lease", "revoke", &id]);
+    assert!(revoke.status.success(), "{revoke}");
+}

@@ -1531,7 +1531,12 @@ fn wait_vip_holder(node: &Node, holder: &str, after: Option<&str>) -> serde_json
         Duration::from_secs(120),
         Duration::from_millis(500),
         || {
-            let l = vip_lease(node, "super-admin.conf");
+            // super-admin.conf from Kubernetes 1.29 on; admin.conf (system:masters) before.
+            let conf = match node.kfile("super-admin.conf").exists() {
+                true => "super-admin.conf",
+                false => "admin.conf",
+            };
+            let l = vip_lease(node, conf);
             let spec = &l["spec"];
             let renewed = after.is_none_or(|a| spec["renewTime"].as_str().is_some_and(|t| t != a));
             (spec["holderIdentity"] == holder && renewed)
@@ -1758,4 +1763,163 @@ fn eks_anywhere_kube_vip_on_bottlerocket_uses_super_admin_from_1_29_and_releases
     );
     set(true);
     wait_vip_holder(&node, "cp-1", None);
+}
+
+/// The SHA-256 of the client certificate embedded in kubeconfig `path` (of its DER).
+fn kubeconfig_cert_sha256(path: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap();
+    let data = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("client-certificate-data:"))
+        .unwrap_or_else(|| panic!("no client certificate in {}", path.display()));
+    let pem = testbed::base64::decode(data.trim()).unwrap();
+    certrotor::pki::Cert::from_pem(&pem).unwrap().sha256_hex()
+}
+
+/// The client certificates (SHA-256) the kube-vip stand-in's processes read at start, by pid,
+/// from its log.
+fn vip_read_certs(node: &Node) -> Vec<(u32, String)> {
+    node.pod_log("kube-vip")
+        .lines()
+        .filter_map(|l| {
+            let rest = l.split("kube-vip (k8s-sim): pid ").nth(1)?;
+            let (pid, sha) = rest.split_once(" read client certificate sha256 ")?;
+            Some((pid.parse().ok()?, sha.trim().to_string()))
+        })
+        .collect()
+}
+
+/// A Bottlerocket node with EKS Anywhere's kube-vip at Kubernetes `version` (which mounts
+/// `conf_name`), and a pass renewing `conf_name` that restarted it and proved it (see the
+/// tests below); the node.
+fn eks_anywhere_kube_vip_restarted(test: &str, version: &str, conf_name: &str) -> Node {
+    let node = Node::start_with(
+        test,
+        Platform::Bottlerocket,
+        &platform_util::NodeOptions {
+            lab: [
+                "--kube-vip",
+                "eks-anywhere",
+                "--kubernetes-version",
+                version,
+            ]
+            .map(String::from)
+            .to_vec(),
+            kube_vip: true,
+            hostname: Some("cp-1".into()),
+            ..Default::default()
+        },
+    );
+    let conf = node.kfile(conf_name);
+    let mounted = format!("      path: /var/lib/kubeadm/{conf_name}\n      type: File\n");
+    let rendered = std::fs::read_to_string(node.kubelet_manifest("kube-vip")).unwrap();
+    assert!(rendered.contains(&mounted), "{rendered}");
+    let lease = wait_vip_holder(&node, "cp-1", None);
+    let old_pid = vip_pid(&node).unwrap();
+    let old_sha = kubeconfig_cert_sha256(&conf);
+    assert!(vip_read_certs(&node).contains(&(old_pid, old_sha.clone())));
+    let history = node.pod_state("kube-vip").unwrap().history.len();
+
+    let out = node.run_once(
+        "bottlerocket",
+        "60s",
+        &["--cert", conf_name, "--settle", "3s", "--output", "json"],
+    );
+    out.expect(0);
+    assert!(!out.stderr.contains("yourself"), "{out}");
+    let r = out.json();
+    let new_sha = kubeconfig_cert_sha256(&conf);
+    assert_ne!(new_sha, old_sha, "{conf_name} not renewed\n{out}");
+    let pods = r["restarted_pods"].as_array().unwrap();
+    assert_eq!(pods.len(), 1, "{out}");
+    assert_eq!(pods[0]["pod"], "kube-vip", "{out}");
+    let e = &pods[0]["evidence"];
+    assert_eq!(e["old_pids"], serde_json::json!([old_pid]), "{out}");
+    let new_pid = vip_pid(&node).unwrap();
+    assert_ne!(new_pid, old_pid);
+    assert_eq!(e["new_pid"], new_pid, "{out}");
+    assert_eq!(e["lease_after"]["holder"], "cp-1", "{out}");
+    assert_ne!(
+        e["lease_after"]["resource_version"], lease["metadata"]["resourceVersion"],
+        "{out}"
+    );
+    assert_eq!(r["pod_errors"], serde_json::json!([]), "{out}");
+    eprintln!(
+        "FIGURES kube-vip (EKS Anywhere, no probe) on bottlerocket: stop request .. verified {} ms \
+         (settle 3 s included); evidence: {}; pass duration_ms {}",
+        pods[0]["unavailable_ms"], e["summary"], r["duration_ms"]
+    );
+    // Oracles: kubelet-sim ran exactly one more process, which read the renewed certificate,
+    // and the lease is held by cp-1 with it.
+    let state = node.pod_state("kube-vip").unwrap();
+    assert_eq!(state.history.len(), history + 1, "{state:?}");
+    assert!(
+        vip_read_certs(&node).contains(&(new_pid, new_sha)),
+        "{}",
+        node.pod_log("kube-vip")
+    );
+    let renewed = e["lease_after"]["renew_time"].as_str().map(str::to_string);
+    wait_vip_holder(&node, "cp-1", renewed.as_deref());
+    node
+}
+
+/// Issue 25.1: EKS Anywhere's kube-vip (no probe, super-admin.conf mounted as a single file on
+/// a 1.31 init node) on Bottlerocket. A pass that renews super-admin.conf restarts it through
+/// the API (no "restart it yourself") and proves the restart without a probe: the old process
+/// exited, a new one started after it, read the renewed certificate (the stand-in logs what it
+/// read: the oracle) and renewed `kube-system/plndr-cp-lock` as `cp-1`, and stayed up through
+/// the settle time. A kube-vip that cannot come back (its program gone) fails the pass (exit 2)
+/// with the reason and stays owed; mended, the next pass restarts it and owes nothing.
+#[test]
+fn eks_anywhere_kube_vip_without_probe_is_restarted_through_the_api_and_verified() {
+    let node =
+        eks_anywhere_kube_vip_restarted("kube-vip-eksa-restart", "1.31.4", "super-admin.conf");
+
+    // Its program gone: no new process; exit 2, the reason, kube-vip owed.
+    let program = node.dir.join("bin/kube-vip");
+    let target = std::fs::read_link(&program).unwrap();
+    std::fs::remove_file(&program).unwrap();
+    let failed = node.run_once(
+        "bottlerocket",
+        "5s",
+        &[
+            "--cert",
+            "super-admin.conf",
+            "--settle",
+            "1s",
+            "--output",
+            "json",
+        ],
+    );
+    failed.expect(2);
+    let r = failed.json();
+    assert_eq!(r["owed_pods"], serde_json::json!(["kube-vip"]), "{failed}");
+    let error = r["pod_errors"][0].as_str().unwrap();
+    assert!(error.contains("no new process"), "{failed}");
+    std::os::unix::fs::symlink(&target, &program).unwrap();
+    let next = node.run_once(
+        "bottlerocket",
+        "60s",
+        &["--within", "1h", "--settle", "1s", "--output", "json"],
+    );
+    next.expect(0);
+    let r = next.json();
+    assert!(r["renew"]["backup_id"].is_null(), "nothing was due\n{next}");
+    assert_eq!(r["restarted_pods"][0]["pod"], "kube-vip", "{next}");
+    assert!(
+        r["restarted_pods"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("an earlier pass renewed a file"),
+        "{next}"
+    );
+    assert!(!node.pass_state().exists(), "still owed\n{next}");
+    wait_vip_holder(&node, "cp-1", None);
+}
+
+/// Issue 25.1 on a node of Kubernetes before 1.29 (or any joined node): EKS Anywhere's kube-vip
+/// mounts admin.conf; a pass renewing admin.conf restarts it and proves it as above.
+#[test]
+fn eks_anywhere_kube_vip_mounting_admin_conf_is_restarted_and_verified() {
+    eks_anywhere_kube_vip_restarted("kube-vip-eksa-admin", "1.28.15", "admin.conf");
 }

@@ -167,7 +167,12 @@ impl PodInfo {
             container
                 .get(key)
                 .and_then(Value::as_sequence)
-                .map(|l| l.iter().filter_map(Value::as_str).map(str::to_string).collect())
+                .map(|l| {
+                    l.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_string)
+                        .collect()
+                })
                 .unwrap_or_default()
         };
         let command = strings("command");

@@ -1163,6 +1163,7 @@ mod tests {
                 file: "etc/kubernetes/admin.conf".into(),
                 unavailable_ms: 1500,
                 reason: "test".into(),
+                evidence: Default::default(),
                 api: Default::default(),
             }],
             pod_errors: Vec::new(),

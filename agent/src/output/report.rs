@@ -264,6 +264,11 @@ fn restarts_table(r: &RunReport) -> String {
                 "  {:<24} unavailable {:>6} ms  healthy; restarted because {}\n",
                 c.pod, p.unavailable_ms, c.reason
             ),
+            None if r.platform == "none" && !r.renew.dry_run => {
+                let stem = c.pod.strip_suffix(".yaml").unwrap_or(&c.pod);
+                let how = crate::restart::manual_restart(&crate::restart::Platform::None, stem);
+                format!("NOTE: {}: restart it: {how}\n", c.reason)
+            }
             None => format!("NOTE: {}: restart it\n", c.reason),
         });
     }

@@ -142,7 +142,9 @@ pub fn restart_pod(
         refused(fail(None, format!("static pod '{pod}': {why}; {how}")))
     };
     if matches!(platform, Platform::None) {
-        return Err(cannot("no platform to restart it through (--platform none)"));
+        return Err(cannot(
+            "no platform to restart it through (--platform none)",
+        ));
     }
     let sig = Signature::of(root, info)
         .ok_or_else(|| cannot("its manifest names no command and no image"))?;
@@ -182,9 +184,7 @@ impl<'a> Watch<'a> {
             client_key_pem: None,
             timeout: opts.timeout.min(Duration::from_secs(5)),
         });
-        let lease = info
-            .kube_vip_lease()
-            .map(|l| (l, Reader::own(root, pods)));
+        let lease = info.kube_vip_lease().map(|l| (l, Reader::own(root, pods)));
         let old = sig.find();
         let mut evidence = Evidence {
             signature: sig.describe(),
@@ -192,7 +192,10 @@ impl<'a> Watch<'a> {
             ..Evidence::default()
         };
         for p in &old {
-            evidence.mounts.extend(mounts_seen(root, info, p, "old"));
+            let seen = mounts_seen(root, info, p, "old");
+            evidence
+                .mounts
+                .extend(seen.into_iter().map(|(line, _)| line));
         }
         if let Some(((ns, name), Ok(reader))) = &lease {
             evidence.lease_before = reader.get(ns, name).ok().flatten();
@@ -291,15 +294,21 @@ impl<'a> Watch<'a> {
         self.evidence.new_pid = Some(new.pid);
         self.evidence.started_after_stop_ms = Some(procfs::ticks_ms(gone_at, new.start_time));
         let fresh = mounts_seen(root, self.info, &new, "new");
-        if let Some(stale) = fresh.iter().find(|m| m.contains("//deleted")) {
-            return Err(err(format!("the new process {} holds a deleted file: {stale}", new.pid)));
+        if let Some((stale, _)) = fresh.iter().find(|(_, stale)| *stale) {
+            return Err(err(format!(
+                "the new process {} does not see the renewed file: {stale}",
+                new.pid
+            )));
         }
-        self.evidence.mounts.extend(fresh);
+        self.evidence
+            .mounts
+            .extend(fresh.into_iter().map(|(line, _)| line));
         self.check_lease(new).map_err(err)?;
         if let Some(p) = &self.probe {
             let o = verify::wait_for(p, self.opts.timeout, self.opts.poll, |o| o.healthy())
                 .map_err(|e| err(e.0))?;
-            self.evidence.probe = Some(format!("https://{}{} HTTP {}", p.address, p.path, o.status));
+            self.evidence.probe =
+                Some(format!("https://{}{} HTTP {}", p.address, p.path, o.status));
         }
         let left = self.opts.settle.saturating_sub(seen.elapsed());
         self.settle(new, left).map_err(err)?;
@@ -343,7 +352,12 @@ impl<'a> Watch<'a> {
                     self.opts.settle.as_secs()
                 ));
             }
-            if let Some(p) = self.sig.find().iter().find(|p| p.start_time > new.start_time) {
+            if let Some(p) = self
+                .sig
+                .find()
+                .iter()
+                .find(|p| p.start_time > new.start_time)
+            {
                 return Err(format!(
                     "another process {} started after its new process {} (a crash loop?)",
                     p.pid, new.pid
@@ -375,7 +389,10 @@ impl Watch<'_> {
         let first = match reader.get(ns, name) {
             Ok(l) => l,
             Err(e) => {
-                let why = format!("{ns}/{name} not checked: apiserver {}: {e}", reader.address());
+                let why = format!(
+                    "{ns}/{name} not checked: apiserver {}: {e}",
+                    reader.address()
+                );
                 log::warn!("{why}");
                 self.evidence.lease = Some(why);
                 return Ok(());
@@ -413,18 +430,17 @@ fn wait_renewed(
     poll: Duration,
 ) -> Result<Lease, String> {
     let t0 = Instant::now();
-    let mut last = String::from("not read");
     loop {
-        match reader.get(ns, name) {
+        let last = match reader.get(ns, name) {
             Ok(Some(l))
                 if !l.holder.is_empty()
                     && first.is_none_or(|f| f.resource_version != l.resource_version) =>
             {
                 return Ok(l);
             }
-            Ok(l) => last = format!("{l:?}"),
-            Err(e) => last = e,
-        }
+            Ok(l) => format!("{l:?}"),
+            Err(e) => e,
+        };
         if t0.elapsed() >= bound {
             return Err(format!(
                 "Lease {ns}/{name} was not renewed by any holder within {} s after the restart \
@@ -436,20 +452,44 @@ fn wait_renewed(
     }
 }
 
-/// What `p`'s mount namespace shows at each single-file mount of the pod (`which`: old/new).
-fn mounts_seen(root: &Path, info: &PodInfo, p: &Proc, which: &str) -> Vec<String> {
+/// What `p`'s mount namespace shows at each single-file mount of the pod (`which`: old/new):
+/// one line each, and whether it is stale (the file renamed over: `//deleted`, or content
+/// other than the file on the node now). Where the process has no mount namespace of its own
+/// (kubelet-sim), nothing can be seen there and nothing is stale.
+fn mounts_seen(root: &Path, info: &PodInfo, p: &Proc, which: &str) -> Vec<(String, bool)> {
+    let own = p.own_mount_namespace() == Some(true);
     info.mounts
         .iter()
-        .filter(|(_, host)| root.join(host.trim_start_matches('/')).is_file())
-        .map(|(path, _)| match p.mount_root(path) {
-            Some(r) if r.ends_with("//deleted") => {
-                format!("{which} pid {}: {path} holds a file renamed over ({r})", p.pid)
+        .filter_map(|(path, host)| {
+            let on_node = std::fs::read(root.join(host.trim_start_matches('/'))).ok()?;
+            let pid = p.pid;
+            if !own {
+                return Some((
+                    format!(
+                        "{which} pid {pid}: {path} not visible (no mount namespace of its own)"
+                    ),
+                    false,
+                ));
             }
-            Some(r) => format!("{which} pid {}: {path} is {r}", p.pid),
-            None => format!("{which} pid {}: {path} not visible (no mount of its own)", p.pid),
+            let mount = p.mount_root(path).unwrap_or_else(|| "no mount".into());
+            let seen = p.read_seen(path, MAX_MOUNTED_BYTES);
+            let same = seen.as_deref() == Some(on_node.as_slice());
+            let content = match (&seen, same) {
+                (None, _) => "unreadable",
+                (Some(_), true) => "the content on the node now",
+                (Some(_), false) => "other content than on the node now",
+            };
+            let stale = mount.ends_with("//deleted") || !same;
+            Some((
+                format!("{which} pid {pid}: {path} is {mount}, reads {content}"),
+                stale,
+            ))
         })
         .collect()
 }
+
+/// Largest mounted file compared with the node's (kubeconfigs are a few KB).
+const MAX_MOUNTED_BYTES: u64 = 1 << 20;
 
 /// The evidence in one line.
 fn summary(e: &Evidence) -> String {
@@ -459,13 +499,66 @@ fn summary(e: &Evidence) -> String {
     }];
     if let (Some(pid), Some(ms)) = (e.new_pid, e.started_after_stop_ms) {
         parts.push(format!(
-            "new pid {pid} started {:.1} s after the stop",
+            "new pid {pid} started {:.1} s after the old ones exited",
             ms as f64 / 1000.0
         ));
     }
-    parts.push(format!("alive after {:.1} s", e.alive_for_ms as f64 / 1000.0));
+    parts.push(format!(
+        "alive after {:.1} s",
+        e.alive_for_ms as f64 / 1000.0
+    ));
     parts.extend(e.lease.clone());
     parts.extend(e.probe.clone().map(|p| format!("probe {p}")));
-    parts.extend(e.mounts.iter().filter(|m| m.contains("//deleted")).cloned());
+    parts.extend(
+        e.mounts
+            .iter()
+            .filter(|m| !m.contains("not visible"))
+            .cloned(),
+    );
     parts.join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manual_restart_names_the_platforms_own_calls() {
+        let k = Platform::Kubeadm {
+            manifests: "/etc/kubernetes/manifests".into(),
+        };
+        assert!(
+            manual_restart(&k, "kube-vip.yaml")
+                .contains("'/etc/kubernetes/manifests/kube-vip.yaml'")
+        );
+        let none = manual_restart(&Platform::None, "kube-vip");
+        assert!(
+            none.contains("'apiclient set settings.kubernetes.static-pods.kube-vip.enabled=false'")
+        );
+        assert!(none.contains("settings.kubernetes.static-pods.kube-vip.enabled=true'"));
+        assert!(!none.contains("yourself"));
+    }
+
+    #[test]
+    fn the_summary_says_what_was_seen() {
+        let e = Evidence {
+            old_pids: vec![10],
+            new_pid: Some(20),
+            started_after_stop_ms: Some(600),
+            alive_for_ms: 3000,
+            mounts: vec![
+                "new pid 20: /etc/kubernetes/admin.conf not visible (no mount namespace of its own)"
+                    .into(),
+                "old pid 10: /etc/kubernetes/admin.conf is /a//deleted, reads other content".into(),
+            ],
+            lease: Some("kube-system/plndr-cp-lock written".into()),
+            ..Evidence::default()
+        };
+        assert_eq!(
+            summary(&e),
+            "old pid [10] exited; new pid 20 started 0.6 s after the old ones exited; alive after 3.0 s; \
+             kube-system/plndr-cp-lock written; old pid 10: /etc/kubernetes/admin.conf is \
+             /a//deleted, reads other content"
+        );
+    }
 }

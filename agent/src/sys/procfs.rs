@@ -130,6 +130,24 @@ impl Proc {
         })
     }
 
+    /// Whether it runs in a mount namespace other than this process's (a container's); `None`
+    /// when that cannot be read (gone, or not root).
+    pub fn own_mount_namespace(&self) -> Option<bool> {
+        let ns = |pid: &str| fs::read_link(format!("/proc/{pid}/ns/mnt")).ok();
+        Some(ns(&self.pid.to_string())? != ns("self")?)
+    }
+
+    /// The content of `path` as the process sees it (through `/proc/PID/root`, so in its own
+    /// mount namespace): what it reads when it opens that path now. At most `limit` bytes;
+    /// `None` when it cannot be read or is larger.
+    pub fn read_seen(&self, path: &str, limit: u64) -> Option<Vec<u8>> {
+        use std::io::Read;
+        let file = fs::File::open(format!("/proc/{}/root{path}", self.pid)).ok()?;
+        let mut bytes = Vec::new();
+        file.take(limit + 1).read_to_end(&mut bytes).ok()?;
+        (bytes.len() as u64 <= limit).then_some(bytes)
+    }
+
     /// The process has exited: gone, a zombie, or its PID now another process's.
     pub fn exited(&self) -> bool {
         match stat(self.pid) {
@@ -172,7 +190,9 @@ fn unescape(field: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        let octal = b.get(i + 1..i + 4).filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        let octal = b
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
         match (b[i], octal) {
             (b'\\', Some(d)) => {
                 out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
@@ -276,19 +296,73 @@ mod tests {
         assert!(Proc::all().contains(&p));
         assert!(!Proc::all().iter().any(|x| x.pid == std::process::id()));
         assert_eq!(p.cmdline().unwrap(), ["sleep", "60"]);
-        assert!(p.environ().unwrap().iter().any(|e| e == "CERTROTOR_PROCFS_TEST=a b"));
+        assert!(
+            p.environ()
+                .unwrap()
+                .iter()
+                .any(|e| e == "CERTROTOR_PROCFS_TEST=a b")
+        );
         // Started after `before`, within a second or so of now (ticks of 10 ms; uptime's
         // hundredths are rounded down).
         assert!(p.start_time + 1 >= before, "{} < {before}", p.start_time);
-        assert!(ticks_ms(before, now_ticks().unwrap()) < 60_000);
+        assert_eq!(p.own_mount_namespace(), Some(false));
         assert!(p.cgroup().is_some());
         // The root filesystem is mounted at / in every mount namespace.
         assert!(p.mount_root("/").is_some());
         assert_eq!(p.mount_root("/no/such/mount/point"), None);
         child.kill().unwrap();
         child.wait().unwrap();
-        assert_eq!(Proc::of(p.pid).filter(|q| q.start_time == p.start_time), None);
+        assert_eq!(
+            Proc::of(p.pid).filter(|q| q.start_time == p.start_time),
+            None
+        );
         assert_eq!(unescape("/a\\040b//deleted"), "/a b//deleted");
         assert_eq!(unescape("/a\\04"), "/a\\04");
+    }
+
+    /// A single-file bind mount in a mount namespace of its own (what containerd gives a
+    /// container), then the file renamed over on the host as certrotor writes it: the process
+    /// still sees the old content at its mount point, and mountinfo says `//deleted`.
+    #[test]
+    fn a_single_file_mount_renamed_over_shows_deleted_and_keeps_the_old_content() {
+        use std::io::BufRead;
+        let dir = std::env::temp_dir().join(format!("certrotor-procfs-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let (src, target) = (dir.join("admin.conf"), dir.join("mounted"));
+        fs::write(&src, "old").unwrap();
+        fs::write(&target, "").unwrap();
+        let script = format!(
+            "mount --bind {} {} && echo ready && exec sleep 60",
+            src.display(),
+            target.display()
+        );
+        let mut child = std::process::Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("unshare (util-linux) runs; this test needs root");
+        let mut line = String::new();
+        let stdout = child.stdout.take().unwrap();
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line, "ready\n", "needs root to mount");
+        let p = Proc::of(child.id()).unwrap();
+        let at = target.to_str().unwrap();
+        assert_eq!(p.own_mount_namespace(), Some(true));
+        assert!(p.mount_root(at).unwrap().ends_with("/admin.conf"));
+        assert_eq!(p.read_seen(at, 100).unwrap(), b"old");
+        assert_eq!(p.read_seen(at, 2), None);
+        let next = dir.join("admin.conf.new");
+        fs::write(&next, "new").unwrap();
+        fs::rename(&next, &src).unwrap();
+        let root = p.mount_root(at).unwrap();
+        assert!(root.ends_with("/admin.conf//deleted"), "{root}");
+        assert_eq!(p.read_seen(at, 100).unwrap(), b"old");
+        assert_eq!(fs::read(&target).unwrap(), b"");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        fs::remove_dir_all(&dir).unwrap();
     }
 }

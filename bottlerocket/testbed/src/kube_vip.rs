@@ -247,6 +247,14 @@ impl Client {
         let m = k8s_sim::read_kubeconfig(kubeconfig)?;
         let roots = k8s_sim::load_roots(&m.ca.0, &m.ca.1, now)?;
         let pair = k8s_sim::load_pair(&m.cert.0, &m.cert.1, &m.key.0, &m.key.1, now)?;
+        // Which credentials this process holds, for tests (an oracle of what it read).
+        if let Some(cert) = pair.chain.first() {
+            eprintln!(
+                "kube-vip (k8s-sim): pid {} read client certificate sha256 {}",
+                std::process::id(),
+                crate::kubelet_sim::sha256_hex(cert.as_ref())
+            );
+        }
         let tls = ClientConfig::builder_with_provider(Arc::new(k8s_sim::provider()))
             .with_safe_default_protocol_versions()
             .map_err(|e| Error::Tls(e.to_string()))?

@@ -753,7 +753,7 @@ fn scan(
     Some(found)
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, bytes);
     base16ct::lower::encode_string(digest.as_ref())
 }

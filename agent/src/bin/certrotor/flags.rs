@@ -167,15 +167,6 @@ pub struct PassFlags {
     /// how long a restarted static pod without a health endpoint certrotor probes
     /// (kube-vip) must keep its new process before its restart counts (default 10s)
     pub settle: Duration,
-    #[argh(
-        option,
-        default = "certrotor::cluster::DEFAULT_LEADER_WAIT",
-        from_str_fn(interval)
-    )]
-    /// cluster mode: how long a node whose kube-controller-manager, kube-scheduler or
-    /// kube-vip leads waits for the other nodes to restart theirs before it restarts
-    /// its own (default 300s)
-    pub leader_wait: Duration,
 }
 
 impl PassFlags {
@@ -205,7 +196,6 @@ impl PassFlags {
             endpoints: self.etcd_endpoint.concat(),
             wait: self.cluster_wait,
             lease_ttl: self.cluster_lease_ttl,
-            leader_wait: self.leader_wait,
         }
     }
 }
