@@ -71,6 +71,19 @@ step "cargo clippy --all-targets -D warnings (with and without the test-only fai
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy --workspace --all-targets --locked --features certrotor/failpoints -- -D warnings
 
+step "the library's module graph: no import circle (../shared/tools/module-graph.py)"
+# agent/tests/layout.rs checks the stage order itself; this prints the graph, its circles and the
+# functions over 80 lines, and fails on a circle. The tool sits beside the clone, not in it.
+graph_tool=""
+for g in "$PWD/../shared/tools/module-graph.py" /work/shared/tools/module-graph.py; do
+  if [ -f "$g" ]; then graph_tool=$g; break; fi
+done
+if [ -n "$graph_tool" ]; then
+  python3 "$graph_tool" agent/src
+else
+  echo "NOT RUN: module-graph.py is not beside this clone (../shared/tools); agent/tests/layout.rs still checks the stage order"
+fi
+
 step "cargo test (agent, bottlerocket; certrotor built with its test-only failpoints)"
 # The integration tests run the binary and crash it at failpoints: it must have them (a crash
 # test against a binary without them fails, naming the feature).

@@ -6,6 +6,8 @@ use std::net::IpAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use serde_json::Value;
+
 use crate::check::assert_agrees_with_openssl;
 use crate::util::{
     DAY, Found, Ossl, TestDir, YEAR, base64_decode, certrotor, check_json, find_certificates,
@@ -880,4 +882,57 @@ fn lab_init_rejects_bad_flags_with_exit_64() {
         );
         assert!(!target.exists(), "nothing written on a usage error\n{run}");
     }
+}
+
+/// `certrotor demo` tells one true story (issue 27.7): every certificate it says it renewed is
+/// renewed on the kept node, its count is theirs, and every certificate `check` still reports
+/// is named at the end with the reason.
+#[test]
+fn the_demo_says_only_what_holds_on_its_node() {
+    let run = certrotor(&["demo", "--keep"]);
+    run.expect(0);
+    let out = &run.stdout;
+    let kept = out
+        .lines()
+        .find_map(|l| l.strip_prefix("The lab node is kept at "))
+        .unwrap_or_else(|| panic!("no kept node\n{run}"));
+    let root = PathBuf::from(kept.trim());
+    let after = check_json(&root, &[], 1);
+    let certs = after["certificates"].as_array().unwrap();
+    let by_name = |name: &str| {
+        certs
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("{name} not in check\n{after:#}"))
+    };
+    let mut renewed = Vec::new();
+    for line in out.lines().map(str::trim_start) {
+        if let Some(rest) = line.strip_prefix("renewed ") {
+            renewed.push(rest.split_whitespace().next().unwrap().to_string());
+        } else if let Some(rest) = line.strip_prefix("Reissued ") {
+            renewed.push(rest.split_whitespace().next().unwrap().to_string());
+        }
+    }
+    assert!(renewed.len() > 10, "{run}");
+    for name in &renewed {
+        let c = by_name(name);
+        assert!(
+            c["residual_seconds"].as_i64().unwrap() > 360 * DAY,
+            "{name}: {c:#}"
+        );
+        assert_eq!(c["status"], "ok", "{name}");
+    }
+    let count = format!("   {} certificates in ", renewed.len());
+    assert!(out.contains(&count), "'{count}' not said\n{run}");
+    let still: Vec<&Value> = certs.iter().filter(|c| c["status"] != "ok").collect();
+    assert!(
+        !still.is_empty(),
+        "check exits 1, so something is due\n{after:#}"
+    );
+    for c in still {
+        let said = format!("   {} is {}: ", s(c, "name"), s(c, "status"));
+        assert!(out.contains(&said), "'{said}' not said\n{run}");
+    }
+    assert!(!out.contains("rotates its own client certificate"), "{run}");
+    std::fs::remove_dir_all(&root).unwrap();
 }

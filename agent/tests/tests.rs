@@ -21,6 +21,8 @@ mod hostile;
 mod hostile30;
 // The install and operations page (bottlerocket/packaging/README.md), every command run.
 mod install;
+// The library's house rules: stage order of imports, no CLI in the library (issue 28).
+mod layout;
 // Parity with the real kubeadm v1.20.2 (images/k8s/build.sh).
 mod kubeadm_parity;
 mod kubeadm_parity_util;

@@ -693,7 +693,7 @@ pub fn holder_text(value: &[u8]) -> String {
         .map(|h| format!("{} (pid {}, since {})", h.node, h.pid, h.since))
         .unwrap_or_else(|_| String::from_utf8_lossy(value).into_owned());
     let text: String = text.chars().take(512).collect();
-    crate::output::logging::escape_controls(&text).into_owned()
+    crate::sys::text::escape_controls(&text).into_owned()
 }
 
 /// Tries once to take the lock. `Ok(Err(holder))`: another node holds it.

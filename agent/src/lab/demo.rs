@@ -3,7 +3,7 @@
 use std::fmt;
 
 use crate::lab::{self, LabLayout, LabOptions, Topology};
-use crate::node::inventory;
+use crate::node::inventory::{self, Status};
 use crate::output::report;
 use crate::pass::ops::{self, WriteOptions};
 use crate::pass::outcome;
@@ -104,9 +104,12 @@ fn story(dir: &std::path::Path) -> Result<(), DemoError> {
     for skip in &report.plan.skipped {
         println!("   skipped {:<26} {}", skip.name, skip.why);
     }
+    for line in crate::renew::kubelet::plan_text(&report.kubelet, false).lines() {
+        println!("   {}", line.trim_start());
+    }
     println!(
         "\n   {} certificates in {} ms with new keys, valid {} .. {}; backup {}",
-        report.plan.items.len(),
+        report.plan.items.len() + usize::from(report.kubelet.client.is_some()),
         report.duration_ms,
         report.plan.not_before,
         report.plan.not_after,
@@ -118,9 +121,27 @@ fn story(dir: &std::path::Path) -> Result<(), DemoError> {
     );
     let after = inventory::take(dir, clock::now(), 30 * DAY);
     print!("{}", report::table(&after));
-    println!(
-        "\n   check exits {}. kubelet.conf is left alone: the kubelet rotates its own client certificate.",
-        outcome::for_inventory(&after)
-    );
+    println!("\n   check exits {}.", outcome::for_inventory(&after));
+    for cert in after.certificates.iter().filter(|c| c.status != Status::Ok) {
+        println!(
+            "   {} is {}: {}",
+            cert.name,
+            format!("{:?}", cert.status).to_lowercase(),
+            still_due_why(&cert.name)
+        );
+    }
     Ok(())
+}
+
+/// Why a certificate is still due after the demo's renewal.
+fn still_due_why(name: &str) -> &'static str {
+    match name {
+        crate::node::kubelet::SERVING => {
+            "the kubelet's self-signed serving certificate (no CA signs it, nothing verifies \
+             it); certrotor leaves one that is only due, and once it has expired `renew` \
+             removes it and the kubelet writes a new one when it next starts (on Bottlerocket \
+             the bootstrap container runs before the kubelet at every boot)"
+        }
+        _ => "not renewed by this pass; `certrotor renew --dry-run` says why",
+    }
 }
