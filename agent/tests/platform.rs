@@ -1792,10 +1792,15 @@ fn vip_read_certs(node: &Node) -> Vec<(u32, String)> {
 /// A Bottlerocket node with EKS Anywhere's kube-vip at Kubernetes `version` (which mounts
 /// `conf_name`), and a pass renewing `conf_name` that restarted it and proved it (see the
 /// tests below); the node.
-fn eks_anywhere_kube_vip_restarted(test: &str, version: &str, conf_name: &str) -> Node {
+fn eks_anywhere_kube_vip_restarted(
+    test: &str,
+    platform: Platform,
+    version: &str,
+    conf_name: &str,
+) -> Node {
     let node = Node::start_with(
         test,
-        Platform::Bottlerocket,
+        platform,
         &platform_util::NodeOptions {
             lab: [
                 "--kube-vip",
@@ -1811,7 +1816,16 @@ fn eks_anywhere_kube_vip_restarted(test: &str, version: &str, conf_name: &str) -
         },
     );
     let conf = node.kfile(conf_name);
-    let mounted = format!("      path: /var/lib/kubeadm/{conf_name}\n      type: File\n");
+    // CAPI's Bottlerocket bootstrap rewrites the path and adds the type; kubeadm nodes keep
+    // EKS Anywhere's.
+    let mounted = match platform {
+        Platform::Bottlerocket => {
+            format!("      path: /var/lib/kubeadm/{conf_name}\n      type: File\n")
+        }
+        Platform::Kubeadm => {
+            format!("      path: /etc/kubernetes/{conf_name}\n    name: kubeconfig\n")
+        }
+    };
     let rendered = std::fs::read_to_string(node.kubelet_manifest("kube-vip")).unwrap();
     assert!(rendered.contains(&mounted), "{rendered}");
     let lease = wait_vip_holder(&node, "cp-1", None);
@@ -1821,7 +1835,7 @@ fn eks_anywhere_kube_vip_restarted(test: &str, version: &str, conf_name: &str) -
     let history = node.pod_state("kube-vip").unwrap().history.len();
 
     let out = node.run_once(
-        "bottlerocket",
+        platform.name(),
         "60s",
         &["--cert", conf_name, "--settle", "3s", "--output", "json"],
     );
@@ -1832,7 +1846,11 @@ fn eks_anywhere_kube_vip_restarted(test: &str, version: &str, conf_name: &str) -
     assert_ne!(new_sha, old_sha, "{conf_name} not renewed\n{out}");
     let pods = r["restarted_pods"].as_array().unwrap();
     assert_eq!(pods.len(), 1, "{out}");
-    assert_eq!(pods[0]["pod"], "kube-vip", "{out}");
+    let pod = match platform {
+        Platform::Bottlerocket => "kube-vip",
+        Platform::Kubeadm => "kube-vip.yaml",
+    };
+    assert_eq!(pods[0]["pod"], pod, "{out}");
     let e = &pods[0]["evidence"];
     assert_eq!(e["old_pids"], serde_json::json!([old_pid]), "{out}");
     let new_pid = vip_pid(&node).unwrap();
@@ -1845,9 +1863,12 @@ fn eks_anywhere_kube_vip_restarted(test: &str, version: &str, conf_name: &str) -
     );
     assert_eq!(r["pod_errors"], serde_json::json!([]), "{out}");
     eprintln!(
-        "FIGURES kube-vip (EKS Anywhere, no probe) on bottlerocket: stop request .. verified {} ms \
+        "FIGURES kube-vip (EKS Anywhere, no probe) on {}: stop request .. verified {} ms \
          (settle 3 s included); evidence: {}; pass duration_ms {}",
-        pods[0]["unavailable_ms"], e["summary"], r["duration_ms"]
+        platform.name(),
+        pods[0]["unavailable_ms"],
+        e["summary"],
+        r["duration_ms"]
     );
     // Oracles: kubelet-sim ran exactly one more process, which read the renewed certificate,
     // and the lease is held by cp-1 with it.
@@ -1872,8 +1893,12 @@ fn eks_anywhere_kube_vip_restarted(test: &str, version: &str, conf_name: &str) -
 /// with the reason and stays owed; mended, the next pass restarts it and owes nothing.
 #[test]
 fn eks_anywhere_kube_vip_without_probe_is_restarted_through_the_api_and_verified() {
-    let node =
-        eks_anywhere_kube_vip_restarted("kube-vip-eksa-restart", "1.31.4", "super-admin.conf");
+    let node = eks_anywhere_kube_vip_restarted(
+        "kube-vip-eksa-restart",
+        Platform::Bottlerocket,
+        "1.31.4",
+        "super-admin.conf",
+    );
 
     // Its program gone: no new process; exit 2, the reason, kube-vip owed.
     let program = node.dir.join("bin/kube-vip");
@@ -1921,5 +1946,23 @@ fn eks_anywhere_kube_vip_without_probe_is_restarted_through_the_api_and_verified
 /// mounts admin.conf; a pass renewing admin.conf restarts it and proves it as above.
 #[test]
 fn eks_anywhere_kube_vip_mounting_admin_conf_is_restarted_and_verified() {
-    eks_anywhere_kube_vip_restarted("kube-vip-eksa-admin", "1.28.15", "admin.conf");
+    eks_anywhere_kube_vip_restarted(
+        "kube-vip-eksa-admin",
+        Platform::Bottlerocket,
+        "1.28.15",
+        "admin.conf",
+    );
+}
+
+/// Issue 25.1 on a kubeadm node (EKS Anywhere's Ubuntu/RHEL shape: the manifest in the kubelet's
+/// folder, admin.conf mounted from /etc/kubernetes): restarted by parking its manifest, proven
+/// the same way.
+#[test]
+fn eks_anywhere_kube_vip_on_kubeadm_is_restarted_and_verified() {
+    eks_anywhere_kube_vip_restarted(
+        "kube-vip-eksa-kubeadm",
+        Platform::Kubeadm,
+        "1.28.15",
+        "admin.conf",
+    );
 }
