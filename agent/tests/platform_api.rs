@@ -541,3 +541,37 @@ fn bottlerocket_crash_with_a_staged_transaction_is_repaired() {
     assert_eq!(node.api().list_tx().unwrap(), Vec::<String>::new());
     next_pass_finishes(&case, t0, prober);
 }
+
+/// Issue 25.5: with `settings.kubernetes.static-pods-enabled=false` (Bottlerocket 1.46+: the
+/// kubelet runs no static pod) a pass refuses before anything changes: exit 2 naming the
+/// setting and the `apiclient set` that turns pods back on, no file renewed, no pod disabled.
+#[test]
+fn bottlerocket_static_pods_turned_off_is_refused_with_the_files_untouched() {
+    let case = Case::start("static-pods-off");
+    let node = &case.node;
+    let api = node.api();
+    let tx = "test-static-pods-off";
+    api.patch_settings(tx, &json!({"kubernetes": {"static-pods-enabled": false}}))
+        .unwrap();
+    api.commit(tx).unwrap();
+    assert_eq!(api.static_pods_enabled().unwrap(), Some(false));
+    let before = node.states();
+    let (out, _, _) = case.run(&[]);
+    out.expect(2);
+    for words in [
+        "settings.kubernetes.static-pods-enabled is false",
+        "apiclient set settings.kubernetes.static-pods-enabled=true",
+        "nothing was renewed or restarted",
+    ] {
+        assert!(out.stderr.contains(words), "{words}\n{out}");
+    }
+    assert!(
+        platform_util::changed_pods(&before, &node.states()).is_empty(),
+        "{out}"
+    );
+    assert!(
+        node.api_events_of("apply-rendered", "").is_empty(),
+        "the pass touched a static pod\n{out}"
+    );
+    case.healthy_end(Pki::Old, &out);
+}

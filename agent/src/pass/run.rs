@@ -152,6 +152,11 @@ impl<'a> Pass<'a> {
         recovered: Recovered,
     ) -> Result<Pass<'a>, OpsError> {
         let platform = restart::detect(root, &opts.restart).map_err(OpsError::Platform)?;
+        if let Platform::Bottlerocket { client, bound } = &platform {
+            let mut stats = restart::api::ApiStats::default();
+            restart::api::require_static_pods(client, Instant::now() + *bound, &mut stats)
+                .map_err(OpsError::Platform)?;
+        }
         let mut cluster = None;
         let session = cluster::start_for_pass(root, &platform, &opts.cluster, &mut cluster);
         let state = match platform {

@@ -375,6 +375,41 @@ pub struct DiscardedTx {
     pub sets: Vec<String>,
 }
 
+/// Bottlerocket 1.46+ can turn static pods off altogether (`settings.kubernetes.static-pods-enabled
+/// = false`: the kubelet is given no static pod folder, so no control-plane pod runs, and disabling
+/// and enabling one restarts nothing). Read before anything changes, so that such a node is refused
+/// with its files untouched; an API that does not answer within `deadline` is refused too (a pass
+/// must be able to restart what it renews).
+pub fn require_static_pods(
+    client: &ApiClient,
+    deadline: Instant,
+    stats: &mut ApiStats,
+) -> Result<(), RestartError> {
+    let key = bottlerocket::STATIC_PODS_ENABLED_KEY;
+    match call(client, deadline, stats, |c| c.static_pods_enabled()) {
+        Ok(Some(false)) => Err(fail(
+            None,
+            format!(
+                "the Bottlerocket setting {key} is false: the kubelet runs no static pod on this \
+                 node, so its control plane is not running and no restart could take effect; \
+                 nothing was renewed or restarted. If this node is a control plane, turn static \
+                 pods back on from the admin container ('apiclient set {key}=true'); to renew the \
+                 files without restarting anything, run with --platform none"
+            ),
+        )),
+        Ok(_) => Ok(()),
+        Err(e) => Err(fail(
+            None,
+            format!(
+                "cannot read {key} from the Bottlerocket API at '{}': {e}; nothing was renewed \
+                 or restarted; the next pass tries again (the API server's log: 'journalctl -u \
+                 apiserver' in the admin container after 'sudo sheltie')",
+                client.socket().display()
+            ),
+        )),
+    }
+}
+
 /// Deletes every pending `certrotor-*` transaction (under the node lock no other certrotor
 /// runs, so each was left by an interrupted run: committing it later would apply a stale
 /// change); never touches other writers' transactions (`default`, `apiclient-set-*`).

@@ -96,6 +96,8 @@ const KUBERNETES: Schema = Schema::Struct {
         "node-labels",
         "node-taints",
         "static-pods",
+        // Bottlerocket 1.46+ (PR #4628): false gives the kubelet no static pod folder.
+        "static-pods-enabled",
     ],
     types: &[
         Schema::String,
@@ -122,6 +124,7 @@ const KUBERNETES: Schema = Schema::Struct {
             keys: KeyRule::Identifier,
             value: &STATIC_POD,
         },
+        Schema::Bool,
     ],
 };
 
