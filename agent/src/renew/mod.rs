@@ -508,37 +508,23 @@ fn load_ca(root: &Path, item: &Item) -> Result<LoadedCa, IssueError> {
     Ok(LoadedCa { cert, key })
 }
 
+/// The error of renewing `item`, naming it.
+fn item_error(item: &Item, e: &dyn fmt::Display) -> IssueError {
+    IssueError(format!("{}: {e}", item.name))
+}
+
+/// A file's (or a kubeconfig's embedded) old certificate and key, and the parsed kubeconfig.
+type Old = (Cert, PrivateKey, Option<Kubeconfig>);
+
 fn issue_one(
     root: &Path,
     plan: &Plan,
     item: &Item,
     signer: &LoadedCa,
 ) -> Result<Issued, IssueError> {
-    let ctx = |e: &dyn fmt::Display| IssueError(format!("{}: {e}", item.name));
+    let ctx = |e: &dyn fmt::Display| item_error(item, e);
     let (ca, ca_key) = (&signer.cert, &signer.key);
-    let (old, old_key, kubeconfig) = match item.kind {
-        Kind::Kubeconfig => {
-            let kc = Kubeconfig::parse(&zeroize::Zeroizing::new(read(root, &item.path)?))
-                .map_err(|e| ctx(&e))?;
-            let creds = kc.credentials().map_err(|e| ctx(&e))?;
-            let (Source::Embedded(cert), Source::Embedded(key)) =
-                (&creds.client_certificate, &creds.client_key)
-            else {
-                return Err(ctx(
-                    &"the client certificate is not embedded; certrotor renews embedded credentials only",
-                ));
-            };
-            let old = Cert::from_pem(cert).map_err(|e| ctx(&e))?;
-            let key = PrivateKey::read_pem(key).map_err(|e| ctx(&e))?;
-            (old, key, Some(kc))
-        }
-        _ => {
-            let old = Cert::from_pem(&read(root, &item.path)?).map_err(|e| ctx(&e))?;
-            let key_path = item.key_path.as_deref().unwrap_or_default();
-            let key = PrivateKey::read_pem(&read(root, key_path)?).map_err(|e| ctx(&e))?;
-            (old, key, None)
-        }
-    };
+    let (old, old_key, kubeconfig) = read_old(root, item)?;
     // The old key is read for its encoding; its private parts are checked only when it is
     // carried into the new certificate.
     let key = if plan.reuse_keys {
@@ -567,9 +553,56 @@ fn issue_one(
         issuance,
     )
     .map_err(|e| ctx(&e))?;
+    let files = files_of(plan, item, ca, &new, &key, kubeconfig)?;
+    Ok(Issued {
+        item: item.clone(),
+        old,
+        new,
+        key,
+        ca: ca.clone(),
+        files,
+        identity: IdentityCheck::SameAsOld,
+    })
+}
+
+/// The certificate and key being renewed: a kubeconfig's embedded pair, or a pair of files.
+fn read_old(root: &Path, item: &Item) -> Result<Old, IssueError> {
+    let ctx = |e: &dyn fmt::Display| item_error(item, e);
+    if item.kind != Kind::Kubeconfig {
+        let old = Cert::from_pem(&read(root, &item.path)?).map_err(|e| ctx(&e))?;
+        let key_path = item.key_path.as_deref().unwrap_or_default();
+        let key = PrivateKey::read_pem(&read(root, key_path)?).map_err(|e| ctx(&e))?;
+        return Ok((old, key, None));
+    }
+    let kc = Kubeconfig::parse(&zeroize::Zeroizing::new(read(root, &item.path)?))
+        .map_err(|e| ctx(&e))?;
+    let creds = kc.credentials().map_err(|e| ctx(&e))?;
+    let (Source::Embedded(cert), Source::Embedded(key)) =
+        (&creds.client_certificate, &creds.client_key)
+    else {
+        return Err(ctx(
+            &"the client certificate is not embedded; certrotor renews embedded credentials only",
+        ));
+    };
+    let old = Cert::from_pem(cert).map_err(|e| ctx(&e))?;
+    let key = PrivateKey::read_pem(key).map_err(|e| ctx(&e))?;
+    Ok((old, key, Some(kc)))
+}
+
+/// The files to write for a new certificate: the kubeconfig with the new pair and CA, or the
+/// certificate file and (unless the key is kept) the new key's.
+fn files_of(
+    plan: &Plan,
+    item: &Item,
+    ca: &Cert,
+    new: &Cert,
+    key: &PrivateKey,
+    kubeconfig: Option<Kubeconfig>,
+) -> Result<Vec<(String, Vec<u8>, u32)>, IssueError> {
+    let ctx = |e: &dyn fmt::Display| item_error(item, e);
     let cert_pem = new.to_pem().map_err(|e| ctx(&e))?;
     let key_pem = key.to_pem(key.encoding).map_err(|e| ctx(&e))?;
-    let files = match kubeconfig {
+    Ok(match kubeconfig {
         Some(mut kc) => {
             let ca_pem = ca.to_pem().map_err(|e| ctx(&e))?;
             kc.replace_credentials(cert_pem.as_bytes(), key_pem.0.as_bytes(), ca_pem.as_bytes())
@@ -589,15 +622,6 @@ fn issue_one(
             files.push((item.path.clone(), cert_pem.into_bytes(), 0o644));
             files
         }
-    };
-    Ok(Issued {
-        item: item.clone(),
-        old,
-        new,
-        key,
-        ca: ca.clone(),
-        files,
-        identity: IdentityCheck::SameAsOld,
     })
 }
 
@@ -634,113 +658,11 @@ pub fn validate_with(
     let mut problems = Vec::new();
     for i in issued {
         let name = &i.item.name;
-        let mut fail = |what: String| problems.push(format!("{name}: {what}"));
-        let reparsed = match i.files.iter().find(|(p, _, _)| p == &i.item.path) {
-            Some((_, bytes, _)) if i.item.kind == Kind::Kubeconfig => Kubeconfig::parse(bytes)
-                .and_then(|k| k.credentials())
-                .ok()
-                .and_then(|c| match &c.client_certificate {
-                    Source::Embedded(b) => Cert::from_pem(b).ok(),
-                    Source::File(_) => None,
-                }),
-            Some((_, bytes, _)) => Cert::from_pem(bytes).ok(),
-            None => None,
-        };
-        match reparsed {
-            Some(c) if c.der == i.new.der => {}
-            _ => fail("the file written does not hold the new certificate".into()),
-        }
-        if let Err(e) = i.new.verify_signed_by(&i.ca, &i.item.signer) {
-            fail(e.to_string());
-        }
-        if !i.key.matches(&i.new) {
-            fail("the new key does not match the new certificate".into());
-        }
-        let (old_t, new_t) = (&i.old.x509.tbs_certificate, &i.new.x509.tbs_certificate);
-        let same_identity = i.identity == IdentityCheck::SameAsOld;
-        if i.identity == IdentityCheck::EtcdadmAsNodeConfigured
-            && (old_t.subject != new_t.subject || i.old.sans() != i.new.sans())
-        {
-            log::info!(
-                "{name}: etcdadm issued it as the node is configured: subject '{}' SANs {:?} \
-                 (was '{}' {:?})",
-                new_t.subject,
-                i.new.sans(),
-                old_t.subject,
-                i.old.sans()
-            );
-        }
-        if same_identity && old_t.subject != new_t.subject {
-            fail(format!(
-                "subject changed from '{}' to '{}'",
-                old_t.subject, new_t.subject
-            ));
-        }
-        let set = |(d, ip): (Vec<String>, Vec<IpAddr>)| {
-            let mut d = d;
-            d.sort();
-            d.dedup();
-            let mut ip: Vec<String> = ip.iter().map(|x| x.to_string()).collect();
-            ip.sort();
-            ip.dedup();
-            (d, ip)
-        };
-        if same_identity && set(i.old.sans()) != set(i.new.sans()) {
-            fail("subject alternative names changed".into());
-        }
-        if same_identity && i.old.other_sans() != i.new.other_sans() {
-            fail("URI, email or other subject alternative names changed".into());
-        }
-        if i.old.ext_key_usage_oids() != i.new.ext_key_usage_oids() {
-            fail("extended key usage changed".into());
-        }
-        if i.old.key_usage().map(|k| k.0.bits()) != i.new.key_usage().map(|k| k.0.bits())
-            && i.old.key_usage().is_some()
-        {
-            fail("key usage changed".into());
-        }
-        if i.new.is_ca() {
-            fail("the new certificate is a CA".into());
-        }
-        match validity {
-            ValidityCheck::Planned => {
-                if i.new.not_before() != plan.not_before_unix
-                    || i.new.not_after() != plan.not_after_unix
-                {
-                    fail("validity differs from the plan".into());
-                }
-            }
-            ValidityCheck::ToolChosen { started, finished } => {
-                let wanted = plan.not_after_unix - plan.not_before_unix - BACKDATE;
-                let (nb, na) = (i.new.not_before(), i.new.not_after());
-                // kubeadm >= 1.31 backdates 5 min; kubeadm <= 1.30 (and etcdadm) copy the CA's
-                // notBefore (reference/pki-profiles.md §1.4), measured with kubeadm v1.20.2.
-                let backdated = i.item.flavor == Flavor::Etcdadm
-                    || nb >= started - BACKDATE - 2
-                    || nb == i.ca.not_before();
-                if na < started + wanted - 2
-                    || na > finished + wanted + 2
-                    || nb > finished + 1
-                    || !backdated
-                {
-                    fail(format!(
-                        "the tool issued it valid {} .. {} ({} after issue), but --validity asks for {}; \
-                         the tool decides the validity: give --validity to match it",
-                        clock::rfc3339(nb),
-                        clock::rfc3339(na),
-                        clock::human_duration(na - started),
-                        clock::human_duration(wanted)
-                    ));
-                }
-            }
-        }
-        if i.old.public_key_algorithm() != i.new.public_key_algorithm() {
-            fail(format!(
-                "key algorithm changed from {} to {}",
-                i.old.public_key_algorithm(),
-                i.new.public_key_algorithm()
-            ));
-        }
+        problems.extend(
+            problems_of(i, plan, validity)
+                .into_iter()
+                .map(|what| format!("{name}: {what}")),
+        );
     }
     if problems.is_empty() {
         Ok(())
@@ -749,6 +671,129 @@ pub fn validate_with(
             "validation failed; nothing was changed:\n  {}",
             problems.join("\n  ")
         )))
+    }
+}
+
+/// What is wrong with one issued certificate, in the order [`validate_with`] reports it.
+fn problems_of(i: &Issued, plan: &Plan, validity: ValidityCheck) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut fail = |what: String| problems.push(what);
+    match written_cert(i) {
+        Some(c) if c.der == i.new.der => {}
+        _ => fail("the file written does not hold the new certificate".into()),
+    }
+    if let Err(e) = i.new.verify_signed_by(&i.ca, &i.item.signer) {
+        fail(e.to_string());
+    }
+    if !i.key.matches(&i.new) {
+        fail("the new key does not match the new certificate".into());
+    }
+    identity_problems(i, &mut fail);
+    if i.old.ext_key_usage_oids() != i.new.ext_key_usage_oids() {
+        fail("extended key usage changed".into());
+    }
+    if i.old.key_usage().map(|k| k.0.bits()) != i.new.key_usage().map(|k| k.0.bits())
+        && i.old.key_usage().is_some()
+    {
+        fail("key usage changed".into());
+    }
+    if i.new.is_ca() {
+        fail("the new certificate is a CA".into());
+    }
+    if let Some(problem) = validity_problem(i, plan, validity) {
+        fail(problem);
+    }
+    if i.old.public_key_algorithm() != i.new.public_key_algorithm() {
+        fail(format!(
+            "key algorithm changed from {} to {}",
+            i.old.public_key_algorithm(),
+            i.new.public_key_algorithm()
+        ));
+    }
+    problems
+}
+
+/// The certificate in the file written for the item, read back.
+fn written_cert(i: &Issued) -> Option<Cert> {
+    match i.files.iter().find(|(p, _, _)| p == &i.item.path) {
+        Some((_, bytes, _)) if i.item.kind == Kind::Kubeconfig => Kubeconfig::parse(bytes)
+            .and_then(|k| k.credentials())
+            .ok()
+            .and_then(|c| match &c.client_certificate {
+                Source::Embedded(b) => Cert::from_pem(b).ok(),
+                Source::File(_) => None,
+            }),
+        Some((_, bytes, _)) => Cert::from_pem(bytes).ok(),
+        None => None,
+    }
+}
+
+/// The subject and SANs, compared with the old certificate's when the identity must be kept
+/// (logged when etcdadm issued it as the node is configured).
+fn identity_problems(i: &Issued, fail: &mut impl FnMut(String)) {
+    let name = &i.item.name;
+    let (old_t, new_t) = (&i.old.x509.tbs_certificate, &i.new.x509.tbs_certificate);
+    let same_identity = i.identity == IdentityCheck::SameAsOld;
+    if i.identity == IdentityCheck::EtcdadmAsNodeConfigured
+        && (old_t.subject != new_t.subject || i.old.sans() != i.new.sans())
+    {
+        log::info!(
+            "{name}: etcdadm issued it as the node is configured: subject '{}' SANs {:?} \
+             (was '{}' {:?})",
+            new_t.subject,
+            i.new.sans(),
+            old_t.subject,
+            i.old.sans()
+        );
+    }
+    if same_identity && old_t.subject != new_t.subject {
+        fail(format!(
+            "subject changed from '{}' to '{}'",
+            old_t.subject, new_t.subject
+        ));
+    }
+    let set = |(d, ip): (Vec<String>, Vec<IpAddr>)| {
+        let mut d = d;
+        d.sort();
+        d.dedup();
+        let mut ip: Vec<String> = ip.iter().map(|x| x.to_string()).collect();
+        ip.sort();
+        ip.dedup();
+        (d, ip)
+    };
+    if same_identity && set(i.old.sans()) != set(i.new.sans()) {
+        fail("subject alternative names changed".into());
+    }
+    if same_identity && i.old.other_sans() != i.new.other_sans() {
+        fail("URI, email or other subject alternative names changed".into());
+    }
+}
+
+/// Whether the validity window is the planned one, or the one the tool chose as it ran.
+fn validity_problem(i: &Issued, plan: &Plan, validity: ValidityCheck) -> Option<String> {
+    let (nb, na) = (i.new.not_before(), i.new.not_after());
+    match validity {
+        ValidityCheck::Planned => (nb != plan.not_before_unix || na != plan.not_after_unix)
+            .then(|| "validity differs from the plan".into()),
+        ValidityCheck::ToolChosen { started, finished } => {
+            let wanted = plan.not_after_unix - plan.not_before_unix - BACKDATE;
+            // kubeadm >= 1.31 backdates 5 min; kubeadm <= 1.30 (and etcdadm) copy the CA's
+            // notBefore (reference/pki-profiles.md §1.4), measured with kubeadm v1.20.2.
+            let backdated = i.item.flavor == Flavor::Etcdadm
+                || nb >= started - BACKDATE - 2
+                || nb == i.ca.not_before();
+            (na < started + wanted - 2 || na > finished + wanted + 2 || nb > finished + 1 || !backdated)
+                .then(|| {
+                    format!(
+                        "the tool issued it valid {} .. {} ({} after issue), but --validity asks for {}; \
+                         the tool decides the validity: give --validity to match it",
+                        clock::rfc3339(nb),
+                        clock::rfc3339(na),
+                        clock::human_duration(na - started),
+                        clock::human_duration(wanted)
+                    )
+                })
+        }
     }
 }
 
