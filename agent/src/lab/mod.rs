@@ -274,6 +274,18 @@ impl Writer {
         Ok(())
     }
 
+    /// A static-pod manifest, in the layout's manifest folder.
+    fn manifest(
+        &mut self,
+        root: &Path,
+        layout: LabLayout,
+        file: &str,
+        yaml: &str,
+    ) -> Result<(), LabError> {
+        let rel = format!("{}/{file}", manifest_dir(layout));
+        self.file(root, &rel, yaml.as_bytes(), 0o600)
+    }
+
     fn pair(
         &mut self,
         root: &Path,
@@ -306,17 +318,7 @@ fn write_ca(
     clock: &LabClock,
 ) -> Result<(Cert, PrivateKey), LabError> {
     let key = PrivateKey::generate(opts.key_algorithm)?;
-    let profile = Profile {
-        subject: pki::kubeadm_subject(cn, &[])?,
-        dns_names: vec![cn.to_string()],
-        ip_addresses: vec![],
-        other_sans: vec![],
-        san_order: SanOrder::Kubeadm,
-        key_usage: pki::ca_key_usage(),
-        ext_key_usage: vec![],
-        basic_constraints: Some(true),
-        subject_key_id: true,
-    };
+    let profile = Profile::ca(pki::kubeadm_subject(cn, &[])?, vec![cn.to_string()]);
     let issuance = Issuance {
         serial: pki::random_serial()?,
         ..clock.ca()
@@ -416,7 +418,17 @@ fn write_control_plane(
         socket_text(opts.advertise_address, API_PORT + opts.port_offset)
     );
     write_kubeconfigs(w, root, kdir, opts, clock, cas.ca, &server_url)?;
-    write_kubelet_files(w, root, kdir, opts, clock, cas.ca, &server_url)?;
+    write_kubelet_client(w, root, opts, clock, cas.ca)?;
+    write_kubelet_serving(w, root, &opts.node_name, clock)?;
+    // kubelet.conf points to the kubelet's own rotating client certificate.
+    let ca_pem = cas.ca.0.to_pem()?;
+    let kubelet_conf = kubelet_kubeconfig(&opts.cluster_name, &server_url, ca_pem.as_bytes());
+    w.file(
+        root,
+        &format!("{kdir}/kubelet.conf"),
+        kubelet_conf.as_bytes(),
+        0o600,
+    )?;
     write_control_plane_manifests(w, root, kdir, opts, stacked)
 }
 
@@ -603,16 +615,13 @@ fn write_kubeconfigs(
     Ok(())
 }
 
-/// The kubelet's files: its dated client bundle and the link to it, its self-signed serving
-/// pair, and kubelet.conf pointing to the client bundle.
-fn write_kubelet_files(
+/// The kubelet's dated client bundle, and the link to it.
+fn write_kubelet_client(
     w: &mut Writer,
     root: &Path,
-    kdir: &str,
     opts: &LabOptions,
     clock: &LabClock,
     ca: (&Cert, &PrivateKey),
-    server_url: &str,
 ) -> Result<(), LabError> {
     let node = opts.node_name.as_str();
     let spec = LeafSpec::client(
@@ -636,16 +645,7 @@ fn write_kubelet_files(
         format!("/var/lib/kubelet/pki/{dated}"),
         root.join("var/lib/kubelet/pki/kubelet-client-current.pem"),
     )
-    .map_err(|e| LabError(format!("cannot link the kubelet client certificate: {e}")))?;
-    write_kubelet_serving(w, root, node, clock)?;
-    let kubelet_conf =
-        kubelet_kubeconfig(&opts.cluster_name, server_url, ca.0.to_pem()?.as_bytes());
-    w.file(
-        root,
-        &format!("{kdir}/kubelet.conf"),
-        kubelet_conf.as_bytes(),
-        0o600,
-    )
+    .map_err(|e| LabError(format!("cannot link the kubelet client certificate: {e}")))
 }
 
 /// The kubelet's self-signed serving pair (it writes one at start when there is none, with
@@ -725,12 +725,7 @@ fn write_control_plane_manifests(
         kubernetes_version: opts.kubernetes_version,
     };
     for (file, yaml) in manifests::control_plane(&params) {
-        w.file(
-            root,
-            &format!("{}/{file}", manifest_dir(opts.layout)),
-            yaml.as_bytes(),
-            0o600,
-        )?;
+        w.manifest(root, opts.layout, &file, &yaml)?;
     }
     Ok(())
 }
@@ -798,12 +793,7 @@ fn write_etcd_node(
         opts.port_offset,
         opts.kubernetes_version,
     );
-    w.file(
-        root,
-        &format!("{}/{file}", manifest_dir(opts.layout)),
-        yaml.as_bytes(),
-        0o600,
-    )?;
+    w.manifest(root, opts.layout, &file, &yaml)?;
     for s in &specs {
         let (cert, key) = issue_leaf(s, etcd_ca, opts, clock)?;
         w.pair(root, &s.base, &cert, &key)?;

@@ -1330,6 +1330,24 @@ pub struct Profile {
     pub subject_key_id: bool,
 }
 
+impl Profile {
+    /// A CA's profile as kubeadm makes it: critical CA:TRUE, the CA key usages, a subject key
+    /// id, no extended key usage.
+    pub fn ca(subject: Name, dns_names: Vec<String>) -> Profile {
+        Profile {
+            subject,
+            dns_names,
+            ip_addresses: vec![],
+            other_sans: vec![],
+            san_order: SanOrder::Kubeadm,
+            key_usage: ca_key_usage(),
+            ext_key_usage: vec![],
+            basic_constraints: Some(true),
+            subject_key_id: true,
+        }
+    }
+}
+
 /// Validity and serial for one issued certificate.
 #[derive(Debug, Clone, Copy)]
 pub struct Issuance {
@@ -1610,17 +1628,10 @@ mod tests {
 
     fn ca(alg: KeyAlgorithm) -> (Cert, PrivateKey) {
         let key = PrivateKey::generate(alg).unwrap();
-        let profile = Profile {
-            subject: kubeadm_subject("kubernetes", &[]).unwrap(),
-            dns_names: vec!["kubernetes".into()],
-            ip_addresses: vec![],
-            other_sans: vec![],
-            san_order: SanOrder::Kubeadm,
-            key_usage: ca_key_usage(),
-            ext_key_usage: vec![],
-            basic_constraints: Some(true),
-            subject_key_id: true,
-        };
+        let profile = Profile::ca(
+            kubeadm_subject("kubernetes", &[]).unwrap(),
+            vec!["kubernetes".into()],
+        );
         let issuance = Issuance {
             serial: 7,
             not_before: 1_700_000_000,
