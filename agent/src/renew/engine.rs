@@ -784,20 +784,14 @@ fn kubeadm_group(
     opts: &KubeadmOptions,
     group: &Group<'_>,
 ) -> Result<Vec<Issued>, IssueError> {
-    let Group {
-        root,
-        stage,
-        dir,
-        items,
-    } = group;
-    let (root, dir) = (*root, *dir);
+    let (root, stage, dir) = (group.root, group.stage.as_path(), group.dir);
     let host = host_path(root, stage);
     copy_tree(&root.join(dir).join("pki"), &stage.join("pki"), &|_| true)?;
     copy_tree(&root.join(dir), stage, &|p| {
         p.extension().is_some_and(|x| x == "conf") && p.parent() == Some(root.join(dir).as_path())
     })?;
     let mut issued = Vec::new();
-    for item in items {
+    for item in &group.items {
         let name = item.name.split('@').next().unwrap_or(&item.name);
         let before = staged_cert(stage, dir, item).ok();
         let out = ctr.tool(
@@ -832,22 +826,15 @@ fn etcdadm_group(
     opts: &KubeadmOptions,
     group: &Group<'_>,
 ) -> Result<Vec<Issued>, IssueError> {
-    let Group {
-        root,
-        stage,
-        dir,
-        items,
-    } = group;
-    let (root, dir) = (*root, *dir);
-    let host = host_path(root, stage);
+    let stage = group.stage.as_path();
     // etcdadm keeps whatever leaf it finds: give it the CA only, as EKS Anywhere does.
-    copy_tree(&root.join(dir), stage, &|p| {
+    copy_tree(&group.root.join(group.dir), stage, &|p| {
         p.file_name()
             .and_then(|f| f.to_str())
             .is_some_and(|f| f == "ca.crt" || f == "ca.key")
     })?;
     ctr.tool(
-        &[(host, "/etc/etcd/pki")],
+        &[(host_path(group.root, stage), "/etc/etcd/pki")],
         true,
         &[
             opts.etcdadm_path.clone(),
@@ -859,17 +846,9 @@ fn etcdadm_group(
             "kubelet".into(),
         ],
     )?;
-    items
-        .iter()
-        .map(|item| {
-            collect(
-                root,
-                stage,
-                dir,
-                item,
-                IdentityCheck::EtcdadmAsNodeConfigured,
-            )
-        })
+    let as_configured = IdentityCheck::EtcdadmAsNodeConfigured;
+    (group.items.iter())
+        .map(|item| collect(group.root, stage, group.dir, item, as_configured))
         .collect()
 }
 
