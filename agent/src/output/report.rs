@@ -27,44 +27,37 @@ pub fn table(inv: &Inventory) -> String {
         inv.root,
         inv.layouts.join(", ")
     ));
-    let mut leaves: Vec<&Record> = inv
-        .certificates
-        .iter()
-        .filter(|r| r.kind != Kind::Ca)
-        .collect();
-    leaves.sort_by(|a, b| a.name.cmp(&b.name));
-    let mut rows = vec![row(&[
+    let leaf_header = [
         "CERTIFICATE",
         "EXPIRES",
         "RESIDUAL TIME",
         "CERTIFICATE AUTHORITY",
         "EXTERNALLY MANAGED",
         "STATUS",
-    ])];
-    for r in &leaves {
-        rows.push(cells(r, true));
-    }
-    out.push_str(&align(&rows));
+    ];
+    out.push_str(&section(inv, false, &leaf_header));
     out.push('\n');
-    let mut cas: Vec<&Record> = inv
-        .certificates
-        .iter()
-        .filter(|r| r.kind == Kind::Ca)
-        .collect();
-    cas.sort_by(|a, b| a.name.cmp(&b.name));
-    let mut rows = vec![row(&[
+    let ca_header = [
         "CERTIFICATE AUTHORITY",
         "EXPIRES",
         "RESIDUAL TIME",
         "EXTERNALLY MANAGED",
         "STATUS",
-    ])];
-    for r in &cas {
-        rows.push(cells(r, false));
-    }
-    out.push_str(&align(&rows));
+    ];
+    out.push_str(&section(inv, true, &ca_header));
     out.push_str(&notes(inv));
     out
+}
+
+/// The leaves (or the CAs) by name, aligned under `header`.
+fn section(inv: &Inventory, cas: bool, header: &[&str]) -> String {
+    let mut records: Vec<&Record> = (inv.certificates.iter())
+        .filter(|r| (r.kind == Kind::Ca) == cas)
+        .collect();
+    records.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut rows = vec![row(header)];
+    rows.extend(records.iter().map(|r| cells(r, !cas)));
+    align(&rows)
 }
 
 /// The table's WARNINGS and PROBLEMS, each when there are some.
