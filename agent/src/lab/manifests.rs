@@ -35,6 +35,22 @@ pub struct ManifestParams<'a> {
     pub kubernetes_version: Version,
 }
 
+#[cfg(test)]
+impl ManifestParams<'static> {
+    /// The unit tests' stacked control plane: `cp-1` at 10.0.0.10 in `/var/lib/kubeadm`.
+    pub(crate) fn for_tests(port_offset: u16) -> Self {
+        ManifestParams {
+            kubeadm_dir: "/var/lib/kubeadm",
+            node_name: "cp-1",
+            advertise_address: [10, 0, 0, 10].into(),
+            port_offset,
+            external_etcd: None,
+            etcd_client_cert: "apiserver-etcd-client.crt",
+            kubernetes_version: DEFAULT_KUBERNETES_VERSION,
+        }
+    }
+}
+
 fn url(ip: IpAddr, port: u16) -> String {
     format!("https://{}", super::socket_text(ip, port))
 }
@@ -431,15 +447,7 @@ mod tests {
 
     #[test]
     fn manifests_round_trip_to_endpoints() {
-        let p = ManifestParams {
-            kubeadm_dir: "/var/lib/kubeadm",
-            node_name: "cp-1",
-            advertise_address: [10, 0, 0, 10].into(),
-            port_offset: 100,
-            external_etcd: None,
-            etcd_client_cert: "apiserver-etcd-client.crt",
-            kubernetes_version: DEFAULT_KUBERNETES_VERSION,
-        };
+        let p = ManifestParams::for_tests(100);
         let m = control_plane(&p);
         assert_eq!(m.len(), 4);
         let pods: Vec<PodInfo> = m
@@ -476,15 +484,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("certrotor-kv-{}", std::process::id()));
         std::fs::create_dir_all(dir.join("var/lib/kubeadm/pki")).unwrap();
         std::fs::write(dir.join("var/lib/kubeadm/admin.conf"), b"x").unwrap();
-        let p = ManifestParams {
-            kubeadm_dir: "/var/lib/kubeadm",
-            node_name: "cp-1",
-            advertise_address: [10, 0, 0, 10].into(),
-            port_offset: 0,
-            external_etcd: None,
-            etcd_client_cert: "apiserver-etcd-client.crt",
-            kubernetes_version: DEFAULT_KUBERNETES_VERSION,
-        };
+        let p = ManifestParams::for_tests(0);
         let mut pods: Vec<(String, PodInfo)> = control_plane(&p)
             .into_iter()
             .chain([kube_vip_probe("/var/lib/kubeadm", 0)])

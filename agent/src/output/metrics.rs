@@ -1209,26 +1209,11 @@ mod tests {
     }
 
     fn lab_node(tag: &str) -> PathBuf {
-        use crate::lab::{LabLayout, LabOptions, Topology};
         let root =
             std::env::temp_dir().join(format!("certrotor-metrics-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
-        crate::lab::init(
-            &root,
-            &LabOptions {
-                layout: LabLayout::Kubeadm,
-                topology: Topology::Stacked,
-                expires_in: 3 * 86_400,
-                key_algorithm: crate::pki::KeyAlgorithm::EcdsaP256,
-                node_name: "cp-1".into(),
-                advertise_address: [10, 0, 0, 10].into(),
-                cluster_name: "kubernetes".into(),
-                port_offset: 0,
-                kubernetes_version: crate::lab::manifests::DEFAULT_KUBERNETES_VERSION,
-                now: crate::sys::clock::now(),
-            },
-        )
-        .unwrap();
+        let opts = crate::lab::LabOptions::for_tests(crate::sys::clock::now());
+        crate::lab::init(&root, &opts).unwrap();
         root
     }
 

@@ -2121,17 +2121,9 @@ mod fuzz {
         )
         .to_yaml()
         .unwrap();
-        let manifest = crate::lab::manifests::control_plane(&ManifestParams {
-            kubeadm_dir: "/var/lib/kubeadm",
-            node_name: "cp-1",
-            advertise_address: [10, 0, 0, 10].into(),
-            port_offset: 0,
-            external_etcd: None,
-            etcd_client_cert: "apiserver-etcd-client.crt",
-            kubernetes_version: crate::lab::manifests::DEFAULT_KUBERNETES_VERSION,
-        })
-        .remove(0)
-        .1;
+        let manifest = crate::lab::manifests::control_plane(&ManifestParams::for_tests(0))
+            .remove(0)
+            .1;
         let secrets: Vec<String> = body_fragments(&key_pem.0)
             .into_iter()
             .chain(body_fragments(&rsa_pem.0))

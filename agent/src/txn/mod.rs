@@ -1716,8 +1716,7 @@ fn prune_backups(root: &Path, retention: usize) {
 #[cfg(test)]
 mod hostile_tests {
     use super::*;
-    use crate::lab::{LabLayout, LabOptions, Topology};
-    use crate::pki::KeyAlgorithm;
+    use crate::lab::LabOptions;
 
     /// 15.3: a rename that fails after the journal (here: `etcd/peer.crt` made immutable after
     /// the probe, which this test bypasses) rolls back the files already replaced, from the
@@ -1727,22 +1726,7 @@ mod hostile_tests {
         let root = std::env::temp_dir().join(format!("certrotor-undo-{}", std::process::id()));
         let _ = fs::remove_dir_all(&root);
         let now = crate::sys::clock::now();
-        crate::lab::init(
-            &root,
-            &LabOptions {
-                layout: LabLayout::Kubeadm,
-                topology: Topology::Stacked,
-                expires_in: 3 * 86_400,
-                key_algorithm: KeyAlgorithm::EcdsaP256,
-                node_name: "cp-1".into(),
-                advertise_address: [10, 0, 0, 10].into(),
-                cluster_name: "kubernetes".into(),
-                port_offset: 0,
-                kubernetes_version: crate::lab::manifests::DEFAULT_KUBERNETES_VERSION,
-                now,
-            },
-        )
-        .unwrap();
+        crate::lab::init(&root, &LabOptions::for_tests(now)).unwrap();
         let pki = "etc/kubernetes/pki/etcd";
         let rels = [format!("{pki}/peer.key"), format!("{pki}/peer.crt")];
         let before: Vec<Vec<u8>> = rels
