@@ -35,22 +35,6 @@ pub struct ManifestParams<'a> {
     pub kubernetes_version: Version,
 }
 
-#[cfg(test)]
-impl ManifestParams<'static> {
-    /// The unit tests' stacked control plane: `cp-1` at 10.0.0.10 in `/var/lib/kubeadm`.
-    pub(crate) fn for_tests(port_offset: u16) -> Self {
-        ManifestParams {
-            kubeadm_dir: "/var/lib/kubeadm",
-            node_name: "cp-1",
-            advertise_address: [10, 0, 0, 10].into(),
-            port_offset,
-            external_etcd: None,
-            etcd_client_cert: "apiserver-etcd-client.crt",
-            kubernetes_version: DEFAULT_KUBERNETES_VERSION,
-        }
-    }
-}
-
 fn url(ip: IpAddr, port: u16) -> String {
     format!("https://{}", super::socket_text(ip, port))
 }
@@ -438,6 +422,22 @@ pub fn kube_vip_probe(kubeadm_dir: &str, port_offset: u16) -> (String, String) {
          path: {kubeadm_dir}/admin.conf\n      type: FileOrCreate\n    name: kubeconfig\n"
     );
     ("kube-vip.yaml".into(), yaml)
+}
+
+#[cfg(test)]
+impl ManifestParams<'static> {
+    /// The unit tests' stacked control plane: `cp-1` at 10.0.0.10 in `/var/lib/kubeadm`.
+    pub(crate) fn for_tests(port_offset: u16) -> Self {
+        ManifestParams {
+            kubeadm_dir: "/var/lib/kubeadm",
+            node_name: "cp-1",
+            advertise_address: [10, 0, 0, 10].into(),
+            port_offset,
+            external_etcd: None,
+            etcd_client_cert: "apiserver-etcd-client.crt",
+            kubernetes_version: DEFAULT_KUBERNETES_VERSION,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -59,26 +59,6 @@ pub struct LabOptions {
     pub now: i64,
 }
 
-#[cfg(test)]
-impl LabOptions {
-    /// The unit tests' node: kubeadm layout, stacked etcd, ECDSA keys, leaves expiring in three
-    /// days from `now`.
-    pub(crate) fn for_tests(now: i64) -> LabOptions {
-        LabOptions {
-            layout: LabLayout::Kubeadm,
-            topology: Topology::Stacked,
-            expires_in: 3 * 86_400,
-            key_algorithm: KeyAlgorithm::EcdsaP256,
-            node_name: "cp-1".into(),
-            advertise_address: [10, 0, 0, 10].into(),
-            cluster_name: "kubernetes".into(),
-            port_offset: 0,
-            kubernetes_version: manifests::DEFAULT_KUBERNETES_VERSION,
-            now,
-        }
-    }
-}
-
 /// A failure while writing the lab node.
 #[derive(Debug)]
 pub struct LabError(pub String);
@@ -907,5 +887,25 @@ pub fn socket_text(ip: IpAddr, port: u16) -> String {
     match ip {
         IpAddr::V4(v4) => format!("{v4}:{port}"),
         IpAddr::V6(v6) => format!("[{v6}]:{port}"),
+    }
+}
+
+#[cfg(test)]
+impl LabOptions {
+    /// The unit tests' node: kubeadm layout, stacked etcd, ECDSA keys, leaves expiring in three
+    /// days from `now`.
+    pub(crate) fn for_tests(now: i64) -> LabOptions {
+        LabOptions {
+            layout: LabLayout::Kubeadm,
+            topology: Topology::Stacked,
+            expires_in: 3 * 86_400,
+            key_algorithm: KeyAlgorithm::EcdsaP256,
+            node_name: "cp-1".into(),
+            advertise_address: [10, 0, 0, 10].into(),
+            cluster_name: "kubernetes".into(),
+            port_offset: 0,
+            kubernetes_version: manifests::DEFAULT_KUBERNETES_VERSION,
+            now,
+        }
     }
 }
