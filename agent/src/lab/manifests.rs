@@ -105,60 +105,75 @@ fn pod(name: &str, v: Version, command: &[String], mounts: &[(&str, &str, &str)]
 /// lab shifts ports. Insecure ports are off (`--insecure-port=0`, `--port=0`), as kubeadm sets
 /// them, so that lab nodes can run side by side.
 pub fn control_plane(p: &ManifestParams<'_>) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let etcd_servers = match &p.external_etcd {
+        Some(u) => u.clone(),
+        None => {
+            let (manifest, servers) = stacked_etcd(p);
+            out.push(manifest);
+            servers
+        }
+    };
+    out.push(kube_apiserver(p, &etcd_servers));
+    out.extend(controller_manager_and_scheduler(p));
+    out
+}
+
+/// A stacked control plane's etcd manifest, and the URL kube-apiserver reaches it at.
+fn stacked_etcd(p: &ManifestParams<'_>) -> ((String, String), String) {
     let adv = p.advertise_address;
     let off = p.port_offset;
     let k = p.kubeadm_dir;
     let v = p.kubernetes_version;
     let pki = "/etc/kubernetes/pki";
-    let mut out = Vec::new();
-    let etcd_servers = match &p.external_etcd {
-        Some(u) => u.clone(),
-        None => {
-            let client = ports::ETCD_CLIENT + off;
-            let peer = ports::ETCD_PEER + off;
-            let mut listen = vec![url([127, 0, 0, 1].into(), client)];
-            if !adv.is_loopback() {
-                listen.push(url(adv, client));
-            }
-            let cmd: Vec<String> = vec![
-                "etcd".into(),
-                format!("--advertise-client-urls={}", url(adv, client)),
-                format!("--cert-file={pki}/etcd/server.crt"),
-                "--client-cert-auth=true".into(),
-                "--data-dir=/var/lib/etcd".into(),
-                format!("--initial-advertise-peer-urls={}", url(adv, peer)),
-                format!("--initial-cluster={}={}", p.node_name, url(adv, peer)),
-                format!("--key-file={pki}/etcd/server.key"),
-                format!("--listen-client-urls={}", listen.join(",")),
-                format!(
-                    "--listen-metrics-urls=http://127.0.0.1:{}",
-                    ports::ETCD_METRICS + off
-                ),
-                format!("--listen-peer-urls={}", url(adv, peer)),
-                format!("--name={}", p.node_name),
-                format!("--peer-cert-file={pki}/etcd/peer.crt"),
-                "--peer-client-cert-auth=true".into(),
-                format!("--peer-key-file={pki}/etcd/peer.key"),
-                format!("--peer-trusted-ca-file={pki}/etcd/ca.crt"),
-                "--snapshot-count=10000".into(),
-                format!("--trusted-ca-file={pki}/etcd/ca.crt"),
-            ];
-            let host_pki = format!("{k}/pki/etcd");
-            out.push((
-                "etcd.yaml".to_string(),
-                pod(
-                    "etcd",
-                    v,
-                    &cmd,
-                    &[
-                        ("etcd-certs", &host_pki, "/etc/kubernetes/pki/etcd"),
-                        ("etcd-data", "/var/lib/etcd", "/var/lib/etcd"),
-                    ],
-                ),
-            ));
-            url([127, 0, 0, 1].into(), client)
-        }
-    };
+    let client = ports::ETCD_CLIENT + off;
+    let peer = ports::ETCD_PEER + off;
+    let listen = listen_client_urls(adv, client);
+    let cmd: Vec<String> = vec![
+        "etcd".into(),
+        format!("--advertise-client-urls={}", url(adv, client)),
+        format!("--cert-file={pki}/etcd/server.crt"),
+        "--client-cert-auth=true".into(),
+        "--data-dir=/var/lib/etcd".into(),
+        format!("--initial-advertise-peer-urls={}", url(adv, peer)),
+        format!("--initial-cluster={}={}", p.node_name, url(adv, peer)),
+        format!("--key-file={pki}/etcd/server.key"),
+        format!("--listen-client-urls={listen}"),
+        format!(
+            "--listen-metrics-urls=http://127.0.0.1:{}",
+            ports::ETCD_METRICS + off
+        ),
+        format!("--listen-peer-urls={}", url(adv, peer)),
+        format!("--name={}", p.node_name),
+        format!("--peer-cert-file={pki}/etcd/peer.crt"),
+        "--peer-client-cert-auth=true".into(),
+        format!("--peer-key-file={pki}/etcd/peer.key"),
+        format!("--peer-trusted-ca-file={pki}/etcd/ca.crt"),
+        "--snapshot-count=10000".into(),
+        format!("--trusted-ca-file={pki}/etcd/ca.crt"),
+    ];
+    let host_pki = format!("{k}/pki/etcd");
+    let manifest = (
+        "etcd.yaml".to_string(),
+        pod(
+            "etcd",
+            v,
+            &cmd,
+            &[
+                ("etcd-certs", &host_pki, "/etc/kubernetes/pki/etcd"),
+                ("etcd-data", "/var/lib/etcd", "/var/lib/etcd"),
+            ],
+        ),
+    );
+    (manifest, url([127, 0, 0, 1].into(), client))
+}
+
+/// kube-apiserver's manifest, reaching etcd at `etcd_servers`.
+fn kube_apiserver(p: &ManifestParams<'_>, etcd_servers: &str) -> (String, String) {
+    let adv = p.advertise_address;
+    let off = p.port_offset;
+    let v = p.kubernetes_version;
+    let pki = "/etc/kubernetes/pki";
     let api: Vec<String> = vec![
         "kube-apiserver".into(),
         format!("--advertise-address={adv}"),
@@ -190,11 +205,21 @@ pub fn control_plane(p: &ManifestParams<'_>) -> Vec<(String, String)> {
         format!("--tls-cert-file={pki}/apiserver.crt"),
         format!("--tls-private-key-file={pki}/apiserver.key"),
     ];
-    let host_pki = format!("{k}/pki");
-    out.push((
+    let host_pki = format!("{}/pki", p.kubeadm_dir);
+    (
         "kube-apiserver.yaml".into(),
         pod("kube-apiserver", v, &api, &[("k8s-certs", &host_pki, pki)]),
-    ));
+    )
+}
+
+/// The kube-controller-manager's and kube-scheduler's manifests.
+fn controller_manager_and_scheduler(p: &ManifestParams<'_>) -> Vec<(String, String)> {
+    let off = p.port_offset;
+    let k = p.kubeadm_dir;
+    let v = p.kubernetes_version;
+    let pki = "/etc/kubernetes/pki";
+    let host_pki = format!("{k}/pki");
+    let mut out = Vec::new();
     for (name, conf, port) in [
         (
             "kube-controller-manager",
@@ -246,6 +271,15 @@ pub fn control_plane(p: &ManifestParams<'_>) -> Vec<(String, String)> {
     out
 }
 
+/// etcd's `--listen-client-urls`: loopback, and `ip` unless it is loopback.
+fn listen_client_urls(ip: IpAddr, client: u16) -> String {
+    let mut listen = vec![url([127, 0, 0, 1].into(), client)];
+    if !ip.is_loopback() {
+        listen.push(url(ip, client));
+    }
+    listen.join(",")
+}
+
 /// The etcd manifest of an etcdadm node run by the kubelet (`--init-system kubelet`).
 pub fn etcdadm_etcd(
     etcd_pki_dir: &str,
@@ -256,10 +290,7 @@ pub fn etcdadm_etcd(
 ) -> (String, String) {
     let client = ports::ETCD_CLIENT + port_offset;
     let peer = ports::ETCD_PEER + port_offset;
-    let mut listen = vec![url([127, 0, 0, 1].into(), client)];
-    if !ip.is_loopback() {
-        listen.push(url(ip, client));
-    }
+    let listen = listen_client_urls(ip, client);
     let pki = "/etc/etcd/pki";
     let cmd: Vec<String> = vec![
         "etcd".into(),
@@ -270,7 +301,7 @@ pub fn etcdadm_etcd(
         format!("--initial-advertise-peer-urls={}", url(ip, peer)),
         format!("--initial-cluster={member}={}", url(ip, peer)),
         format!("--key-file={pki}/server.key"),
-        format!("--listen-client-urls={}", listen.join(",")),
+        format!("--listen-client-urls={listen}"),
         format!("--listen-peer-urls={}", url(ip, peer)),
         format!("--name={member}"),
         format!("--peer-cert-file={pki}/peer.crt"),
@@ -394,21 +425,29 @@ pub fn kube_vip_probe(kubeadm_dir: &str, port_offset: u16) -> (String, String) {
 }
 
 #[cfg(test)]
+impl ManifestParams<'static> {
+    /// The unit tests' stacked control plane: `cp-1` at 10.0.0.10 in `/var/lib/kubeadm`.
+    pub(crate) fn for_tests(port_offset: u16) -> Self {
+        ManifestParams {
+            kubeadm_dir: "/var/lib/kubeadm",
+            node_name: "cp-1",
+            advertise_address: [10, 0, 0, 10].into(),
+            port_offset,
+            external_etcd: None,
+            etcd_client_cert: "apiserver-etcd-client.crt",
+            kubernetes_version: DEFAULT_KUBERNETES_VERSION,
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::node::manifests::{Component, PodInfo, other_consumers};
 
     #[test]
     fn manifests_round_trip_to_endpoints() {
-        let p = ManifestParams {
-            kubeadm_dir: "/var/lib/kubeadm",
-            node_name: "cp-1",
-            advertise_address: [10, 0, 0, 10].into(),
-            port_offset: 100,
-            external_etcd: None,
-            etcd_client_cert: "apiserver-etcd-client.crt",
-            kubernetes_version: DEFAULT_KUBERNETES_VERSION,
-        };
+        let p = ManifestParams::for_tests(100);
         let m = control_plane(&p);
         assert_eq!(m.len(), 4);
         let pods: Vec<PodInfo> = m
@@ -445,15 +484,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("certrotor-kv-{}", std::process::id()));
         std::fs::create_dir_all(dir.join("var/lib/kubeadm/pki")).unwrap();
         std::fs::write(dir.join("var/lib/kubeadm/admin.conf"), b"x").unwrap();
-        let p = ManifestParams {
-            kubeadm_dir: "/var/lib/kubeadm",
-            node_name: "cp-1",
-            advertise_address: [10, 0, 0, 10].into(),
-            port_offset: 0,
-            external_etcd: None,
-            etcd_client_cert: "apiserver-etcd-client.crt",
-            kubernetes_version: DEFAULT_KUBERNETES_VERSION,
-        };
+        let p = ManifestParams::for_tests(0);
         let mut pods: Vec<(String, PodInfo)> = control_plane(&p)
             .into_iter()
             .chain([kube_vip_probe("/var/lib/kubeadm", 0)])

@@ -92,26 +92,10 @@ const API_PORT: u16 = 6443;
 
 /// Writes the lab node(s) under `dir`, which must be absent or empty.
 pub fn init(dir: &Path, opts: &LabOptions) -> Result<LabSummary, LabError> {
-    if dir.exists()
-        && std::fs::read_dir(dir)
-            .map(|mut d| d.next().is_some())
-            .unwrap_or(true)
-    {
-        return Err(LabError(format!(
-            "'{}' exists and is not empty; lab init writes only into a new or empty folder",
-            dir.display()
-        )));
-    }
+    check_empty(dir)?;
     let mut w = Writer { files: 0 };
     let clock = LabClock::new(opts.now, opts.expires_in);
-    let kdir = match opts.layout {
-        LabLayout::Kubeadm => crate::node::catalog::paths::KUBEADM_DIR,
-        LabLayout::Bottlerocket => crate::node::catalog::paths::BOTTLEROCKET_KUBEADM_DIR,
-    };
-    let etcd_dir = match opts.layout {
-        LabLayout::Kubeadm => crate::node::catalog::paths::ETCDADM_PKI,
-        LabLayout::Bottlerocket => crate::node::catalog::paths::BOTTLEROCKET_ETCD_PKI,
-    };
+    let (kdir, etcd_dir) = lab_dirs(opts.layout);
     // The control plane's own CAs are the same in both topologies.
     let (cp, etcd_root) = match opts.topology {
         Topology::Stacked => (dir.to_path_buf(), None),
@@ -152,22 +136,7 @@ pub fn init(dir: &Path, opts: &LabOptions) -> Result<LabSummary, LabError> {
             vec![cp]
         }
         Some(etcd_root) => {
-            // EKS Anywhere: the etcd CA comes from Cluster API, CN "kubernetes" like the others;
-            // the control plane holds only its certificate, so it signs no etcd certificate.
-            let (etcd, etcd_key) = write_ca(
-                &mut w,
-                &etcd_root,
-                &format!("{etcd_dir}/ca"),
-                "kubernetes",
-                opts,
-                &clock,
-            )?;
-            w.file(
-                &cp,
-                &format!("{kdir}/pki/etcd/ca.crt"),
-                etcd.to_pem()?.as_bytes(),
-                0o644,
-            )?;
+            let (etcd, etcd_key) = write_external_etcd_ca(&mut w, &cp, &etcd_root, opts, &clock)?;
             let cas = Cas {
                 ca: (&ca, &ca_key),
                 front_proxy: (&fp, &fp_key),
@@ -191,6 +160,62 @@ pub fn init(dir: &Path, opts: &LabOptions) -> Result<LabSummary, LabError> {
         roots,
         files: w.files,
     })
+}
+
+/// Refuses a folder that exists and is not empty.
+fn check_empty(dir: &Path) -> Result<(), LabError> {
+    if dir.exists()
+        && std::fs::read_dir(dir)
+            .map(|mut d| d.next().is_some())
+            .unwrap_or(true)
+    {
+        return Err(LabError(format!(
+            "'{}' exists and is not empty; lab init writes only into a new or empty folder",
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
+/// The kubeadm folder and the etcd node's PKI folder of a layout.
+fn lab_dirs(layout: LabLayout) -> (&'static str, &'static str) {
+    match layout {
+        LabLayout::Kubeadm => (
+            crate::node::catalog::paths::KUBEADM_DIR,
+            crate::node::catalog::paths::ETCDADM_PKI,
+        ),
+        LabLayout::Bottlerocket => (
+            crate::node::catalog::paths::BOTTLEROCKET_KUBEADM_DIR,
+            crate::node::catalog::paths::BOTTLEROCKET_ETCD_PKI,
+        ),
+    }
+}
+
+/// EKS Anywhere: the etcd CA comes from Cluster API, CN "kubernetes" like the others; the
+/// control plane (`cp`) holds only its certificate, so it signs no etcd certificate.
+fn write_external_etcd_ca(
+    w: &mut Writer,
+    cp: &Path,
+    etcd_root: &Path,
+    opts: &LabOptions,
+    clock: &LabClock,
+) -> Result<(Cert, PrivateKey), LabError> {
+    let (kdir, etcd_dir) = lab_dirs(opts.layout);
+    let (etcd, etcd_key) = write_ca(
+        w,
+        etcd_root,
+        &format!("{etcd_dir}/ca"),
+        "kubernetes",
+        opts,
+        clock,
+    )?;
+    w.file(
+        cp,
+        &format!("{kdir}/pki/etcd/ca.crt"),
+        etcd.to_pem()?.as_bytes(),
+        0o644,
+    )?;
+    Ok((etcd, etcd_key))
 }
 
 /// The validity windows of a lab node.
@@ -249,6 +274,18 @@ impl Writer {
         Ok(())
     }
 
+    /// A static-pod manifest, in the layout's manifest folder.
+    fn manifest(
+        &mut self,
+        root: &Path,
+        layout: LabLayout,
+        file: &str,
+        yaml: &str,
+    ) -> Result<(), LabError> {
+        let rel = format!("{}/{file}", manifest_dir(layout));
+        self.file(root, &rel, yaml.as_bytes(), 0o600)
+    }
+
     fn pair(
         &mut self,
         root: &Path,
@@ -281,17 +318,7 @@ fn write_ca(
     clock: &LabClock,
 ) -> Result<(Cert, PrivateKey), LabError> {
     let key = PrivateKey::generate(opts.key_algorithm)?;
-    let profile = Profile {
-        subject: pki::kubeadm_subject(cn, &[])?,
-        dns_names: vec![cn.to_string()],
-        ip_addresses: vec![],
-        other_sans: vec![],
-        san_order: SanOrder::Kubeadm,
-        key_usage: pki::ca_key_usage(),
-        ext_key_usage: vec![],
-        basic_constraints: Some(true),
-        subject_key_id: true,
-    };
+    let profile = Profile::ca(pki::kubeadm_subject(cn, &[])?, vec![cn.to_string()]);
     let issuance = Issuance {
         serial: pki::random_serial()?,
         ..clock.ca()
@@ -366,114 +393,159 @@ fn write_control_plane(
     cas: &Cas<'_>,
     stacked: bool,
 ) -> Result<(), LabError> {
-    let node = opts.node_name.as_str();
-    let adv = opts.advertise_address;
-    let loopback4: IpAddr = [127, 0, 0, 1].into();
-    let loopback6: IpAddr = "::1".parse().map_err(|_| LabError("bad ::1".into()))?;
+    let pki_dir = format!("{kdir}/pki");
+    for spec in apiserver_leaves(&pki_dir, opts)? {
+        let (cert, key) = issue_leaf(&spec, cas.ca, opts, clock)?;
+        w.pair(root, &spec.base, &cert, &key)?;
+    }
+    let front = LeafSpec::client(
+        format!("{pki_dir}/front-proxy-client"),
+        "front-proxy-client",
+        vec![],
+        false,
+    );
+    let (cert, key) = issue_leaf(&front, cas.front_proxy, opts, clock)?;
+    w.pair(root, &front.base, &cert, &key)?;
+    if let Some(etcd_ca) = cas.etcd.filter(|_| stacked) {
+        for spec in &stacked_etcd_leaves(&pki_dir, opts) {
+            let (cert, key) = issue_leaf(spec, etcd_ca, opts, clock)?;
+            w.pair(root, &spec.base, &cert, &key)?;
+        }
+    }
+    write_service_account(w, root, &pki_dir, opts)?;
+    let server_url = format!(
+        "https://{}",
+        socket_text(opts.advertise_address, API_PORT + opts.port_offset)
+    );
+    write_kubeconfigs(w, root, kdir, opts, clock, cas.ca, &server_url)?;
+    write_kubelet_client(w, root, opts, clock, cas.ca)?;
+    write_kubelet_serving(w, root, &opts.node_name, clock)?;
+    // kubelet.conf points to the kubelet's own rotating client certificate.
+    let ca_pem = cas.ca.0.to_pem()?;
+    let kubelet_conf = kubelet_kubeconfig(&opts.cluster_name, &server_url, ca_pem.as_bytes());
+    w.file(
+        root,
+        &format!("{kdir}/kubelet.conf"),
+        kubelet_conf.as_bytes(),
+        0o600,
+    )?;
+    write_control_plane_manifests(w, root, kdir, opts, stacked)
+}
+
+impl<'a> LeafSpec<'a> {
+    /// A client certificate (no names).
+    fn client(base: String, cn: impl Into<String>, orgs: Vec<&'a str>, etcdadm: bool) -> Self {
+        LeafSpec {
+            base,
+            cn: cn.into(),
+            orgs,
+            dns: vec![],
+            ips: vec![],
+            eku: vec![oid::CLIENT_AUTH],
+            etcdadm,
+        }
+    }
+
+    /// A certificate with names, for `eku`.
+    fn named(
+        base: String,
+        cn: impl Into<String>,
+        dns: Vec<String>,
+        ips: Vec<IpAddr>,
+        eku: &[der::oid::ObjectIdentifier],
+        etcdadm: bool,
+    ) -> Self {
+        LeafSpec {
+            base,
+            cn: cn.into(),
+            orgs: vec![],
+            dns,
+            ips,
+            eku: eku.to_vec(),
+            etcdadm,
+        }
+    }
+}
+
+/// The kubernetes CA's leaves: the apiserver's serving and kubelet client certificates.
+fn apiserver_leaves(pki_dir: &str, opts: &LabOptions) -> Result<Vec<LeafSpec<'static>>, LabError> {
     let service_ip: IpAddr = SERVICE_IP
         .parse()
         .map_err(|_| LabError("bad service IP".into()))?;
-    let pki_dir = format!("{kdir}/pki");
-    let server = vec![oid::SERVER_AUTH];
-    let client = vec![oid::CLIENT_AUTH];
-    let both = vec![oid::SERVER_AUTH, oid::CLIENT_AUTH];
-    let leaf = |base: &str,
-                cn: &str,
-                orgs: Vec<&'static str>,
-                dns: Vec<String>,
-                ips: Vec<IpAddr>,
-                eku: &Vec<_>| LeafSpec {
-        base: format!("{pki_dir}/{base}"),
-        cn: cn.to_string(),
-        orgs,
-        dns,
-        ips,
-        eku: eku.clone(),
-        etcdadm: false,
-    };
     let apiserver_dns = vec![
-        node.to_string(),
+        opts.node_name.clone(),
         "kubernetes".into(),
         "kubernetes.default".into(),
         "kubernetes.default.svc".into(),
         "kubernetes.default.svc.cluster.local".into(),
     ];
-    let mut ca_signed = vec![
-        leaf(
-            "apiserver",
+    Ok(vec![
+        LeafSpec::named(
+            format!("{pki_dir}/apiserver"),
             "kube-apiserver",
-            vec![],
             apiserver_dns,
-            vec![service_ip, adv],
-            &server,
+            vec![service_ip, opts.advertise_address],
+            &[oid::SERVER_AUTH],
+            false,
         ),
-        leaf(
-            "apiserver-kubelet-client",
+        LeafSpec::client(
+            format!("{pki_dir}/apiserver-kubelet-client"),
             "kube-apiserver-kubelet-client",
             vec!["kubeadm:cluster-admins"],
-            vec![],
-            vec![],
-            &client,
+            false,
         ),
+    ])
+}
+
+/// The etcd CA's leaves on a stacked control plane: the member's pair and the clients'.
+fn stacked_etcd_leaves(pki_dir: &str, opts: &LabOptions) -> Vec<LeafSpec<'static>> {
+    let node = opts.node_name.as_str();
+    let member_dns = vec![node.to_string(), "localhost".into()];
+    let member_ips = vec![
+        opts.advertise_address,
+        IpAddr::from([127, 0, 0, 1]),
+        IpAddr::from(std::net::Ipv6Addr::LOCALHOST),
     ];
-    let front = leaf(
-        "front-proxy-client",
-        "front-proxy-client",
-        vec![],
-        vec![],
-        vec![],
-        &client,
-    );
-    let mut etcd_signed = Vec::new();
-    if stacked {
-        let member_dns = vec![node.to_string(), "localhost".into()];
-        let member_ips = vec![adv, loopback4, loopback6];
-        etcd_signed.push(leaf(
-            "etcd/server",
+    let both = [oid::SERVER_AUTH, oid::CLIENT_AUTH];
+    vec![
+        LeafSpec::named(
+            format!("{pki_dir}/etcd/server"),
             node,
-            vec![],
             member_dns.clone(),
             member_ips.clone(),
             &both,
-        ));
-        etcd_signed.push(leaf(
-            "etcd/peer",
+            false,
+        ),
+        LeafSpec::named(
+            format!("{pki_dir}/etcd/peer"),
             node,
-            vec![],
             member_dns,
             member_ips,
             &both,
-        ));
-        etcd_signed.push(leaf(
-            "etcd/healthcheck-client",
+            false,
+        ),
+        LeafSpec::client(
+            format!("{pki_dir}/etcd/healthcheck-client"),
             "kube-etcd-healthcheck-client",
             vec![],
-            vec![],
-            vec![],
-            &client,
-        ));
-        etcd_signed.push(leaf(
-            "apiserver-etcd-client",
+            false,
+        ),
+        LeafSpec::client(
+            format!("{pki_dir}/apiserver-etcd-client"),
             "kube-apiserver-etcd-client",
             vec![],
-            vec![],
-            vec![],
-            &client,
-        ));
-    }
-    for spec in ca_signed.drain(..) {
-        let (cert, key) = issue_leaf(&spec, cas.ca, opts, clock)?;
-        w.pair(root, &spec.base, &cert, &key)?;
-    }
-    let (cert, key) = issue_leaf(&front, cas.front_proxy, opts, clock)?;
-    w.pair(root, &front.base, &cert, &key)?;
-    if let Some(etcd_ca) = cas.etcd {
-        for spec in &etcd_signed {
-            let (cert, key) = issue_leaf(spec, etcd_ca, opts, clock)?;
-            w.pair(root, &spec.base, &cert, &key)?;
-        }
-    }
-    // Service-account key pair: kubeadm writes `RSA PRIVATE KEY` and a PKIX `PUBLIC KEY`.
+            false,
+        ),
+    ]
+}
+
+/// The service-account key pair: kubeadm writes `RSA PRIVATE KEY` and a PKIX `PUBLIC KEY`.
+fn write_service_account(
+    w: &mut Writer,
+    root: &Path,
+    pki_dir: &str,
+    opts: &LabOptions,
+) -> Result<(), LabError> {
     let sa_alg = match opts.key_algorithm {
         KeyAlgorithm::EcdsaP256 | KeyAlgorithm::EcdsaP384 => opts.key_algorithm,
         _ => KeyAlgorithm::Rsa(2048),
@@ -493,11 +565,21 @@ fn write_control_plane(
         &format!("{pki_dir}/sa.pub"),
         sa_pub_pem.as_bytes(),
         0o600,
-    )?;
+    )
+}
 
-    // Kubeconfigs.
-    let server_url = format!("https://{}", socket_text(adv, API_PORT + opts.port_offset));
-    let ca_pem = cas.ca.0.to_pem()?;
+/// The kubeconfigs with embedded credentials: admin, super-admin, controller-manager,
+/// scheduler.
+fn write_kubeconfigs(
+    w: &mut Writer,
+    root: &Path,
+    kdir: &str,
+    opts: &LabOptions,
+    clock: &LabClock,
+    ca: (&Cert, &PrivateKey),
+    server_url: &str,
+) -> Result<(), LabError> {
+    let ca_pem = ca.0.to_pem()?;
     let kubeconfigs: [(&str, &str, Vec<&str>); 4] = [
         (
             "admin.conf",
@@ -517,19 +599,11 @@ fn write_control_plane(
         ("scheduler.conf", "system:kube-scheduler", vec![]),
     ];
     for (file, cn, orgs) in kubeconfigs {
-        let spec = LeafSpec {
-            base: String::new(),
-            cn: cn.into(),
-            orgs,
-            dns: vec![],
-            ips: vec![],
-            eku: client.clone(),
-            etcdadm: false,
-        };
-        let (cert, key) = issue_leaf(&spec, cas.ca, opts, clock)?;
+        let spec = LeafSpec::client(String::new(), cn, orgs, false);
+        let (cert, key) = issue_leaf(&spec, ca, opts, clock)?;
         let kc = Kubeconfig::new_embedded(
             &opts.cluster_name,
-            &server_url,
+            server_url,
             cn,
             ca_pem.as_bytes(),
             cert.to_pem()?.as_bytes(),
@@ -538,18 +612,25 @@ fn write_control_plane(
         let yaml = kc.to_yaml().map_err(|e| LabError(e.to_string()))?;
         w.file(root, &format!("{kdir}/{file}"), yaml.as_bytes(), 0o600)?;
     }
-    // kubelet.conf points to the kubelet's own rotating client certificate.
-    let node_cn = format!("system:node:{node}");
-    let spec = LeafSpec {
-        base: String::new(),
-        cn: node_cn.clone(),
-        orgs: vec!["system:nodes"],
-        dns: vec![],
-        ips: vec![],
-        eku: client,
-        etcdadm: false,
-    };
-    let (cert, key) = issue_leaf(&spec, cas.ca, opts, clock)?;
+    Ok(())
+}
+
+/// The kubelet's dated client bundle, and the link to it.
+fn write_kubelet_client(
+    w: &mut Writer,
+    root: &Path,
+    opts: &LabOptions,
+    clock: &LabClock,
+    ca: (&Cert, &PrivateKey),
+) -> Result<(), LabError> {
+    let node = opts.node_name.as_str();
+    let spec = LeafSpec::client(
+        String::new(),
+        format!("system:node:{node}"),
+        vec!["system:nodes"],
+        false,
+    );
+    let (cert, key) = issue_leaf(&spec, ca, opts, clock)?;
     let (y, mo, d, h, mi, s) = crate::sys::clock::civil(opts.now);
     let dated = format!("kubelet-client-{y:04}-{mo:02}-{d:02}-{h:02}-{mi:02}-{s:02}.pem");
     let mut bundle = cert.to_pem()?;
@@ -564,10 +645,18 @@ fn write_control_plane(
         format!("/var/lib/kubelet/pki/{dated}"),
         root.join("var/lib/kubelet/pki/kubelet-client-current.pem"),
     )
-    .map_err(|e| LabError(format!("cannot link the kubelet client certificate: {e}")))?;
-    // The kubelet's self-signed serving pair (it writes one at start when there is none, with
-    // CN `<host>@<unix time>`; the real one is signed by a throw-away `<host>-ca@<time>` CA and
-    // holds both certificates, which the lab leaves out: only its validity matters here).
+    .map_err(|e| LabError(format!("cannot link the kubelet client certificate: {e}")))
+}
+
+/// The kubelet's self-signed serving pair (it writes one at start when there is none, with
+/// CN `<host>@<unix time>`; the real one is signed by a throw-away `<host>-ca@<time>` CA and
+/// holds both certificates, which the lab leaves out: only its validity matters here).
+fn write_kubelet_serving(
+    w: &mut Writer,
+    root: &Path,
+    node: &str,
+    clock: &LabClock,
+) -> Result<(), LabError> {
     let serving_key = PrivateKey::generate(KeyAlgorithm::Rsa(2048))?;
     let serving = pki::issue(
         &Profile {
@@ -600,14 +689,18 @@ fn write_control_plane(
         crate::node::kubelet::SERVING_KEY,
         serving_key.to_pem(serving_key.encoding)?.0.as_bytes(),
         0o600,
-    )?;
-    let kubelet_conf = kubelet_kubeconfig(&opts.cluster_name, &server_url, ca_pem.as_bytes());
-    w.file(
-        root,
-        &format!("{kdir}/kubelet.conf"),
-        kubelet_conf.as_bytes(),
-        0o600,
-    )?;
+    )
+}
+
+/// The control plane's static-pod manifests.
+fn write_control_plane_manifests(
+    w: &mut Writer,
+    root: &Path,
+    kdir: &str,
+    opts: &LabOptions,
+    stacked: bool,
+) -> Result<(), LabError> {
+    let adv = opts.advertise_address;
     let kubeadm_dir = format!("/{kdir}");
     let etcd_client_cert = match (stacked, opts.layout) {
         (false, LabLayout::Bottlerocket) => "server-etcd-client.crt",
@@ -624,7 +717,7 @@ fn write_control_plane(
     });
     let params = manifests::ManifestParams {
         kubeadm_dir: &kubeadm_dir,
-        node_name: node,
+        node_name: &opts.node_name,
         advertise_address: adv,
         port_offset: opts.port_offset,
         external_etcd,
@@ -632,12 +725,7 @@ fn write_control_plane(
         kubernetes_version: opts.kubernetes_version,
     };
     for (file, yaml) in manifests::control_plane(&params) {
-        w.file(
-            root,
-            &format!("{}/{file}", manifest_dir(opts.layout)),
-            yaml.as_bytes(),
-            0o600,
-        )?;
+        w.manifest(root, opts.layout, &file, &yaml)?;
     }
     Ok(())
 }
@@ -666,55 +754,36 @@ fn write_etcd_node(
 ) -> Result<(), LabError> {
     let name = format!("{}-etcd", opts.node_name);
     let ip = opts.advertise_address;
-    let loopback: IpAddr = [127, 0, 0, 1].into();
-    let both = vec![oid::SERVER_AUTH, oid::CLIENT_AUTH];
-    let client = vec![oid::CLIENT_AUTH];
-    let spec = |file: &str,
-                cn: String,
-                orgs: Vec<&'static str>,
-                dns: Vec<String>,
-                ips: Vec<IpAddr>,
-                eku: &Vec<_>| LeafSpec {
-        base: format!("{etcd_dir}/{file}"),
-        cn,
-        orgs,
-        dns,
-        ips,
-        eku: eku.clone(),
-        etcdadm: true,
-    };
+    let both = [oid::SERVER_AUTH, oid::CLIENT_AUTH];
+    let base = |file: &str| format!("{etcd_dir}/{file}");
     let specs = [
-        spec(
-            "server",
+        LeafSpec::named(
+            base("server"),
             name.clone(),
-            vec![],
             vec![name.clone()],
-            vec![ip, loopback],
+            vec![ip, IpAddr::from([127, 0, 0, 1])],
             &both,
+            true,
         ),
-        spec(
-            "peer",
+        LeafSpec::named(
+            base("peer"),
             name.clone(),
-            vec![],
             vec![name.clone()],
             vec![ip],
             &both,
+            true,
         ),
-        spec(
-            "etcdctl-etcd-client",
+        LeafSpec::client(
+            base("etcdctl-etcd-client"),
             format!("{name}-etcdctl"),
             vec!["system:masters"],
-            vec![],
-            vec![],
-            &client,
+            true,
         ),
-        spec(
-            "apiserver-etcd-client",
+        LeafSpec::client(
+            base("apiserver-etcd-client"),
             format!("{name}-kube-apiserver-etcd-client"),
             vec!["system:masters"],
-            vec![],
-            vec![],
-            &client,
+            true,
         ),
     ];
     let (file, yaml) = manifests::etcdadm_etcd(
@@ -724,36 +793,43 @@ fn write_etcd_node(
         opts.port_offset,
         opts.kubernetes_version,
     );
-    w.file(
-        root,
-        &format!("{}/{file}", manifest_dir(opts.layout)),
-        yaml.as_bytes(),
-        0o600,
-    )?;
+    w.manifest(root, opts.layout, &file, &yaml)?;
     for s in &specs {
         let (cert, key) = issue_leaf(s, etcd_ca, opts, clock)?;
         w.pair(root, &s.base, &cert, &key)?;
         if s.base.ends_with("apiserver-etcd-client") {
-            // The control plane holds a copy; Bottlerocket names the certificate differently.
-            let cert_name = match opts.layout {
-                LabLayout::Kubeadm => "apiserver-etcd-client.crt",
-                LabLayout::Bottlerocket => "server-etcd-client.crt",
-            };
-            w.file(
-                cp_root,
-                &format!("{kdir}/pki/apiserver-etcd-client.key"),
-                key.to_pem(KeyEncoding::Pkcs1)?.0.as_bytes(),
-                0o600,
-            )?;
-            w.file(
-                cp_root,
-                &format!("{kdir}/pki/{cert_name}"),
-                cert.to_pem()?.as_bytes(),
-                0o644,
-            )?;
+            write_apiserver_etcd_client(w, cp_root, kdir, opts.layout, &cert, &key)?;
         }
     }
     Ok(())
+}
+
+/// The control plane's copy of the etcd node's apiserver-etcd-client pair; Bottlerocket names
+/// the certificate differently.
+fn write_apiserver_etcd_client(
+    w: &mut Writer,
+    cp_root: &Path,
+    kdir: &str,
+    layout: LabLayout,
+    cert: &Cert,
+    key: &PrivateKey,
+) -> Result<(), LabError> {
+    let cert_name = match layout {
+        LabLayout::Kubeadm => "apiserver-etcd-client.crt",
+        LabLayout::Bottlerocket => "server-etcd-client.crt",
+    };
+    w.file(
+        cp_root,
+        &format!("{kdir}/pki/apiserver-etcd-client.key"),
+        key.to_pem(KeyEncoding::Pkcs1)?.0.as_bytes(),
+        0o600,
+    )?;
+    w.file(
+        cp_root,
+        &format!("{kdir}/pki/{cert_name}"),
+        cert.to_pem()?.as_bytes(),
+        0o644,
+    )
 }
 
 /// Adds kube-vip to a control-plane node written by [`init`] (an etcd-only node, without
@@ -811,5 +887,25 @@ pub fn socket_text(ip: IpAddr, port: u16) -> String {
     match ip {
         IpAddr::V4(v4) => format!("{v4}:{port}"),
         IpAddr::V6(v6) => format!("[{v6}]:{port}"),
+    }
+}
+
+#[cfg(test)]
+impl LabOptions {
+    /// The unit tests' node: kubeadm layout, stacked etcd, ECDSA keys, leaves expiring in three
+    /// days from `now`.
+    pub(crate) fn for_tests(now: i64) -> LabOptions {
+        LabOptions {
+            layout: LabLayout::Kubeadm,
+            topology: Topology::Stacked,
+            expires_in: 3 * 86_400,
+            key_algorithm: KeyAlgorithm::EcdsaP256,
+            node_name: "cp-1".into(),
+            advertise_address: [10, 0, 0, 10].into(),
+            cluster_name: "kubernetes".into(),
+            port_offset: 0,
+            kubernetes_version: manifests::DEFAULT_KUBERNETES_VERSION,
+            now,
+        }
     }
 }

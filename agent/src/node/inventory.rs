@@ -344,7 +344,95 @@ fn record(
     now: i64,
     warn: i64,
 ) -> Record {
-    let mut r = Record {
+    let mut r = blank_record(entry, item);
+    if !item.present {
+        r.status = Status::Missing;
+        r.error = Some(format!("'{}' does not exist", entry.path));
+        return r;
+    }
+    let ca_index = signer_index(entry, item, entries, loaded);
+    if let Some(i) = ca_index {
+        r.ca = Some(entries[i].name.clone());
+        r.externally_managed = loaded[i].key.is_none() && !loaded[i].key_present;
+    } else if entry.kind == Kind::Ca {
+        r.externally_managed = item.key.is_none() && !item.key_present;
+    }
+    if entry.kind == Kind::Kubeconfig && entry.renewable && item.cert_path.is_some() {
+        // certrotor replaces embedded credentials only; a kubeconfig naming files is renewed by
+        // renewing those files with whatever made them.
+        r.renewable = false;
+        r.warnings.push(format!(
+            "'{}' names its client certificate as a file ('{}'), not embedded data, so \
+             certrotor does not renew it; renew that file with the tool that issued it, or \
+             embed the credentials ('kubectl config set-credentials --embed-certs')",
+            entry.path,
+            item.cert_path.as_deref().unwrap_or("?")
+        ));
+    }
+    let Some(cert) = &item.cert else {
+        r.status = Status::Invalid;
+        return r;
+    };
+    let (not_before, not_after) = fill_facts(&mut r, cert.facts(), now);
+
+    let mut problems: Vec<String> = r.error.take().into_iter().collect();
+    check_key(entry, item, cert, &mut r, &mut problems);
+    let signer = ca_index.map(|i| (&entries[i], &loaded[i]));
+    check_chain(entry, cert, signer, now, &mut r, &mut problems);
+    if not_before > now {
+        problems.push(format!(
+            "not valid before {}; the system clock may be behind",
+            crate::sys::clock::rfc3339(not_before)
+        ));
+    }
+    r.status = if !problems.is_empty() {
+        Status::Invalid
+    } else if not_after <= now {
+        Status::Expired
+    } else if not_after - now < warn {
+        Status::Expiring
+    } else {
+        Status::Ok
+    };
+    if not_after <= now && r.status == Status::Invalid {
+        problems.push(format!(
+            "also expired on {}",
+            crate::sys::clock::rfc3339(not_after)
+        ));
+    }
+    r.error = if problems.is_empty() {
+        None
+    } else {
+        Some(problems.join("; "))
+    };
+    if r.status == Status::Expired {
+        r.error = Some(expired_error(entry, &r, not_after));
+    }
+    r
+}
+
+/// Copies what the certificate says into the record; its notBefore and notAfter.
+fn fill_facts(r: &mut Record, facts: CertFacts, now: i64) -> (i64, i64) {
+    let (not_before, not_after) = (facts.not_before, facts.not_after);
+    r.subject = Some(facts.subject);
+    r.issuer = Some(facts.issuer);
+    r.serial = Some(facts.serial);
+    r.not_before = Some(crate::sys::clock::rfc3339(not_before));
+    r.not_after = Some(crate::sys::clock::rfc3339(not_after));
+    r.residual_seconds = Some(not_after - now);
+    r.not_after_unix = Some(not_after);
+    r.dns_names = facts.dns_names;
+    r.ip_addresses = facts.ip_addresses;
+    r.key_usage = facts.key_usage;
+    r.ext_key_usage = facts.ext_key_usage;
+    r.public_key = Some(facts.public_key);
+    (not_before, not_after)
+}
+
+/// The record of an entry before its certificate is looked at: what the catalog and the read
+/// say.
+fn blank_record(entry: &Entry, item: &Loaded) -> Record {
+    Record {
         name: entry.name.clone(),
         path: entry.path.clone(),
         cert_path: item.cert_path.clone(),
@@ -371,14 +459,17 @@ fn record(
         error: item.error.clone(),
         warnings: item.warnings.clone(),
         not_after_unix: None,
-    };
-    if !item.present {
-        r.status = Status::Missing;
-        r.error = Some(format!("'{}' does not exist", entry.path));
-        return r;
     }
-    // The signer, by catalog name; unknown certificates are matched by issuer name.
-    let ca_index = match &entry.ca {
+}
+
+/// The signer, by catalog name; unknown certificates are matched by issuer name.
+fn signer_index(
+    entry: &Entry,
+    item: &Loaded,
+    entries: &[Entry],
+    loaded: &[Loaded],
+) -> Option<usize> {
+    match &entry.ca {
         Some(ca) => entries
             .iter()
             .position(|e| &e.name == ca && e.kind == Kind::Ca),
@@ -391,60 +482,43 @@ fn record(
             })
         }),
         None => None,
-    };
-    if let Some(i) = ca_index {
-        r.ca = Some(entries[i].name.clone());
-        r.externally_managed = loaded[i].key.is_none() && !loaded[i].key_present;
-    } else if entry.kind == Kind::Ca {
-        r.externally_managed = item.key.is_none() && !item.key_present;
     }
-    if entry.kind == Kind::Kubeconfig && entry.renewable && item.cert_path.is_some() {
-        // certrotor replaces embedded credentials only; a kubeconfig naming files is renewed by
-        // renewing those files with whatever made them.
-        r.renewable = false;
-        r.warnings.push(format!(
-            "'{}' names its client certificate as a file ('{}'), not embedded data, so \
-             certrotor does not renew it; renew that file with the tool that issued it, or \
-             embed the credentials ('kubectl config set-credentials --embed-certs')",
-            entry.path,
-            item.cert_path.as_deref().unwrap_or("?")
+}
+
+/// Whether the private key matches the certificate.
+fn check_key(
+    entry: &Entry,
+    item: &Loaded,
+    cert: &Cert,
+    r: &mut Record,
+    problems: &mut Vec<String>,
+) {
+    let Some(key) = &item.key else { return };
+    let ok = key.matches(cert);
+    r.key_matches = Some(ok);
+    if !ok {
+        let where_key = entry
+            .key_path
+            .clone()
+            .unwrap_or_else(|| format!("{} (embedded client-key-data)", entry.path));
+        problems.push(format!(
+            "private key '{where_key}' does not match the certificate '{}'; restore the pair \
+             from a backup ('certrotor backups') or renew it with 'certrotor renew --cert {}'",
+            item.cert_path.as_deref().unwrap_or(&entry.path),
+            entry.name
         ));
     }
-    let Some(cert) = &item.cert else {
-        r.status = Status::Invalid;
-        return r;
-    };
-    let facts: CertFacts = cert.facts();
-    r.subject = Some(facts.subject);
-    r.issuer = Some(facts.issuer);
-    r.serial = Some(facts.serial);
-    r.not_before = Some(crate::sys::clock::rfc3339(facts.not_before));
-    r.not_after = Some(crate::sys::clock::rfc3339(facts.not_after));
-    r.residual_seconds = Some(facts.not_after - now);
-    r.not_after_unix = Some(facts.not_after);
-    r.dns_names = facts.dns_names;
-    r.ip_addresses = facts.ip_addresses;
-    r.key_usage = facts.key_usage;
-    r.ext_key_usage = facts.ext_key_usage;
-    r.public_key = Some(facts.public_key);
+}
 
-    let mut problems: Vec<String> = r.error.take().into_iter().collect();
-    if let Some(key) = &item.key {
-        let ok = key.matches(cert);
-        r.key_matches = Some(ok);
-        if !ok {
-            let where_key = entry
-                .key_path
-                .clone()
-                .unwrap_or_else(|| format!("{} (embedded client-key-data)", entry.path));
-            problems.push(format!(
-                "private key '{where_key}' does not match the certificate '{}'; restore the pair \
-                 from a backup ('certrotor backups') or renew it with 'certrotor renew --cert {}'",
-                item.cert_path.as_deref().unwrap_or(&entry.path),
-                entry.name
-            ));
-        }
-    }
+/// Whether a CA is one, and whether a leaf is signed by its CA, valid now.
+fn check_chain(
+    entry: &Entry,
+    cert: &Cert,
+    signer: Option<(&Entry, &Loaded)>,
+    now: i64,
+    r: &mut Record,
+    problems: &mut Vec<String>,
+) {
     if entry.kind == Kind::Ca {
         if !cert.is_ca() {
             problems.push(format!(
@@ -452,12 +526,12 @@ fn record(
                 entry.path
             ));
         }
-    } else if let Some(i) = ca_index {
-        match &loaded[i].cert {
-            Some(ca_cert) => match cert.verify_signed_by(ca_cert, &entries[i].name) {
+    } else if let Some((ca_entry, ca_loaded)) = signer {
+        match &ca_loaded.cert {
+            Some(ca_cert) => match cert.verify_signed_by(ca_cert, &ca_entry.name) {
                 Ok(()) if ca_cert.not_after() <= now || ca_cert.not_before() > now => {
                     r.chain_ok = Some(false);
-                    problems.push(ca_out_of_validity(&entries[i].name, ca_cert, now));
+                    problems.push(ca_out_of_validity(&ca_entry.name, ca_cert, now));
                 }
                 Ok(()) => r.chain_ok = Some(true),
                 Err(e) => {
@@ -467,7 +541,7 @@ fn record(
                     ));
                 }
             },
-            None => problems.push(format!("its CA '{}' could not be read", entries[i].name)),
+            None => problems.push(format!("its CA '{}' could not be read", ca_entry.name)),
         }
     } else if entry.ca.is_some() {
         problems.push(format!(
@@ -475,64 +549,39 @@ fn record(
             entry.ca.as_deref().unwrap_or("?")
         ));
     }
-    if facts.not_before > now {
-        problems.push(format!(
-            "not valid before {}; the system clock may be behind",
-            crate::sys::clock::rfc3339(facts.not_before)
-        ));
+}
+
+/// What an expired certificate's error says: why and how to renew it, by what it is.
+fn expired_error(entry: &Entry, r: &Record, not_after: i64) -> String {
+    let on = crate::sys::clock::rfc3339(not_after);
+    match entry.kind {
+        Kind::Ca => format!(
+            "expired on {on}; certrotor never renews a CA: it must be rotated (kubeadm: \
+             https://kubernetes.io/docs/tasks/tls/manual-rotation-of-ca-certificates/)"
+        ),
+        Kind::Other => format!(
+            "expired on {on}; it is not a kubeadm or etcdadm certificate: renew it with the \
+             tool that issued it"
+        ),
+        _ if entry.name == crate::node::kubelet::CLIENT => format!(
+            "expired on {on}; the kubelet cannot rotate an expired client certificate: \
+             'certrotor renew' reissues it from the cluster CA on a control-plane node"
+        ),
+        _ if entry.name == crate::node::kubelet::SERVING => format!(
+            "expired on {on}; 'certrotor renew' backs it up and removes it, and the kubelet \
+             makes a new self-signed one at its next start"
+        ),
+        _ if !entry.renewable => format!(
+            "expired on {on}; the kubelet rotates its own client certificate and cannot once \
+             it has expired: see https://kubernetes.io/docs/setup/production-environment/\
+             tools/kubeadm/troubleshooting-kubeadm/#kubelet-client-cert"
+        ),
+        _ if !r.renewable => format!("expired on {on}; {}", r.warnings.join("; ")),
+        _ => format!(
+            "expired on {on}; renew with 'certrotor renew --cert {}'",
+            entry.name
+        ),
     }
-    r.status = if !problems.is_empty() {
-        Status::Invalid
-    } else if facts.not_after <= now {
-        Status::Expired
-    } else if facts.not_after - now < warn {
-        Status::Expiring
-    } else {
-        Status::Ok
-    };
-    if facts.not_after <= now && r.status == Status::Invalid {
-        problems.push(format!(
-            "also expired on {}",
-            crate::sys::clock::rfc3339(facts.not_after)
-        ));
-    }
-    r.error = if problems.is_empty() {
-        None
-    } else {
-        Some(problems.join("; "))
-    };
-    if r.status == Status::Expired {
-        let on = crate::sys::clock::rfc3339(facts.not_after);
-        r.error = Some(match entry.kind {
-            Kind::Ca => format!(
-                "expired on {on}; certrotor never renews a CA: it must be rotated (kubeadm: \
-                 https://kubernetes.io/docs/tasks/tls/manual-rotation-of-ca-certificates/)"
-            ),
-            Kind::Other => format!(
-                "expired on {on}; it is not a kubeadm or etcdadm certificate: renew it with the \
-                 tool that issued it"
-            ),
-            _ if entry.name == crate::node::kubelet::CLIENT => format!(
-                "expired on {on}; the kubelet cannot rotate an expired client certificate: \
-                 'certrotor renew' reissues it from the cluster CA on a control-plane node"
-            ),
-            _ if entry.name == crate::node::kubelet::SERVING => format!(
-                "expired on {on}; 'certrotor renew' backs it up and removes it, and the kubelet \
-                 makes a new self-signed one at its next start"
-            ),
-            _ if !entry.renewable => format!(
-                "expired on {on}; the kubelet rotates its own client certificate and cannot once \
-                 it has expired: see https://kubernetes.io/docs/setup/production-environment/\
-                 tools/kubeadm/troubleshooting-kubeadm/#kubelet-client-cert"
-            ),
-            _ if !r.renewable => format!("expired on {on}; {}", r.warnings.join("; ")),
-            _ => format!(
-                "expired on {on}; renew with 'certrotor renew --cert {}'",
-                entry.name
-            ),
-        });
-    }
-    r
 }
 
 /// Why a chain through an expired or not yet valid CA is invalid, and what can fix it.

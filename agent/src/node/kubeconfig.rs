@@ -93,63 +93,104 @@ pub fn check_yaml_shape(text: &str) -> Result<(), String> {
 /// [`check_yaml_shape`], with the number of bytes it examined: each at most once, so its work
 /// is linear in the text (a refusal stops early).
 pub fn shape_scan(text: &str) -> (Result<(), String>, usize) {
-    let mut flow: usize = 0;
-    let mut aliases = 0usize;
-    let mut scanned = 0usize;
-    // Where a node may start (so a quote opens a quoted scalar): at the start of a line in
-    // block context, and after `[`, `{`, a flow `,`, a `: `, a block indicator, an anchor or a
-    // tag. Inside a flow collection a line continues the previous one (a plain scalar may go
-    // on over several lines, and a quote at its next line's start is part of it).
-    let mut expect_node = true;
+    let mut scan = ShapeScan {
+        flow: 0,
+        aliases: 0,
+        scanned: 0,
+        expect_node: true,
+    };
     for (n, line) in text.lines().enumerate() {
-        let lineno = n + 1;
-        let bytes = line.as_bytes();
-        let indent = bytes
-            .iter()
-            .take_while(|&&b| b == b' ' || b == b'\t')
-            .count();
+        if let Err((refusal, at)) = scan.line(n + 1, line.as_bytes()) {
+            return (Err(refusal), scan.scanned + at);
+        }
+        // A line ending inside a quoted scalar: the next line is examined as plain text (the
+        // quote's brackets count, an overestimate).
+        scan.scanned += line.len() + 1;
+    }
+    (Ok(()), scan.scanned.min(text.len()))
+}
+
+/// A refusal of [`shape_scan`]: what was found, and how far into its line the scan had gone.
+type ShapeRefusal = (String, usize);
+
+/// The state [`shape_scan`] carries from line to line.
+struct ShapeScan {
+    /// Flow nesting depth (open brackets and braces).
+    flow: usize,
+    aliases: usize,
+    /// Bytes examined before the current line.
+    scanned: usize,
+    /// Where a node may start (so a quote opens a quoted scalar): at the start of a line in
+    /// block context, and after an opening bracket or brace, a flow `,`, a `: `, a block
+    /// indicator, an anchor or a tag. Inside a flow collection a line continues the previous
+    /// one (a plain scalar may go on over several lines, and a quote at its next line's start
+    /// is part of it).
+    expect_node: bool,
+}
+
+fn is_blank(b: u8) -> bool {
+    b == b' ' || b == b'\t'
+}
+
+impl ShapeScan {
+    /// One line (`lineno` counts from 1).
+    fn line(&mut self, lineno: usize, bytes: &[u8]) -> Result<(), ShapeRefusal> {
+        let indent = bytes.iter().take_while(|&&b| is_blank(b)).count();
         if indent > MAX_YAML_INDENT {
-            return (
-                Err(format!(
+            return Err((
+                format!(
                     "line {lineno} is indented {indent} columns, more than the {MAX_YAML_INDENT} \
                      a kubeconfig or manifest ever needs (a hostile or damaged file?)"
-                )),
-                scanned + indent,
-            );
+                ),
+                indent,
+            ));
         }
-        if flow == 0 {
-            expect_node = true;
+        if self.flow == 0 {
+            self.expect_node = true;
         }
-        // Leading block indicators: "- - - x".
+        let i = self.block_indicators(lineno, bytes, indent)?;
+        self.rest(lineno, bytes, i)
+    }
+
+    /// Skips the leading block indicators ("- - - x") from `indent`; where the line's content
+    /// starts.
+    fn block_indicators(
+        &self,
+        lineno: usize,
+        bytes: &[u8],
+        indent: usize,
+    ) -> Result<usize, ShapeRefusal> {
         let mut i = indent;
         let mut indicators = 0usize;
-        while flow == 0
+        while self.flow == 0
             && i < bytes.len()
             && (bytes[i] == b'-' || bytes[i] == b'?')
-            && bytes.get(i + 1).is_none_or(|b| *b == b' ' || *b == b'\t')
+            && bytes.get(i + 1).is_none_or(|b| is_blank(*b))
         {
             indicators += 1;
             i += 1;
-            while i < bytes.len() && (bytes[i] == b' ' || bytes[i] == b'\t') {
+            while i < bytes.len() && is_blank(bytes[i]) {
                 i += 1;
             }
         }
         if indicators > MAX_YAML_LINE_INDICATORS {
-            return (
-                Err(format!(
+            return Err((
+                format!(
                     "line {lineno} nests {indicators} block collections, more than the \
                      {MAX_YAML_LINE_INDICATORS} accepted (a hostile or damaged file?)"
-                )),
-                scanned + i,
-            );
+                ),
+                i,
+            ));
         }
+        Ok(i)
+    }
+
+    /// The line's content from `i`: quotes, brackets, node starts and aliases.
+    fn rest(&mut self, lineno: usize, bytes: &[u8], mut j: usize) -> Result<(), ShapeRefusal> {
         let mut quote: Option<u8> = None;
         let mut prev = b' ';
-        let mut j = i;
         while j < bytes.len() {
             let b = bytes[j];
-            let next = bytes.get(j + 1).copied();
-            let blank_next = next.is_none_or(|c| c == b' ' || c == b'\t');
             match quote {
                 Some(q) => {
                     if b == b'\\' && q == b'"' {
@@ -158,71 +199,82 @@ pub fn shape_scan(text: &str) -> (Result<(), String>, usize) {
                         quote = None;
                     }
                 }
-                None => match b {
-                    b' ' | b'\t' => {}
-                    b'#' if prev == b' ' || prev == b'\t' => break,
-                    b'\'' | b'"' if expect_node => {
-                        quote = Some(b);
-                        expect_node = false;
-                    }
-                    b'[' | b'{' => {
-                        flow += 1;
-                        expect_node = true;
-                        if flow > MAX_YAML_FLOW_DEPTH {
-                            return (
-                                Err(format!(
-                                    "line {lineno} nests brackets more than {MAX_YAML_FLOW_DEPTH} \
-                                     deep (a hostile or damaged file?)"
-                                )),
-                                scanned + j + 1,
-                            );
-                        }
-                    }
-                    b']' | b'}' => {
-                        flow = flow.saturating_sub(1);
-                        expect_node = false;
-                    }
-                    b',' if flow > 0 => expect_node = true,
-                    b':' if blank_next => expect_node = true,
-                    b'-' | b'?' if expect_node && flow == 0 && blank_next => {}
-                    b'&' | b'!' if expect_node => {
-                        // An anchor or a tag: its name, then still the start of a node.
-                        while j + 1 < bytes.len()
-                            && !matches!(bytes[j + 1], b' ' | b'\t')
-                            && !(flow > 0
-                                && matches!(bytes[j + 1], b',' | b'[' | b']' | b'{' | b'}'))
-                        {
-                            j += 1;
-                        }
-                    }
-                    // Counted wherever an alias may start, and wherever the old check counted
-                    // one (after a blank or a flow indicator): more is safe, fewer is not.
-                    b'*' if expect_node
-                        || matches!(prev, b' ' | b'\t' | b'[' | b'{' | b',' | b':') =>
-                    {
-                        aliases += 1;
-                        expect_node = false;
-                        if aliases > MAX_YAML_ALIASES {
-                            return (
-                                Err(format!(
-                                    "more than {MAX_YAML_ALIASES} YAML aliases (a hostile or \
-                                     damaged file?)"
-                                )),
-                                scanned + j + 1,
-                            );
-                        }
-                    }
-                    _ => expect_node = false,
-                },
+                None if b == b'#' && is_blank(prev) => break,
+                None if (b == b'\'' || b == b'"') && self.expect_node => {
+                    quote = Some(b);
+                    self.expect_node = false;
+                }
+                None => j = self.plain(lineno, bytes, j, prev)?,
             }
             prev = b;
             j += 1;
         }
-        // A line ending inside a quoted scalar: the next line is examined as plain text (the
-        // quote's brackets count, an overestimate).
-        scanned += bytes.len() + 1;
+        Ok(())
     }
-    (Ok(()), scanned.min(text.len()))
+
+    /// The byte at `j`, outside a quoted scalar and not a comment or a quote that opens one;
+    /// where the scan goes on from (the last byte of an anchor's or a tag's name).
+    fn plain(
+        &mut self,
+        lineno: usize,
+        bytes: &[u8],
+        mut j: usize,
+        prev: u8,
+    ) -> Result<usize, ShapeRefusal> {
+        let b = bytes[j];
+        let blank_next = bytes.get(j + 1).is_none_or(|c| is_blank(*c));
+        match b {
+            b' ' | b'\t' => {}
+            b'[' | b'{' => {
+                self.flow += 1;
+                self.expect_node = true;
+                if self.flow > MAX_YAML_FLOW_DEPTH {
+                    return Err((
+                        format!(
+                            "line {lineno} nests brackets more than {MAX_YAML_FLOW_DEPTH} \
+                             deep (a hostile or damaged file?)"
+                        ),
+                        j + 1,
+                    ));
+                }
+            }
+            b']' | b'}' => {
+                self.flow = self.flow.saturating_sub(1);
+                self.expect_node = false;
+            }
+            b',' if self.flow > 0 => self.expect_node = true,
+            b':' if blank_next => self.expect_node = true,
+            b'-' | b'?' if self.expect_node && self.flow == 0 && blank_next => {}
+            b'&' | b'!' if self.expect_node => {
+                // An anchor or a tag: its name, then still the start of a node.
+                while j + 1 < bytes.len()
+                    && !is_blank(bytes[j + 1])
+                    && !(self.flow > 0 && matches!(bytes[j + 1], b',' | b'[' | b']' | b'{' | b'}'))
+                {
+                    j += 1;
+                }
+            }
+            // Counted wherever an alias may start, and wherever the old check counted
+            // one (after a blank or a flow indicator): more is safe, fewer is not.
+            b'*' if self.expect_node
+                || matches!(prev, b' ' | b'\t' | b'[' | b'{' | b',' | b':') =>
+            {
+                self.aliases += 1;
+                self.expect_node = false;
+                if self.aliases > MAX_YAML_ALIASES {
+                    return Err((
+                        format!(
+                            "more than {MAX_YAML_ALIASES} YAML aliases (a hostile or \
+                             damaged file?)"
+                        ),
+                        j + 1,
+                    ));
+                }
+            }
+            _ => self.expect_node = false,
+        }
+        Ok(j)
+    }
 }
 
 /// A parsed kubeconfig document.

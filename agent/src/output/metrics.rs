@@ -115,59 +115,7 @@ struct SourceState {
 /// `x509_cert_error`, `x509_source_up`, `x509_source_bundles`), and the failed reads for the
 /// daemon's `x509_source_errors_total`.
 pub fn certificate_read(root: &Path, inv: &Inventory, now: i64) -> (String, Vec<ReadFailure>) {
-    let mut series = Vec::new();
-    let mut errors = 0u64;
-    let mut file_errors: Vec<(Vec<(String, String)>, bool)> = Vec::new();
-    let mut sources: BTreeMap<SourceName, SourceState> = BTreeMap::new();
-    let mut failures = Vec::new();
-    for (i, r) in inv.certificates.iter().enumerate() {
-        let required = inv.entries.get(i).is_some_and(|e| e.required);
-        // An optional file that is absent (super-admin.conf on a second control plane) is not
-        // read, so it is neither a failure nor part of a source.
-        if r.status == Status::Missing && !required {
-            series.extend(record_series(root, r));
-            continue;
-        }
-        let reason = failure_reason(root, r);
-        if reason.is_some() {
-            errors += 1;
-        }
-        let abs = format!("/{}", r.path.trim_start_matches('/'));
-        let source = if r.kind == Kind::Kubeconfig {
-            SourceName {
-                kind: "kubeconfig",
-                name: abs.clone(),
-            }
-        } else {
-            let dir = abs.rsplit_once('/').map(|(d, _)| d).unwrap_or_default();
-            SourceName {
-                kind: "file",
-                name: if dir.is_empty() {
-                    "/".into()
-                } else {
-                    dir.into()
-                },
-            }
-        };
-        let state = sources.entry(source.clone()).or_default();
-        if r.status != Status::Missing {
-            state.bundles += 1;
-        }
-        state.up = if source.kind == "kubeconfig" {
-            r.not_after_unix.is_some()
-        } else {
-            std::fs::read_dir(root.join(source.name.trim_start_matches('/'))).is_ok()
-        };
-        let name = abs.rsplit('/').next().unwrap_or_default().to_string();
-        file_errors.push((
-            vec![l("filename", &name), l("filepath", &abs)],
-            reason.is_some(),
-        ));
-        if let Some(reason) = reason {
-            failures.push(ReadFailure { source, reason });
-        }
-        series.extend(record_series(root, r));
-    }
+    let read = CertificateRead::of(root, inv);
     let mut out = String::new();
     for (name, help) in [
         ("x509_cert_not_before", NOT_BEFORE_HELP),
@@ -175,7 +123,7 @@ pub fn certificate_read(root: &Path, inv: &Inventory, now: i64) -> (String, Vec<
         ("x509_cert_expired", EXPIRED_HELP),
     ] {
         header(&mut out, name, help, "gauge");
-        for s in &series {
+        for s in &read.series {
             let v = match name {
                 "x509_cert_not_before" => s.not_before,
                 "x509_cert_not_after" => s.not_after,
@@ -184,10 +132,15 @@ pub fn certificate_read(root: &Path, inv: &Inventory, now: i64) -> (String, Vec<
             sample(&mut out, name, &s.labels, &v.to_string());
         }
     }
-    header(&mut out, "x509_read_errors", READ_ERRORS_HELP, "gauge");
-    sample(&mut out, "x509_read_errors", &[], &errors.to_string());
+    unlabelled(
+        &mut out,
+        "x509_read_errors",
+        READ_ERRORS_HELP,
+        "gauge",
+        &read.errors.to_string(),
+    );
     header(&mut out, "x509_cert_error", CERT_ERROR_HELP, "gauge");
-    for (labels, failed) in &file_errors {
+    for (labels, failed) in &read.file_errors {
         sample(
             &mut out,
             "x509_cert_error",
@@ -197,7 +150,7 @@ pub fn certificate_read(root: &Path, inv: &Inventory, now: i64) -> (String, Vec<
     }
     let source_labels = |s: &SourceName| vec![l("source_kind", s.kind), l("source_name", &s.name)];
     header(&mut out, "x509_source_up", SOURCE_UP_HELP, "gauge");
-    for (s, state) in &sources {
+    for (s, state) in &read.sources {
         sample(
             &mut out,
             "x509_source_up",
@@ -211,7 +164,7 @@ pub fn certificate_read(root: &Path, inv: &Inventory, now: i64) -> (String, Vec<
         SOURCE_BUNDLES_HELP,
         "gauge",
     );
-    for (s, state) in &sources {
+    for (s, state) in &read.sources {
         sample(
             &mut out,
             "x509_source_bundles",
@@ -219,7 +172,81 @@ pub fn certificate_read(root: &Path, inv: &Inventory, now: i64) -> (String, Vec<
             &state.bundles.to_string(),
         );
     }
-    (out, failures)
+    (out, read.failures)
+}
+
+/// What [`certificate_read`] gathers from an inventory before it writes the families.
+#[derive(Default)]
+struct CertificateRead {
+    series: Vec<Series>,
+    errors: u64,
+    /// Each read file's labels, and whether it failed.
+    file_errors: Vec<(Vec<(String, String)>, bool)>,
+    sources: BTreeMap<SourceName, SourceState>,
+    failures: Vec<ReadFailure>,
+}
+
+impl CertificateRead {
+    fn of(root: &Path, inv: &Inventory) -> CertificateRead {
+        let mut read = CertificateRead::default();
+        for (i, r) in inv.certificates.iter().enumerate() {
+            let required = inv.entries.get(i).is_some_and(|e| e.required);
+            // An optional file that is absent (super-admin.conf on a second control plane) is
+            // not read, so it is neither a failure nor part of a source.
+            if r.status != Status::Missing || required {
+                read.file(root, r);
+            }
+            read.series.extend(record_series(root, r));
+        }
+        read
+    }
+
+    /// One required or present file: its read, and its source's.
+    fn file(&mut self, root: &Path, r: &Record) {
+        let reason = failure_reason(root, r);
+        if reason.is_some() {
+            self.errors += 1;
+        }
+        let abs = format!("/{}", r.path.trim_start_matches('/'));
+        let source = source_of(r, &abs);
+        let state = self.sources.entry(source.clone()).or_default();
+        if r.status != Status::Missing {
+            state.bundles += 1;
+        }
+        state.up = if source.kind == "kubeconfig" {
+            r.not_after_unix.is_some()
+        } else {
+            std::fs::read_dir(root.join(source.name.trim_start_matches('/'))).is_ok()
+        };
+        let name = abs.rsplit('/').next().unwrap_or_default().to_string();
+        self.file_errors.push((
+            vec![l("filename", &name), l("filepath", &abs)],
+            reason.is_some(),
+        ));
+        if let Some(reason) = reason {
+            self.failures.push(ReadFailure { source, reason });
+        }
+    }
+}
+
+/// The source a record is read from (`abs`: its path from `/`): a kubeconfig, or a file's
+/// folder.
+fn source_of(r: &Record, abs: &str) -> SourceName {
+    if r.kind == Kind::Kubeconfig {
+        return SourceName {
+            kind: "kubeconfig",
+            name: abs.to_string(),
+        };
+    }
+    let dir = abs.rsplit_once('/').map(|(d, _)| d).unwrap_or_default();
+    SourceName {
+        kind: "file",
+        name: if dir.is_empty() {
+            "/".into()
+        } else {
+            dir.into()
+        },
+    }
 }
 
 /// Why a record (a required or present file) cannot be used; `None` when it can. A file that
@@ -548,83 +575,19 @@ impl Counters {
     /// certrotor's own families.
     pub fn render(&self) -> String {
         let mut o = String::new();
-        header(
-            &mut o,
-            "certrotor_passes_total",
-            "Passes the daemon ran, by result (ok, deferred, rolled_back, failed)",
-            "counter",
-        );
-        for r in RESULTS {
-            let n = self.passes.get(r).copied().unwrap_or(0);
-            sample(
-                &mut o,
-                "certrotor_passes_total",
-                &[l("result", r)],
-                &n.to_string(),
-            );
-        }
-        header(
-            &mut o,
-            "certrotor_last_pass_timestamp_seconds",
-            "When the last pass ended (Unix seconds; 0 before the first pass)",
-            "gauge",
-        );
-        let t = self.last_pass_unix.unwrap_or(0);
-        sample(
-            &mut o,
-            "certrotor_last_pass_timestamp_seconds",
-            &[],
-            &t.to_string(),
-        );
-        header(
-            &mut o,
-            "certrotor_last_pass_result",
-            "The result of the last pass: 1 for its result, 0 for the others",
-            "gauge",
-        );
-        for r in RESULTS {
-            let v = u8::from(self.last_result == Some(r));
-            sample(
-                &mut o,
-                "certrotor_last_pass_result",
-                &[l("result", r)],
-                &v.to_string(),
-            );
-        }
-        header(
-            &mut o,
-            "certrotor_last_pass_duration_seconds",
-            "How long the last pass took",
-            "gauge",
-        );
-        sample(
-            &mut o,
-            "certrotor_last_pass_duration_seconds",
-            &[],
-            &float(self.last_pass_seconds),
-        );
-        header(
+        self.render_passes(&mut o);
+        unlabelled(
             &mut o,
             "certrotor_renewed_certificates_total",
             "Certificates and kubeconfigs renewed",
             "counter",
-        );
-        sample(
-            &mut o,
-            "certrotor_renewed_certificates_total",
-            &[],
             &self.renewed.to_string(),
         );
-        header(
+        unlabelled(
             &mut o,
             "certrotor_rollbacks_total",
             "Automatic rollbacks after a failed verification",
             "counter",
-        );
-        sample(
-            &mut o,
-            "certrotor_rollbacks_total",
-            &[],
             &self.rollbacks.to_string(),
         );
         per_component(
@@ -651,80 +614,108 @@ impl Counters {
             &self.last_unavailable_seconds,
             |v| float(*v),
         );
-        header(
+        unlabelled(
             &mut o,
             "certrotor_cluster_lock_wait_seconds_total",
             "Time spent waiting for the cluster lock and health gates",
             "counter",
-        );
-        sample(
-            &mut o,
-            "certrotor_cluster_lock_wait_seconds_total",
-            &[],
             &float(self.lock_wait_seconds_total),
         );
-        header(
+        unlabelled(
             &mut o,
             "certrotor_last_cluster_lock_wait_seconds",
             "Time the last pass waited for the cluster lock and health gates",
             "gauge",
-        );
-        sample(
-            &mut o,
-            "certrotor_last_cluster_lock_wait_seconds",
-            &[],
             &float(self.last_lock_wait_seconds),
         );
-        header(
+        unlabelled(
             &mut o,
             "certrotor_last_success_timestamp_seconds",
             "When the last pass with result ok ended (Unix seconds; 0 before the first)",
             "gauge",
-        );
-        sample(
-            &mut o,
-            "certrotor_last_success_timestamp_seconds",
-            &[],
             &self.last_success_unix.unwrap_or(0).to_string(),
         );
+        self.render_settings(&mut o);
+        o
+    }
+
+    /// The families of the passes: by result, and the last one's end, result and duration.
+    fn render_passes(&self, o: &mut String) {
+        header(
+            o,
+            "certrotor_passes_total",
+            "Passes the daemon ran, by result (ok, deferred, rolled_back, failed)",
+            "counter",
+        );
+        for r in RESULTS {
+            let n = self.passes.get(r).copied().unwrap_or(0);
+            sample(
+                o,
+                "certrotor_passes_total",
+                &[l("result", r)],
+                &n.to_string(),
+            );
+        }
+        unlabelled(
+            o,
+            "certrotor_last_pass_timestamp_seconds",
+            "When the last pass ended (Unix seconds; 0 before the first pass)",
+            "gauge",
+            &self.last_pass_unix.unwrap_or(0).to_string(),
+        );
+        header(
+            o,
+            "certrotor_last_pass_result",
+            "The result of the last pass: 1 for its result, 0 for the others",
+            "gauge",
+        );
+        for r in RESULTS {
+            let v = u8::from(self.last_result == Some(r));
+            sample(
+                o,
+                "certrotor_last_pass_result",
+                &[l("result", r)],
+                &v.to_string(),
+            );
+        }
+        unlabelled(
+            o,
+            "certrotor_last_pass_duration_seconds",
+            "How long the last pass took",
+            "gauge",
+            &float(self.last_pass_seconds),
+        );
+    }
+
+    /// The daemon's start and settings, when known.
+    fn render_settings(&self, o: &mut String) {
         if let Some(t) = self.started_unix {
-            header(
-                &mut o,
+            unlabelled(
+                o,
                 "certrotor_daemon_start_timestamp_seconds",
                 "When the daemon started (Unix seconds)",
                 "gauge",
-            );
-            sample(
-                &mut o,
-                "certrotor_daemon_start_timestamp_seconds",
-                &[],
                 &t.to_string(),
             );
         }
         if let Some(i) = self.interval_seconds {
-            header(
-                &mut o,
+            unlabelled(
+                o,
                 "certrotor_interval_seconds",
                 "The daemon's --interval between two passes",
                 "gauge",
+                &float(i),
             );
-            sample(&mut o, "certrotor_interval_seconds", &[], &float(i));
         }
         if let Some(w) = self.within_seconds {
-            header(
-                &mut o,
+            unlabelled(
+                o,
                 "certrotor_renewal_window_seconds",
                 "The daemon's --within: what expires within this many seconds is renewed",
                 "gauge",
-            );
-            sample(
-                &mut o,
-                "certrotor_renewal_window_seconds",
-                &[],
                 &w.to_string(),
             );
         }
-        o
     }
 }
 
@@ -809,6 +800,12 @@ fn l(k: &str, v: &str) -> (String, String) {
 
 fn float(v: f64) -> String {
     format!("{v:.3}")
+}
+
+/// A family of one sample without labels.
+fn unlabelled(o: &mut String, name: &str, help: &str, kind: &str, value: &str) {
+    header(o, name, help, kind);
+    sample(o, name, &[], value);
 }
 
 fn header(o: &mut String, name: &str, help: &str, kind: &str) {
@@ -1213,26 +1210,11 @@ mod tests {
     }
 
     fn lab_node(tag: &str) -> PathBuf {
-        use crate::lab::{LabLayout, LabOptions, Topology};
         let root =
             std::env::temp_dir().join(format!("certrotor-metrics-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
-        crate::lab::init(
-            &root,
-            &LabOptions {
-                layout: LabLayout::Kubeadm,
-                topology: Topology::Stacked,
-                expires_in: 3 * 86_400,
-                key_algorithm: crate::pki::KeyAlgorithm::EcdsaP256,
-                node_name: "cp-1".into(),
-                advertise_address: [10, 0, 0, 10].into(),
-                cluster_name: "kubernetes".into(),
-                port_offset: 0,
-                kubernetes_version: crate::lab::manifests::DEFAULT_KUBERNETES_VERSION,
-                now: crate::sys::clock::now(),
-            },
-        )
-        .unwrap();
+        let opts = crate::lab::LabOptions::for_tests(crate::sys::clock::now());
+        crate::lab::init(&root, &opts).unwrap();
         root
     }
 

@@ -27,42 +27,42 @@ pub fn table(inv: &Inventory) -> String {
         inv.root,
         inv.layouts.join(", ")
     ));
-    let mut leaves: Vec<&Record> = inv
-        .certificates
-        .iter()
-        .filter(|r| r.kind != Kind::Ca)
-        .collect();
-    leaves.sort_by(|a, b| a.name.cmp(&b.name));
-    let mut rows = vec![row(&[
+    let leaf_header = [
         "CERTIFICATE",
         "EXPIRES",
         "RESIDUAL TIME",
         "CERTIFICATE AUTHORITY",
         "EXTERNALLY MANAGED",
         "STATUS",
-    ])];
-    for r in &leaves {
-        rows.push(cells(r, true));
-    }
-    out.push_str(&align(&rows));
+    ];
+    out.push_str(&section(inv, false, &leaf_header));
     out.push('\n');
-    let mut cas: Vec<&Record> = inv
-        .certificates
-        .iter()
-        .filter(|r| r.kind == Kind::Ca)
-        .collect();
-    cas.sort_by(|a, b| a.name.cmp(&b.name));
-    let mut rows = vec![row(&[
+    let ca_header = [
         "CERTIFICATE AUTHORITY",
         "EXPIRES",
         "RESIDUAL TIME",
         "EXTERNALLY MANAGED",
         "STATUS",
-    ])];
-    for r in &cas {
-        rows.push(cells(r, false));
-    }
-    out.push_str(&align(&rows));
+    ];
+    out.push_str(&section(inv, true, &ca_header));
+    out.push_str(&notes(inv));
+    out
+}
+
+/// The leaves (or the CAs) by name, aligned under `header`.
+fn section(inv: &Inventory, cas: bool, header: &[&str]) -> String {
+    let mut records: Vec<&Record> = (inv.certificates.iter())
+        .filter(|r| (r.kind == Kind::Ca) == cas)
+        .collect();
+    records.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut rows = vec![row(header)];
+    rows.extend(records.iter().map(|r| cells(r, !cas)));
+    align(&rows)
+}
+
+/// The table's WARNINGS and PROBLEMS, each when there are some.
+fn notes(inv: &Inventory) -> String {
+    let mut out = String::new();
     let problems: Vec<String> = inv
         .certificates
         .iter()
@@ -256,6 +256,45 @@ fn api_lines(r: &RunReport) -> String {
 }
 
 fn restarts_table(r: &RunReport) -> String {
+    let mut out = pods_text(r);
+    if r.components.is_empty() {
+        if let Some(c) = r
+            .cluster
+            .as_ref()
+            .filter(|c| c.pair.is_some() || c.pair_error.is_some() || c.error.is_some())
+        {
+            out.push_str(&cluster_table(c));
+        }
+        return out;
+    }
+    let names = r
+        .components
+        .iter()
+        .map(|c| c.name())
+        .collect::<Vec<_>>()
+        .join(", ");
+    if r.platform == "none" {
+        out.push_str(&format!(
+            "Platform none: restart {names} so that they use the new certificates.\n"
+        ));
+        return out;
+    }
+    if let Some(c) = &r.cluster {
+        out.push_str(&cluster_table(c));
+        if c.deferred {
+            out.push_str(&format!(
+                "Restarts of {names} put off: they stay owed to the next pass.\n"
+            ));
+            return out;
+        }
+    }
+    out.push_str(&reloads_text(r));
+    out.push_str(&component_restarts_text(r));
+    out
+}
+
+/// The static pods restarted or owed besides the components, and the imported etcd client pair.
+fn pods_text(r: &RunReport) -> String {
     let mut out = String::new();
     for c in &r.other_consumers {
         let done = r.restarted_pods.iter().find(|p| p.pod == c.pod);
@@ -295,37 +334,12 @@ fn restarts_table(r: &RunReport) -> String {
             }
         ));
     }
-    if r.components.is_empty() {
-        if let Some(c) = r
-            .cluster
-            .as_ref()
-            .filter(|c| c.pair.is_some() || c.pair_error.is_some() || c.error.is_some())
-        {
-            out.push_str(&cluster_table(c));
-        }
-        return out;
-    }
-    let names = r
-        .components
-        .iter()
-        .map(|c| c.name())
-        .collect::<Vec<_>>()
-        .join(", ");
-    if r.platform == "none" {
-        out.push_str(&format!(
-            "Platform none: restart {names} so that they use the new certificates.\n"
-        ));
-        return out;
-    }
-    if let Some(c) = &r.cluster {
-        out.push_str(&cluster_table(c));
-        if c.deferred {
-            out.push_str(&format!(
-                "Restarts of {names} put off: they stay owed to the next pass.\n"
-            ));
-            return out;
-        }
-    }
+    out
+}
+
+/// The versions decided by, and the components reloaded live.
+fn reloads_text(r: &RunReport) -> String {
+    let mut out = String::new();
     if !r.versions.is_empty() {
         let list: Vec<String> = r
             .versions
@@ -355,6 +369,12 @@ fn restarts_table(r: &RunReport) -> String {
     for n in &r.reload_notes {
         out.push_str(&format!("  note: {n}\n"));
     }
+    out
+}
+
+/// The components restarted, and the rollback if verification failed.
+fn component_restarts_text(r: &RunReport) -> String {
+    let mut out = String::new();
     if !r.restarted.is_empty() || r.rolled_back.is_some() {
         out.push_str(&format!(
             "Restarted one at a time on platform {}:\n",
@@ -520,73 +540,13 @@ pub fn cluster_table(c: &crate::cluster::ClusterReport) -> String {
 /// `certrotor status`: the last pass, what comes next, what is owed, the locks, the backups.
 pub fn status_table(r: &crate::output::status::StatusReport) -> String {
     let mut out = format!("Node root '{}' at {}\n\n", r.root, r.generated_at);
-    let mut rows: Vec<Vec<String>> = Vec::new();
-    let mut field = |k: &str, v: String| rows.push(vec![k.to_string(), v]);
-    match &r.last_pass {
-        None => field(
-            "LAST PASS",
-            "none recorded yet ('run --once' or 'daemon' records one)".into(),
-        ),
-        Some(p) => {
-            field(
-                "LAST PASS",
-                format!(
-                    "{} ({}), {} to {}",
-                    p.result, p.command, p.started_at, p.finished_at
-                ),
-            );
-            field("  exit code", p.exit_code.to_string());
-            if !p.renewed.is_empty() {
-                field(
-                    "  renewed",
-                    format!(
-                        "{} (until {})",
-                        p.renewed.join(", "),
-                        p.new_not_after.as_deref().unwrap_or("?")
-                    ),
-                );
-            }
-            if let Some(b) = &p.backup_id {
-                field("  backup", b.clone());
-            }
-            if !p.restarted.is_empty() {
-                field("  restarted", p.restarted.join(", "));
-            }
-            if let Some(reason) = &p.rollback_reason {
-                field("  rolled back", reason.clone());
-            }
-            if let Some(e) = &p.error {
-                field("  error", e.clone());
-            }
-        }
-    }
+    let mut rows = Fields::default();
+    last_pass_fields(&mut rows, r.last_pass.as_ref());
     if let Some(n) = &r.next_pass_at {
-        field("NEXT PASS", format!("around {n} (daemon interval, ±10%)"));
+        rows.field("NEXT PASS", format!("around {n} (daemon interval, ±10%)"));
     }
-    match &r.next_due {
-        None => field("NEXT DUE", "no renewable certificate found".into()),
-        Some(d) => {
-            field(
-                "NEXT DUE",
-                format!(
-                    "{} expires {} ({})",
-                    d.name,
-                    d.not_after,
-                    d.residual_seconds.map(human_duration).unwrap_or_default()
-                ),
-            );
-            field(
-                "NEXT RENEWAL",
-                format!(
-                    "first pass from {} (within {}, from {})",
-                    d.renewal_at,
-                    crate::sys::clock::format_duration(d.within_seconds),
-                    d.within_from
-                ),
-            );
-        }
-    }
-    field("OWED RESTARTS", {
+    next_due_fields(&mut rows, r.next_due.as_ref());
+    rows.field("OWED RESTARTS", {
         let owed: Vec<&str> = (r.owed_restarts.components.iter())
             .chain(r.owed_restarts.pods.iter())
             .map(String::as_str)
@@ -597,7 +557,7 @@ pub fn status_table(r: &crate::output::status::StatusReport) -> String {
             owed.join(", ")
         }
     });
-    field(
+    rows.field(
         "LOCK",
         if r.lock.held {
             format!(
@@ -610,7 +570,7 @@ pub fn status_table(r: &crate::output::status::StatusReport) -> String {
         },
     );
     if let Some(c) = &r.cluster_lock {
-        field(
+        rows.field(
             "CLUSTER LOCK",
             match (&c.holder, &c.error) {
                 (Some(h), _) => format!("held by {h}"),
@@ -619,11 +579,88 @@ pub fn status_table(r: &crate::output::status::StatusReport) -> String {
             },
         );
     }
-    out.push_str(&align(&rows));
+    out.push_str(&align(&rows.0));
     out.push_str("\nBACKUPS\n");
     let dir = format!("{}/var/lib/certrotor/backups", r.root.trim_end_matches('/'));
     out.push_str(&backups_table(&r.backups, &dir));
     out
+}
+
+/// The two columns of the status table.
+#[derive(Default)]
+struct Fields(Vec<Vec<String>>);
+
+impl Fields {
+    fn field(&mut self, k: &str, v: String) {
+        self.0.push(vec![k.to_string(), v]);
+    }
+}
+
+/// The status table's LAST PASS and its details.
+fn last_pass_fields(rows: &mut Fields, last: Option<&crate::pass::record::LastPass>) {
+    let Some(p) = last else {
+        rows.field(
+            "LAST PASS",
+            "none recorded yet ('run --once' or 'daemon' records one)".into(),
+        );
+        return;
+    };
+    rows.field(
+        "LAST PASS",
+        format!(
+            "{} ({}), {} to {}",
+            p.result, p.command, p.started_at, p.finished_at
+        ),
+    );
+    rows.field("  exit code", p.exit_code.to_string());
+    if !p.renewed.is_empty() {
+        rows.field(
+            "  renewed",
+            format!(
+                "{} (until {})",
+                p.renewed.join(", "),
+                p.new_not_after.as_deref().unwrap_or("?")
+            ),
+        );
+    }
+    if let Some(b) = &p.backup_id {
+        rows.field("  backup", b.clone());
+    }
+    if !p.restarted.is_empty() {
+        rows.field("  restarted", p.restarted.join(", "));
+    }
+    if let Some(reason) = &p.rollback_reason {
+        rows.field("  rolled back", reason.clone());
+    }
+    if let Some(e) = &p.error {
+        rows.field("  error", e.clone());
+    }
+}
+
+/// The status table's NEXT DUE and NEXT RENEWAL.
+fn next_due_fields(rows: &mut Fields, next: Option<&crate::output::status::NextDue>) {
+    let Some(d) = next else {
+        rows.field("NEXT DUE", "no renewable certificate found".into());
+        return;
+    };
+    rows.field(
+        "NEXT DUE",
+        format!(
+            "{} expires {} ({})",
+            d.name,
+            d.not_after,
+            d.residual_seconds.map(human_duration).unwrap_or_default()
+        ),
+    );
+    rows.field(
+        "NEXT RENEWAL",
+        format!(
+            "first pass from {} (within {}, from {})",
+            d.renewal_at,
+            crate::sys::clock::format_duration(d.within_seconds),
+            d.within_from
+        ),
+    );
 }
 
 #[cfg(test)]

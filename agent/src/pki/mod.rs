@@ -1330,6 +1330,24 @@ pub struct Profile {
     pub subject_key_id: bool,
 }
 
+impl Profile {
+    /// A CA's profile as kubeadm makes it: critical CA:TRUE, the CA key usages, a subject key
+    /// id, no extended key usage.
+    pub fn ca(subject: Name, dns_names: Vec<String>) -> Profile {
+        Profile {
+            subject,
+            dns_names,
+            ip_addresses: vec![],
+            other_sans: vec![],
+            san_order: SanOrder::Kubeadm,
+            key_usage: ca_key_usage(),
+            ext_key_usage: vec![],
+            basic_constraints: Some(true),
+            subject_key_id: true,
+        }
+    }
+}
+
 /// Validity and serial for one issued certificate.
 #[derive(Debug, Clone, Copy)]
 pub struct Issuance {
@@ -1399,68 +1417,7 @@ pub fn issue(
         Some(s) => s.cert.x509.tbs_certificate.subject.clone(),
         None => profile.subject.clone(),
     };
-    let mut extensions = Vec::new();
-    let mut push = |id, critical, value: Vec<u8>| -> Result<(), PkiError> {
-        extensions.push(Extension {
-            extn_id: id,
-            critical,
-            extn_value: OctetString::new(value).map_err(encode_err)?,
-        });
-        Ok(())
-    };
-    push(
-        oid::KEY_USAGE,
-        true,
-        profile.key_usage.to_der().map_err(encode_err)?,
-    )?;
-    if !profile.ext_key_usage.is_empty() {
-        let eku = ExtendedKeyUsage(profile.ext_key_usage.clone());
-        push(oid::EXT_KEY_USAGE, false, eku.to_der().map_err(encode_err)?)?;
-    }
-    if let Some(ca) = profile.basic_constraints {
-        let bc = BasicConstraints {
-            ca,
-            path_len_constraint: None,
-        };
-        push(
-            oid::BASIC_CONSTRAINTS,
-            true,
-            bc.to_der().map_err(encode_err)?,
-        )?;
-    }
-    if profile.subject_key_id {
-        // Go: SHA-1 of the subjectPublicKey bits (RFC 5280 §4.2.1.2 method 1).
-        let ski = aws_lc_rs::digest::digest(
-            &aws_lc_rs::digest::SHA1_FOR_LEGACY_USE_ONLY,
-            public_key.subject_public_key.raw_bytes(),
-        );
-        let ski = SubjectKeyIdentifier(OctetString::new(ski.as_ref()).map_err(encode_err)?);
-        push(
-            oid::SUBJECT_KEY_ID,
-            false,
-            ski.to_der().map_err(encode_err)?,
-        )?;
-    }
-    if let Some(ca_ski) = signer.and_then(|s| s.cert.subject_key_id()) {
-        let aki = AuthorityKeyIdentifier {
-            key_identifier: Some(OctetString::new(ca_ski).map_err(encode_err)?),
-            ..Default::default()
-        };
-        push(
-            oid::AUTHORITY_KEY_ID,
-            false,
-            aki.to_der().map_err(encode_err)?,
-        )?;
-    }
-    let names = san_names(profile)?;
-    if !names.is_empty() {
-        push(
-            oid::SUBJECT_ALT_NAME,
-            false,
-            SubjectAltName(names).to_der().map_err(encode_err)?,
-        )?;
-    }
-
+    let extensions = extensions(profile, public_key, signer)?;
     let algorithm = signing_key.signature_algorithm();
     let tbs = x509_cert::TbsCertificate {
         version: x509_cert::Version::V3,
@@ -1489,6 +1446,65 @@ pub fn issue(
         der,
         x509: cert,
         verifier: std::sync::OnceLock::new(),
+    })
+}
+
+/// The extensions of a new certificate, in the order Go's x509 writes them: key usage, extended
+/// key usage, basic constraints, subject and authority key ids, subject alternative names.
+fn extensions(
+    profile: &Profile,
+    public_key: &SubjectPublicKeyInfoOwned,
+    signer: Option<&Signer<'_>>,
+) -> Result<Vec<Extension>, PkiError> {
+    let mut extensions = vec![extension(oid::KEY_USAGE, true, &profile.key_usage)?];
+    if !profile.ext_key_usage.is_empty() {
+        let eku = ExtendedKeyUsage(profile.ext_key_usage.clone());
+        extensions.push(extension(oid::EXT_KEY_USAGE, false, &eku)?);
+    }
+    if let Some(ca) = profile.basic_constraints {
+        let bc = BasicConstraints {
+            ca,
+            path_len_constraint: None,
+        };
+        extensions.push(extension(oid::BASIC_CONSTRAINTS, true, &bc)?);
+    }
+    if profile.subject_key_id {
+        // Go: SHA-1 of the subjectPublicKey bits (RFC 5280 §4.2.1.2 method 1).
+        let ski = aws_lc_rs::digest::digest(
+            &aws_lc_rs::digest::SHA1_FOR_LEGACY_USE_ONLY,
+            public_key.subject_public_key.raw_bytes(),
+        );
+        let ski = SubjectKeyIdentifier(OctetString::new(ski.as_ref()).map_err(encode_err)?);
+        extensions.push(extension(oid::SUBJECT_KEY_ID, false, &ski)?);
+    }
+    if let Some(ca_ski) = signer.and_then(|s| s.cert.subject_key_id()) {
+        let aki = AuthorityKeyIdentifier {
+            key_identifier: Some(OctetString::new(ca_ski).map_err(encode_err)?),
+            ..Default::default()
+        };
+        extensions.push(extension(oid::AUTHORITY_KEY_ID, false, &aki)?);
+    }
+    let names = san_names(profile)?;
+    if !names.is_empty() {
+        extensions.push(extension(
+            oid::SUBJECT_ALT_NAME,
+            false,
+            &SubjectAltName(names),
+        )?);
+    }
+    Ok(extensions)
+}
+
+/// One extension holding `value`'s DER.
+fn extension(
+    id: ObjectIdentifier,
+    critical: bool,
+    value: &impl Encode,
+) -> Result<Extension, PkiError> {
+    Ok(Extension {
+        extn_id: id,
+        critical,
+        extn_value: OctetString::new(value.to_der().map_err(encode_err)?).map_err(encode_err)?,
     })
 }
 
@@ -1612,17 +1628,10 @@ mod tests {
 
     fn ca(alg: KeyAlgorithm) -> (Cert, PrivateKey) {
         let key = PrivateKey::generate(alg).unwrap();
-        let profile = Profile {
-            subject: kubeadm_subject("kubernetes", &[]).unwrap(),
-            dns_names: vec!["kubernetes".into()],
-            ip_addresses: vec![],
-            other_sans: vec![],
-            san_order: SanOrder::Kubeadm,
-            key_usage: ca_key_usage(),
-            ext_key_usage: vec![],
-            basic_constraints: Some(true),
-            subject_key_id: true,
-        };
+        let profile = Profile::ca(
+            kubeadm_subject("kubernetes", &[]).unwrap(),
+            vec!["kubernetes".into()],
+        );
         let issuance = Issuance {
             serial: 7,
             not_before: 1_700_000_000,
@@ -2112,17 +2121,9 @@ mod fuzz {
         )
         .to_yaml()
         .unwrap();
-        let manifest = crate::lab::manifests::control_plane(&ManifestParams {
-            kubeadm_dir: "/var/lib/kubeadm",
-            node_name: "cp-1",
-            advertise_address: [10, 0, 0, 10].into(),
-            port_offset: 0,
-            external_etcd: None,
-            etcd_client_cert: "apiserver-etcd-client.crt",
-            kubernetes_version: crate::lab::manifests::DEFAULT_KUBERNETES_VERSION,
-        })
-        .remove(0)
-        .1;
+        let manifest = crate::lab::manifests::control_plane(&ManifestParams::for_tests(0))
+            .remove(0)
+            .1;
         let secrets: Vec<String> = body_fragments(&key_pem.0)
             .into_iter()
             .chain(body_fragments(&rsa_pem.0))

@@ -751,73 +751,105 @@ fn kubeadm_issue(
     }
     let mut issued = Vec::new();
     for (n, ((etcdadm, dir), items)) in groups.into_iter().enumerate() {
-        let stage = staging.dir.join(format!("{n}"));
-        let host = host_path(root, &stage);
+        let group = Group {
+            root,
+            stage: staging.dir.join(format!("{n}")),
+            dir,
+            items,
+        };
         if etcdadm == 0 {
-            copy_tree(&root.join(dir).join("pki"), &stage.join("pki"), &|_| true)?;
-            copy_tree(&root.join(dir), &stage, &|p| {
-                p.extension().is_some_and(|x| x == "conf")
-                    && p.parent() == Some(root.join(dir).as_path())
-            })?;
-            for item in &items {
-                let name = item.name.split('@').next().unwrap_or(&item.name);
-                let before = staged_cert(&stage, dir, item).ok();
-                let out = ctr.tool(
-                    &[
-                        (host.clone(), "/var/lib/kubeadm"),
-                        (host.clone(), "/etc/kubernetes"),
-                    ],
-                    false,
-                    &[
-                        opts.kubeadm_path.clone(),
-                        "certs".into(),
-                        "renew".into(),
-                        name.to_string(),
-                    ],
-                )?;
-                let after = staged_cert(&stage, dir, item).ok();
-                if after.is_none() || after == before {
-                    return Err(err(format!(
-                        "kubeadm certs renew {name} did not renew '{}' (its output: {})",
-                        item.path,
-                        out.trim()
-                    )));
-                }
-                issued.push(collect(root, &stage, dir, item, IdentityCheck::SameAsOld)?);
-            }
+            issued.extend(kubeadm_group(&mut ctr, opts, &group)?);
         } else {
-            // etcdadm keeps whatever leaf it finds: give it the CA only, as EKS Anywhere does.
-            copy_tree(&root.join(dir), &stage, &|p| {
-                p.file_name()
-                    .and_then(|f| f.to_str())
-                    .is_some_and(|f| f == "ca.crt" || f == "ca.key")
-            })?;
-            ctr.tool(
-                &[(host.clone(), "/etc/etcd/pki")],
-                true,
-                &[
-                    opts.etcdadm_path.clone(),
-                    "join".into(),
-                    "phase".into(),
-                    "certificates".into(),
-                    ETCDADM_DUMMY_URL.into(),
-                    "--init-system".into(),
-                    "kubelet".into(),
-                ],
-            )?;
-            for item in &items {
-                issued.push(collect(
-                    root,
-                    &stage,
-                    dir,
-                    item,
-                    IdentityCheck::EtcdadmAsNodeConfigured,
-                )?);
-            }
+            issued.extend(etcdadm_group(&mut ctr, opts, &group)?);
         }
     }
     drop(staging);
     Ok(issued)
+}
+
+/// The items one tool renews in one staged copy of their folder.
+struct Group<'a> {
+    root: &'a Path,
+    /// The staged copy.
+    stage: PathBuf,
+    /// The folder under the root (its `pki` for kubeadm).
+    dir: &'static str,
+    items: Vec<&'a Item>,
+}
+
+/// Renews each item of a kubeadm folder with `kubeadm certs renew`, in a staged copy of the
+/// folder's PKI and kubeconfigs.
+fn kubeadm_group(
+    ctr: &mut Ctr,
+    opts: &KubeadmOptions,
+    group: &Group<'_>,
+) -> Result<Vec<Issued>, IssueError> {
+    let (root, stage, dir) = (group.root, group.stage.as_path(), group.dir);
+    let host = host_path(root, stage);
+    copy_tree(&root.join(dir).join("pki"), &stage.join("pki"), &|_| true)?;
+    copy_tree(&root.join(dir), stage, &|p| {
+        p.extension().is_some_and(|x| x == "conf") && p.parent() == Some(root.join(dir).as_path())
+    })?;
+    let mut issued = Vec::new();
+    for item in &group.items {
+        let name = item.name.split('@').next().unwrap_or(&item.name);
+        let before = staged_cert(stage, dir, item).ok();
+        let out = ctr.tool(
+            &[
+                (host.clone(), "/var/lib/kubeadm"),
+                (host.clone(), "/etc/kubernetes"),
+            ],
+            false,
+            &[
+                opts.kubeadm_path.clone(),
+                "certs".into(),
+                "renew".into(),
+                name.to_string(),
+            ],
+        )?;
+        let after = staged_cert(stage, dir, item).ok();
+        if after.is_none() || after == before {
+            return Err(err(format!(
+                "kubeadm certs renew {name} did not renew '{}' (its output: {})",
+                item.path,
+                out.trim()
+            )));
+        }
+        issued.push(collect(root, stage, dir, item, IdentityCheck::SameAsOld)?);
+    }
+    Ok(issued)
+}
+
+/// Renews the items of an etcdadm folder with one `etcdadm join phase certificates`.
+fn etcdadm_group(
+    ctr: &mut Ctr,
+    opts: &KubeadmOptions,
+    group: &Group<'_>,
+) -> Result<Vec<Issued>, IssueError> {
+    let stage = group.stage.as_path();
+    // etcdadm keeps whatever leaf it finds: give it the CA only, as EKS Anywhere does.
+    copy_tree(&group.root.join(group.dir), stage, &|p| {
+        p.file_name()
+            .and_then(|f| f.to_str())
+            .is_some_and(|f| f == "ca.crt" || f == "ca.key")
+    })?;
+    ctr.tool(
+        &[(host_path(group.root, stage), "/etc/etcd/pki")],
+        true,
+        &[
+            opts.etcdadm_path.clone(),
+            "join".into(),
+            "phase".into(),
+            "certificates".into(),
+            ETCDADM_DUMMY_URL.into(),
+            "--init-system".into(),
+            "kubelet".into(),
+        ],
+    )?;
+    let as_configured = IdentityCheck::EtcdadmAsNodeConfigured;
+    (group.items.iter())
+        .map(|item| collect(group.root, stage, group.dir, item, as_configured))
+        .collect()
 }
 
 /// The staged copy of a path relative to the root.

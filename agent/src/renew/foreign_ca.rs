@@ -13,7 +13,7 @@
 //! kept; only the issuer differs.
 
 use crate::node::catalog::Kind;
-use crate::pki::{self, Issuance, PrivateKey, Profile, SanOrder, Signer};
+use crate::pki::{self, Issuance, PrivateKey, Profile, Signer};
 use crate::renew::{self, Issued};
 
 /// The value prefix that selects this failpoint.
@@ -53,17 +53,7 @@ fn resign(target: &mut Issued) -> Result<(), String> {
         not_before: target.new.not_before(),
         not_after: target.new.not_after(),
     };
-    let ca_profile = Profile {
-        subject: pki::kubeadm_subject(FOREIGN_CA_CN, &[]).map_err(e)?,
-        dns_names: vec![],
-        ip_addresses: vec![],
-        other_sans: vec![],
-        san_order: SanOrder::Kubeadm,
-        key_usage: pki::ca_key_usage(),
-        ext_key_usage: vec![],
-        basic_constraints: Some(true),
-        subject_key_id: true,
-    };
+    let ca_profile = Profile::ca(pki::kubeadm_subject(FOREIGN_CA_CN, &[]).map_err(e)?, vec![]);
     let ca = pki::issue(
         &ca_profile,
         &ca_key.spki().map_err(e)?,

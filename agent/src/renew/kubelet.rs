@@ -232,81 +232,7 @@ fn read(root: &Path, rel: &str) -> Result<Vec<u8>, String> {
 pub fn changes(root: &Path, plan: &mut Plan, now: i64) -> Result<Vec<Change>, String> {
     let mut out = Vec::new();
     if let Some(a) = plan.client.as_mut() {
-        let ctx = |e: &dyn std::fmt::Display| format!("{CLIENT}: {e}");
-        let ca = Cert::from_pem(&read(root, &a.signer_cert_path)?).map_err(|e| ctx(&e))?;
-        let mut ca_key_pem = read(root, &a.signer_key_path)?;
-        let ca_key = PrivateKey::from_pem(&ca_key_pem);
-        ca_key_pem.iter_mut().for_each(|b| *b = 0);
-        let ca_key = ca_key.map_err(|e| ctx(&e))?;
-        if !ca_key.matches(&ca) {
-            return Err(ctx(&format!(
-                "CA key '{}' does not match '{}'",
-                a.signer_key_path, a.signer_cert_path
-            )));
-        }
-        // The current pair: its key type is kept (a new key, as each kubelet rotation makes,
-        // unless `--reuse-keys` keeps the key itself).
-        let mut current = read(root, CLIENT_CURRENT)?;
-        let old_key = PrivateKey::from_pem(&current);
-        current.iter_mut().for_each(|b| *b = 0);
-        let old_key = old_key.map_err(|e| ctx(&format!("current key: {e}")))?;
-        let generated;
-        let key = if a.reuse_key {
-            &old_key
-        } else {
-            generated = PrivateKey::generate(old_key.algorithm()).map_err(|e| ctx(&e))?;
-            &generated
-        };
-        let profile = client_profile(&a.node_name).map_err(|e| ctx(&e))?;
-        let cert = pki::issue(
-            &profile,
-            &key.spki().map_err(|e| ctx(&e))?,
-            Some(&Signer {
-                cert: &ca,
-                key: &ca_key,
-            }),
-            key,
-            Issuance {
-                serial: pki::random_serial().map_err(|e| ctx(&e))?,
-                not_before: a.not_before_unix,
-                not_after: a.not_after_unix,
-            },
-        )
-        .map_err(|e| ctx(&e))?;
-        cert.verify_signed_by(&ca, &a.signer).map_err(|e| ctx(&e))?;
-        if !key.matches(&cert) {
-            return Err(ctx(&"the new key does not match the new certificate"));
-        }
-        // A name not taken yet (the kubelet's names have one-second resolution).
-        let mut stamp = now;
-        let name = loop {
-            let name = dated_name(stamp);
-            let rel = format!("{PKI_DIR}/{name}");
-            if std::fs::symlink_metadata(root.join(&rel)).is_err() {
-                break name;
-            }
-            stamp += 1;
-            if stamp > now + 120 {
-                return Err(ctx(&"no free dated file name in the next two minutes"));
-            }
-        };
-        let mut bundle = cert.to_pem().map_err(|e| ctx(&e))?.into_bytes();
-        let key_pem = key.to_pem(old_key.encoding).map_err(|e| ctx(&e))?;
-        bundle.extend_from_slice(key_pem.0.as_bytes());
-        drop(key_pem);
-        let rel = format!("{PKI_DIR}/{name}");
-        out.push(Change {
-            rel: rel.clone(),
-            content: Some(bundle),
-            mode_if_new: 0o600,
-        });
-        // After the file (the transaction renames in order): the link never dangles.
-        out.push(Change {
-            rel: CLIENT_CURRENT.into(),
-            content: Some(format!("/{rel}").into_bytes()),
-            mode_if_new: SYMLINK,
-        });
-        a.new_file = Some(rel);
+        out.extend(client_changes(root, a, now)?);
     }
     if let Some(s) = &plan.serving {
         for rel in [&s.cert, &s.key] {
@@ -318,6 +244,93 @@ pub fn changes(root: &Path, plan: &mut Plan, now: i64) -> Result<Vec<Change>, St
         }
     }
     Ok(out)
+}
+
+/// Reissues the kubelet's client certificate: the new dated file and the link to it, in that
+/// order; records the new file in `a`.
+fn client_changes(root: &Path, a: &mut ClientAction, now: i64) -> Result<Vec<Change>, String> {
+    let ctx = |e: &dyn std::fmt::Display| format!("{CLIENT}: {e}");
+    let ca = Cert::from_pem(&read(root, &a.signer_cert_path)?).map_err(|e| ctx(&e))?;
+    let mut ca_key_pem = read(root, &a.signer_key_path)?;
+    let ca_key = PrivateKey::from_pem(&ca_key_pem);
+    ca_key_pem.iter_mut().for_each(|b| *b = 0);
+    let ca_key = ca_key.map_err(|e| ctx(&e))?;
+    if !ca_key.matches(&ca) {
+        return Err(ctx(&format!(
+            "CA key '{}' does not match '{}'",
+            a.signer_key_path, a.signer_cert_path
+        )));
+    }
+    // The current pair: its key type is kept (a new key, as each kubelet rotation makes,
+    // unless `--reuse-keys` keeps the key itself).
+    let mut current = read(root, CLIENT_CURRENT)?;
+    let old_key = PrivateKey::from_pem(&current);
+    current.iter_mut().for_each(|b| *b = 0);
+    let old_key = old_key.map_err(|e| ctx(&format!("current key: {e}")))?;
+    let generated;
+    let key = if a.reuse_key {
+        &old_key
+    } else {
+        generated = PrivateKey::generate(old_key.algorithm()).map_err(|e| ctx(&e))?;
+        &generated
+    };
+    let profile = client_profile(&a.node_name).map_err(|e| ctx(&e))?;
+    let cert = pki::issue(
+        &profile,
+        &key.spki().map_err(|e| ctx(&e))?,
+        Some(&Signer {
+            cert: &ca,
+            key: &ca_key,
+        }),
+        key,
+        Issuance {
+            serial: pki::random_serial().map_err(|e| ctx(&e))?,
+            not_before: a.not_before_unix,
+            not_after: a.not_after_unix,
+        },
+    )
+    .map_err(|e| ctx(&e))?;
+    cert.verify_signed_by(&ca, &a.signer).map_err(|e| ctx(&e))?;
+    if !key.matches(&cert) {
+        return Err(ctx(&"the new key does not match the new certificate"));
+    }
+    let name = free_dated_name(root, now).map_err(|e| ctx(&e))?;
+    let mut bundle = cert.to_pem().map_err(|e| ctx(&e))?.into_bytes();
+    let key_pem = key.to_pem(old_key.encoding).map_err(|e| ctx(&e))?;
+    bundle.extend_from_slice(key_pem.0.as_bytes());
+    drop(key_pem);
+    let rel = format!("{PKI_DIR}/{name}");
+    a.new_file = Some(rel.clone());
+    Ok(vec![
+        Change {
+            rel: rel.clone(),
+            content: Some(bundle),
+            mode_if_new: 0o600,
+        },
+        // After the file (the transaction renames in order): the link never dangles.
+        Change {
+            rel: CLIENT_CURRENT.into(),
+            content: Some(format!("/{rel}").into_bytes()),
+            mode_if_new: SYMLINK,
+        },
+    ])
+}
+
+/// A dated file name not taken yet, from `now` on (the kubelet's names have one-second
+/// resolution).
+fn free_dated_name(root: &Path, now: i64) -> Result<String, &'static str> {
+    let mut stamp = now;
+    loop {
+        let name = dated_name(stamp);
+        let rel = format!("{PKI_DIR}/{name}");
+        if std::fs::symlink_metadata(root.join(&rel)).is_err() {
+            return Ok(name);
+        }
+        stamp += 1;
+        if stamp > now + 120 {
+            return Err("no free dated file name in the next two minutes");
+        }
+    }
 }
 
 /// The plan's lines for `renew` and `run`.

@@ -727,6 +727,19 @@ fn unescape_mount(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// The error of a failed preparation step on `path`: nothing was changed on the node.
+fn prep(step: &'static str, path: &Path) -> impl FnOnce(io::Error) -> TxnError + use<> {
+    let path = path.display().to_string();
+    move |source| TxnError::Prepare { step, path, source }
+}
+
+/// What staging wrote: the journal's files and staging folders, and the batch to make durable.
+struct Staged {
+    journal_files: Vec<JournalFile>,
+    staging_dirs: BTreeSet<String>,
+    batch: fsutil::SyncBatch,
+}
+
 fn prepare_and_commit(
     root: &Path,
     changes: &[Change],
@@ -742,75 +755,19 @@ fn prepare_and_commit(
     // 1. Stage: write every staged file; the batch (each file once, and each folder that got a
     //    new entry once: the staging folders, the folders holding them, any folder created for
     //    them) is made durable with the backup's below. See ARCHITECTURE.md "Durability".
-    let prep = |step, path: &Path| {
-        let path = path.display().to_string();
-        move |source| TxnError::Prepare { step, path, source }
+    let mut staged = Staged {
+        journal_files: Vec::new(),
+        staging_dirs: BTreeSet::new(),
+        batch: fsutil::SyncBatch::default(),
     };
-    let mut journal_files = Vec::new();
-    let mut staging_dirs = BTreeSet::new();
-    let mut batch = fsutil::SyncBatch::default();
     for change in changes {
-        let live = root.join(&change.rel);
-        let parent = live.parent().unwrap_or(root).to_path_buf();
-        let Some(content) = &change.content else {
-            journal_files.push(JournalFile {
-                rel: change.rel.clone(),
-                staged: None,
-                new_sha256: None,
-            });
-            continue;
-        };
-        let staging = parent.join(format!("{STAGING_PREFIX}{txid}"));
-        let staging_rel = rel_of(root, &staging);
-        if staging_dirs.insert(staging_rel.clone()) {
-            batch
-                .dirs
-                .extend(folders_changed_by_creating(&parent, root));
-            fsutil::create_dir_all_mode(&parent, 0o755)
-                .map_err(prep("create the folder", &parent))?;
-            fs::create_dir(&staging).map_err(prep("create the staging folder", &staging))?;
-            fs::set_permissions(
-                &staging,
-                std::os::unix::fs::PermissionsExt::from_mode(0o700),
-            )
-            .map_err(prep("protect the staging folder", &staging))?;
-            batch.dirs.insert(parent.clone());
-            batch.dirs.insert(staging.clone());
-        }
-        let file_name = live
-            .file_name()
-            .map(|s| s.to_string_lossy().to_string())
-            .unwrap_or_default();
-        let staged = staging.join(&file_name);
-        if change.mode_if_new == SYMLINK {
-            // The kubelet's way: a new link, renamed over the old one at commit.
-            std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(content), &staged)
-                .map_err(prep("write the staged link", &staged))?;
-            journal_files.push(JournalFile {
-                rel: change.rel.clone(),
-                staged: Some(format!("{staging_rel}/{file_name}")),
-                new_sha256: Some(sha256_hex(content)),
-            });
-            continue;
-        }
-        let (mode, owner) = match FileMeta::of(&live) {
-            // A private key file is never wider than a new one (0600), even if the old one was.
-            Ok(m) if change.rel.ends_with(".key") => {
-                (m.mode & change.mode_if_new, Some((m.uid, m.gid)))
-            }
-            Ok(m) => (m.mode, Some((m.uid, m.gid))),
-            Err(_) => (change.mode_if_new, None),
-        };
-        let file = fsutil::write_new_unsynced(&staged, content, mode, owner)
-            .map_err(prep("write the staged file", &staged))?;
-        batch.files.push((staged, file));
-        failpoint("staged-file");
-        journal_files.push(JournalFile {
-            rel: change.rel.clone(),
-            staged: Some(format!("{staging_rel}/{file_name}")),
-            new_sha256: Some(sha256_hex(content)),
-        });
+        stage_one(root, change, txid, &mut staged)?;
     }
+    let Staged {
+        journal_files,
+        staging_dirs,
+        mut batch,
+    } = staged;
     // Every staged file written (not yet durable: a crash from here to the journal discards
     // them with the backup).
     failpoint("staged-all");
@@ -848,6 +805,72 @@ fn prepare_and_commit(
         backup_id,
         files: changes.iter().map(|c| c.rel.clone()).collect(),
     })
+}
+
+/// Stages one change: its new file (or link) in the staging folder next to the live file,
+/// created on first use; a removal only goes into the journal.
+fn stage_one(
+    root: &Path,
+    change: &Change,
+    txid: &str,
+    staged: &mut Staged,
+) -> Result<(), TxnError> {
+    let live = root.join(&change.rel);
+    let parent = live.parent().unwrap_or(root).to_path_buf();
+    let Some(content) = &change.content else {
+        staged.journal_files.push(JournalFile {
+            rel: change.rel.clone(),
+            staged: None,
+            new_sha256: None,
+        });
+        return Ok(());
+    };
+    let staging = parent.join(format!("{STAGING_PREFIX}{txid}"));
+    let staging_rel = rel_of(root, &staging);
+    if staged.staging_dirs.insert(staging_rel.clone()) {
+        let batch = &mut staged.batch;
+        batch
+            .dirs
+            .extend(folders_changed_by_creating(&parent, root));
+        fsutil::create_dir_all_mode(&parent, 0o755).map_err(prep("create the folder", &parent))?;
+        fs::create_dir(&staging).map_err(prep("create the staging folder", &staging))?;
+        fs::set_permissions(
+            &staging,
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )
+        .map_err(prep("protect the staging folder", &staging))?;
+        batch.dirs.insert(parent.clone());
+        batch.dirs.insert(staging.clone());
+    }
+    let file_name = live
+        .file_name()
+        .map(|s| s.to_string_lossy().to_string())
+        .unwrap_or_default();
+    let staged_path = staging.join(&file_name);
+    if change.mode_if_new == SYMLINK {
+        // The kubelet's way: a new link, renamed over the old one at commit.
+        std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(content), &staged_path)
+            .map_err(prep("write the staged link", &staged_path))?;
+    } else {
+        let (mode, owner) = match FileMeta::of(&live) {
+            // A private key file is never wider than a new one (0600), even if the old one was.
+            Ok(m) if change.rel.ends_with(".key") => {
+                (m.mode & change.mode_if_new, Some((m.uid, m.gid)))
+            }
+            Ok(m) => (m.mode, Some((m.uid, m.gid))),
+            Err(_) => (change.mode_if_new, None),
+        };
+        let file = fsutil::write_new_unsynced(&staged_path, content, mode, owner)
+            .map_err(prep("write the staged file", &staged_path))?;
+        staged.batch.files.push((staged_path, file));
+        failpoint("staged-file");
+    }
+    staged.journal_files.push(JournalFile {
+        rel: change.rel.clone(),
+        staged: Some(format!("{staging_rel}/{file_name}")),
+        new_sha256: Some(sha256_hex(content)),
+    });
+    Ok(())
 }
 
 /// The folders that get a new entry when `dir` is created with its missing parents (each
@@ -903,10 +926,6 @@ fn write_backup(
     batch: &mut fsutil::SyncBatch,
 ) -> Result<String, TxnError> {
     let backups = state_dir(root).join("backups");
-    let prep = |step, path: &Path| {
-        let path = path.display().to_string();
-        move |source| TxnError::Prepare { step, path, source }
-    };
     fsutil::create_dir_all_mode(&backups, 0o700)
         .map_err(prep("create the backup folder", &backups))?;
     let stamp = crate::sys::clock::compact_stamp(now);
@@ -926,63 +945,7 @@ fn write_backup(
     // folder of the backup that got a new entry once (not once per file), with the staged files.
     let mut files = Vec::new();
     for change in changes {
-        let live = root.join(&change.rel);
-        let dest = tmp.join("files").join(&change.rel);
-        match fs::symlink_metadata(&live) {
-            Ok(meta) if meta.file_type().is_symlink() => {
-                let target = fs::read_link(&live).map_err(prep("read for backup", &live))?;
-                let text = target.to_string_lossy().into_owned();
-                files.push(BackupFile {
-                    path: change.rel.clone(),
-                    existed: true,
-                    sha256: Some(sha256_hex(text.as_bytes())),
-                    size: Some(text.len() as u64),
-                    mode: None,
-                    link: Some(text),
-                });
-            }
-            Ok(_) => {
-                if let Some(parent) = dest.parent() {
-                    fsutil::create_dir_all_mode(parent, 0o700)
-                        .map_err(prep("create the backup", parent))?;
-                    // From the file's folder up to `files`: each holds a new entry.
-                    let mut d = parent;
-                    while d.starts_with(&tmp) && d != tmp {
-                        batch.dirs.insert(d.to_path_buf());
-                        d = d.parent().unwrap_or(&tmp);
-                    }
-                }
-                let data = fs::read(&live).map_err(prep("read for backup", &live))?;
-                let meta = FileMeta::of(&live).map_err(prep("read for backup", &live))?;
-                let file = fsutil::write_new_unsynced(
-                    &dest,
-                    &data,
-                    meta.mode & 0o700,
-                    Some((meta.uid, meta.gid)),
-                )
-                .map_err(prep("write the backup of", &live))?;
-                batch.files.push((dest.clone(), file));
-                files.push(BackupFile {
-                    path: change.rel.clone(),
-                    existed: true,
-                    sha256: Some(sha256_hex(&data)),
-                    size: Some(data.len() as u64),
-                    mode: Some(meta.mode),
-                    link: None,
-                });
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                files.push(BackupFile {
-                    path: change.rel.clone(),
-                    existed: false,
-                    sha256: None,
-                    size: None,
-                    mode: None,
-                    link: None,
-                });
-            }
-            Err(e) => return Err(prep("read for backup", &live)(e)),
-        }
+        files.push(back_up_one(root, &change.rel, &tmp, batch)?);
         failpoint("backup-file");
     }
     let manifest = BackupManifest {
@@ -1005,6 +968,71 @@ fn write_backup(
     batch.dirs.insert(tmp.clone());
     batch.dirs.insert(backups.clone());
     Ok(id)
+}
+
+/// Copies one live file (or link) into the backup being built in `tmp`, adding the copy and
+/// the folders that got an entry to `batch`; what the manifest says of it.
+fn back_up_one(
+    root: &Path,
+    rel: &str,
+    tmp: &Path,
+    batch: &mut fsutil::SyncBatch,
+) -> Result<BackupFile, TxnError> {
+    let live = root.join(rel);
+    let dest = tmp.join("files").join(rel);
+    match fs::symlink_metadata(&live) {
+        Ok(meta) if meta.file_type().is_symlink() => {
+            let target = fs::read_link(&live).map_err(prep("read for backup", &live))?;
+            let text = target.to_string_lossy().into_owned();
+            Ok(BackupFile {
+                path: rel.to_string(),
+                existed: true,
+                sha256: Some(sha256_hex(text.as_bytes())),
+                size: Some(text.len() as u64),
+                mode: None,
+                link: Some(text),
+            })
+        }
+        Ok(_) => {
+            if let Some(parent) = dest.parent() {
+                fsutil::create_dir_all_mode(parent, 0o700)
+                    .map_err(prep("create the backup", parent))?;
+                // From the file's folder up to `files`: each holds a new entry.
+                let mut d = parent;
+                while d.starts_with(tmp) && d != tmp {
+                    batch.dirs.insert(d.to_path_buf());
+                    d = d.parent().unwrap_or(tmp);
+                }
+            }
+            let data = fs::read(&live).map_err(prep("read for backup", &live))?;
+            let meta = FileMeta::of(&live).map_err(prep("read for backup", &live))?;
+            let file = fsutil::write_new_unsynced(
+                &dest,
+                &data,
+                meta.mode & 0o700,
+                Some((meta.uid, meta.gid)),
+            )
+            .map_err(prep("write the backup of", &live))?;
+            batch.files.push((dest.clone(), file));
+            Ok(BackupFile {
+                path: rel.to_string(),
+                existed: true,
+                sha256: Some(sha256_hex(&data)),
+                size: Some(data.len() as u64),
+                mode: Some(meta.mode),
+                link: None,
+            })
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(BackupFile {
+            path: rel.to_string(),
+            existed: false,
+            sha256: None,
+            size: None,
+            mode: None,
+            link: None,
+        }),
+        Err(e) => Err(prep("read for backup", &live)(e)),
+    }
 }
 
 /// Gives a journaled transaction's backup its final name (idempotent).
@@ -1113,73 +1141,61 @@ fn remove_staging(root: &Path, changes: &[Change], txid: &str) {
 
 // === Recovery ===
 
-/// Completes an interrupted transaction, or removes the leftovers of one that never reached its
-/// journal. Call with the lock held, before reading the PKI.
-pub fn recover(root: &Path) -> Result<Recovery, TxnError> {
-    let dir = state_dir(root);
-    let path = dir.join(JOURNAL);
-    // Only a journal that does not exist means "no transaction": one that exists but cannot be
-    // read, is of an unknown version or names what it must not stops recovery before anything
-    // (staging folders included, which a roll forward needs) is touched.
-    let journal = state::read::<Journal>(Kind::Journal, &path).map_err(|mut e| {
-        e.detail.push_str(
-            "; the live PKI may be half-renewed and the staged files are kept. Make the journal \
-             readable (or inspect with 'certrotor check --root' on a copy) and run again",
-        );
-        e
-    })?;
-    if let Some((_, journal)) = journal {
-        check_journal(root, &path, &journal)?;
-        finalize_backup(root, &journal.backup_id)?;
-        // Every staged file still to be renamed must hold what was validated: one damaged
-        // since (a bad disk, a hand) never goes live; the backup is restored instead.
-        if let Some(damaged) = damaged_staged_file(root, &journal) {
-            return match restore_journaled(root, &journal) {
-                Ok(backup_id) => Ok(Recovery::Undone {
-                    kind: journal.kind,
-                    backup_id,
-                    damaged,
-                }),
-                Err(why) => Err(TxnError::State {
-                    path: damaged,
+/// Completes a journaled transaction (`path`: its journal), or restores its backup when a
+/// staged file was damaged since it was validated.
+fn roll_forward(root: &Path, path: &Path, journal: Journal) -> Result<Recovery, TxnError> {
+    check_journal(root, path, &journal)?;
+    finalize_backup(root, &journal.backup_id)?;
+    // Every staged file still to be renamed must hold what was validated: one damaged
+    // since (a bad disk, a hand) never goes live; the backup is restored instead.
+    if let Some(damaged) = damaged_staged_file(root, &journal) {
+        return match restore_journaled(root, &journal) {
+            Ok(backup_id) => Ok(Recovery::Undone {
+                kind: journal.kind,
+                backup_id,
+                damaged,
+            }),
+            Err(why) => Err(TxnError::State {
+                path: damaged,
+                detail: format!(
+                    "its staged copy is damaged (not the journaled SHA-256), so the \
+                     interrupted {} was not completed, and restoring backup {} failed: {why}; \
+                     the PKI may be half-renewed: restore it with 'certrotor rollback \
+                     --backup {}' once the backup is readable",
+                    journal.kind, journal.backup_id, journal.backup_id
+                ),
+            }),
+        };
+    }
+    commit(root, &journal)?;
+    // Verify that the live files are what the journal promised.
+    let node = NodeFiles::of(root);
+    for file in &journal.files {
+        if let Some(want) = &file.new_sha256 {
+            // A link holds its target.
+            let got = live_content(&root.join(&file.rel), node.is_link(&file.rel))
+                .map(|b| sha256_hex(&b));
+            if got.as_deref() != Some(want.as_str()) {
+                return Err(TxnError::State {
+                    path: file.rel.clone(),
                     detail: format!(
-                        "its staged copy is damaged (not the journaled SHA-256), so the \
-                         interrupted {} was not completed, and restoring backup {} failed: {why}; \
-                         the PKI may be half-renewed: restore it with 'certrotor rollback \
-                         --backup {}' once the backup is readable",
-                        journal.kind, journal.backup_id, journal.backup_id
+                        "after completing the interrupted {} the file does not hold the \
+                         journaled content; restore with 'certrotor rollback --backup {}'",
+                        journal.kind, journal.backup_id
                     ),
-                }),
-            };
-        }
-        commit(root, &journal)?;
-        // Verify that the live files are what the journal promised.
-        let node = NodeFiles::of(root);
-        for file in &journal.files {
-            if let Some(want) = &file.new_sha256 {
-                // A link holds its target.
-                let got = live_content(&root.join(&file.rel), node.is_link(&file.rel))
-                    .map(|b| sha256_hex(&b));
-                if got.as_deref() != Some(want.as_str()) {
-                    return Err(TxnError::State {
-                        path: file.rel.clone(),
-                        detail: format!(
-                            "after completing the interrupted {} the file does not hold the \
-                             journaled content; restore with 'certrotor rollback --backup {}'",
-                            journal.kind, journal.backup_id
-                        ),
-                    });
-                }
+                });
             }
         }
-        return Ok(Recovery::RolledForward {
-            kind: journal.kind,
-            backup_id: journal.backup_id,
-            files: journal.files.len(),
-        });
     }
-    let _ = fs::remove_file(dir.join(format!("{JOURNAL}.tmp")));
-    // No journal: remove staging folders and incomplete backups left by a crash.
+    Ok(Recovery::RolledForward {
+        kind: journal.kind,
+        backup_id: journal.backup_id,
+        files: journal.files.len(),
+    })
+}
+
+/// No journal: removes the staging folders and incomplete backups left by a crash.
+fn discard_leftovers(root: &Path) -> Recovery {
     let (mut with_files, mut empty) = (0, 0);
     for base in staging_search_dirs(root) {
         let Ok(list) = fs::read_dir(&base) else {
@@ -1204,11 +1220,33 @@ pub fn recover(root: &Path) -> Result<Recovery, TxnError> {
         }
     }
     remove_incomplete_backups(root);
-    Ok(if with_files + empty > 0 {
+    if with_files + empty > 0 {
         Recovery::DiscardedStaging { with_files, empty }
     } else {
         Recovery::Clean
-    })
+    }
+}
+
+/// Completes an interrupted transaction, or removes the leftovers of one that never reached its
+/// journal. Call with the lock held, before reading the PKI.
+pub fn recover(root: &Path) -> Result<Recovery, TxnError> {
+    let dir = state_dir(root);
+    let path = dir.join(JOURNAL);
+    // Only a journal that does not exist means "no transaction": one that exists but cannot be
+    // read, is of an unknown version or names what it must not stops recovery before anything
+    // (staging folders included, which a roll forward needs) is touched.
+    let journal = state::read::<Journal>(Kind::Journal, &path).map_err(|mut e| {
+        e.detail.push_str(
+            "; the live PKI may be half-renewed and the staged files are kept. Make the journal \
+             readable (or inspect with 'certrotor check --root' on a copy) and run again",
+        );
+        e
+    })?;
+    if let Some((_, journal)) = journal {
+        return roll_forward(root, &path, journal);
+    }
+    let _ = fs::remove_file(dir.join(format!("{JOURNAL}.tmp")));
+    Ok(discard_leftovers(root))
 }
 
 /// Checks every name and path a journal holds before recovery uses any of them: the kind, the
@@ -1497,71 +1535,7 @@ fn verify_backup(root: &Path, id: &str) -> Result<Verified, StateError> {
         {
             return Err(bad(&f.path, format!("mode {mode:o} is not a file mode")));
         }
-        if !f.existed {
-            changes.push(Change {
-                rel: f.path.clone(),
-                content: None,
-                mode_if_new: 0o600,
-            });
-            continue;
-        }
-        if let Some(target) = &f.link {
-            if !node.is_link(&f.path) {
-                return Err(bad(&f.path, "recorded as a link, which it never is".into()));
-            }
-            node.check_link_target(target)
-                .map_err(|d| bad(&f.path, d))?;
-            if f.sha256.as_deref() != Some(&sha256_hex(target.as_bytes())) {
-                return Err(bad(
-                    &f.path,
-                    "the link target does not match its recorded SHA-256: it was altered".into(),
-                ));
-            }
-            changes.push(Change {
-                rel: f.path.clone(),
-                content: Some(target.as_bytes().to_vec()),
-                mode_if_new: SYMLINK,
-            });
-            continue;
-        }
-        let data = state::read_no_symlinks(
-            &dir,
-            &format!("files/{}", f.path),
-            crate::pki::MAX_PEM_FILE_BYTES,
-        )
-        .map_err(|d| bad(&f.path, d))?;
-        let change = Change {
-            rel: f.path.clone(),
-            content: Some(data),
-            mode_if_new: f.mode.unwrap_or(0o600) & 0o777,
-        };
-        let data = change.content.as_deref().unwrap_or_default();
-        match (version, f.size) {
-            (1, _) => {}
-            (_, None) => return Err(bad(&f.path, "no size recorded".into())),
-            (_, Some(size)) if size != data.len() as u64 => {
-                return Err(bad(
-                    &f.path,
-                    format!(
-                        "the copy in the backup is {} bytes, {size} were recorded: it was altered",
-                        data.len()
-                    ),
-                ));
-            }
-            _ => {}
-        }
-        match &f.sha256 {
-            None => return Err(bad(&f.path, "no SHA-256 recorded".into())),
-            Some(want) if *want != sha256_hex(data) => {
-                return Err(bad(
-                    &f.path,
-                    "the copy in the backup does not match its recorded SHA-256: it was altered"
-                        .into(),
-                ));
-            }
-            Some(_) => {}
-        }
-        changes.push(change);
+        changes.push(restore_change(&node, &dir, version, f).map_err(|d| bad(&f.path, d))?);
     }
     // Links first: the kubelet's link goes back to its old file before the new file is removed,
     // so it never dangles.
@@ -1576,6 +1550,69 @@ fn verify_backup(root: &Path, id: &str) -> Result<Verified, StateError> {
         check_backed_up_pki(root, &node, &changes, &c.rel, data).map_err(|d| bad(&c.rel, d))?;
     }
     Ok(Verified { manifest, changes })
+}
+
+/// The change that restores one file a backup kept, once it is proved intact: `Err` says what
+/// is wrong with it.
+fn restore_change(
+    node: &NodeFiles,
+    dir: &Path,
+    version: u32,
+    f: &BackupFile,
+) -> Result<Change, String> {
+    if !f.existed {
+        return Ok(Change {
+            rel: f.path.clone(),
+            content: None,
+            mode_if_new: 0o600,
+        });
+    }
+    if let Some(target) = &f.link {
+        if !node.is_link(&f.path) {
+            return Err("recorded as a link, which it never is".into());
+        }
+        node.check_link_target(target)?;
+        if f.sha256.as_deref() != Some(&sha256_hex(target.as_bytes())) {
+            return Err(
+                "the link target does not match its recorded SHA-256: it was altered".into(),
+            );
+        }
+        return Ok(Change {
+            rel: f.path.clone(),
+            content: Some(target.as_bytes().to_vec()),
+            mode_if_new: SYMLINK,
+        });
+    }
+    let data = state::read_no_symlinks(
+        dir,
+        &format!("files/{}", f.path),
+        crate::pki::MAX_PEM_FILE_BYTES,
+    )?;
+    match (version, f.size) {
+        (1, _) => {}
+        (_, None) => return Err("no size recorded".into()),
+        (_, Some(size)) if size != data.len() as u64 => {
+            return Err(format!(
+                "the copy in the backup is {} bytes, {size} were recorded: it was altered",
+                data.len()
+            ));
+        }
+        _ => {}
+    }
+    match &f.sha256 {
+        None => return Err("no SHA-256 recorded".into()),
+        Some(want) if *want != sha256_hex(&data) => {
+            return Err(
+                "the copy in the backup does not match its recorded SHA-256: it was altered".into(),
+            );
+        }
+        Some(_) => {}
+    }
+    Ok(Change {
+        rel: f.path.clone(),
+        content: Some(data),
+        mode_if_new: f.mode.unwrap_or(0o600) & 0o777,
+    })
 }
 
 /// A certificate in a backup parses and matches its key; a kubeconfig's embedded pair too; a
@@ -1679,8 +1716,7 @@ fn prune_backups(root: &Path, retention: usize) {
 #[cfg(test)]
 mod hostile_tests {
     use super::*;
-    use crate::lab::{LabLayout, LabOptions, Topology};
-    use crate::pki::KeyAlgorithm;
+    use crate::lab::LabOptions;
 
     /// 15.3: a rename that fails after the journal (here: `etcd/peer.crt` made immutable after
     /// the probe, which this test bypasses) rolls back the files already replaced, from the
@@ -1690,22 +1726,7 @@ mod hostile_tests {
         let root = std::env::temp_dir().join(format!("certrotor-undo-{}", std::process::id()));
         let _ = fs::remove_dir_all(&root);
         let now = crate::sys::clock::now();
-        crate::lab::init(
-            &root,
-            &LabOptions {
-                layout: LabLayout::Kubeadm,
-                topology: Topology::Stacked,
-                expires_in: 3 * 86_400,
-                key_algorithm: KeyAlgorithm::EcdsaP256,
-                node_name: "cp-1".into(),
-                advertise_address: [10, 0, 0, 10].into(),
-                cluster_name: "kubernetes".into(),
-                port_offset: 0,
-                kubernetes_version: crate::lab::manifests::DEFAULT_KUBERNETES_VERSION,
-                now,
-            },
-        )
-        .unwrap();
+        crate::lab::init(&root, &LabOptions::for_tests(now)).unwrap();
         let pki = "etc/kubernetes/pki/etcd";
         let rels = [format!("{pki}/peer.key"), format!("{pki}/peer.crt")];
         let before: Vec<Vec<u8>> = rels
