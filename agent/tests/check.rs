@@ -106,6 +106,21 @@ pub fn inventory(root: &Path, extra: &[&str], code: i32) -> Value {
     inv
 }
 
+/// `certrotor check --root <root>` (the table) exits `code` and its stdout holds `text`.
+fn table_has(root: &Path, code: i32, text: &str) {
+    let run = certrotor(&["check", "--root", root.to_str().unwrap()]);
+    run.expect(code);
+    assert!(run.stdout.contains(text), "{run}");
+}
+
+/// A lab node with ECDSA keys whose leaves expire in `expires_in`.
+fn ecdsa_lab(dir: &TestDir, expires_in: &str) -> PathBuf {
+    dir.lab(
+        "node",
+        &["--expires-in", expires_in, "--key-algorithm", "ecdsa-p256"],
+    )
+}
+
 /// Every certificate openssl finds under `root` (`*.crt`, and the client certificate of every
 /// kubeconfig) has exactly one record, and the record says what openssl reads.
 pub fn assert_agrees_with_openssl(root: &Path, inv: &Value, found: &[Found]) {
@@ -257,10 +272,7 @@ fn json_agrees_with_openssl_on_every_file_and_exit_0_when_fine() {
 #[test]
 fn exit_1_when_something_expires_within_warn_within() {
     let dir = TestDir::new("expiring");
-    let root = dir.lab(
-        "node",
-        &["--expires-in", "2d", "--key-algorithm", "ecdsa-p256"],
-    );
+    let root = ecdsa_lab(&dir, "2d");
     let inv = inventory(&root, &[], 1);
     for r in inv["certificates"].as_array().unwrap() {
         let want = if r["kind"] == "ca" { "ok" } else { "expiring" };
@@ -268,24 +280,17 @@ fn exit_1_when_something_expires_within_warn_within() {
     }
     inventory(&root, &["--warn-within", "1d"], 0);
     inventory(&root, &["--warn-within", "3d"], 1);
-    let run = certrotor(&["check", "--root", root.to_str().unwrap()]);
-    run.expect(1);
-    assert!(run.stdout.contains("expiring"), "{run}");
+    table_has(&root, 1, "expiring");
 }
 
 #[test]
 fn exit_2_when_something_expired() {
     let dir = TestDir::new("expired");
-    let root = dir.lab(
-        "node",
-        &["--expires-in", "-1d", "--key-algorithm", "ecdsa-p256"],
-    );
+    let root = ecdsa_lab(&dir, "-1d");
     let inv = inventory(&root, &[], 2);
     assert_eq!(s(record(&inv, "apiserver"), "status"), "expired");
     assert_eq!(s(record(&inv, "ca"), "status"), "ok");
-    let run = certrotor(&["check", "--root", root.to_str().unwrap()]);
-    run.expect(2);
-    assert!(run.stdout.contains("apiserver: expired on"), "{run}");
+    table_has(&root, 2, "apiserver: expired on");
 }
 
 #[test]
@@ -752,7 +757,5 @@ fn absent_super_admin_conf_is_listed_but_not_a_problem() {
             assert_eq!(s(r, "status"), "ok", "{r:#}");
         }
     }
-    let run = certrotor(&["check", "--root", root.to_str().unwrap()]);
-    run.expect(0);
-    assert!(run.stdout.contains("!MISSING! super-admin.conf"), "{run}");
+    table_has(&root, 0, "!MISSING! super-admin.conf");
 }

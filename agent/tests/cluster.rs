@@ -330,43 +330,24 @@ impl Stacked3 {
         for (i, off) in offs.iter().enumerate() {
             let root = t.join(&format!("node-{i}"));
             // Ports of the copies, in manifests and kubeconfigs.
-            let mut files: Vec<PathBuf> = fs::read_dir(root.join("etc/kubernetes/manifests"))
+            shift_ports(&root, offs[0], *off);
+            // etcd's member name and initial cluster.
+            let etcd = root.join("etc/kubernetes/manifests/etcd.yaml");
+            let text = fs::read_to_string(&etcd)
                 .unwrap()
-                .map(|e| e.unwrap().path())
-                .collect();
-            files.extend(
-                fs::read_dir(root.join("etc/kubernetes"))
-                    .unwrap()
-                    .map(|e| e.unwrap().path())
-                    .filter(|p| p.extension().is_some_and(|x| x == "conf")),
-            );
-            for f in files {
-                let mut text = fs::read_to_string(&f).unwrap();
-                for p in PORTS {
-                    for sep in [":", "="] {
-                        text = text.replace(
-                            &format!("{sep}{}", p + offs[0]),
-                            &format!("{sep}{}", p + off),
-                        );
+                .replace("--name=cp-1", &format!("--name=cp-{i}"))
+                .lines()
+                .map(|l| {
+                    if l.trim_start().starts_with("- --initial-cluster=") {
+                        format!("    - --initial-cluster={initial}")
+                    } else {
+                        l.to_string()
                     }
-                }
-                if f.ends_with("etcd.yaml") {
-                    text = text
-                        .replace("--name=cp-1", &format!("--name=cp-{i}"))
-                        .lines()
-                        .map(|l| {
-                            if l.trim_start().starts_with("- --initial-cluster=") {
-                                format!("    - --initial-cluster={initial}")
-                            } else {
-                                l.to_string()
-                            }
-                        })
-                        .collect::<Vec<_>>()
-                        .join("\n")
-                        + "\n";
-                }
-                fs::write(&f, text).unwrap();
-            }
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+                + "\n";
+            fs::write(&etcd, text).unwrap();
             nodes.push(CpNode {
                 root,
                 offset: *off,

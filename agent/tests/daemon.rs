@@ -2,16 +2,19 @@
 //! it between passes with exit 0.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-#[test]
-fn daemon_repeats_passes_logs_decisions_and_stops_on_sigterm() {
-    let root = std::env::temp_dir().join(format!("certrotor-daemon-{}", std::process::id()));
+const BIN: &str = env!("CARGO_BIN_EXE_certrotor");
+
+/// A fresh `lab init` node (certificates expiring in 2 days) in the temp dir, named by `prefix`
+/// and this process.
+fn lab_node(prefix: &str) -> PathBuf {
+    let root = std::env::temp_dir().join(format!("{prefix}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
-    let bin = env!("CARGO_BIN_EXE_certrotor");
-    let out = Command::new(bin)
+    let out = Command::new(BIN)
         .args(["lab", "init"])
         .arg(&root)
         .args(["--expires-in", "2d", "--key-algorithm", "ecdsa-p256"])
@@ -22,18 +25,45 @@ fn daemon_repeats_passes_logs_decisions_and_stops_on_sigterm() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    root
+}
 
-    let mut child = Command::new(bin)
-        .arg("daemon")
+/// `certrotor <head> --root <root> --interval <interval> --platform none`, stderr piped.
+fn daemon(head: &[&str], root: &Path, interval: &str) -> Child {
+    Command::new(BIN)
+        .args(head)
         .arg("--root")
-        .arg(&root)
-        .args(["--interval", "2s", "--platform", "none"])
+        .arg(root)
+        .args(["--interval", interval, "--platform", "none"])
         // The lab node's admin.conf names 10.0.0.10: no Kubernetes Events (events.rs tests them).
         .env("CERTROTOR_EVENTS", "off")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+/// SIGTERM the daemon and wait (20 s at most) for it to exit.
+fn sigterm_and_wait(child: &mut Child) -> ExitStatus {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "daemon did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn daemon_repeats_passes_logs_decisions_and_stops_on_sigterm() {
+    let root = lab_node("certrotor-daemon");
+    let mut child = daemon(&["daemon"], &root, "2s");
     let (tx, rx) = mpsc::channel();
     let stderr = child.stderr.take().unwrap();
     std::thread::spawn(move || {
@@ -59,19 +89,7 @@ fn daemon_repeats_passes_logs_decisions_and_stops_on_sigterm() {
             }
         }
     }
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "daemon did not stop on SIGTERM");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = sigterm_and_wait(&mut child);
     while let Ok(l) = rx.recv_timeout(Duration::from_secs(2)) {
         lines.push(l);
     }
@@ -98,30 +116,8 @@ fn daemon_repeats_passes_logs_decisions_and_stops_on_sigterm() {
 /// daemon keeps running its passes, renews, and still stops cleanly on SIGTERM.
 #[test]
 fn daemon_survives_a_closed_stderr() {
-    let root = std::env::temp_dir().join(format!("certrotor-daemon-epipe-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
-    let bin = env!("CARGO_BIN_EXE_certrotor");
-    let out = Command::new(bin)
-        .args(["lab", "init"])
-        .arg(&root)
-        .args(["--expires-in", "2d", "--key-algorithm", "ecdsa-p256"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut child = Command::new(bin)
-        .args(["--log-level", "debug", "daemon", "--root"])
-        .arg(&root)
-        .args(["--interval", "1s", "--platform", "none"])
-        // The lab node's admin.conf names 10.0.0.10: no Kubernetes Events (events.rs tests them).
-        .env("CERTROTOR_EVENTS", "off")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let root = lab_node("certrotor-daemon-epipe");
+    let mut child = daemon(&["--log-level", "debug", "daemon"], &root, "1s");
     // Close the only reader at once: every log line now meets EPIPE.
     drop(child.stderr.take());
     // Wait for the first pass to renew: check exits 0 once nothing expires within a day (the
@@ -132,7 +128,7 @@ fn daemon_survives_a_closed_stderr() {
             child.try_wait().unwrap().is_none(),
             "the daemon died after its stderr closed"
         );
-        let check = Command::new(bin)
+        let check = Command::new(BIN)
             .args([
                 "--log-level",
                 "off",
@@ -153,19 +149,7 @@ fn daemon_survives_a_closed_stderr() {
     // More passes (and log lines) after the renewal; still alive.
     std::thread::sleep(Duration::from_secs(3));
     assert!(child.try_wait().unwrap().is_none(), "the daemon died");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "daemon did not stop on SIGTERM");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = sigterm_and_wait(&mut child);
     assert!(status.success(), "exit {status:?}");
     let _ = std::fs::remove_dir_all(&root);
 }

@@ -231,6 +231,15 @@ fn run_with(args: &[&str], engine: &[String]) -> crate::util::Run {
     certrotor(&all)
 }
 
+/// No container is left in containerd.
+fn assert_no_containers(ctd: &Containerd) {
+    assert!(
+        ctd.containers().is_empty(),
+        "containers left: {:?}",
+        ctd.containers()
+    );
+}
+
 /// The staging folders left under the root (none after a finished run).
 fn staging_left(root: &Path) -> Vec<PathBuf> {
     std::fs::read_dir(root.join("var/lib/certrotor/engine"))
@@ -312,11 +321,7 @@ fn kubeadm_engine_works_on_a_staging_copy_mounted_twice() {
     openssl_verify(&pki.join("ca.crt"), &pki.join("apiserver.crt"), true).unwrap();
     let (c, k) = crate::util::public_keys(&pki.join("apiserver.crt"), &pki.join("apiserver.key"));
     assert_eq!(c, k, "the new key matches the new certificate");
-    assert!(
-        ctd.containers().is_empty(),
-        "containers left: {:?}",
-        ctd.containers()
-    );
+    assert_no_containers(&ctd);
     assert!(
         staging_left(&root).is_empty(),
         "staging left: {:?}",
@@ -326,65 +331,61 @@ fn kubeadm_engine_works_on_a_staging_copy_mounted_twice() {
 
 #[test]
 fn failing_kubeadm_is_a_clear_error_and_changes_nothing() {
-    if !can_run("failing_kubeadm_is_a_clear_error_and_changes_nothing") {
-        return;
-    }
-    let t = TestDir::new("engine-fail");
-    let ctd = Containerd::start(t.path());
-    let root = t.lab("node", &["--expires-in", "3d"]);
-    let r = root.to_str().unwrap();
-    std::fs::write(root.join("etc/kubernetes/pki/.standin-fail"), "").unwrap();
-    let before = snapshot(&root);
-    let run = run_with(&["renew", "--root", r], &ctd.standin_flags());
-    run.expect(2);
-    for word in [
-        ctd.socket.to_str().unwrap(),
-        IMAGE,
-        "/opt/bin/kubeadm-standin certs renew",
-        "exit code 3",
-        "failing as asked",
-        "nothing was changed",
-    ] {
-        assert!(
-            run.stderr.contains(word),
-            "the error must name '{word}'\n{run}"
-        );
-    }
-    assert_eq!(
-        before,
-        snapshot(&root),
-        "the live PKI must be unchanged\n{run}"
+    a_failing_tool_is_a_clear_error_and_changes_nothing(
+        "failing_kubeadm_is_a_clear_error_and_changes_nothing",
+        "engine-fail",
+        Some(".standin-fail"),
+        Containerd::standin_flags,
+        &[
+            "/opt/bin/kubeadm-standin certs renew",
+            "exit code 3",
+            "failing as asked",
+        ],
     );
-    assert!(
-        ctd.containers().is_empty(),
-        "containers left: {:?}",
-        ctd.containers()
-    );
-    assert!(staging_left(&root).is_empty());
 }
 
 #[test]
 fn real_kubeadm_failing_is_a_clear_error_and_changes_nothing() {
-    if !can_run("real_kubeadm_failing_is_a_clear_error_and_changes_nothing") {
-        return;
-    }
     // A node of kubeadm >= 1.29 has super-admin.conf, which kubeadm v1.20 does not know: a
     // genuine failure of the real tool (exit 1, "invalid subcommand").
-    let t = TestDir::new("engine-real-fail");
+    a_failing_tool_is_a_clear_error_and_changes_nothing(
+        "real_kubeadm_failing_is_a_clear_error_and_changes_nothing",
+        "engine-real-fail",
+        None,
+        Containerd::flags,
+        &[
+            "/opt/bin/kubeadm certs renew super-admin.conf",
+            "exit code 1",
+            "invalid subcommand",
+        ],
+    );
+}
+
+/// `renew` on a fresh lab node (with the stand-in's `marker` file in its PKI, if any) with the
+/// engine `flags` fails: exit 2, the error names the socket, the image, `words` and "nothing was
+/// changed", the live PKI is unchanged and no container or staging copy is left.
+fn a_failing_tool_is_a_clear_error_and_changes_nothing(
+    test: &str,
+    dir: &str,
+    marker: Option<&str>,
+    flags: fn(&Containerd) -> Vec<String>,
+    words: &[&str],
+) {
+    if !can_run(test) {
+        return;
+    }
+    let t = TestDir::new(dir);
     let ctd = Containerd::start(t.path());
     let root = t.lab("node", &["--expires-in", "3d"]);
     let r = root.to_str().unwrap();
+    if let Some(marker) = marker {
+        std::fs::write(root.join("etc/kubernetes/pki").join(marker), "").unwrap();
+    }
     let before = snapshot(&root);
-    let run = run_with(&["renew", "--root", r], &ctd.flags());
+    let run = run_with(&["renew", "--root", r], &flags(&ctd));
     run.expect(2);
-    for word in [
-        ctd.socket.to_str().unwrap(),
-        IMAGE,
-        "/opt/bin/kubeadm certs renew super-admin.conf",
-        "exit code 1",
-        "invalid subcommand",
-        "nothing was changed",
-    ] {
+    let named = [ctd.socket.to_str().unwrap(), IMAGE];
+    for word in named.iter().chain(words).chain(&["nothing was changed"]) {
         assert!(
             run.stderr.contains(word),
             "the error must name '{word}'\n{run}"
@@ -395,11 +396,7 @@ fn real_kubeadm_failing_is_a_clear_error_and_changes_nothing() {
         snapshot(&root),
         "the live PKI must be unchanged\n{run}"
     );
-    assert!(
-        ctd.containers().is_empty(),
-        "containers left: {:?}",
-        ctd.containers()
-    );
+    assert_no_containers(&ctd);
     assert!(staging_left(&root).is_empty());
 }
 
@@ -517,11 +514,7 @@ fn a_killed_run_leaves_a_container_that_the_next_run_removes() {
         "{run}"
     );
     assert!(run.stderr.contains("staging copy"), "{run}");
-    assert!(
-        ctd.containers().is_empty(),
-        "containers left: {:?}",
-        ctd.containers()
-    );
+    assert_no_containers(&ctd);
     assert!(staging_left(&root).is_empty());
     assert_ne!(std::fs::read(pki.join("apiserver.crt")).unwrap(), live);
 }
@@ -680,7 +673,7 @@ fn real_kubeadm_rsa_keys_on_an_ecdsa_node_are_refused_and_nothing_changes() {
         "kubeadm v1.20 always makes RSA-2048 keys: certrotor must refuse them\n{run}"
     );
     assert_eq!(before, snapshot(&root), "nothing may change\n{run}");
-    assert!(ctd.containers().is_empty());
+    assert_no_containers(&ctd);
     assert!(staging_left(&root).is_empty());
 }
 
@@ -737,5 +730,5 @@ fn etcdadm_output_is_validated_as_the_node_is_configured() {
     }
     let new = Ossl::read(&pki.join("server.crt"));
     assert_eq!(new.ext_key_usage, old.ext_key_usage);
-    assert!(ctd.containers().is_empty());
+    assert_no_containers(&ctd);
 }

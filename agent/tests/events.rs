@@ -22,6 +22,14 @@ fn kubectl(kubectl: &Path, kubeconfig: &Path, args: &[&str]) -> Output {
         .run()
 }
 
+/// `run --once --platform none [extra] --output json` with Events on; it must exit 0.
+fn run_once_with_events(root: &Path, extra: &[&str]) -> Output {
+    let mut args = vec!["run", "--once", "--root", s(root), "--platform", "none"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--output", "json"]);
+    certrotor(&args).env("CERTROTOR_EVENTS", "on").run().ok()
+}
+
 /// kubelet-sim stopped (SIGTERM: it stops its pods) when the test ends, passed or not.
 struct Kubelet(Option<Background>);
 
@@ -79,19 +87,7 @@ fn a_renewal_posts_a_node_event_that_kubectl_shows_and_a_down_apiserver_changes_
     testkit::k8s::grant_cluster_admins(&root.join("etc/kubernetes/super-admin.conf"));
 
     // A pass that renews everything due (platform none: the running apiserver keeps serving).
-    let run = certrotor(&[
-        "run",
-        "--once",
-        "--root",
-        s(&root),
-        "--platform",
-        "none",
-        "--output",
-        "json",
-    ])
-    .env("CERTROTOR_EVENTS", "on")
-    .run()
-    .ok();
+    let run = run_once_with_events(&root, &[]);
     assert!(
         run.stderr
             .contains("posted Kubernetes Event CertificatesRenewed on node cp-events"),
@@ -155,20 +151,7 @@ fn a_renewal_posts_a_node_event_that_kubectl_shows_and_a_down_apiserver_changes_
     wait_for("the apiserver down", Duration::from_secs(30), || {
         (!probe_state(port, "/readyz", &ca, &pair).0).then_some(())
     });
-    let down = certrotor(&[
-        "run",
-        "--once",
-        "--root",
-        s(&root),
-        "--platform",
-        "none",
-        "--all",
-        "--output",
-        "json",
-    ])
-    .env("CERTROTOR_EVENTS", "on")
-    .run()
-    .ok();
+    let down = run_once_with_events(&root, &["--all"]);
     assert!(
         down.stderr
             .contains("could not post the Kubernetes Event CertificatesRenewed")

@@ -187,10 +187,7 @@ fn hostile_yaml(shape: &str, size: usize) -> String {
 #[test]
 fn deeply_nested_yaml_is_refused_at_once() {
     let t = TestDir::new("deepyaml");
-    let root = t.lab(
-        "n",
-        &["--expires-in", "3d", "--key-algorithm", "ecdsa-p256"],
-    );
+    let root = node(&t, "n");
     for shape in ["flow-seq", "flow-map", "block-seq", "indent", "aliases"] {
         for size in [20_000usize, 1_000_000] {
             std::fs::write(
@@ -233,10 +230,7 @@ fn mode(path: &Path) -> u32 {
 #[test]
 fn keys_are_written_0600_and_readable_keys_are_warned_about() {
     let t = TestDir::new("keymode");
-    let root = t.lab(
-        "n",
-        &["--expires-in", "3d", "--key-algorithm", "ecdsa-p256"],
-    );
+    let root = node(&t, "n");
     let key = root.join("etc/kubernetes/pki/apiserver.key");
     let admin = root.join("etc/kubernetes/admin.conf");
     let set = |p: &Path, m: u32| {
@@ -382,10 +376,7 @@ fn reissue_with_openssl(pki: &Path, name: &str, ca: &str, subj: &str, ext: &str,
 #[test]
 fn renewal_keeps_uri_and_email_sans() {
     let t = TestDir::new("urisan");
-    let root = t.lab(
-        "n",
-        &["--expires-in", "3d", "--key-algorithm", "ecdsa-p256"],
-    );
+    let root = node(&t, "n");
     let pki = root.join("etc/kubernetes/pki");
     reissue_with_openssl(
         &pki,
@@ -416,6 +407,14 @@ fn renewal_keeps_uri_and_email_sans() {
         !serial.contains("=1092"),
         "not renewed (serial 4242 kept): {serial}"
     );
+}
+
+/// A lab node in `t`'s `sub` with ECDSA keys whose leaves expire in 3 days.
+fn node(t: &TestDir, sub: &str) -> PathBuf {
+    t.lab(
+        sub,
+        &["--expires-in", "3d", "--key-algorithm", "ecdsa-p256"],
+    )
 }
 
 /// Replaces `pki/ca.crt` by a self-signed CA with the same key and subject, valid from `start`
@@ -472,10 +471,7 @@ fn redate_ca(pki: &Path, start: &str, end: &str) {
 #[test]
 fn an_expired_ca_invalidates_its_chains_and_renewal_under_it_is_refused() {
     let t = TestDir::new("expiredca");
-    let root = t.lab(
-        "n",
-        &["--expires-in", "3d", "--key-algorithm", "ecdsa-p256"],
-    );
+    let root = node(&t, "n");
     let pki = root.join("etc/kubernetes/pki");
     redate_ca(&pki, "20240101000000Z", "20250101000000Z");
     let before = std::fs::read(pki.join("apiserver.crt")).unwrap();
@@ -513,10 +509,7 @@ fn an_expired_ca_invalidates_its_chains_and_renewal_under_it_is_refused() {
 #[test]
 fn check_does_not_wait_for_another_runs_lock() {
     let t = TestDir::new("checklock");
-    let root = t.lab(
-        "n",
-        &["--expires-in", "3d", "--key-algorithm", "ecdsa-p256"],
-    );
+    let root = node(&t, "n");
     let state = root.join("var/lib/certrotor");
     std::fs::create_dir_all(&state).unwrap();
     let lock = state.join("lock");
@@ -578,10 +571,7 @@ fn tree(dir: &Path) -> Vec<(String, Vec<u8>)> {
 #[test]
 fn writes_through_a_symlinked_pki_folder_stay_inside_the_root() {
     let t = TestDir::new("symlinkpki");
-    let root = t.lab(
-        "n",
-        &["--expires-in", "3d", "--key-algorithm", "ecdsa-p256"],
-    );
+    let root = node(&t, "n");
     let host = PathBuf::from(format!("/srv/certrotor-hostile-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&host);
     std::fs::create_dir_all(host.join("pki/etcd")).unwrap();
@@ -660,10 +650,7 @@ fn an_unreplaceable_live_file_is_refused_before_anything_changes() {
 #[test]
 fn an_unusable_or_unreadable_ca_key_is_named_not_called_external() {
     let t = TestDir::new("ed25519ca");
-    let root = t.lab(
-        "n",
-        &["--expires-in", "3d", "--key-algorithm", "ecdsa-p256"],
-    );
+    let root = node(&t, "n");
     let pki = root.join("etc/kubernetes/pki");
     let ca_key = pki.join("front-proxy-ca.key");
     openssl(&["genpkey", "-algorithm", "ed25519", "-out", p(&ca_key)]);
@@ -704,10 +691,7 @@ fn an_unusable_or_unreadable_ca_key_is_named_not_called_external() {
     assert!(r.stderr.contains("unsupported key type"), "{r}");
 
     // Not root: keys are unreadable, which is a permission problem, not an external CA.
-    let root2 = t.lab(
-        "n2",
-        &["--expires-in", "3d", "--key-algorithm", "ecdsa-p256"],
-    );
+    let root2 = node(&t, "n2");
     let out = std::process::Command::new("setpriv")
         .args([
             "--reuid=65534",
@@ -733,10 +717,7 @@ fn an_unusable_or_unreadable_ca_key_is_named_not_called_external() {
 #[test]
 fn a_kubeconfig_naming_files_is_not_renewable_and_does_not_stop_renew_all() {
     let t = TestDir::new("kubeconfigfiles");
-    let root = t.lab(
-        "n",
-        &["--expires-in", "3d", "--key-algorithm", "ecdsa-p256"],
-    );
+    let root = node(&t, "n");
     let admin = root.join("etc/kubernetes/admin.conf");
     let conf = std::fs::read_to_string(&admin).unwrap();
     let files = root.join("etc/kubernetes/admin-pki");
@@ -803,10 +784,7 @@ fn quoted_commands(text: &str) -> Vec<String> {
 fn every_advised_command_works() {
     let t = TestDir::new("advice");
     // A mismatched pair (a key from another certificate) and a kubeconfig with a foreign key.
-    let root = t.lab(
-        "n",
-        &["--expires-in", "3d", "--key-algorithm", "ecdsa-p256"],
-    );
+    let root = node(&t, "n");
     let pki = root.join("etc/kubernetes/pki");
     std::fs::copy(
         pki.join("front-proxy-client.key"),

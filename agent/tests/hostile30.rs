@@ -79,6 +79,28 @@ fn node(t: &TempDir, name: &str, extra: &[&str]) -> PathBuf {
     lab(&t.join(name), &args)
 }
 
+/// A node (on 127.0.0.1) with its own etcd, and a client of that etcd.
+fn node_with_etcd(t: &TempDir) -> (PathBuf, OneEtcd, Arc<certrotor::cluster::Client>) {
+    let root = node(t, "n", &["--advertise-address", "127.0.0.1"]);
+    let pki = root.join(PKI);
+    let etcd = etcd_with_client_of(&t.path, &pki.join("etcd"), &pki);
+    let client = Arc::new(etcd.client());
+    (root, etcd, client)
+}
+
+/// A one-member etcd in `dir` with the certificates of `etcd_pki`, its client certificate
+/// `apiserver-etcd-client.{crt,key}` of `client_pki`.
+fn etcd_with_client_of(dir: &Path, etcd_pki: &Path, client_pki: &Path) -> OneEtcd {
+    OneEtcd::start(
+        dir,
+        etcd_pki,
+        (
+            &client_pki.join("apiserver-etcd-client.crt"),
+            &client_pki.join("apiserver-etcd-client.key"),
+        ),
+    )
+}
+
 fn mode_of(p: &Path) -> u32 {
     fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
 }
@@ -1696,14 +1718,7 @@ impl GateNode {
             ],
         );
         let pki = root.join(PKI);
-        let etcd = OneEtcd::start(
-            &t.path,
-            &pki.join("etcd"),
-            (
-                &pki.join("apiserver-etcd-client.crt"),
-                &pki.join("apiserver-etcd-client.key"),
-            ),
-        );
+        let etcd = etcd_with_client_of(&t.path, &pki.join("etcd"), &pki);
         let port = 6443 + offset.parse::<u16>().unwrap();
         GateNode {
             root,
@@ -2013,14 +2028,7 @@ fn issue30_8_a_published_pair_of_an_unknown_version_is_refused() {
     let t = TempDir::new("i30-8b");
     let x = external(&t);
     let epki = x.etcd_root.join("etc/etcd/pki");
-    let etcd = OneEtcd::start(
-        &t.path,
-        &epki,
-        (
-            &epki.join("apiserver-etcd-client.crt"),
-            &epki.join("apiserver-etcd-client.key"),
-        ),
-    );
+    let etcd = etcd_with_client_of(&t.path, &epki, &epki);
     let value = |version: u32| {
         json!({
             "version": version,
@@ -2068,17 +2076,7 @@ fn issue30_8_a_published_pair_of_an_unknown_version_is_refused() {
 #[test]
 fn issue30_8_a_lock_key_without_a_lease_does_not_block_for_ever() {
     let t = TempDir::new("i30-8c");
-    let root = node(&t, "n", &["--advertise-address", "127.0.0.1"]);
-    let pki = root.join(PKI);
-    let etcd = OneEtcd::start(
-        &t.path,
-        &pki.join("etcd"),
-        (
-            &pki.join("apiserver-etcd-client.crt"),
-            &pki.join("apiserver-etcd-client.key"),
-        ),
-    );
-    let client = Arc::new(etcd.client());
+    let (_root, _etcd, client) = node_with_etcd(&t);
     client
         .put(
             certrotor::cluster::LOCK_KEY,
@@ -2097,17 +2095,7 @@ fn issue30_8_a_lock_key_without_a_lease_does_not_block_for_ever() {
 #[test]
 fn issue30_8_the_lock_holders_text_is_escaped() {
     let t = TempDir::new("i30-8d");
-    let root = node(&t, "n", &["--advertise-address", "127.0.0.1"]);
-    let pki = root.join(PKI);
-    let etcd = OneEtcd::start(
-        &t.path,
-        &pki.join("etcd"),
-        (
-            &pki.join("apiserver-etcd-client.crt"),
-            &pki.join("apiserver-etcd-client.key"),
-        ),
-    );
-    let client = Arc::new(etcd.client());
+    let (root, etcd, client) = node_with_etcd(&t);
     let ttl = Duration::from_secs(3);
     // Hostile holder text under a real lease.
     let evil = "node\u{1b}[2J\r\nFORGED 2026-01-01T00:00:00.000Z INFO  [ops] all fine\u{9b}0m";

@@ -115,6 +115,24 @@ fn identity(o: &Ossl) -> String {
 }
 
 /// The first line of a key file (its PEM encoding: PKCS#1, SEC1 or PKCS#8).
+/// Each of `certs` (who made it, the certificate) expires 365 days after a moment between
+/// `earliest` and `end` (+ 2 s); the failure names `name`, `since` (what the moment is), `start`.
+fn assert_a_year_from(
+    name: &str,
+    certs: [(&str, &Ossl); 2],
+    since: &str,
+    (earliest, end): (i64, i64),
+    start: i64,
+) {
+    for (who, o) in certs {
+        assert!(
+            o.not_after >= earliest + YEAR && o.not_after <= end + YEAR + 2,
+            "{name}: {who} notAfter {} is not {since} + 365 d ({start}..{end})",
+            o.not_after
+        );
+    }
+}
+
 fn key_encoding(path: &Path) -> String {
     std::fs::read_to_string(path)
         .unwrap()
@@ -256,13 +274,13 @@ fn assert_renew_parity(t: &TestDir, orig: &Path, what: &str) {
             "{name}: both make a new key"
         );
         // Validity: one year from the renewal in both.
-        for (who, o) in [("kubeadm", &k), ("certrotor", &c)] {
-            assert!(
-                o.not_after >= start + YEAR - 2 && o.not_after <= end + YEAR + 2,
-                "{name}: {who} notAfter {} is not renewal time + 365 d ({start}..{end})",
-                o.not_after
-            );
-        }
+        assert_a_year_from(
+            name,
+            [("kubeadm", &k), ("certrotor", &c)],
+            "renewal time",
+            (start - 2, end),
+            start,
+        );
         // notBefore: kubeadm v1.20 copies the CA's; certrotor backdates 5 min (kubeadm >= 1.31).
         assert_eq!(
             k.not_before, ca_cert.not_before,
@@ -359,13 +377,13 @@ fn lab_init_writes_what_kubeadm_init_writes() {
             identity(&k),
             "{name}: certrotor lab init vs kubeadm init"
         );
-        for (who, o) in [("lab init", &l), ("kubeadm", &k)] {
-            assert!(
-                o.not_after >= start + YEAR - 310 && o.not_after <= end + YEAR + 2,
-                "{name}: {who} notAfter {} is not creation + 365 d ({start}..{end})",
-                o.not_after
-            );
-        }
+        assert_a_year_from(
+            name,
+            [("lab init", &l), ("kubeadm", &k)],
+            "creation",
+            (start - 310, end),
+            start,
+        );
         if !rel.ends_with(".conf") {
             let key = rel.replace(".crt", ".key");
             assert_eq!(

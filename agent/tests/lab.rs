@@ -97,24 +97,17 @@ fn kubeadm_wants(root: &Path, kdir: &str, stacked: bool, etcd_client_crt: &str) 
     if stacked {
         let both = ["serverAuth", "clientAuth"];
         let member_ips = [IP, "127.0.0.1", "::1"];
-        out.push(leaf(
-            "etcd/server.crt",
-            NODE,
-            None,
-            &both,
-            &[NODE, "localhost"],
-            &member_ips,
-            &etcd,
-        ));
-        out.push(leaf(
-            "etcd/peer.crt",
-            NODE,
-            None,
-            &both,
-            &[NODE, "localhost"],
-            &member_ips,
-            &etcd,
-        ));
+        for rel in ["etcd/server.crt", "etcd/peer.crt"] {
+            out.push(leaf(
+                rel,
+                NODE,
+                None,
+                &both,
+                &[NODE, "localhost"],
+                &member_ips,
+                &etcd,
+            ));
+        }
         out.push(leaf(
             "etcd/healthcheck-client.crt",
             "kube-etcd-healthcheck-client",

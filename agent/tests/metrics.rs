@@ -37,6 +37,18 @@ fn lab(dir: &TempDir, expires: &str) -> std::path::PathBuf {
     root
 }
 
+/// `certrotor check --root <root> --output <format>`.
+fn check_output(root: &Path, format: &str) -> crate::renew_util::Output {
+    certrotor(&[
+        "check",
+        "--root",
+        root.to_str().unwrap(),
+        "--output",
+        format,
+    ])
+    .run()
+}
+
 /// `certrotor daemon --metrics-address 127.0.0.1:0` on `root`, and the address it serves.
 fn daemon(dir: &TempDir, root: &Path, interval: &str) -> (Background, String) {
     let mut d = Cmd::new(bin())
@@ -172,29 +184,10 @@ fn metrics_promtool_check_metrics_is_clean_on_check_and_daemon_output() {
     let dir = TempDir::new("metrics-lint");
     let root = lab(&dir, "3d");
     // check --output prometheus: exit 1 (expiring within 30d), the exporter's gauges.
-    let check = certrotor(&[
-        "check",
-        "--root",
-        root.to_str().unwrap(),
-        "--output",
-        "prometheus",
-    ])
-    .run()
-    .expect_code(1);
+    let check = check_output(&root, "prometheus").expect_code(1);
     promtool_clean("check --output prometheus", &check.stdout);
-    let json: Value = serde_json::from_str(
-        &certrotor(&[
-            "check",
-            "--root",
-            root.to_str().unwrap(),
-            "--output",
-            "json",
-        ])
-        .run()
-        .expect_code(1)
-        .stdout,
-    )
-    .unwrap();
+    let json: Value =
+        serde_json::from_str(&check_output(&root, "json").expect_code(1).stdout).unwrap();
     // Every certificate of check's JSON has its series, with its notAfter and subject CN.
     let gauges = samples(&check.stdout);
     let mut seen = 0;
@@ -243,15 +236,7 @@ fn metrics_promtool_check_metrics_is_clean_on_check_and_daemon_output() {
         "garbage",
     )
     .unwrap();
-    let bad = certrotor(&[
-        "check",
-        "--root",
-        root.to_str().unwrap(),
-        "--output",
-        "prometheus",
-    ])
-    .run()
-    .expect_code(2);
+    let bad = check_output(&root, "prometheus").expect_code(2);
     promtool_clean("check with a damaged certificate", &bad.stdout);
     assert!(
         bad.stdout.contains("\nx509_read_errors 1\n"),
@@ -410,14 +395,7 @@ fn metrics_promtool_alert_fires_on_a_node_expiring_in_3_days_and_clears_after_ru
     let root = lab(&dir, "3d");
     let gauges = || -> (String, i64) {
         let now = crate::util::now();
-        let out = certrotor(&[
-            "check",
-            "--root",
-            root.to_str().unwrap(),
-            "--output",
-            "prometheus",
-        ])
-        .run();
+        let out = check_output(&root, "prometheus");
         assert!(matches!(out.code(), Some(0 | 1)), "{out}");
         (out.stdout, now)
     };

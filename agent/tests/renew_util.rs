@@ -542,20 +542,25 @@ fn named<'a>(list: &'a serde_norway::Value, name: &str) -> &'a serde_norway::Val
 
 /// The current user's `user` map of a kubeconfig.
 pub fn current_user(kc: &serde_norway::Value) -> &serde_norway::Value {
-    let ctx = kc["current-context"].as_str().unwrap();
-    let user = named(&kc["contexts"], ctx)["context"]["user"]
-        .as_str()
-        .unwrap();
-    &named(&kc["users"], user)["user"]
+    current_entry(kc, "user", "users")
 }
 
 /// The current cluster's `cluster` map of a kubeconfig.
 pub fn current_cluster(kc: &serde_norway::Value) -> &serde_norway::Value {
+    current_entry(kc, "cluster", "clusters")
+}
+
+/// The `kind` map (`user`, `cluster`) of the entry of `list` the current context names.
+fn current_entry<'a>(
+    kc: &'a serde_norway::Value,
+    kind: &str,
+    list: &str,
+) -> &'a serde_norway::Value {
     let ctx = kc["current-context"].as_str().unwrap();
-    let cluster = named(&kc["contexts"], ctx)["context"]["cluster"]
+    let name = named(&kc["contexts"], ctx)["context"][kind]
         .as_str()
         .unwrap();
-    &named(&kc["clusters"], cluster)["cluster"]
+    &named(&kc[list], name)[kind]
 }
 
 /// The certificate PEM of a `.crt` file, or the client certificate embedded in a `.conf`.

@@ -462,17 +462,24 @@ fn leaks(
     found
 }
 
+/// The private and public key material under `dirs` (see [`collect`]).
+fn collected(dirs: &[PathBuf]) -> (BTreeSet<Vec<u8>>, BTreeSet<Vec<u8>>) {
+    let (mut secrets, mut public) = (BTreeSet::new(), BTreeSet::new());
+    collect(dirs, &mut HashSet::new(), &mut secrets, &mut public);
+    (secrets, public)
+}
+
+/// A fresh ECDSA lab node in a test folder named `name`, and the key material under it.
+fn scanned_lab(name: &str) -> (TestDir, PathBuf, BTreeSet<Vec<u8>>, BTreeSet<Vec<u8>>) {
+    let t = TestDir::new(name);
+    let root = t.lab("n", &["--key-algorithm", "ecdsa-p256"]);
+    let (secrets, public) = collected(std::slice::from_ref(&root));
+    (t, root, secrets, public)
+}
+
 #[test]
 fn the_scanner_finds_key_material_in_any_encoding_and_alignment() {
-    let t = TestDir::new("secrets-scanner");
-    let root = t.lab("n", &["--key-algorithm", "ecdsa-p256"]);
-    let (mut secrets, mut public) = (BTreeSet::new(), BTreeSet::new());
-    collect(
-        std::slice::from_ref(&root),
-        &mut HashSet::new(),
-        &mut secrets,
-        &mut public,
-    );
+    let (_t, root, secrets, public) = scanned_lab("secrets-scanner");
     assert!(secrets.len() >= 10, "keys found: {}", secrets.len());
     let key = fs::read_to_string(root.join("etc/kubernetes/pki/apiserver.key")).unwrap();
     let der = pem_blocks(&key).remove(0).1;
@@ -755,15 +762,7 @@ fn trace_rows(data: &[u8], json: bool) -> String {
 /// those layers.
 #[test]
 fn the_scanner_finds_a_key_in_hex_rows_of_base64_of_json_of_pem() {
-    let t = TestDir::new("secrets-scanner-rows");
-    let root = t.lab("n", &["--key-algorithm", "ecdsa-p256"]);
-    let (mut secrets, mut public) = (BTreeSet::new(), BTreeSet::new());
-    collect(
-        std::slice::from_ref(&root),
-        &mut HashSet::new(),
-        &mut secrets,
-        &mut public,
-    );
+    let (_t, root, secrets, public) = scanned_lab("secrets-scanner-rows");
     let key =
         fs::read_to_string(root.join("etc/kubernetes/pki/apiserver-etcd-client.key")).unwrap();
     let pair = serde_json::json!({"version": 1, "cert_pem": "x", "key_pem": key}).to_string();
@@ -845,13 +844,7 @@ fn no_cluster_mode_command_prints_key_material_at_any_log_level_or_format() {
     );
     let client = etcd.client();
     let ep = etcd.endpoint.clone();
-    let (mut secrets, mut public) = (BTreeSet::new(), BTreeSet::new());
-    collect(
-        &[etcd_root.clone(), cp.clone()],
-        &mut HashSet::new(),
-        &mut secrets,
-        &mut public,
-    );
+    let (secrets, public) = collected(&[etcd_root.clone(), cp.clone()]);
     assert!(secrets.len() > 10, "{} keys", secrets.len());
     let (e, c) = (
         etcd_root.to_str().unwrap().to_string(),

@@ -41,6 +41,13 @@ fn status(root: &Path, extra: &[&str]) -> Value {
     certrotor(&args).expect(0).json()
 }
 
+/// `certrotor run --once --root <r> --platform none` and `extra`.
+fn run_none(r: &str, extra: &[&str]) -> Run {
+    let mut args = vec!["run", "--once", "--root", r, "--platform", "none"];
+    args.extend_from_slice(extra);
+    certrotor(&args)
+}
+
 fn keys(v: &Value) -> BTreeSet<String> {
     v.as_object().unwrap().keys().cloned().collect()
 }
@@ -107,16 +114,7 @@ fn status_of_a_fresh_node_then_after_a_pass_that_renewed() {
     assert!(!root.join("var/lib/certrotor/last-pass.json").exists());
 
     // A pass that renews (platform none: no restarts).
-    let run = certrotor(&[
-        "run",
-        "--once",
-        "--root",
-        r,
-        "--platform",
-        "none",
-        "--output",
-        "json",
-    ]);
+    let run = run_none(r, &["--output", "json"]);
     run.expect(0);
     let report = run.json();
     let v = status(&root, &["--cluster", "off"]);
@@ -198,17 +196,7 @@ fn status_of_a_fresh_node_then_after_a_pass_that_renewed() {
 
     // A --dry-run pass is not recorded (it writes nothing).
     let before = fs::read(root.join("var/lib/certrotor/last-pass.json")).unwrap();
-    certrotor(&[
-        "run",
-        "--once",
-        "--root",
-        r,
-        "--platform",
-        "none",
-        "--dry-run",
-        "--all",
-    ])
-    .expect(0);
+    run_none(r, &["--dry-run", "--all"]).expect(0);
     assert_eq!(
         fs::read(root.join("var/lib/certrotor/last-pass.json")).unwrap(),
         before
@@ -222,17 +210,7 @@ fn status_after_a_failed_pass_and_a_failed_rollback_shows_owed_restarts() {
     let r = root.to_str().unwrap();
 
     // A pass refused before anything is written: failed, exit 2, the error recorded.
-    certrotor(&[
-        "run",
-        "--once",
-        "--root",
-        r,
-        "--platform",
-        "none",
-        "--cert",
-        "no-such-cert",
-    ])
-    .expect(2);
+    run_none(r, &["--cert", "no-such-cert"]).expect(2);
     let p = status(&root, &["--cluster", "off"])["last_pass"].clone();
     assert_eq!(p["result"], "failed", "{p:#}");
     assert_eq!(p["exit_code"], 2);
@@ -355,7 +333,7 @@ fn a_damaged_or_future_last_pass_record_is_an_error_never_absent() {
     let t = TestDir::new("status-damaged");
     let root = node(&t, 21_300);
     let r = root.to_str().unwrap();
-    certrotor(&["run", "--once", "--root", r, "--platform", "none"]).expect(0);
+    run_none(r, &[]).expect(0);
     let file = root.join("var/lib/certrotor/last-pass.json");
     let good = fs::read_to_string(&file).unwrap();
     let cases: Vec<(&str, String, &[&str])> = vec![
