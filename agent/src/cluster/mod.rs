@@ -913,6 +913,32 @@ pub fn apiserver_gate_until(
             };
         }
     };
+    let candidates = candidates(others, node);
+    if candidates.is_empty() {
+        return Gate {
+            name,
+            passed: true,
+            detail: "no other control plane registered".into(),
+        };
+    }
+    match probe_all(&candidates, bounded, deadline) {
+        Ok(addr) => Gate {
+            name,
+            passed: true,
+            detail: format!("{addr} ready"),
+        },
+        Err(tried) => Gate {
+            name,
+            passed: false,
+            detail: format!("no other apiserver ready: {}", tried.join("; ")),
+        },
+    }
+}
+
+/// The other control planes' registrations worth probing: not this node's (by name or by
+/// address), updated within [`REGISTRATION_MAX_AGE`], each address once, the most recently
+/// updated first, at most [`MAX_PROBED`].
+fn candidates(others: Vec<(String, Vec<u8>)>, node: &NodeInfo) -> Vec<std::net::SocketAddr> {
     let me = format!("{APISERVERS_PREFIX}{}", node.name);
     let mut candidates: Vec<(i64, std::net::SocketAddr)> = Vec::new();
     for (key, value) in others {
@@ -943,17 +969,19 @@ pub fn apiserver_gate_until(
     }
     candidates.sort_by_key(|c| std::cmp::Reverse(c.0));
     candidates.truncate(MAX_PROBED);
-    if candidates.is_empty() {
-        return Gate {
-            name,
-            passed: true,
-            detail: "no other control plane registered".into(),
-        };
-    }
-    // Every probe at once; each ends by itself within its timeout, and those still running
-    // when the gate has its answer (or its deadline) are left to end unheard.
+    candidates.into_iter().map(|(_, addr)| addr).collect()
+}
+
+/// Probes every address at once and answers with the first ready one, or what each probe
+/// said by `deadline`; each probe ends by itself within its timeout, and those still running
+/// when the answer (or the deadline) comes are left to end unheard.
+fn probe_all(
+    candidates: &[std::net::SocketAddr],
+    bounded: impl Fn(std::net::SocketAddr) -> crate::restart::verify::Probe,
+    deadline: Instant,
+) -> Result<std::net::SocketAddr, Vec<String>> {
     let (tx, rx) = std::sync::mpsc::channel();
-    for (_, addr) in &candidates {
+    for addr in candidates {
         let (sender, probe) = (tx.clone(), bounded(*addr));
         let addr = *addr;
         let spawned = std::thread::Builder::new()
@@ -970,13 +998,7 @@ pub fn apiserver_gate_until(
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         match rx.recv_timeout(left.max(Duration::from_millis(1))) {
-            Ok((addr, Ok(()))) => {
-                return Gate {
-                    name,
-                    passed: true,
-                    detail: format!("{addr} ready"),
-                };
-            }
+            Ok((addr, Ok(()))) => return Ok(addr),
             Ok((addr, Err(e))) => tried.push(format!("{addr}: {e}")),
             Err(_) => break,
         }
@@ -987,11 +1009,7 @@ pub fn apiserver_gate_until(
             "{silent} more did not answer before the gate's deadline"
         ));
     }
-    Gate {
-        name,
-        passed: false,
-        detail: format!("no other apiserver ready: {}", tried.join("; ")),
-    }
+    Err(tried)
 }
 
 /// Whether `addr` (a registration) is this node's own apiserver at `own`: the same port, and
