@@ -220,14 +220,13 @@ fn check_identity(cert: &Cert, installed: Option<&Cert>) -> Result<(), EtcdClien
     Ok(())
 }
 
-/// Installs a bundle on a control-plane node, under a lock the caller holds; returns the files
-/// written and the backup id. `before_journal` as [`txn::apply_with`].
-pub fn install(
+/// The bundle's pair, checked for installation on the external-etcd control plane under `root`:
+/// signed by its etcd CA, key matching, clientAuth, the apiserver's etcd client identity, valid
+/// now. With the layout it goes to and the time it was checked at.
+fn checked_pair(
     root: &Path,
     bundle: &[u8],
-    opts: &WriteOptions,
-    before_journal: &mut dyn FnMut(&str) -> std::io::Result<()>,
-) -> Result<(Vec<String>, String), EtcdClientError> {
+) -> Result<(Cert, PrivateKey, catalog::Layout, i64), EtcdClientError> {
     let cert = Cert::from_pem(bundle).map_err(refused("the bundle"))?;
     let key = PrivateKey::from_pem(bundle).map_err(refused("the bundle's key"))?;
     let layout = catalog::detect(root)
@@ -267,7 +266,18 @@ pub fn install(
             crate::sys::clock::rfc3339(cert.not_after())
         )));
     }
-    let entries = catalog::entries(root, std::slice::from_ref(&layout));
+    Ok((cert, key, layout, now))
+}
+
+/// The files an installation writes: the key, and the certificate under every name it lives
+/// under; refused when the certificate does not outlive the installed one.
+fn install_changes(
+    root: &Path,
+    layout: &catalog::Layout,
+    cert: &Cert,
+    key: &PrivateKey,
+) -> Result<Vec<Change>, EtcdClientError> {
+    let entries = catalog::entries(root, std::slice::from_ref(layout));
     let entry = entries
         .iter()
         .find(|e| e.name == catalog::names::APISERVER_ETCD_CLIENT)
@@ -310,6 +320,19 @@ pub fn install(
             mode_if_new: 0o644,
         });
     }
+    Ok(changes)
+}
+
+/// Installs a bundle on a control-plane node, under a lock the caller holds; returns the files
+/// written and the backup id. `before_journal` as [`txn::apply_with`].
+pub fn install(
+    root: &Path,
+    bundle: &[u8],
+    opts: &WriteOptions,
+    before_journal: &mut dyn FnMut(&str) -> std::io::Result<()>,
+) -> Result<(Vec<String>, String), EtcdClientError> {
+    let (cert, key, layout, now) = checked_pair(root, bundle)?;
+    let changes = install_changes(root, &layout, &cert, &key)?;
     let outcome = txn::apply_with(
         root,
         &changes,
