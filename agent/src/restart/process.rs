@@ -173,6 +173,14 @@ mod tests {
             .env("certrotor_signature_test", std::process::id().to_string())
             .spawn()
             .unwrap();
+        // The child runs `sleep` once it has exec'd; until then /proc shows the test binary.
+        let cmdline = format!("/proc/{}/cmdline", child.id());
+        for _ in 0..1000 {
+            if std::fs::read(&cmdline).is_ok_and(|c| c.starts_with(b"sleep\0")) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         let sig = Signature {
             program: "sleep".into(),
             args: vec!["61".into()],
