@@ -8,7 +8,16 @@
 # them as host processes (etcd = Debian's etcd, the rest the real kube-apiserver,
 # controller-manager and scheduler v1.20.2 from /usr/lib/k8s), certrotor runs from its
 # OCI image through containerd as a host or bootstrap container (e2e_host_ctr_run).
-# Every wait is a polled condition with a deadline.
+# Every wait is a polled condition with a deadline, and no deadline measures speed: each one
+# only stops a hang, and follows from what it waits for (the bounds below).
+
+# NODE_UP_S: the real control plane (kube-apiserver v1.20.2 and the others, under TCG) coming up
+# or back. Nothing bounds its start but the machine: 60-170 s on an idle host, several times
+# that on a loaded one (one CI run saw over 300 s), so generous: a hang stop only.
+NODE_UP_S=1200
+# NODE_START_S: a small local process coming up (apiserver-sim's socket, containerd, etcd) on a
+# loaded host.
+NODE_START_S=300
 
 NODE_IMG=localhost/certrotor:e2e
 NODE_BIN=/run/e2e-bin
@@ -50,7 +59,7 @@ node_api() {
   mkdir -p "$(dirname "$2")"
   apiserver-sim --socket "$2" --root "$1" --settings "$1/var/lib/e2e-settings.json" \
     >> "$E2E_OUT/$3-apiserver-sim.log" 2>&1 &
-  e2e_wait_for 30 test -S "$2"
+  e2e_wait_for $NODE_START_S test -S "$2"
 }
 
 # node_kubelet ROOT NAME   starts kubelet-sim on ROOT's static pods, whose commands are the real
@@ -114,14 +123,27 @@ node_cp_healthy() {
   if [ "${3:-1}" = 1 ]; then node_etcdctl "$1" "$2" endpoint health > /dev/null 2>&1 || return 1; fi
   node_apiserver_ok "$1" "$2" && node_kcm_ok "$2" && node_sched_ok "$2"
 }
-# node_wait_healthy ROOT O SECONDS [WITH-ETCD]   records how long it took
+# node_wait_healthy ROOT O [SECONDS] [WITH-ETCD]   (SECONDS: NODE_UP_S when empty or absent)
+# records how long it took; the first time in a boot also in NODE_UP_FIRST_S
 node_wait_healthy() {
   _t0=$(e2e_uptime)
-  e2e_wait_for "$3" node_cp_healthy "$1" "$2" "${4:-1}" || return 1
+  e2e_wait_for "${3:-$NODE_UP_S}" node_cp_healthy "$1" "$2" "${4:-1}" || return 1
   _dt=$(awk "BEGIN{print $(e2e_uptime) - $_t0}")
   e2e_log "control plane at $1 healthy after $_dt s"
   printf '%s ' "$_dt" >> "$E2E_OUT/healthy-times.txt"
+  [ -n "${NODE_UP_FIRST_S:-}" ] || NODE_UP_FIRST_S=$_dt
 }
+# node_restart_timeout [FACTOR] [FLOOR]   certrotor's --restart-timeout, from how long this boot's
+# real control plane took to come up the first time (node_wait_healthy): FACTOR (default 3)
+# times that, at least FLOOR (default 300) seconds. A restart brings the same components up
+# again on the same host in the same boot, so the bound scales with the host as it is now, not
+# with an idle host. Before any measurement: NODE_UP_S.
+node_restart_timeout() {
+  if [ -z "${NODE_UP_FIRST_S:-}" ]; then echo "${NODE_UP_S}s"; return; fi
+  awk "BEGIN{ s = ${1:-3} * $NODE_UP_FIRST_S; if (s < ${2:-300}) s = ${2:-300}; printf \"%ds\\n\", s + 0.5 }"
+}
+# node_seconds DURATION   "300s" -> 300
+node_seconds() { echo "${1%s}"; }
 
 # node_served NAME ROOT O   writes $E2E_OUT/NAME: "<component> <served sha> <file sha>" lines
 node_served() {
@@ -160,8 +182,12 @@ node_certrotor() {
   mkdir -p "/local/$_dir/$_cname"
   printf '%s\n' "$_ud" > "/local/$_dir/$_cname/user-data"
   e2e_mark "CERTROTOR-BEGIN $_out"
+  # certrotor bounds its own waits (--restart-timeout, --cluster-wait, ...) but may be silent
+  # while it waits: a line every 30 s tells the harness the guest is not hung.
+  e2e_heartbeat_start "certrotor $_out still running"
   { e2e_host_ctr_run "$_kind" "$@" "$_cname" "$NODE_IMG" 2>&1 > "$E2E_OUT/$_out.json"
     echo $? > "$E2E_OUT/$_out.rc"; } | tee "$E2E_OUT/$_out.log"
+  e2e_heartbeat_stop
   e2e_mark "CERTROTOR-END $_out rc=$(cat "$E2E_OUT/$_out.rc")"
   return "$(cat "$E2E_OUT/$_out.rc")"
 }
@@ -204,8 +230,8 @@ node_external_pair() {
   e2e_check "control-plane API" node_api / /run/api.sock cp
   node_kubelet $E etcd-node
   node_kubelet / cp
-  e2e_check "etcd node healthy" e2e_wait_for 120 etcd_ok endpoint health
-  e2e_check "control plane healthy (apiserver reaches etcd)" node_wait_healthy / $O 300 0
+  e2e_check "etcd node healthy" e2e_wait_for $NODE_START_S etcd_ok endpoint health
+  e2e_check "control plane healthy (apiserver reaches etcd)" node_wait_healthy / $O "" 0
   e2e_check "etcd put before" etcd_ok put /e2e/before "$(cat "$E2E_SHARE/token")"
   node_configmap_before /
   e2e_save cp-client-sha-before "$(node_file_sha "$(cp_client)")"
@@ -256,17 +282,20 @@ node_configmap_before() {
   e2e_check "kubectl: ConfigMap written before the renewal" node_kubectl "$1" create configmap \
     certrotor-e2e --namespace=default --from-literal=token="$(cat "$E2E_SHARE/token")"
 }
-# node_kubectl_after ROOT [WHICH]   after the renewal (or its rollback: WHICH "restored", default
-# "renewed"), with ROOT's admin.conf: the namespaces -> $E2E_OUT/namespaces.txt, the ConfigMap
-# written before -> $E2E_OUT/configmap.txt
+# node_kubectl_after ROOT [WHICH] [PREFIX]   after the renewal (or its rollback: WHICH
+# "restored", default "renewed"), with ROOT's admin.conf: the namespaces ->
+# $E2E_OUT/PREFIXnamespaces.txt, the ConfigMap written before -> $E2E_OUT/PREFIXconfigmap.txt
 node_kubectl_after() {
-  e2e_check "kubectl (${2:-renewed} admin.conf) lists the namespaces" sh -c \
-    "kubectl --kubeconfig $1/var/lib/kubeadm/admin.conf --request-timeout=60s get namespaces -o name > '$E2E_OUT/namespaces.txt'"
-  e2e_check "kubectl (${2:-renewed} admin.conf) reads the ConfigMap back" sh -c \
-    "kubectl --kubeconfig $1/var/lib/kubeadm/admin.conf --request-timeout=60s get configmap certrotor-e2e --namespace=default -o jsonpath='{.data.token}' > '$E2E_OUT/configmap.txt'"
-  cp "$1/var/log/pods/kube-apiserver.log" "$E2E_OUT/kube-apiserver.log" 2> /dev/null
+  e2e_check "kubectl (${2:-renewed} admin.conf) lists the namespaces" \
+    node_kubectl_save "$1" "${3:-}namespaces.txt" get namespaces -o name
+  e2e_check "kubectl (${2:-renewed} admin.conf) reads the ConfigMap back" \
+    node_kubectl_save "$1" "${3:-}configmap.txt" get configmap certrotor-e2e \
+    --namespace=default -o jsonpath='{.data.token}'
+  cp "$1/var/log/pods/kube-apiserver.log" "$E2E_OUT/${3:-}kube-apiserver.log" 2> /dev/null
   true
 }
+# node_kubectl_save ROOT FILE ARGS...   node_kubectl ROOT ARGS > $E2E_OUT/FILE
+node_kubectl_save() { _ks=$2; _kr=$1; shift 2; node_kubectl "$_kr" "$@" > "$E2E_OUT/$_ks"; }
 # node_readyz_start ROOT O NAME   polls the real apiserver's https://127.0.0.1:(6443+O)/readyz
 # in the background, 100 ms between probes (each probe, an openssl s_client, itself takes ~0.8 s
 # under TCG: that is the resolution); one line per poll in $E2E_OUT/NAME: "<uptime> <1|0>"
@@ -308,9 +337,9 @@ TOML
       > /etc/cni/net.d/10-host-only.conflist
   fi
   for _p in $(pidof containerd); do kill "$_p"; done
-  e2e_wait_for 30 sh -c '! pidof containerd' || return 1
+  e2e_wait_for $NODE_START_S sh -c '! pidof containerd' || return 1
   containerd --config /etc/containerd/cri.toml > "$E2E_OUT/containerd-cri.log" 2>&1 &
-  e2e_wait_for 60 ctr version || return 1
+  e2e_wait_for $NODE_START_S ctr version || return 1
   ctr -n k8s.io images import "$E2E_SHARE/pause.tar" > /dev/null
 }
 # node_cp_images   imports the control-plane images ($E2E_SHARE/cp-images/*.tar: the real
@@ -318,6 +347,7 @@ TOML
 node_cp_images() {
   for _t in "$E2E_SHARE"/cp-images/*.tar; do
     ctr -n k8s.io images import "$_t" > /dev/null || return 1
+    e2e_log "imported $(basename "$_t")"
   done
 }
 # node_real_kubelet ROOT NAME [FLAG...]   starts the real kubelet v1.20.2 with containerd's CRI

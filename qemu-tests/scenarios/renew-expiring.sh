@@ -2,21 +2,28 @@
 # Scenario a (qemu-tests/tests/renew_expiring.rs): a stacked control-plane node whose leaf
 # certificates expire in 2 days; certrotor, as a superpowered host container configured by its
 # user-data, renews, reloads etcd live (`--restart live`), restarts each other static pod once
-# through the API and verifies. The host-side
-# test asserts on the files saved here. With `extra-args` in the share (issue 6's scenario,
-# qemu-tests/tests/engine_kubeadm.rs), those arguments are added, and `kubeadm.oci.tar` (the
-# real kubeadm's image) is imported into containerd's k8s.io namespace first. The static pods
-# are the real kube-apiserver, controller-manager and scheduler v1.20.2 (the apiserver with the
-# start-up cuts of node_fast_apiserver): kubectl v1.20.2 writes a ConfigMap before the renewal and, with the
-# renewed admin.conf, lists the namespaces and reads it back after; the real apiserver's /readyz
-# is polled (100 ms between probes) while certrotor runs (readyz.txt).
+# through the API and verifies. The host-side test asserts on the files saved here. The static
+# pods are the real kube-apiserver, controller-manager and scheduler v1.20.2 (the apiserver with
+# the start-up cuts of node_fast_apiserver) and Debian's etcd: kubectl v1.20.2 writes a ConfigMap
+# before the renewal and, with the renewed admin.conf, lists the namespaces and reads it back
+# after; the real apiserver's /readyz is polled (100 ms between probes) while certrotor runs
+# (readyz.txt).
+#
+# Share files that select a variant (one boot each):
+# * `real-kubelet` (qemu-tests/tests/kubelet_control_plane.rs): the static pods run under the
+#   real kubelet v1.20.2 with containerd's CRI and runc, from OCI images of the real binaries,
+#   instead of kubelet-sim; the pids of the components are saved before and after, and what the
+#   kubelet made of the Bottlerocket API's rendering (static-pods.txt, the runc tasks' commands,
+#   the CRI containers) before the renewal.
+# * `kubeadm.oci.tar` (the kubeadm engine, issue 6): the node is made as kubeadm v1.20.2 makes it
+#   (RSA-2048 keys); after the native renewal above and its checks, the same boot renews again
+#   with `--engine kubeadm` (the real kubeadm in that image, imported into containerd's k8s.io
+#   namespace), super-admin.conf set aside as kubeadm v1.20.2 has none; that second pass's files
+#   are saved with the prefix `kubeadm-`.
 . /usr/lib/certrotor-e2e/lib.sh
 . "$E2E_SHARE/node-lib.sh"
 R=/ P=/var/lib/kubeadm/pki
 
-# With `real-kubelet` in the share (qemu-tests/tests/kubelet_control_plane.rs), the static pods
-# run under the real kubelet v1.20.2 with containerd's CRI and runc, from OCI images of the real
-# binaries, instead of kubelet-sim; the pids of the components are saved before and after.
 REAL_KUBELET=0
 if [ -f "$E2E_SHARE/real-kubelet" ]; then
   REAL_KUBELET=1
@@ -24,24 +31,17 @@ if [ -f "$E2E_SHARE/real-kubelet" ]; then
   e2e_check "control-plane images imported into k8s.io" node_cp_images
 fi
 e2e_check "certrotor image imported" node_image
-EXTRA=$(cat "$E2E_SHARE/extra-args" 2> /dev/null || true)
+KUBEADM=0
 if [ -f "$E2E_SHARE/kubeadm.oci.tar" ]; then
+  KUBEADM=1
   e2e_check "kubeadm image imported into k8s.io" \
     sh -c "ctr -n k8s.io images import '$E2E_SHARE/kubeadm.oci.tar' > /dev/null"
-fi
-if [ -f "$E2E_SHARE/kubeadm.oci.tar" ]; then
-  # a node as kubeadm v1.20.2 makes it: RSA-2048 keys (ECDSA came with kubeadm 1.31), and no
-  # super-admin.conf (kubeadm 1.29)
+  # a node as kubeadm v1.20.2 makes it: RSA-2048 keys (ECDSA came with kubeadm 1.31)
   NODE_KEY_ALG=rsa-2048
   e2e_check "lab node (RSA, expires in 2d)" node_lab / --expires-in 2d
-  # (kept aside: with the real control plane, it binds admin.conf's group once, as kubeadm
-  # init does; kubeadm v1.20.2's admin.conf would be system:masters itself)
-  mv /var/lib/kubeadm/super-admin.conf /var/tmp/super-admin.conf
-  NODE_SUPER_ADMIN=/var/tmp/super-admin.conf
 else
   e2e_check "lab node (expires in 2d)" node_lab / --expires-in 2d
 fi
-RESTART_TIMEOUT=300s UP_S=300
 node_real_cp /
 e2e_check "apiserver-sim on /run/api.sock" node_api / /run/api.sock node
 if [ $REAL_KUBELET = 1 ]; then
@@ -49,20 +49,33 @@ if [ $REAL_KUBELET = 1 ]; then
 else
   node_kubelet / node
 fi
-e2e_check "control plane healthy before" node_wait_healthy / 0 $UP_S
-if [ $REAL_KUBELET = 1 ]; then node_pids pids-before.txt; fi
+e2e_check "control plane healthy before" node_wait_healthy / 0
+if [ $REAL_KUBELET = 1 ]; then
+  node_pids pids-before.txt
+  # what the real kubelet made of the API's rendering: one sandbox (the real pause) and one
+  # container per rendered static pod
+  ls /etc/kubernetes/static-pods > "$E2E_OUT/static-pods.txt"
+  ctr -n k8s.io tasks ls > "$E2E_OUT/tasks.txt" 2>&1
+  ctr -n k8s.io containers ls > "$E2E_OUT/containers.txt" 2>&1
+  for pid in $(awk '$3 == "RUNNING" {print $2}' "$E2E_OUT/tasks.txt"); do
+    cat "/proc/$pid/comm" >> "$E2E_OUT/task-comms.txt"
+  done
+fi
 node_configmap_before /
 node_readyz_start / 0 readyz.txt
 e2e_check "etcd put before renewal" node_etcdctl / 0 put /e2e/before "$(cat "$E2E_SHARE/token")"
 node_pki_sums pki-before.sha /
 node_served served-before.txt / 0
 
+# The restart bound follows from this boot's own first start of the control plane.
+RT=$(node_restart_timeout)
+e2e_save restart-timeout "$RT"
 # the default `--restart live`, spelled out (issue 11)
 node_certrotor --superpowered certrotor run \
-  "run --once --platform bottlerocket --restart-timeout $RESTART_TIMEOUT --poll-interval 200ms --restart live --output json $EXTRA"
+  "run --once --platform bottlerocket --restart-timeout $RT --reload-timeout $RT --poll-interval 200ms --restart live --output json"
 e2e_check "certrotor run exit 0" [ "$(cat "$E2E_OUT/run.rc")" = 0 ]
 
-e2e_check "control plane healthy after" node_wait_healthy / 0 $UP_S
+e2e_check "control plane healthy after" node_wait_healthy / 0
 if [ $REAL_KUBELET = 1 ]; then node_pids pids-after.txt; fi
 node_readyz_stop
 node_kubectl_after /
@@ -77,6 +90,29 @@ for b in /var/lib/certrotor/backups/*/; do
   f=$(find "$b" -name apiserver.crt | head -n1)
   [ -n "$f" ] && sha256sum < "$f" | cut -c1-64 > "$E2E_OUT/backup-apiserver.sha"
 done
-ctr -n k8s.io containers ls -q > "$E2E_OUT/k8s-containers.txt" 2>&1
-ls /var/lib/certrotor/engine > "$E2E_OUT/engine-staging.txt" 2>&1 || true
+
+if [ $KUBEADM = 1 ]; then
+  # ---- the same node, renewed again by the real kubeadm (certrotor's kubeadm engine) ----------
+  # kubeadm v1.20.2 has no super-admin.conf (kubeadm 1.29): set aside, as on such a node
+  mv /var/lib/kubeadm/super-admin.conf /var/tmp/super-admin.conf
+  node_pki_sums kubeadm-pki-before.sha /
+  node_served kubeadm-served-before.txt / 0
+  certs=""
+  for c in apiserver apiserver-kubelet-client front-proxy-client apiserver-etcd-client \
+    etcd-server etcd-peer etcd-healthcheck-client admin.conf controller-manager.conf scheduler.conf; do
+    certs="$certs --cert $c"
+  done
+  node_certrotor --superpowered certrotor kubeadm-run \
+    "run --once --platform bottlerocket --restart-timeout $RT --reload-timeout $RT --poll-interval 200ms --restart live --output json --engine kubeadm --kubeadm-image localhost/certrotor-kubeadm:v1.20.2$certs"
+  e2e_check "certrotor run --engine kubeadm exit 0" [ "$(cat "$E2E_OUT/kubeadm-run.rc")" = 0 ]
+  e2e_check "control plane healthy after the kubeadm engine's renewal" node_wait_healthy / 0
+  node_kubectl_after / kubeadm-renewed kubeadm-
+  e2e_save kubeadm-etcd-after "$(node_etcdctl / 0 get --print-value-only /e2e/before)"
+  node_pki_sums kubeadm-pki-after.sha /
+  node_served kubeadm-served-after.txt / 0
+  node_check kubeadm-check-after /
+  node_save_state / kubeadm-state
+  ctr -n k8s.io containers ls -q > "$E2E_OUT/k8s-containers.txt" 2>&1
+  ls /var/lib/certrotor/engine > "$E2E_OUT/engine-staging.txt" 2>&1 || true
+fi
 e2e_finish
