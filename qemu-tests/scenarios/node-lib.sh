@@ -21,6 +21,11 @@ NODE_START_S=300
 
 NODE_IMG=localhost/certrotor:e2e
 NODE_BIN=/run/e2e-bin
+# A writable HOME (the image's /root is read-only): kubectl keeps the API discovery it fetched
+# in ~/.kube/cache and asks again only after 10 minutes, instead of at every call (each a few
+# dozen requests, slow under TCG).
+export HOME=/var/tmp/e2e-home
+mkdir -p "$HOME"
 
 # node_image: imports the certrotor image unless containerd has it (it persists in /var)
 node_image() {
@@ -87,17 +92,21 @@ node_clock_shift() {
 }
 node_now_ms() { echo $(( $(date +%s) * 1000 )); }
 
+# One TLS probe: a request that asks the server to close when it has answered, so the probe
+# ends with the answer (~0.8 s under TCG on an idle host); its 60 s bound only stops a hang.
 # node_https_ok PORT PATH [s_client options...]   GET https://127.0.0.1:PORT/PATH answers 200
 node_https_ok() {
   _port=$1 _path=$2; shift 2
   printf 'GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n' "$_path" |
-    timeout 10 openssl s_client -quiet -connect "127.0.0.1:$_port" "$@" 2> /dev/null |
+    timeout 60 openssl s_client -quiet -connect "127.0.0.1:$_port" "$@" 2> /dev/null |
     head -n1 | grep -q ' 200 '
 }
 # node_served_sha PORT [s_client options...]   SHA-256 of the DER certificate served on PORT
+# (s_client prints it before the answer to the request, which ends the connection)
 node_served_sha() {
   _port=$1; shift
-  timeout 10 openssl s_client -connect "127.0.0.1:$_port" "$@" < /dev/null 2> /dev/null |
+  printf 'GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n' |
+    timeout 60 openssl s_client -connect "127.0.0.1:$_port" "$@" 2> /dev/null |
     openssl x509 -outform der 2> /dev/null | sha256sum | cut -c1-64
 }
 # node_file_sha CERT   SHA-256 of the certificate file's DER
@@ -261,10 +270,11 @@ node_kubectl() {
 node_grant_admins() {
   _sa=${NODE_SUPER_ADMIN:-$1/var/lib/kubeadm/super-admin.conf}
   [ -f "$_sa" ] || return 0
-  kubectl --kubeconfig "$_sa" --request-timeout=60s get clusterrolebinding \
-    kubeadm:cluster-admins > /dev/null 2>&1 && return 0
-  kubectl --kubeconfig "$_sa" --request-timeout=60s create clusterrolebinding \
-    kubeadm:cluster-admins --clusterrole=cluster-admin --group=kubeadm:cluster-admins
+  _out=$(kubectl --kubeconfig "$_sa" --request-timeout=60s create clusterrolebinding \
+    kubeadm:cluster-admins --clusterrole=cluster-admin --group=kubeadm:cluster-admins 2>&1)
+  _rc=$?
+  echo "$_out"
+  [ $_rc = 0 ] || echo "$_out" | grep -q AlreadyExists
 }
 # node_real_cp ROOT   the real kube-apiserver of ROOT's static pods with the start-up cuts
 # (kubelet-sim runs the real kube-apiserver, controller-manager and scheduler v1.20.2); call
