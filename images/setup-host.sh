@@ -21,6 +21,7 @@ PKGS=(
   musl-tools                        # musl-gcc for C deps (aws-lc-sys) of the static musl build
   time iproute2                     # /usr/bin/time for peak RSS; ip netns
   hyperfine binutils                # agent/bench.sh timings; strings (no failpoints in the shipped binary)
+  valgrind                          # agent/parser-growth.sh counts instructions (callgrind)
   golang-go make rsync gcc libc6-dev # building Kubernetes v1.20.2 from Debian's source package
   dpkg-dev                          # apt-get source
   golang-github-modern-go-reflect2-dev # reflect2 1.0.2 replacing the vendored 1.0.1 (Go >= 1.18)
@@ -36,7 +37,7 @@ TOOLS=(
   runc:runc etcd:etcd-server etcdctl:etcd-client openssl:openssl mkfs.ext4:e2fsprogs
   busybox:busybox-static cpio:cpio zstd:zstd depmod:kmod python3:python3 musl-gcc:musl-tools
   go:golang-go make:make rsync:rsync gcc:gcc ip:iproute2 dpkg-source:dpkg-dev
-  hyperfine:hyperfine strings:binutils promtool:prometheus prometheus:prometheus
+  hyperfine:hyperfine strings:binutils valgrind:valgrind promtool:prometheus prometheus:prometheus
   chattr:e2fsprogs lsattr:e2fsprogs flock:util-linux setpriv:util-linux mount:mount findmnt:util-linux
   readelf:binutils aarch64-linux-gnu-gcc:gcc-aarch64-linux-gnu aarch64-linux-musl-gcc:musl-dev:arm64
   skopeo:skopeo docker-registry:docker-registry qemu-aarch64-static:qemu-user-static

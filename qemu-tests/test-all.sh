@@ -85,6 +85,9 @@ if strings "$bin" | grep -q CERTROTOR_FAILPOINT; then
 fi
 ldd "$bin" || true
 
+step "readers of untrusted bytes stay linear (agent/parser-growth.sh: instructions, not seconds)"
+agent/parser-growth.sh --check "$bin"
+
 step "certrotor demo"
 "$bin" demo
 

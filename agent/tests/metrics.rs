@@ -1,7 +1,8 @@
-//! Metrics (issue 12.1, 12.2, 12.6), proven with the real tools of Debian's `prometheus`
+//! Metrics (issue 12.1, 12.2, 12.6, 27.4), proven with the real tools of Debian's `prometheus`
 //! package: `promtool check metrics` on both outputs, a real Prometheus scraping a running
 //! daemon, `promtool test rules` running the exporter-style expiry alert on certrotor's own
-//! output before and after `run --once`, and the daemon's memory over many passes.
+//! output before and after `run --once`, and the daemon's memory over many passes; the alert
+//! rules and dashboard of `bottlerocket/packaging/monitoring/` in [`alerts`].
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -12,6 +13,10 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::renew_util::{Background, Cmd, TempDir, bin, certrotor, wait_for};
+
+// Alert rules, the PrometheusRule, the scrape recipe and the dashboard of
+// bottlerocket/packaging/monitoring/ on the daemon's own series (issue 27.4).
+mod alerts;
 
 const PROMETHEUS: [(&str, &str); 2] = [("promtool", "prometheus"), ("prometheus", "prometheus")];
 

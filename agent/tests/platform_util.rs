@@ -12,7 +12,7 @@
 //! - Every child is stopped when the node is dropped, even when the test fails (kubelet-sim
 //!   stops its pods on SIGTERM); on failure the logs of kubelet-sim, apiserver-sim and every pod
 //!   are printed and the folder is kept.
-//! - Ports: a random `--port-offset` whose six ports are free and not used by another node of
+//! - Ports: a random `--port-offset` whose ports are free and not used by another node of
 //!   this process.
 //! - Oracles independent of certrotor: `openssl s_client` for the served certificates,
 //!   `openssl x509 -fingerprint` for the files, `etcdctl` for etcd's data, `kubectl` v1.20.2
@@ -284,6 +284,31 @@ impl Out {
     }
 }
 
+/// What a node is started with besides the defaults.
+#[derive(Debug, Clone, Default)]
+pub struct NodeOptions {
+    /// Extra `lab init` flags (`--kubernetes-version 1.31.4`, `--kube-vip eks-anywhere`).
+    pub lab: Vec<String>,
+    /// The node has a kube-vip static pod (`lab init --kube-vip`): seeded into apiserver-sim
+    /// on Bottlerocket.
+    pub kube_vip: bool,
+    /// kubelet-sim's `--hostname`: every pod in a UTS namespace with this host name (root).
+    pub hostname: Option<String>,
+    /// kubelet-sim serves its kubelet API stand-in on 10250 + offset, authenticating against
+    /// the cluster CA, recording into [`Node::kubelet_api_record`].
+    pub serve_api: bool,
+}
+
+impl NodeOptions {
+    /// A node whose lab init gets `lab`.
+    pub fn lab(lab: &[&str]) -> NodeOptions {
+        NodeOptions {
+            lab: lab.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+}
+
 /// A lab node with its control plane running.
 pub struct Node {
     pub platform: Platform,
@@ -299,6 +324,11 @@ pub struct Node {
 impl Node {
     /// Starts a node (etcd must be installed: without it the test fails saying what to install).
     pub fn start(test: &str, platform: Platform) -> Node {
+        Node::start_with(test, platform, &NodeOptions::default())
+    }
+
+    /// Starts a node with `options`.
+    pub fn start_with(test: &str, platform: Platform, options: &NodeOptions) -> Node {
         crate::cluster::etcd_installed(&format!("platform::{}", test));
         let (kubelet_sim, apiserver_sim) = (sibling("kubelet-sim"), sibling("apiserver-sim"));
         static COUNTER: AtomicU32 = AtomicU32::new(0);
@@ -326,7 +356,8 @@ impl Node {
         // add it.
         std::os::unix::fs::symlink(sibling("k8s-sim"), bin.join("kube-vip")).unwrap();
         let root = node.root.to_str().unwrap().to_string();
-        node.certrotor(&[
+        let offset_text = offset.to_string();
+        let mut lab = vec![
             "lab",
             "init",
             &root,
@@ -337,13 +368,18 @@ impl Node {
             "--expires-in",
             "2d",
             "--port-offset",
-            &offset.to_string(),
+            &offset_text,
             "--key-algorithm",
             "ecdsa-p256",
-        ])
-        .expect(0);
+        ];
+        lab.extend(options.lab.iter().map(String::as_str));
+        node.certrotor(&lab).expect(0);
         if platform == Platform::Bottlerocket {
-            node.start_apiserver_sim(&apiserver_sim);
+            let mut pods = PODS.to_vec();
+            if options.kube_vip {
+                pods.push("kube-vip");
+            }
+            node.start_apiserver_sim(&apiserver_sim, &pods);
         }
         let path = format!(
             "{}:{}",
@@ -369,6 +405,18 @@ impl Node {
                 "5",
             ])
             .env("PATH", path);
+        if let Some(h) = &options.hostname {
+            kubelet.arg("--hostname").arg(h);
+        }
+        if options.serve_api {
+            kubelet
+                .arg("--serve-api")
+                .arg(format!("127.0.0.1:{}", node.kubelet_api_port()))
+                .arg("--client-ca-file")
+                .arg(node.kfile("pki/ca.crt"))
+                .arg("--api-record")
+                .arg(node.kubelet_api_record());
+        }
         node.kubelet = Some(Proc::spawn(
             "kubelet-sim",
             kubelet,
@@ -387,10 +435,10 @@ impl Node {
         testkit::k8s::grant_cluster_admins(&self.kfile("super-admin.conf"));
     }
 
-    fn start_apiserver_sim(&mut self, binary: &Path) {
+    fn start_apiserver_sim(&mut self, binary: &Path, seeded: &[&str]) {
         let manifests = self.root.join("var/lib/kubeadm/manifests");
         let mut pods = serde_json::Map::new();
-        for pod in PODS {
+        for &pod in seeded {
             let bytes = fs::read(manifests.join(format!("{pod}.yaml"))).unwrap();
             pods.insert(
                 pod.into(),
@@ -409,7 +457,9 @@ impl Node {
             .arg("--root")
             .arg(&self.root)
             .arg("--settings")
-            .arg(&file);
+            .arg(&file)
+            .arg("--control")
+            .arg(self.control_socket());
         self.api = Some(Proc::spawn(
             "apiserver-sim",
             cmd,
@@ -421,12 +471,12 @@ impl Node {
             UP_DEADLINE,
             Duration::from_millis(20),
             || {
-                let missing: Vec<&str> = PODS
+                let missing: Vec<&str> = seeded
                     .iter()
                     .copied()
                     .filter(|p| !static_pods.join(p).is_file())
                     .collect();
-                if self.socket.exists() && missing.is_empty() {
+                if self.socket.exists() && self.control_socket().exists() && missing.is_empty() {
                     Ok(())
                 } else {
                     Err(format!(
@@ -440,6 +490,82 @@ impl Node {
 
     pub fn state_dir(&self) -> PathBuf {
         self.root.join("var/lib/kubelet-sim")
+    }
+
+    /// apiserver-sim's control socket (faults, events; not part of the real server).
+    fn control_socket(&self) -> PathBuf {
+        self.dir.join("control.sock")
+    }
+
+    /// A client of the node's Bottlerocket API (apiserver-sim).
+    pub fn api(&self) -> bottlerocket::ApiClient {
+        bottlerocket::ApiClient::new(&self.socket).with_timeout(Duration::from_secs(10))
+    }
+
+    fn control(&self) -> bottlerocket::ApiClient {
+        bottlerocket::ApiClient::new(self.control_socket()).with_timeout(Duration::from_secs(30))
+    }
+
+    /// Arms apiserver-sim's faults (`PUT /faults`; replaces every armed fault).
+    pub fn api_faults(&self, faults: &serde_json::Value) {
+        let body = serde_json::to_vec(faults).unwrap();
+        self.control()
+            .raw_request("PUT", "/faults", Some(&body))
+            .unwrap_or_else(|e| panic!("PUT /faults {faults}: {e}"));
+    }
+
+    /// What apiserver-sim did so far (`GET /events`): `{seq, ms, kind, detail}` each.
+    pub fn api_events(&self) -> Vec<serde_json::Value> {
+        let (_, body) = self
+            .control()
+            .raw_request("GET", "/events", None)
+            .unwrap_or_else(|e| panic!("GET /events: {e}"));
+        serde_json::from_slice(&body).unwrap()
+    }
+
+    /// The events of `kind` whose detail contains `detail`.
+    pub fn api_events_of(&self, kind: &str, detail: &str) -> Vec<serde_json::Value> {
+        self.api_events()
+            .into_iter()
+            .filter(|e| e["kind"] == kind && e["detail"].as_str().unwrap().contains(detail))
+            .collect()
+    }
+
+    /// Waits for an event of `kind` whose detail contains `detail`; returns it.
+    pub fn api_wait_event(&self, kind: &str, detail: &str) -> serde_json::Value {
+        wait_for(
+            &format!("apiserver-sim event {kind} '{detail}'"),
+            UP_DEADLINE,
+            Duration::from_millis(20),
+            || {
+                self.api_events_of(kind, detail)
+                    .into_iter()
+                    .next()
+                    .ok_or_else(|| format!("{:#?}", self.api_events()))
+            },
+        )
+    }
+
+    /// The port of kubelet-sim's kubelet API stand-in ([`NodeOptions::serve_api`]).
+    pub fn kubelet_api_port(&self) -> u16 {
+        10250 + self.offset
+    }
+
+    /// Where the kubelet API stand-in records each request (JSON lines).
+    pub fn kubelet_api_record(&self) -> PathBuf {
+        self.dir.join("kubelet-api.jsonl")
+    }
+
+    /// kubelet-sim's process id.
+    pub fn kubelet_pid(&self) -> u32 {
+        self.kubelet.as_ref().expect("kubelet-sim runs").child.id()
+    }
+
+    /// kubelet-sim's state of one pod.
+    pub fn pod_state(&self, pod: &str) -> Result<PodState, String> {
+        let path = self.state_dir().join(format!("{pod}.json"));
+        let bytes = fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))
     }
 
     fn log_dir(&self) -> PathBuf {
@@ -472,7 +598,7 @@ impl Node {
     }
 
     /// The health probe of `pod`, with the credentials on disk now.
-    fn probe(&self, pod: &str) -> Probe {
+    pub fn probe(&self, pod: &str) -> Probe {
         let read = |rel: &str| Some(fs::read(self.kfile(rel)).unwrap());
         let (port, path, creds) = match pod {
             "etcd" => (2379, "/health", Some(Served::EtcdClient.credentials())),
@@ -502,11 +628,13 @@ impl Node {
 
     /// Runs kubectl v1.20.2 with the node's `admin.conf` as it is on disk now.
     pub fn kubectl(&self, args: &[&str]) -> Output {
+        self.kubectl_as("admin.conf", args)
+    }
+
+    /// Runs kubectl v1.20.2 with the node's kubeconfig `conf` (`super-admin.conf`).
+    pub fn kubectl_as(&self, conf: &str, args: &[&str]) -> Output {
         Command::new(kubectl_path())
-            .arg(format!(
-                "--kubeconfig={}",
-                self.kfile("admin.conf").display()
-            ))
+            .arg(format!("--kubeconfig={}", self.kfile(conf).display()))
             .arg("--request-timeout=20s")
             .args(args)
             .stdin(Stdio::null())
@@ -707,6 +835,20 @@ impl Node {
     ) -> Out {
         let args = self.run_args(platform, restart_timeout, extra);
         self.certrotor_env(&args.iter().map(String::as_str).collect::<Vec<_>>(), env)
+    }
+
+    /// Starts `run --once` in the background with `extra` flags (its log: [`Proc::log_text`]).
+    pub fn spawn_run_once_args(&self, platform: &str, extra: &[&str]) -> Proc {
+        let mut cmd = Command::new(CERTROTOR);
+        cmd.args(self.run_args(platform, RESTART_TIMEOUT, extra))
+            .env("CERTROTOR_EVENTS", "off")
+            .env_remove("CERTROTOR_FAILPOINT");
+        let n = self.runs.fetch_add(1, Ordering::SeqCst);
+        Proc::spawn(
+            "certrotor run --once",
+            cmd,
+            &self.dir.join(format!("background-run-{n}.log")),
+        )
     }
 
     /// Starts `run --once` in the background.
@@ -951,4 +1093,100 @@ pub fn changed_pods(
 #[test]
 fn the_restart_timeout_flag_and_its_seconds_agree() {
     assert_eq!(RESTART_TIMEOUT, format!("{RESTART_TIMEOUT_S}s"));
+}
+
+/// Polls kube-apiserver's `/readyz` every 100 ms from a thread, with the node's credentials of
+/// when it started (the figures of issue 26: how long the node had no apiserver).
+pub struct Prober {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Vec<(Instant, bool)>>>,
+}
+
+/// What a [`Prober`] saw.
+#[derive(Debug, Clone, Copy)]
+pub struct NoApiserver {
+    /// Sum of the intervals in which `/readyz` failed.
+    pub total_ms: u128,
+    /// The longest of them.
+    pub longest_ms: u128,
+}
+
+impl Prober {
+    pub fn start(node: &Node) -> Prober {
+        let mut probe = node.probe("kube-apiserver");
+        probe.timeout = Duration::from_secs(1);
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = std::sync::Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            let mut samples = Vec::new();
+            while !flag.load(Ordering::SeqCst) {
+                let tick = Instant::now();
+                let ok = verify::probe(&probe).is_ok_and(|o| o.healthy());
+                samples.push((Instant::now(), ok));
+                let next = tick + Duration::from_millis(100);
+                if let Some(left) = next.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(left);
+                }
+            }
+            samples.push((Instant::now(), true));
+            samples
+        });
+        Prober {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops polling; the time without an apiserver.
+    pub fn finish(mut self) -> NoApiserver {
+        self.stop.store(true, Ordering::SeqCst);
+        let samples = self.thread.take().unwrap().join().unwrap();
+        let (mut total, mut longest, mut run) = (0u128, 0u128, 0u128);
+        for w in samples.windows(2) {
+            if w[0].1 {
+                run = 0;
+            } else {
+                let ms = (w[1].0 - w[0].0).as_millis();
+                total += ms;
+                run += ms;
+                longest = longest.max(run);
+            }
+        }
+        NoApiserver {
+            total_ms: total,
+            longest_ms: longest,
+        }
+    }
+}
+
+impl Drop for Prober {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Prints a figure of issue 26 and appends it to `target/issue26-figures.txt`.
+pub fn figure(case: &str, healthy_after: Duration, no_api: NoApiserver, extra: &str) {
+    let line = format!(
+        "FIGURE issue26 {case}: healthy_after_ms={} no_apiserver_ms={} \
+         longest_no_apiserver_ms={}{}{extra}",
+        healthy_after.as_millis(),
+        no_api.total_ms,
+        no_api.longest_ms,
+        if extra.is_empty() { "" } else { " " }
+    );
+    eprintln!("{line}");
+    let target = Path::new(CERTROTOR)
+        .parent()
+        .and_then(Path::parent)
+        .expect("target folder");
+    let mut file = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(target.join("issue26-figures.txt"))
+        .unwrap();
+    writeln!(file, "{line}").unwrap();
 }

@@ -932,6 +932,12 @@ fn renewed_certificates_keep_the_kubeadm_profile() {
         .filter(|r| r.1.ends_with(".conf"))
         .map(|r| (r.0, kubeconfig(&kdir.join(r.1))))
         .collect();
+    // What kubectl v1.20.2 reads in each kubeconfig before (issue 30.3).
+    let views: Vec<(PathBuf, serde_json::Value)> = RENEWABLE
+        .iter()
+        .filter(|r| r.1.ends_with(".conf"))
+        .map(|r| (kdir.join(r.1), kubectl_view(&kdir.join(r.1))))
+        .collect();
     let t0 = unix_now();
     renew(&root, &[])
         .run()
@@ -939,6 +945,9 @@ fn renewed_certificates_keep_the_kubeadm_profile() {
         .says(&["Renewed 11 certificate(s)", "with new keys"]);
     let t1 = unix_now();
     let after = certs(&root);
+    for (path, before) in &views {
+        assert_kubectl_reads_the_same(before, path);
+    }
 
     let mut windows = BTreeSet::new();
     for (name, file, ca) in RENEWABLE {

@@ -689,3 +689,75 @@ pub fn random_serial() -> String {
         b.iter().map(|x| format!("{x:02x}")).collect::<String>()
     )
 }
+
+/// What the real kubectl v1.20.2 (client-go) reads in a kubeconfig: `kubectl config view --raw
+/// -o json`. Panics with kubectl's error when it cannot load the file.
+#[track_caller]
+pub fn kubectl_view(kubeconfig: &Path) -> serde_json::Value {
+    let out = Cmd::new(testkit::k8s::kubectl_path())
+        .args(&["config", "view", "--raw", "-o", "json"])
+        .args(&[format!("--kubeconfig={}", s(kubeconfig))])
+        .env("HOME", s(kubeconfig.parent().unwrap()))
+        .run();
+    assert!(
+        out.status.success(),
+        "kubectl cannot load '{}': {}\n--- the file ---\n{}",
+        kubeconfig.display(),
+        out.stderr,
+        std::fs::read_to_string(kubeconfig).unwrap_or_default()
+    );
+    serde_json::from_str(&out.stdout).unwrap()
+}
+
+/// A kubectl view without the credentials a renewal replaces: the current user's client
+/// certificate and key, the current cluster's CA.
+pub fn without_renewed_credentials(view: &serde_json::Value) -> serde_json::Value {
+    let mut v = view.clone();
+    let current = v["current-context"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let context = v["contexts"]
+        .as_array()
+        .and_then(|l| l.iter().find(|c| c["name"] == current.as_str()))
+        .map(|c| c["context"].clone())
+        .unwrap_or_default();
+    for (list, inner, name, fields) in [
+        (
+            "users",
+            "user",
+            &context["user"],
+            &["client-certificate-data", "client-key-data"][..],
+        ),
+        (
+            "clusters",
+            "cluster",
+            &context["cluster"],
+            &["certificate-authority-data"][..],
+        ),
+    ] {
+        for item in v[list].as_array_mut().into_iter().flatten() {
+            if &item["name"] == name {
+                for f in fields {
+                    if let Some(m) = item[inner].as_object_mut() {
+                        m.remove(*f);
+                    }
+                }
+            }
+        }
+    }
+    v
+}
+
+/// Issue 30.3: after a kubeconfig is written, kubectl reads the same clusters, users, contexts
+/// and current context as before, only the renewed credentials changed.
+#[track_caller]
+pub fn assert_kubectl_reads_the_same(before: &serde_json::Value, kubeconfig: &Path) {
+    let after = kubectl_view(kubeconfig);
+    assert_eq!(
+        without_renewed_credentials(&after),
+        without_renewed_credentials(before),
+        "kubectl reads '{}' differently after certrotor wrote it",
+        kubeconfig.display()
+    );
+}

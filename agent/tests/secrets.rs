@@ -147,6 +147,14 @@ fn run_daemon(level: &str, format: &str, root: &Path) -> Printed {
 
 /// The PEM blocks of a text: (label, DER).
 fn pem_blocks(text: &str) -> Vec<(String, Vec<u8>)> {
+    pem_blocks_with_text(text)
+        .into_iter()
+        .map(|(label, der, _)| (label, der))
+        .collect()
+}
+
+/// The PEM blocks of a text: (label, DER, the block's text from BEGIN to END).
+fn pem_blocks_with_text(text: &str) -> Vec<(String, Vec<u8>, String)> {
     let mut out = Vec::new();
     let mut rest = text;
     while let Some(i) = rest.find("-----BEGIN ") {
@@ -163,7 +171,8 @@ fn pem_blocks(text: &str) -> Vec<(String, Vec<u8>)> {
             .filter(|c| !c.is_whitespace())
             .collect();
         if let Ok(der) = base64ct::Base64::decode_vec(&body) {
-            out.push((label, der));
+            let block = &rest[i..rest.len() - body_start.len() + k + end_marker.len()];
+            out.push((label, der, format!("{block}\n")));
         }
         rest = &body_start[k + end_marker.len()..];
     }
@@ -213,7 +222,12 @@ fn collect(
                 }
             }
             for t in &texts {
-                for (label, der) in pem_blocks(t) {
+                for (label, der, block) in pem_blocks_with_text(t) {
+                    if !label.contains("PRIVATE KEY") {
+                        // Its text is public too: a key file's text shares runs with it (the
+                        // END line, an EC key's public point at the same alignment).
+                        public.insert(block.into_bytes());
+                    }
                     if label.contains("PRIVATE KEY") {
                         secrets.insert(der);
                         // The file's own bytes (base64 of a key file is a leak too).
@@ -278,6 +292,125 @@ fn hex_char(c: char) -> bool {
     c.is_ascii_hexdigit() || c == ':'
 }
 
+/// `text` without whitespace and without escaped line ends (`\\n`, `\\r`, `\\t` with any
+/// number of backslashes): a PEM body cut into lines or columns, or inside a JSON string, is
+/// one run again.
+fn compact(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c.is_whitespace() {
+            continue;
+        }
+        if c == '\\' {
+            while chars.peek() == Some(&'\\') {
+                chars.next();
+            }
+            if matches!(chars.peek(), Some('n' | 'r' | 't')) {
+                chars.next();
+                continue;
+            }
+            out.push(c);
+            continue;
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The bytes of the hex dumps in `text`, rows in order: lines (text logs, or the `msg` of JSON
+/// logs) holding groups of hex byte pairs as ureq-proto's trace rows print them (`7b22 6b76 …`,
+/// `--` for no byte), whatever follows them (the ASCII column).
+fn hex_dump_bytes(text: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let msg = serde_json::from_str::<serde_json::Value>(line)
+            .ok()
+            .and_then(|v| v.get("msg").and_then(|m| m.as_str()).map(str::to_string))
+            .unwrap_or_else(|| line.to_string());
+        let group = |t: &str| {
+            (t.len() == 2 || t.len() == 4)
+                && t.as_bytes()
+                    .chunks(2)
+                    .all(|p| p == b"--" || (p[0].is_ascii_hexdigit() && p[1].is_ascii_hexdigit()))
+        };
+        let tokens: Vec<&str> = msg.split_whitespace().collect();
+        let Some(first) = tokens.iter().position(|t| group(t)) else {
+            continue;
+        };
+        for t in tokens[first..].iter().take_while(|t| group(t)) {
+            for pair in t.as_bytes().chunks(2) {
+                if pair != b"--"
+                    && let Ok(b) = u8::from_str_radix(std::str::from_utf8(pair).unwrap(), 16)
+                {
+                    out.push(b);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Base64 (standard or url-safe, padded or not) runs of 32 characters or more in `text`,
+/// decoded.
+fn base64_runs(text: &str) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    for run in text.split(|c: char| !(b64_char(c) || c == '=')) {
+        let run = run.trim_end_matches('=');
+        if run.len() < 32 {
+            continue;
+        }
+        // Every alignment: the run may start inside a group.
+        for skip in 0..4.min(run.len()) {
+            let body = &run[skip..];
+            let body = &body[..body.len() - body.len() % 4];
+            if let Ok(b) =
+                Base64Unpadded::decode_vec(body).or_else(|_| Base64UrlUnpadded::decode_vec(body))
+            {
+                out.push(b);
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// What a printed text says once its layers are undone, each a text to search: the text; the
+/// text compacted ([`compact`]); the bytes of its hex dumps ([`hex_dump_bytes`]), as text and as
+/// hex; and, two levels down, every long base64 run of these decoded ([`base64_runs`]), undone
+/// the same way. A key published through etcd is printed by a trace log as hex rows of base64
+/// of JSON of PEM: the rows give the bytes, the base64 the JSON, compacting the PEM's base64.
+fn views(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut todo = vec![(text.to_string(), 0)];
+    while let Some((t, depth)) = todo.pop() {
+        let mut layer = vec![compact(&t)];
+        let dump = hex_dump_bytes(&t);
+        if !dump.is_empty() {
+            let d = String::from_utf8_lossy(&dump).into_owned();
+            layer.push(base16ct::lower::encode_string(&dump));
+            layer.push(compact(&d));
+            layer.push(d);
+        }
+        if depth < 2 {
+            for l in &layer {
+                for bytes in base64_runs(l) {
+                    layer_hex(&mut out, &bytes);
+                    todo.push((String::from_utf8_lossy(&bytes).into_owned(), depth + 1));
+                }
+            }
+        }
+        out.push(t);
+        out.extend(layer);
+    }
+    out
+}
+
+/// Decoded bytes as hex, searched too (raw DER inside base64).
+fn layer_hex(out: &mut Vec<String>, bytes: &[u8]) {
+    out.push(base16ct::lower::encode_string(bytes));
+}
+
 /// The leaks in `texts` (name, text): each as "name printed …". Every text's windows go into
 /// one index, then every window of every key encoding is looked up once; a window that also
 /// belongs to public material is not a leak.
@@ -289,16 +422,19 @@ fn leaks(
     let mut found = Vec::new();
     let mut index: std::collections::HashMap<String, Vec<usize>> = Default::default();
     for (i, (name, text)) in texts.iter().enumerate() {
-        if text.contains("PRIVATE KEY") {
-            found.push(format!("{name} printed a 'PRIVATE KEY' PEM label"));
-        }
-        for w in windows(text, b64_char)
-            .into_iter()
-            .chain(windows(&text.to_lowercase(), hex_char))
-        {
-            index.entry(w).or_default().push(i);
+        for view in views(text) {
+            if view.contains("PRIVATE KEY") {
+                found.push(format!("{name} printed a 'PRIVATE KEY' PEM label"));
+            }
+            for w in windows(&view, b64_char)
+                .into_iter()
+                .chain(windows(&view.to_lowercase(), hex_char))
+            {
+                index.entry(w).or_default().push(i);
+            }
         }
     }
+    found.dedup();
     if index.is_empty() {
         return found;
     }
@@ -574,5 +710,189 @@ fn no_command_prints_key_material_at_any_log_level_format_or_output() {
     });
     eprintln!("sweep: {:.1} s", started.elapsed().as_secs_f64());
     let problems = problems.into_inner().unwrap();
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// ureq-proto's trace rows of `data`, as certrotor's text and JSON logs print them: 16 bytes a
+/// row, hex groups of two bytes (`--` for none), then the ASCII column.
+fn trace_rows(data: &[u8], json: bool) -> String {
+    let mut out = String::new();
+    for row in data.chunks(16) {
+        let mut line = String::new();
+        for i in 0..16 {
+            match row.get(i) {
+                Some(b) => line.push_str(&format!("{b:02x}")),
+                None => line.push_str("--"),
+            }
+            if i % 2 == 1 {
+                line.push(' ');
+            }
+        }
+        line.push(' ');
+        for i in 0..16 {
+            line.push(match row.get(i) {
+                Some(b) if b.is_ascii_alphanumeric() || b.is_ascii_punctuation() => *b as char,
+                _ => '.',
+            });
+        }
+        if json {
+            out.push_str(
+                &serde_json::json!({"time": "t", "level": "trace", "target": "ureq_proto::util", "msg": line})
+                    .to_string(),
+            );
+            out.push('\n');
+        } else {
+            out.push_str(&format!(
+                "2026-11-23T00:00:00.000Z TRACE [ureq_proto::util] {line}\n"
+            ));
+        }
+    }
+    out
+}
+
+/// Issue 30.1: the key published through etcd reached stderr at `--log-level trace` as hex rows
+/// of base64 of JSON of PEM, which the windows of the raw text never show. The scanner undoes
+/// those layers.
+#[test]
+fn the_scanner_finds_a_key_in_hex_rows_of_base64_of_json_of_pem() {
+    let t = TestDir::new("secrets-scanner-rows");
+    let root = t.lab("n", &["--key-algorithm", "ecdsa-p256"]);
+    let (mut secrets, mut public) = (BTreeSet::new(), BTreeSet::new());
+    collect(
+        std::slice::from_ref(&root),
+        &mut HashSet::new(),
+        &mut secrets,
+        &mut public,
+    );
+    let key =
+        fs::read_to_string(root.join("etc/kubernetes/pki/apiserver-etcd-client.key")).unwrap();
+    let pair = serde_json::json!({"version": 1, "cert_pem": "x", "key_pem": key}).to_string();
+    let value = base64ct::Base64::encode_string(pair.as_bytes());
+    let body = serde_json::json!({"kvs": [{"key": "Y2VydHJvdG9y", "value": value}]}).to_string();
+    for json in [false, true] {
+        let printed = trace_rows(body.as_bytes(), json);
+        assert!(!printed.contains("PRIVATE KEY"));
+        let found = leaks(&[("trace rows".into(), &printed)], &secrets, &public);
+        assert!(!found.is_empty(), "json {json}: not found in\n{printed}");
+    }
+    // The same rows of a certificate only are clean.
+    let cert =
+        fs::read_to_string(root.join("etc/kubernetes/pki/apiserver-etcd-client.crt")).unwrap();
+    let body = base64ct::Base64::encode_string(cert.as_bytes());
+    let found = leaks(
+        &[("rows".into(), &trace_rows(body.as_bytes(), false))],
+        &secrets,
+        &public,
+    );
+    assert!(found.is_empty(), "{found:?}");
+}
+
+/// `run --once` in cluster mode on `root` through etcd at `endpoint` (short waits).
+fn cluster_pass(root: &str, endpoint: &str) -> Vec<String> {
+    [
+        "run",
+        "--once",
+        "--root",
+        root,
+        "--platform",
+        "kubeadm",
+        "--etcd-endpoint",
+        endpoint,
+        "--restart-timeout",
+        "3s",
+        "--cluster-wait",
+        "3s",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect()
+}
+
+fn refs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+/// Issue 30.1: cluster mode at every log level and format. An external-etcd lab with one real
+/// etcd (Debian's): the etcd node's pass publishes its apiserver-etcd-client pair through etcd
+/// (the key reset first, so every pass publishes), the control plane's pass reads it back, and
+/// `status` reads the cluster lock. Nothing they print holds key material, in any encoding.
+#[test]
+fn no_cluster_mode_command_prints_key_material_at_any_log_level_or_format() {
+    let t = TestDir::new("secrets-cluster");
+    let offset = testkit::ports::offsets(1)[0].to_string();
+    let base = t.lab(
+        "x",
+        &[
+            "--topology",
+            "external-etcd",
+            "--key-algorithm",
+            "ecdsa-p256",
+            "--advertise-address",
+            "127.0.0.1",
+            "--port-offset",
+            &offset,
+        ],
+    );
+    let (etcd_root, cp) = (base.join("etcd"), base.join("control-plane"));
+    let epki = etcd_root.join("etc/etcd/pki");
+    let etcd = crate::hostile30::OneEtcd::start(
+        t.path(),
+        &epki,
+        (
+            &epki.join("apiserver-etcd-client.crt"),
+            &epki.join("apiserver-etcd-client.key"),
+        ),
+    );
+    let client = etcd.client();
+    let ep = etcd.endpoint.clone();
+    let (mut secrets, mut public) = (BTreeSet::new(), BTreeSet::new());
+    collect(
+        &[etcd_root.clone(), cp.clone()],
+        &mut HashSet::new(),
+        &mut secrets,
+        &mut public,
+    );
+    assert!(secrets.len() > 10, "{} keys", secrets.len());
+    let (e, c) = (
+        etcd_root.to_str().unwrap().to_string(),
+        cp.to_str().unwrap().to_string(),
+    );
+    let mut problems = Vec::new();
+    let mut printed_bytes = 0;
+    for level in LEVELS {
+        for format in FORMATS {
+            client.put(certrotor::cluster::PAIR_KEY, b"{}", 0).unwrap();
+            let (pe, pc) = (cluster_pass(&e, &ep), cluster_pass(&c, &ep));
+            let runs = [
+                run(level, format, &refs(&pe)),
+                run(level, format, &refs(&pc)),
+                run(
+                    level,
+                    format,
+                    &["status", "--root", &c, "--etcd-endpoint", &ep],
+                ),
+            ];
+            let published = client.get(certrotor::cluster::PAIR_KEY).unwrap().unwrap();
+            assert!(
+                published.len() > 100,
+                "{level}/{format}: the etcd node's pass published no pair\n{}",
+                runs[0].stderr
+            );
+            let mut texts: Vec<(String, &str)> = Vec::new();
+            for p in &runs {
+                if p.stderr.contains("panicked") || p.code.is_none() {
+                    problems.push(format!("{}: crashed\n{}", p.what, p.stderr));
+                }
+                printed_bytes += p.stdout.len() + p.stderr.len();
+                texts.push((format!("{} (stdout)", p.what), &p.stdout));
+                texts.push((format!("{} (stderr)", p.what), &p.stderr));
+            }
+            problems.extend(leaks(&texts, &secrets, &public));
+        }
+    }
+    eprintln!(
+        "cluster sweep: {printed_bytes} bytes printed, {} keys searched",
+        secrets.len()
+    );
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }

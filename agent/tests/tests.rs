@@ -17,6 +17,10 @@ mod etcd;
 mod events;
 // Hostile input: damaged, malicious or unusual nodes (issue 15, 13.8).
 mod hostile;
+// Issue 30: the second hostile-input campaign, one test per point (`issue30_…`).
+mod hostile30;
+// The install and operations page (bottlerocket/packaging/README.md), every command run.
+mod install;
 // Parity with the real kubeadm v1.20.2 (images/k8s/build.sh).
 mod kubeadm_parity;
 mod kubeadm_parity_util;

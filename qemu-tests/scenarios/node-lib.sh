@@ -180,21 +180,28 @@ node_check() {
   echo $? > "$E2E_OUT/$1.rc"
 }
 
-# node_certrotor --superpowered|--bootstrap NAME OUT USER-DATA [--env K=V]...
-# Runs the certrotor image the way Bottlerocket does: the command line comes from the
-# container's user-data file (no arguments after the image). stdout (the JSON report) ->
-# $E2E_OUT/OUT.json, stderr -> $E2E_OUT/OUT.log and the serial console (failpoint markers),
-# exit status -> $E2E_OUT/OUT.rc (and returned).
+# node_certrotor --superpowered|--bootstrap NAME OUT COMMAND-LINE [--env K=V]...
+# Runs the certrotor image the way Bottlerocket does. A bootstrap container takes its command
+# line from its user-data file (no arguments after the image). A host container's user-data
+# must be `daemon` (Bottlerocket restarts a host container 45 s after it exits, and certrotor
+# refuses anything else there), so a one-off command in a superpowered host container goes as
+# arguments, as `apiclient exec certrotor certrotor <command>` gives them. stdout (the JSON
+# report) -> $E2E_OUT/OUT.json, stderr -> $E2E_OUT/OUT.log and the serial console (failpoint
+# markers), exit status -> $E2E_OUT/OUT.rc (and returned).
 node_certrotor() {
   _kind=$1 _cname=$2 _out=$3 _ud=$4; shift 4
-  _dir=host-containers; [ "$_kind" = --bootstrap ] && _dir=bootstrap-containers
-  mkdir -p "/local/$_dir/$_cname"
-  printf '%s\n' "$_ud" > "/local/$_dir/$_cname/user-data"
+  _dir=host-containers _cmd="/usr/bin/certrotor $_ud"
+  if [ "$_kind" = --bootstrap ]; then
+    _dir=bootstrap-containers _cmd=""
+    mkdir -p "/local/$_dir/$_cname"
+    printf '%s\n' "$_ud" > "/local/$_dir/$_cname/user-data"
+  fi
   e2e_mark "CERTROTOR-BEGIN $_out"
   # certrotor bounds its own waits (--restart-timeout, --cluster-wait, ...) but may be silent
   # while it waits: a line every 30 s tells the harness the guest is not hung.
   e2e_heartbeat_start "certrotor $_out still running"
-  { e2e_host_ctr_run "$_kind" "$@" "$_cname" "$NODE_IMG" 2>&1 > "$E2E_OUT/$_out.json"
+  # shellcheck disable=SC2086 # _cmd: the command line's words
+  { e2e_host_ctr_run "$_kind" "$@" "$_cname" "$NODE_IMG" $_cmd 2>&1 > "$E2E_OUT/$_out.json"
     echo $? > "$E2E_OUT/$_out.rc"; } | tee "$E2E_OUT/$_out.log"
   e2e_heartbeat_stop
   e2e_mark "CERTROTOR-END $_out rc=$(cat "$E2E_OUT/$_out.rc")"
@@ -384,4 +391,41 @@ node_pids() {
     _pp=$(awk '/^PPid:/ {print $2}' "/proc/${_pid:-0}/status" 2> /dev/null)
     echo "$_c ${_pid:-none} $(cat "/proc/${_pp:-0}/comm" 2> /dev/null || echo none)"
   done > "$E2E_OUT/$1"
+}
+
+# ---- Bottlerocket's host-containerd (qemu-tests/tests/renew_expiring.rs) ------------------
+# NODE_HC: host-containerd's socket. node_host_containerd starts a second, real containerd the
+# way Bottlerocket runs host-containerd for host and bootstrap containers (bottlerocket-api.md
+# §3.1, Bottlerocket's host-containerd config: its own root, state and socket, CRI off), beside
+# the kubelet's containerd.
+NODE_HC=/run/host-containerd/containerd.sock
+node_host_containerd() {
+  mkdir -p /etc/host-containerd
+  cat > /etc/host-containerd/config.toml << 'TOML'
+version = 2
+root = "/var/lib/host-containerd"
+state = "/run/host-containerd"
+disabled_plugins = [
+    "io.containerd.internal.v1.opt",
+    "io.containerd.snapshotter.v1.aufs",
+    "io.containerd.snapshotter.v1.devmapper",
+    "io.containerd.snapshotter.v1.native",
+    "io.containerd.snapshotter.v1.zfs",
+    "io.containerd.grpc.v1.cri",
+]
+
+[grpc]
+address = "/run/host-containerd/containerd.sock"
+TOML
+  containerd --config /etc/host-containerd/config.toml > "$E2E_OUT/host-containerd.log" 2>&1 &
+  e2e_wait_for $NODE_START_S ctr -a "$NODE_HC" version
+}
+# node_apiexec TARGET CMD...   what `apiclient exec TARGET CMD...` runs on Bottlerocket: the API
+# server's exec child, `ctr -a <host-containerd> task exec --exec-id apiexec-<16 random>` into
+# the host container's task, with a cleared environment plus TERM=screen (bottlerocket-api.md
+# §1.5); the exit status is the command's
+node_apiexec() {
+  _target=$1; shift
+  _id=apiexec-$(tr -dc 'A-Za-z0-9' < /dev/urandom | head -c 16)
+  env -i TERM=screen "$(command -v ctr)" -a "$NODE_HC" task exec --exec-id "$_id" "$_target" "$@"
 }

@@ -1,7 +1,9 @@
 #!/bin/sh
 # Scenario a (qemu-tests/tests/renew_expiring.rs): a stacked control-plane node whose leaf
-# certificates expire in 2 days; certrotor, as a superpowered host container configured by its
-# user-data, renews, reloads etcd live (`--restart live`), restarts each other static pod once
+# certificates expire in 2 days; certrotor, as a superpowered host container given `run --once`
+# as arguments (node_certrotor; a host container's user-data is `daemon`), renews, reloads etcd
+# and kube-apiserver live (`--restart live`; kube-apiserver v1.20.2 re-reads its leaf
+# certificates), restarts the controller-manager and the scheduler (embedded kubeconfig data)
 # through the API and verifies. The host-side test asserts on the files saved here. The static
 # pods are the real kube-apiserver, controller-manager and scheduler v1.20.2 (the apiserver with
 # the start-up cuts of node_fast_apiserver) and Debian's etcd: kubectl v1.20.2 writes a ConfigMap
@@ -15,11 +17,18 @@
 #   instead of kubelet-sim; the pids of the components are saved before and after, and what the
 #   kubelet made of the Bottlerocket API's rendering (static-pods.txt, the runc tasks' commands,
 #   the CRI containers) before the renewal.
-# * `kubeadm.oci.tar` (the kubeadm engine, issue 6): the node is made as kubeadm v1.20.2 makes it
-#   (RSA-2048 keys); after the native renewal above and its checks, the same boot renews again
-#   with `--engine kubeadm` (the real kubeadm in that image, imported into containerd's k8s.io
-#   namespace), super-admin.conf set aside as kubeadm v1.20.2 has none; that second pass's files
-#   are saved with the prefix `kubeadm-`.
+# * `kubeadm.oci.tar` (the kubeadm engine, issues 6 and 27.3): the node is made as kubeadm v1.20.2
+#   makes it (RSA-2048 keys); the image sits where Bottlerocket keeps EKS Anywhere's
+#   kubeadm-bootstrap image (a real host-containerd, namespace default; the API names it in
+#   settings.host-containers.kubeadm-bootstrap.source); after the native renewal above and its
+#   checks, the same boot renews again with `--engine kubeadm` alone (which finds that image),
+#   super-admin.conf set aside as kubeadm v1.20.2 has none; that second pass's files are saved
+#   with the prefix `kubeadm-`.
+# * `first-boot` (issue 27): certrotor's containers run first on the node before any PKI exists
+#   (the bootstrap container's default user-data; `run --once` as a host container's user-data).
+# * `readme-exec.txt` (issue 27.5): at the end, the daemon runs as a host container in
+#   host-containerd and each `apiclient exec` line of bottlerocket/packaging/README.md runs as
+#   the API server runs it.
 . /usr/lib/certrotor-e2e/lib.sh
 . "$E2E_SHARE/node-lib.sh"
 R=/ P=/var/lib/kubeadm/pki
@@ -34,8 +43,25 @@ e2e_check "certrotor image imported" node_image
 KUBEADM=0
 if [ -f "$E2E_SHARE/kubeadm.oci.tar" ]; then
   KUBEADM=1
-  e2e_check "kubeadm image imported into k8s.io" \
-    sh -c "ctr -n k8s.io images import '$E2E_SHARE/kubeadm.oci.tar' > /dev/null"
+  e2e_check "host-containerd started" node_host_containerd
+  e2e_check "kubeadm-bootstrap image imported into host-containerd (namespace default)" \
+    sh -c "ctr -a $NODE_HC -n default images import '$E2E_SHARE/kubeadm.oci.tar' > /dev/null"
+  e2e_check "kubeadm-bootstrap image not in the kubelet's containerd" \
+    sh -c "! ctr -n k8s.io images ls -q | grep -q certrotor-kubeadm"
+fi
+if [ -f "$E2E_SHARE/first-boot" ]; then
+  # host-ctr binds /run/api.sock into every container; nothing calls it here
+  : > /run/api.sock
+  node_certrotor --bootstrap certrotor first-boot ""
+  # `run --once` as a host container's user-data: refused (exit 64, with the reason)
+  mkdir -p /local/host-containers/certrotor
+  printf 'run --once --platform none\n' > /local/host-containers/certrotor/user-data
+  e2e_host_ctr_run --superpowered certrotor "$NODE_IMG" > "$E2E_OUT/host-run-once.json" \
+    2> "$E2E_OUT/host-run-once.log"
+  echo $? > "$E2E_OUT/host-run-once.rc"
+  rm -f /run/api.sock
+fi
+if [ $KUBEADM = 1 ]; then
   # a node as kubeadm v1.20.2 makes it: RSA-2048 keys (ECDSA came with kubeadm 1.31)
   NODE_KEY_ALG=rsa-2048
   e2e_check "lab node (RSA, expires in 2d)" node_lab / --expires-in 2d
@@ -43,6 +69,13 @@ else
   e2e_check "lab node (expires in 2d)" node_lab / --expires-in 2d
 fi
 node_real_cp /
+if [ -f "$E2E_SHARE/kubeadm.oci.tar" ]; then
+  # What EKS Anywhere leaves in the API: its kubeadm-bootstrap host container, disabled once it
+  # made the node
+  node_settings / /var/lib/e2e-settings.json
+  sed -i 's|^{|{"host-containers":{"kubeadm-bootstrap":{"source":"localhost/certrotor-kubeadm:v1.20.2","enabled":false,"superpowered":true}},|' \
+    /var/lib/e2e-settings.json
+fi
 e2e_check "apiserver-sim on /run/api.sock" node_api / /run/api.sock node
 if [ $REAL_KUBELET = 1 ]; then
   node_real_kubelet / node
@@ -103,7 +136,7 @@ if [ $KUBEADM = 1 ]; then
     certs="$certs --cert $c"
   done
   node_certrotor --superpowered certrotor kubeadm-run \
-    "run --once --platform bottlerocket --restart-timeout $RT --reload-timeout $RT --poll-interval 200ms --restart live --output json --engine kubeadm --kubeadm-image localhost/certrotor-kubeadm:v1.20.2$certs"
+    "run --once --platform bottlerocket --restart-timeout $RT --reload-timeout $RT --poll-interval 200ms --restart live --output json --engine kubeadm$certs"
   e2e_check "certrotor run --engine kubeadm exit 0" [ "$(cat "$E2E_OUT/kubeadm-run.rc")" = 0 ]
   e2e_check "control plane healthy after the kubeadm engine's renewal" node_wait_healthy / 0
   node_kubectl_after / kubeadm-renewed kubeadm-
@@ -113,6 +146,33 @@ if [ $KUBEADM = 1 ]; then
   node_check kubeadm-check-after /
   node_save_state / kubeadm-state
   ctr -n k8s.io containers ls -q > "$E2E_OUT/k8s-containers.txt" 2>&1
+  ctr -a "$NODE_HC" -n default containers ls -q > "$E2E_OUT/host-containers.txt" 2>&1
   ls /var/lib/certrotor/engine > "$E2E_OUT/engine-staging.txt" 2>&1 || true
+fi
+
+if [ -f "$E2E_SHARE/readme-exec.txt" ]; then
+  e2e_check "certrotor image imported into host-containerd" \
+    sh -c "ctr -a $NODE_HC -n default images import --all-platforms '$E2E_SHARE/certrotor.oci.tar' > /dev/null"
+  mkdir -p /local/host-containers/certrotor
+  printf 'daemon --interval 6h --within 60d\n' > /local/host-containers/certrotor/user-data
+  export CONTAINERD_ADDRESS="$NODE_HC"
+  e2e_check "certrotor daemon started as a host container in host-containerd" \
+    e2e_host_ctr_run --superpowered --detach certrotor "$NODE_IMG"
+  unset CONTAINERD_ADDRESS
+  # the daemon's first pass finds nothing due (both passes above renewed for a year); the bound
+  # only stops a hang
+  e2e_check "the daemon's first pass recorded" \
+    e2e_wait_for $NODE_UP_S grep -q '"daemon"' /var/lib/certrotor/last-pass.json
+  apiclient() { [ "$1" = exec ] || return 99; shift; node_apiexec "$@"; }
+  _n=0
+  while IFS= read -r _line || [ -n "$_line" ]; do
+    [ -n "$_line" ] || continue
+    printf '%s\n' "$_line" > "$E2E_OUT/exec-$_n.cmd"
+    eval "$_line" < /dev/null > "$E2E_OUT/exec-$_n.out" 2> "$E2E_OUT/exec-$_n.err"
+    echo $? > "$E2E_OUT/exec-$_n.rc"
+    _n=$((_n + 1))
+  done < "$E2E_SHARE/readme-exec.txt"
+  e2e_save exec-count "$_n"
+  ctr -a "$NODE_HC" tasks kill -s SIGTERM certrotor > /dev/null 2>&1
 fi
 e2e_finish

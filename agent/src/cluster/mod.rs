@@ -11,7 +11,8 @@
 //! - Gates, checked before and again under the lock: every etcd member answers its status with a
 //!   leader and no alarm (so the cluster keeps quorum while this node's member restarts); for
 //!   kube-apiserver, another control plane's apiserver (registered under [`APISERVERS_PREFIX`])
-//!   answers `/readyz`, where there is one.
+//!   answers `/readyz`, where there is one: every registration probed at once, the gate ended
+//!   by `--cluster-wait`, a registration of this node's own address never counted.
 //! - What is stored in etcd (under `certrotor/v1/`): the lock (holder name, pid, time), each
 //!   control plane's apiserver address, and on external etcd the published
 //!   apiserver-etcd-client pair ([`publish_pair`]). Whoever can read etcd already controls the
@@ -520,6 +521,43 @@ impl Client {
         }
     }
 
+    /// The value of `key`, its `mod_revision` and its lease (0: none), if it exists.
+    pub fn get_with_lease(&self, key: &str) -> Result<Option<(Vec<u8>, i64, i64)>, ClusterError> {
+        let v = self.post("/v3/kv/range", &json!({ "key": b64(key.as_bytes()) }))?;
+        match v
+            .get("kvs")
+            .and_then(Value::as_array)
+            .and_then(|a| a.first())
+        {
+            None => Ok(None),
+            Some(kv) => Ok(Some((
+                unb64(kv.get("value"))?,
+                int(kv.get("mod_revision")).unwrap_or(0),
+                int(kv.get("lease")).unwrap_or(0),
+            ))),
+        }
+    }
+
+    /// Writes `key` attached to `lease` only if it is still at `mod_revision`. `Ok(false)`:
+    /// another writer was first.
+    pub fn put_if_with_lease(
+        &self,
+        key: &str,
+        value: &[u8],
+        mod_revision: i64,
+        lease: i64,
+    ) -> Result<bool, ClusterError> {
+        let k = b64(key.as_bytes());
+        let v = self.post(
+            "/v3/kv/txn",
+            &json!({
+                "compare": [{ "key": k, "target": "MOD", "mod_revision": mod_revision.to_string() }],
+                "success": [{ "request_put": { "key": k, "value": b64(value), "lease": lease.to_string() } }],
+            }),
+        )?;
+        Ok(v.get("succeeded").and_then(Value::as_bool) == Some(true))
+    }
+
     /// Writes `key` only if it is still at `mod_revision` (0: only if it does not exist).
     /// `Ok(false)`: another writer was first.
     pub fn put_if(&self, key: &str, value: &[u8], mod_revision: i64) -> Result<bool, ClusterError> {
@@ -648,6 +686,16 @@ pub struct Holder {
     pub since: String,
 }
 
+/// What the lock key says of its holder, as text safe to print (its node name comes from etcd:
+/// no control character reaches a log or a terminal raw).
+pub fn holder_text(value: &[u8]) -> String {
+    let text = serde_json::from_slice::<Holder>(value)
+        .map(|h| format!("{} (pid {}, since {})", h.node, h.pid, h.since))
+        .unwrap_or_else(|_| String::from_utf8_lossy(value).into_owned());
+    let text: String = text.chars().take(512).collect();
+    crate::output::logging::escape_controls(&text).into_owned()
+}
+
 /// Tries once to take the lock. `Ok(Err(holder))`: another node holds it.
 pub fn try_lock(
     client: &Arc<Client>,
@@ -664,11 +712,31 @@ pub fn try_lock(
     match client.create(LOCK_KEY, &value, lease) {
         Ok(None) => {}
         Ok(Some(current)) => {
-            let _ = client.revoke(lease);
-            let who = serde_json::from_slice::<Holder>(&current)
-                .map(|h| format!("{} (pid {}, since {})", h.node, h.pid, h.since))
-                .unwrap_or_else(|_| String::from_utf8_lossy(&current).into_owned());
-            return Ok(Err(who));
+            let who = holder_text(&current);
+            // A certrotor holder always attaches its lock to a lease, which expires with it. A
+            // key without one (written by hand, or by something else) would hold every node's
+            // restarts for ever: it is taken over, if it is still the same key.
+            match client.get_with_lease(LOCK_KEY) {
+                Ok(Some((_, revision, 0))) => {
+                    if client.put_if_with_lease(LOCK_KEY, &value, revision, lease)? {
+                        log::warn!(
+                            "cluster lock: the key {LOCK_KEY} (holder {who}) had no lease, so \
+                             nothing would ever have released it; taken over by {node}"
+                        );
+                    } else {
+                        let _ = client.revoke(lease);
+                        return Ok(Err(who));
+                    }
+                }
+                Ok(_) => {
+                    let _ = client.revoke(lease);
+                    return Ok(Err(who));
+                }
+                Err(e) => {
+                    let _ = client.revoke(lease);
+                    return Err(e);
+                }
+            }
         }
         Err(e) => {
             let _ = client.revoke(lease);
@@ -783,12 +851,49 @@ fn etcd_gate_for(client: &Client, own: Option<&str>) -> (Gate, bool) {
     (gate, quorum)
 }
 
-/// Another control plane's kube-apiserver answers `/readyz` (passes where there is none).
+/// Another control plane's kube-apiserver answers `/readyz` (passes where there is none),
+/// within the probe timeout.
 pub fn apiserver_gate(client: &Client, root: &Path, node: &NodeInfo) -> Gate {
+    apiserver_gate_until(client, root, node, Instant::now() + PROBE_TIMEOUT)
+}
+
+/// Time given to one `/readyz` probe, handshake and answer together.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+/// Registrations probed at most (the most recently updated first).
+const MAX_PROBED: usize = 64;
+
+/// [`apiserver_gate`], bounded by `deadline`: every other registration is probed at once, in
+/// parallel, and the first ready one passes the gate (issue 30.7: probed one after another, 20
+/// silent registrations turned a 5 s `--cluster-wait` into 123 s, and a trickling one stalled it
+/// for good). A registration is this node's own when its address is (the same port on one of
+/// this node's addresses), whatever its name.
+pub fn apiserver_gate_until(
+    client: &Client,
+    root: &Path,
+    node: &NodeInfo,
+    deadline: Instant,
+) -> Gate {
     let name = "another-apiserver-ready".to_string();
+    let Some(template) = readyz_probe(root) else {
+        return Gate {
+            name,
+            passed: false,
+            detail: "the cluster CA or the apiserver-kubelet-client pair cannot be read to probe \
+                     another apiserver; run 'certrotor check'"
+                .into(),
+        };
+    };
+    let bounded = |addr| {
+        let mut p = template.clone();
+        p.address = addr;
+        p.timeout = deadline
+            .saturating_duration_since(Instant::now())
+            .clamp(Duration::from_millis(100), PROBE_TIMEOUT);
+        p
+    };
     // This node's apiserver not ready: restarting it cannot take away the last ready one.
     if let Some(own) = node.apiserver
-        && let Err(e) = apiserver_ready(root, own)
+        && let Err(e) = ready(&bounded(own))
     {
         return Gate {
             name,
@@ -809,7 +914,7 @@ pub fn apiserver_gate(client: &Client, root: &Path, node: &NodeInfo) -> Gate {
         }
     };
     let me = format!("{APISERVERS_PREFIX}{}", node.name);
-    let mut tried = Vec::new();
+    let mut candidates: Vec<(i64, std::net::SocketAddr)> = Vec::new();
     for (key, value) in others {
         if key == me {
             continue;
@@ -829,30 +934,82 @@ pub fn apiserver_gate(client: &Client, root: &Path, node: &NodeInfo) -> Gate {
         else {
             continue;
         };
-        match apiserver_ready(root, addr) {
-            Ok(()) => {
+        if node.apiserver.is_some_and(|own| is_own(addr, own))
+            || candidates.iter().any(|(_, a)| *a == addr)
+        {
+            continue;
+        }
+        candidates.push((updated, addr));
+    }
+    candidates.sort_by_key(|c| std::cmp::Reverse(c.0));
+    candidates.truncate(MAX_PROBED);
+    if candidates.is_empty() {
+        return Gate {
+            name,
+            passed: true,
+            detail: "no other control plane registered".into(),
+        };
+    }
+    // Every probe at once; each ends by itself within its timeout, and those still running
+    // when the gate has its answer (or its deadline) are left to end unheard.
+    let (tx, rx) = std::sync::mpsc::channel();
+    for (_, addr) in &candidates {
+        let (sender, probe) = (tx.clone(), bounded(*addr));
+        let addr = *addr;
+        let spawned = std::thread::Builder::new()
+            .name("apiserver-gate".into())
+            .spawn(move || {
+                let _ = sender.send((addr, ready(&probe)));
+            });
+        if let Err(e) = spawned {
+            let _ = tx.send((addr, Err(format!("cannot start a probe: {e}"))));
+        }
+    }
+    drop(tx);
+    let mut tried = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left.max(Duration::from_millis(1))) {
+            Ok((addr, Ok(()))) => {
                 return Gate {
                     name,
                     passed: true,
                     detail: format!("{addr} ready"),
                 };
             }
-            Err(e) => tried.push(format!("{addr}: {e}")),
+            Ok((addr, Err(e))) => tried.push(format!("{addr}: {e}")),
+            Err(_) => break,
         }
+    }
+    let silent = candidates.len() - tried.len();
+    if silent > 0 {
+        tried.push(format!(
+            "{silent} more did not answer before the gate's deadline"
+        ));
     }
     Gate {
         name,
-        passed: tried.is_empty(),
-        detail: if tried.is_empty() {
-            "no other control plane registered".into()
-        } else {
-            format!("no other apiserver ready: {}", tried.join("; "))
-        },
+        passed: false,
+        detail: format!("no other apiserver ready: {}", tried.join("; ")),
     }
 }
 
-/// `/readyz` with the node's cluster CA and apiserver-kubelet-client pair.
-fn apiserver_ready(root: &Path, addr: std::net::SocketAddr) -> Result<(), String> {
+/// Whether `addr` (a registration) is this node's own apiserver at `own`: the same port, and
+/// the same address, a loopback or unspecified one, or one of this host's.
+fn is_own(addr: std::net::SocketAddr, own: std::net::SocketAddr) -> bool {
+    let ip = addr.ip();
+    addr.port() == own.port()
+        && (ip == own.ip() || ip.is_loopback() || ip.is_unspecified() || is_local(ip))
+}
+
+/// Whether `ip` is one of this host's addresses: a socket can be bound to it.
+fn is_local(ip: std::net::IpAddr) -> bool {
+    std::net::UdpSocket::bind((ip, 0)).is_ok()
+}
+
+/// A `/readyz` probe with the node's cluster CA and apiserver-kubelet-client pair (its address
+/// and timeout set by the caller), or `None` when they cannot be read.
+fn readyz_probe(root: &Path) -> Option<crate::restart::verify::Probe> {
     let layouts = catalog::detect(root);
     let entries = catalog::entries(root, &layouts);
     let read = |n: &str, key: bool| {
@@ -867,28 +1024,30 @@ fn apiserver_ready(root: &Path, addr: std::net::SocketAddr) -> Result<(), String
                 .flatten()
         })
     };
-    let mut key = read("apiserver-kubelet-client", true);
-    let probe = crate::restart::verify::Probe {
-        address: addr,
+    // `Probe` zeroes its key copy on drop.
+    Some(crate::restart::verify::Probe {
+        address: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
         path: "/readyz".into(),
-        ca_pem: read("ca", false),
+        ca_pem: Some(read("ca", false)?),
         client_cert_pem: read("apiserver-kubelet-client", false),
-        client_key_pem: key.clone(),
-        timeout: Duration::from_secs(3),
-    };
-    if let Some(k) = key.as_mut() {
-        zeroize::Zeroize::zeroize(k);
-    }
-    let result = match crate::restart::verify::probe(&probe) {
+        client_key_pem: read("apiserver-kubelet-client", true),
+        timeout: PROBE_TIMEOUT,
+    })
+}
+
+/// One `/readyz` probe: ready, or why not.
+fn ready(probe: &crate::restart::verify::Probe) -> Result<(), String> {
+    match crate::restart::verify::probe(probe) {
         Ok(o) if o.healthy() => Ok(()),
         Ok(o) => Err(format!("HTTP {}", o.status)),
         Err(e) => Err(e.0),
-    };
-    // `Probe` zeroes its key copy on drop.
-    result
+    }
 }
 
 // === external etcd: the apiserver-etcd-client pair through etcd ===
+
+/// The format of [`PublishedPair`] this build writes and reads.
+const PUBLISHED_PAIR_VERSION: u32 = 1;
 
 /// What [`PAIR_KEY`] holds. The key PEM is in it: never log this value.
 #[derive(Serialize, serde::Deserialize)]
@@ -961,7 +1120,7 @@ pub fn publish_if_due(
     let key = PrivateKey::from_pem(&key_pem).map_err(|e| err(format!("'{key_rel}': {e}")));
     let matches = key.as_ref().is_ok_and(|k| k.matches(&cert));
     let pair = PublishedPair {
-        version: 1,
+        version: PUBLISHED_PAIR_VERSION,
         cert_pem: String::from_utf8_lossy(&cert_pem).into_owned(),
         key_pem: String::from_utf8_lossy(&key_pem).into_owned(),
         published_by: s.node.name.clone(),
@@ -1011,6 +1170,12 @@ pub fn published_bundle(s: &Session, root: &Path) -> Result<Option<Vec<u8>>, Clu
             "the pair published under {PAIR_KEY} is not readable ({e}); nothing was installed, the current pair stays in use; run 'certrotor run' on an etcd node to publish it again, or use 'etcd-client export/import'"
         ))
     })?;
+    if pair.version != PUBLISHED_PAIR_VERSION {
+        return Err(err(format!(
+            "the pair published under {PAIR_KEY} is version {}, which this certrotor does not know (it reads version {PUBLISHED_PAIR_VERSION}); nothing was installed, the current pair stays in use: run the certrotor release that published it on this node, or use 'etcd-client export/import'",
+            pair.version
+        )));
+    }
     let entries = catalog::entries(root, std::slice::from_ref(layout));
     if let Some(entry) = entries.iter().find(|e| e.name == "apiserver-etcd-client")
         && let Ok(installed) = read_rel(root, &entry.path)
@@ -1095,8 +1260,9 @@ impl Session {
         Ok(Some(s))
     }
 
-    /// The gates, and whether any etcd member had a leader.
-    fn gates(&self, root: &Path, components: &[Component]) -> (Vec<Gate>, bool) {
+    /// The gates, and whether any etcd member had a leader; the apiserver gate ends by
+    /// `deadline` (or after one probe's time, when that is later).
+    fn gates(&self, root: &Path, components: &[Component], deadline: Instant) -> (Vec<Gate>, bool) {
         let own = self.node.etcd_member.then_some(self.node.name.as_str());
         let (etcd, reached) = etcd_gate_for(&self.client, own);
         let mut gates = vec![etcd];
@@ -1104,7 +1270,13 @@ impl Session {
             && components.contains(&Component::KubeApiserver)
             && self.node.apiserver.is_some()
         {
-            gates.push(apiserver_gate(&self.client, root, &self.node));
+            let deadline = deadline.max(Instant::now() + Duration::from_secs(1));
+            gates.push(apiserver_gate_until(
+                &self.client,
+                root,
+                &self.node,
+                deadline,
+            ));
         }
         (gates, reached)
     }
@@ -1130,7 +1302,7 @@ impl Session {
             }
         };
         loop {
-            let (gates, reached) = self.gates(root, components);
+            let (gates, reached) = self.gates(root, components, deadline);
             ever_reached |= reached;
             report.gates = gates.clone();
             let failed: Vec<String> = gates
@@ -1142,7 +1314,8 @@ impl Session {
                 match try_lock(&self.client, &self.node.name, opts.lease_ttl) {
                     Ok(Ok(guard)) => {
                         // Check again under the lock: another holder may have just finished.
-                        let (gates, _) = self.gates(root, components);
+                        let again = deadline.max(Instant::now() + PROBE_TIMEOUT);
+                        let (gates, _) = self.gates(root, components, again);
                         report.gates = gates.clone();
                         let failed: Vec<String> = gates
                             .iter()

@@ -65,6 +65,7 @@ fn story(dir: &std::path::Path) -> Result<(), DemoError> {
         advertise_address: [10, 0, 0, 10].into(),
         cluster_name: "kubernetes".into(),
         port_offset: 0,
+        kubernetes_version: lab::manifests::DEFAULT_KUBERNETES_VERSION,
         now,
     };
     println!("1. A Bottlerocket control-plane node whose certificates expire in 3 days");

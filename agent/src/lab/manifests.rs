@@ -1,11 +1,21 @@
-//! The static pod manifests `lab init` writes, as kubeadm v1.20.2 and etcdadm write them (and a
-//! kube-vip as EKS Anywhere runs it), so that the real binaries run them. Paths inside a
+//! The static pod manifests `lab init` writes, as kubeadm v1.20.2 and etcdadm write them (and
+//! kube-vip as EKS Anywhere renders it), so that the real binaries run them. Paths inside a
 //! manifest are the container's (`/etc/kubernetes/pki/...`); `hostPath` volumes say where they
 //! are on the node.
+//!
+//! The images are those kubeadm writes for the Kubernetes version `lab init` is given (default
+//! v1.20.2, the binaries the tests run), so that certrotor reads that version back from the
+//! image tags; the command lines stay kubeadm v1.20.2's whatever the version, because the
+//! binaries that run them are v1.20.2 (kubeadm 1.24 and later no longer write
+//! `--insecure-port=0` and `--port=0`, which the lab needs to run nodes side by side).
 
 use std::net::IpAddr;
 
-use crate::node::manifests::ports;
+use crate::node::manifests::{Version, ports};
+
+/// The Kubernetes version `lab init` writes manifests for by default: the binaries the tests
+/// run (`images/k8s/build.sh`).
+pub const DEFAULT_KUBERNETES_VERSION: Version = Version::new(1, 20, 2);
 
 /// What `lab init` needs to write manifests.
 #[derive(Debug, Clone)]
@@ -21,21 +31,51 @@ pub struct ManifestParams<'a> {
     /// The etcd client certificate file name under `pki/` (Bottlerocket external etcd:
     /// `server-etcd-client.crt`).
     pub etcd_client_cert: &'a str,
+    /// The Kubernetes version whose images the manifests name.
+    pub kubernetes_version: Version,
 }
 
 fn url(ip: IpAddr, port: u16) -> String {
     format!("https://{}", super::socket_text(ip, port))
 }
 
-/// The images kubeadm v1.20.2 writes (`k8s.gcr.io`, etcd 3.4.13-0).
-fn image(name: &str) -> String {
+/// The image kubeadm writes for `name` in Kubernetes `v`: `k8s.gcr.io` before 1.25,
+/// `registry.k8s.io` from 1.25 on (kubernetes#109938; patch releases of 1.22-1.24 from
+/// December 2022 switched too, which the lab does not follow), etcd as kubeadm's
+/// `SupportedEtcdVersion` lists it for that minor at its first release.
+pub fn image(name: &str, v: Version) -> String {
+    let registry = if v >= Version::new(1, 25, 0) {
+        "registry.k8s.io"
+    } else {
+        "k8s.gcr.io"
+    };
     match name {
-        "etcd" => "k8s.gcr.io/etcd:3.4.13-0".into(),
-        _ => format!("k8s.gcr.io/{name}:v1.20.2"),
+        "etcd" => format!("{registry}/etcd:{}", etcd_tag(v)),
+        _ => format!("{registry}/{name}:v{v}"),
     }
 }
 
-fn pod(name: &str, command: &[String], mounts: &[(&str, &str, &str)]) -> String {
+/// kubeadm's etcd image tag for Kubernetes `v` (`cmd/kubeadm/app/constants/constants.go`).
+fn etcd_tag(v: Version) -> &'static str {
+    match (v.major, v.minor) {
+        (1, ..=21) => "3.4.13-0",
+        (1, 22) => "3.5.0-0",
+        (1, 23) => "3.5.1-0",
+        (1, 24) => "3.5.3-0",
+        (1, 25) => "3.5.4-0",
+        (1, 26) => "3.5.6-0",
+        (1, 27) => "3.5.7-0",
+        (1, 28) => "3.5.9-0",
+        (1, 29) => "3.5.10-0",
+        (1, 30) => "3.5.12-0",
+        (1, 31) => "3.5.15-0",
+        (1, 32) => "3.5.16-0",
+        (1, 33) => "3.5.21-0",
+        _ => "3.6.4-0",
+    }
+}
+
+fn pod(name: &str, v: Version, command: &[String], mounts: &[(&str, &str, &str)]) -> String {
     let mut y = format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  labels:\n    component: {name}\n    tier: control-plane\n  name: {name}\n  namespace: kube-system\nspec:\n  containers:\n  - command:\n"
     );
@@ -44,7 +84,7 @@ fn pod(name: &str, command: &[String], mounts: &[(&str, &str, &str)]) -> String 
     }
     y.push_str(&format!(
         "    image: {}\n    name: {name}\n    volumeMounts:\n",
-        image(name)
+        image(name, v)
     ));
     for (vol, _, mount) in mounts {
         y.push_str(&format!("    - mountPath: {mount}\n      name: {vol}\n"));
@@ -68,6 +108,7 @@ pub fn control_plane(p: &ManifestParams<'_>) -> Vec<(String, String)> {
     let adv = p.advertise_address;
     let off = p.port_offset;
     let k = p.kubeadm_dir;
+    let v = p.kubernetes_version;
     let pki = "/etc/kubernetes/pki";
     let mut out = Vec::new();
     let etcd_servers = match &p.external_etcd {
@@ -107,6 +148,7 @@ pub fn control_plane(p: &ManifestParams<'_>) -> Vec<(String, String)> {
                 "etcd.yaml".to_string(),
                 pod(
                     "etcd",
+                    v,
                     &cmd,
                     &[
                         ("etcd-certs", &host_pki, "/etc/kubernetes/pki/etcd"),
@@ -151,7 +193,7 @@ pub fn control_plane(p: &ManifestParams<'_>) -> Vec<(String, String)> {
     let host_pki = format!("{k}/pki");
     out.push((
         "kube-apiserver.yaml".into(),
-        pod("kube-apiserver", &api, &[("k8s-certs", &host_pki, pki)]),
+        pod("kube-apiserver", v, &api, &[("k8s-certs", &host_pki, pki)]),
     ));
     for (name, conf, port) in [
         (
@@ -192,6 +234,7 @@ pub fn control_plane(p: &ManifestParams<'_>) -> Vec<(String, String)> {
             format!("{name}.yaml"),
             pod(
                 name,
+                v,
                 &cmd,
                 &[
                     ("kubeconfig", &host_conf, &kubeconfig),
@@ -209,6 +252,7 @@ pub fn etcdadm_etcd(
     member: &str,
     ip: IpAddr,
     port_offset: u16,
+    kubernetes_version: Version,
 ) -> (String, String) {
     let client = ports::ETCD_CLIENT + port_offset;
     let peer = ports::ETCD_PEER + port_offset;
@@ -240,6 +284,7 @@ pub fn etcdadm_etcd(
         "etcd.yaml".into(),
         pod(
             "etcd",
+            kubernetes_version,
             &cmd,
             &[
                 ("etcd-certs", &host, pki),
@@ -249,13 +294,92 @@ pub fn etcdadm_etcd(
     )
 }
 
-/// A kube-vip-like static pod, as EKS Anywhere runs on control planes to hold the API VIP: it
-/// mounts the admin kubeconfig (`admin.conf`; `super-admin.conf` on newer releases) as a
-/// single-file hostPath. In the lab its command is the k8s-sim kube-vip stand-in (it reads the
-/// kubeconfig at start and is healthy only while its client certificate reaches the apiserver);
-/// its liveness probe is what certrotor verifies it by.
-pub fn kube_vip(kubeadm_dir: &str, port_offset: u16) -> (String, String) {
-    let port = ports::KUBE_VIP_HEALTH + port_offset;
+/// Which kube-vip `lab init --kube-vip` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KubeVipShape {
+    /// As EKS Anywhere renders it ([`kube_vip_eks_anywhere`]): no probe.
+    EksAnywhere,
+    /// The lab's earlier stand-in with an HTTPS liveness probe ([`kube_vip_probe`]).
+    Probe,
+}
+
+/// The control-plane VIP of the lab's kube-vip: a documentation address (RFC 5737) that
+/// nothing binds on the host.
+pub const LAB_VIP: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 10));
+
+/// The image EKS Anywhere's Bottlerocket testdata names (a real rendered value).
+pub const EKS_ANYWHERE_KUBE_VIP_IMAGE: &str =
+    "public.ecr.aws/l0g8r8j6/kube-vip/kube-vip:v0.7.0-eks-a-v0.19.0-dev-build.30";
+
+/// What varies in EKS Anywhere's kube-vip manifest.
+#[derive(Debug, Clone)]
+pub struct KubeVipParams<'a> {
+    /// Bottlerocket: the hostPath is under `/var/lib/kubeadm` with `type: File` (Cluster API's
+    /// Bottlerocket bootstrap rewrites it); kubeadm (Ubuntu, RHEL): `/etc/kubernetes`, no type.
+    pub bottlerocket: bool,
+    /// `admin.conf`, or `super-admin.conf` on the init node of Kubernetes 1.29 and later.
+    pub kubeconfig: &'a str,
+    pub vip: IpAddr,
+    /// Added to the API port; a non-zero offset also gives kube-vip its own metrics port
+    /// (`prometheus_server`), so that lab nodes can run side by side.
+    pub port_offset: u16,
+}
+
+/// kube-vip as EKS Anywhere runs it on a control plane, byte for byte: the pod
+/// `pkg/clusterapi/kubevip.go` renders (aws/eks-anywhere), its hostPath rewritten by Cluster
+/// API's Bottlerocket bootstrap (`patchKubeVipFile`, yaml.v2), as
+/// `projects/aws/bottlerocket-bootstrap/pkg/kubeadm/testdata/manifests/kube-vip`
+/// (aws/eks-anywhere-build-tooling) holds it. `args: [manager]` and no `command` (the image's
+/// entrypoint), the admin kubeconfig mounted as a single file at `/etc/kubernetes/admin.conf`,
+/// `NET_ADMIN`/`NET_RAW`, and no liveness or readiness probe. bottlerocket-bootstrap makes the
+/// static-pods setting `kube-vip` of it (the file stem).
+///
+/// With `port_offset == 0` only the VIP and the kubeconfig file name differ from the testdata;
+/// with an offset, the port and an added `prometheus_server` env entry (before `address`).
+pub fn kube_vip_eks_anywhere(p: &KubeVipParams<'_>) -> (String, String) {
+    let port = ports::APISERVER + p.port_offset;
+    let metrics = if p.port_offset == 0 {
+        String::new()
+    } else {
+        format!(
+            "    - name: prometheus_server\n      value: :{}\n",
+            ports::KUBE_VIP_METRICS + p.port_offset
+        )
+    };
+    let volume = if p.bottlerocket {
+        format!(
+            "      path: /var/lib/kubeadm/{}\n      type: File\n",
+            p.kubeconfig
+        )
+    } else {
+        format!("      path: /etc/kubernetes/{}\n", p.kubeconfig)
+    };
+    let yaml = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  creationTimestamp: null\n  name: kube-vip\n  \
+         namespace: kube-system\nspec:\n  containers:\n  - args:\n    - manager\n    env:\n    \
+         - name: vip_arp\n      value: \"true\"\n    - name: port\n      value: \"{port}\"\n    \
+         - name: vip_cidr\n      value: \"32\"\n    - name: cp_enable\n      value: \"true\"\n    \
+         - name: cp_namespace\n      value: kube-system\n    - name: vip_ddns\n      \
+         value: \"false\"\n    - name: vip_leaderelection\n      value: \"true\"\n    \
+         - name: vip_leaseduration\n      value: \"15\"\n    - name: vip_renewdeadline\n      \
+         value: \"10\"\n    - name: vip_retryperiod\n      value: \"2\"\n{metrics}    \
+         - name: address\n      value: {vip}\n    image: {EKS_ANYWHERE_KUBE_VIP_IMAGE}\n    \
+         imagePullPolicy: IfNotPresent\n    name: kube-vip\n    resources: {{}}\n    \
+         securityContext:\n      capabilities:\n        add:\n        - NET_ADMIN\n        \
+         - NET_RAW\n    volumeMounts:\n    - mountPath: /etc/kubernetes/admin.conf\n      \
+         name: kubeconfig\n  hostNetwork: true\n  volumes:\n  - hostPath:\n{volume}    \
+         name: kubeconfig\nstatus: {{}}\n",
+        vip = p.vip,
+    );
+    ("kube-vip.yaml".into(), yaml)
+}
+
+/// The lab's probe-ful kube-vip stand-in (`lab init --kube-vip probe`): it mounts admin.conf
+/// as a single file, as EKS Anywhere's does, but runs the k8s-sim kube-vip stand-in with a
+/// command line and an HTTPS liveness probe (healthy only while its client certificate reaches
+/// the apiserver), which certrotor verifies a restart by. Real kube-vip has no such probe.
+pub fn kube_vip_probe(kubeadm_dir: &str, port_offset: u16) -> (String, String) {
+    let port = ports::KUBE_VIP_METRICS + port_offset;
     let yaml = format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: kube-vip\n  namespace: kube-system\nspec:\n  \
          containers:\n  - command:\n    - kube-vip\n    - --kubeconfig=/etc/kubernetes/admin.conf\n    \
@@ -283,6 +407,7 @@ mod tests {
             port_offset: 100,
             external_etcd: None,
             etcd_client_cert: "apiserver-etcd-client.crt",
+            kubernetes_version: DEFAULT_KUBERNETES_VERSION,
         };
         let m = control_plane(&p);
         assert_eq!(m.len(), 4);
@@ -327,10 +452,11 @@ mod tests {
             port_offset: 0,
             external_etcd: None,
             etcd_client_cert: "apiserver-etcd-client.crt",
+            kubernetes_version: DEFAULT_KUBERNETES_VERSION,
         };
         let mut pods: Vec<(String, PodInfo)> = control_plane(&p)
             .into_iter()
-            .chain([kube_vip("/var/lib/kubeadm", 0)])
+            .chain([kube_vip_probe("/var/lib/kubeadm", 0)])
             .map(|(f, y)| (f, PodInfo::parse(y.as_bytes()).unwrap()))
             .collect();
         let kv = &pods.last().unwrap().1;
@@ -355,5 +481,160 @@ mod tests {
         assert_eq!(c[0].file, "var/lib/kubeadm/pki/apiserver.crt");
         assert!(!c[0].single_file);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The bytes of `projects/aws/bottlerocket-bootstrap/pkg/kubeadm/testdata/manifests/kube-vip`
+    /// (aws/eks-anywhere-build-tooling @8cf6a5613c196ad54b2fd0e0723b953a89e83c5a), whose VIP
+    /// is 105.16.99.106.
+    const EKS_ANYWHERE_TESTDATA: &str = "apiVersion: v1
+kind: Pod
+metadata:
+  creationTimestamp: null
+  name: kube-vip
+  namespace: kube-system
+spec:
+  containers:
+  - args:
+    - manager
+    env:
+    - name: vip_arp
+      value: \"true\"
+    - name: port
+      value: \"6443\"
+    - name: vip_cidr
+      value: \"32\"
+    - name: cp_enable
+      value: \"true\"
+    - name: cp_namespace
+      value: kube-system
+    - name: vip_ddns
+      value: \"false\"
+    - name: vip_leaderelection
+      value: \"true\"
+    - name: vip_leaseduration
+      value: \"15\"
+    - name: vip_renewdeadline
+      value: \"10\"
+    - name: vip_retryperiod
+      value: \"2\"
+    - name: address
+      value: 105.16.99.106
+    image: public.ecr.aws/l0g8r8j6/kube-vip/kube-vip:v0.7.0-eks-a-v0.19.0-dev-build.30
+    imagePullPolicy: IfNotPresent
+    name: kube-vip
+    resources: {}
+    securityContext:
+      capabilities:
+        add:
+        - NET_ADMIN
+        - NET_RAW
+    volumeMounts:
+    - mountPath: /etc/kubernetes/admin.conf
+      name: kubeconfig
+  hostNetwork: true
+  volumes:
+  - hostPath:
+      path: /var/lib/kubeadm/admin.conf
+      type: File
+    name: kubeconfig
+status: {}
+";
+
+    #[test]
+    fn eks_anywhere_kube_vip_is_the_testdata_byte_for_byte() {
+        let p = KubeVipParams {
+            bottlerocket: true,
+            kubeconfig: "admin.conf",
+            vip: [105, 16, 99, 106].into(),
+            port_offset: 0,
+        };
+        let (file, yaml) = kube_vip_eks_anywhere(&p);
+        assert_eq!(file, "kube-vip.yaml");
+        assert_eq!(yaml, EKS_ANYWHERE_TESTDATA);
+        // The init node of 1.29 and later: bottlerocket-bootstrap's ReplaceAll of the path.
+        let (_, yaml) = kube_vip_eks_anywhere(&KubeVipParams {
+            kubeconfig: "super-admin.conf",
+            ..p.clone()
+        });
+        assert_eq!(
+            yaml,
+            EKS_ANYWHERE_TESTDATA.replace(
+                "path: /var/lib/kubeadm/admin.conf",
+                "path: /var/lib/kubeadm/super-admin.conf"
+            )
+        );
+        // kubeadm (Ubuntu): the path Cluster API's Bottlerocket bootstrap did not rewrite.
+        let (_, yaml) = kube_vip_eks_anywhere(&KubeVipParams {
+            bottlerocket: false,
+            ..p.clone()
+        });
+        assert_eq!(
+            yaml,
+            EKS_ANYWHERE_TESTDATA.replace(
+                "path: /var/lib/kubeadm/admin.conf\n      type: File\n",
+                "path: /etc/kubernetes/admin.conf\n"
+            )
+        );
+        // Side by side: the port and a metrics port of its own.
+        let (_, yaml) = kube_vip_eks_anywhere(&KubeVipParams {
+            port_offset: 100,
+            ..p
+        });
+        assert_eq!(
+            yaml,
+            EKS_ANYWHERE_TESTDATA
+                .replace("value: \"6443\"", "value: \"6543\"")
+                .replace(
+                    "    - name: address\n",
+                    "    - name: prometheus_server\n      value: :2212\n    - name: address\n"
+                )
+        );
+        // Read back: no component, no probe, a single-file mount, its environment.
+        let info = PodInfo::parse(yaml.as_bytes()).unwrap();
+        assert_eq!(info.component(), None);
+        assert_eq!(info.health, None);
+        assert_eq!(info.argv, ["manager"]);
+        assert_eq!(info.host_paths, ["/var/lib/kubeadm/admin.conf"]);
+        assert_eq!(info.image.as_deref(), Some(EKS_ANYWHERE_KUBE_VIP_IMAGE));
+        assert!(info.env.contains(&("port".into(), "6543".into())));
+        assert!(
+            info.env
+                .contains(&("address".into(), "105.16.99.106".into()))
+        );
+    }
+
+    #[test]
+    fn images_follow_the_kubernetes_version() {
+        let v = |a, b, c| Version::new(a, b, c);
+        assert_eq!(
+            image("kube-apiserver", DEFAULT_KUBERNETES_VERSION),
+            "k8s.gcr.io/kube-apiserver:v1.20.2"
+        );
+        assert_eq!(
+            image("etcd", DEFAULT_KUBERNETES_VERSION),
+            "k8s.gcr.io/etcd:3.4.13-0"
+        );
+        assert_eq!(
+            image("kube-scheduler", v(1, 31, 4)),
+            "registry.k8s.io/kube-scheduler:v1.31.4"
+        );
+        assert_eq!(image("etcd", v(1, 31, 4)), "registry.k8s.io/etcd:3.5.15-0");
+        let p = ManifestParams {
+            kubeadm_dir: "/etc/kubernetes",
+            node_name: "cp-1",
+            advertise_address: [127, 0, 0, 1].into(),
+            port_offset: 0,
+            external_etcd: None,
+            etcd_client_cert: "apiserver-etcd-client.crt",
+            kubernetes_version: v(1, 29, 1),
+        };
+        for (_, y) in control_plane(&p) {
+            let info = PodInfo::parse(y.as_bytes()).unwrap();
+            let want = match info.component() {
+                Some(crate::node::manifests::Component::Etcd) => v(3, 5, 10),
+                _ => v(1, 29, 1),
+            };
+            assert_eq!(info.version(), Some(want), "{y}");
+        }
     }
 }

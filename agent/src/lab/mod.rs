@@ -8,6 +8,8 @@
 pub mod demo;
 pub mod manifests;
 
+pub use manifests::KubeVipShape;
+
 use std::fmt;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -51,6 +53,9 @@ pub struct LabOptions {
     /// Added to every standard port (manifests and kubeconfig URLs), so that lab nodes can run
     /// side by side on one machine.
     pub port_offset: u16,
+    /// The Kubernetes version whose images the static pod manifests name
+    /// ([`manifests::DEFAULT_KUBERNETES_VERSION`] by default).
+    pub kubernetes_version: crate::node::manifests::Version,
     pub now: i64,
 }
 
@@ -624,6 +629,7 @@ fn write_control_plane(
         port_offset: opts.port_offset,
         external_etcd,
         etcd_client_cert,
+        kubernetes_version: opts.kubernetes_version,
     };
     for (file, yaml) in manifests::control_plane(&params) {
         w.file(
@@ -711,7 +717,13 @@ fn write_etcd_node(
             &client,
         ),
     ];
-    let (file, yaml) = manifests::etcdadm_etcd(etcd_dir, &name, ip, opts.port_offset);
+    let (file, yaml) = manifests::etcdadm_etcd(
+        etcd_dir,
+        &name,
+        ip,
+        opts.port_offset,
+        opts.kubernetes_version,
+    );
     w.file(
         root,
         &format!("{}/{file}", manifest_dir(opts.layout)),
@@ -744,12 +756,18 @@ fn write_etcd_node(
     Ok(())
 }
 
-/// Where `lab init` writes static pod manifests: the kubelet's folder on a kubeadm host; on
-/// Bottlerocket the manifests live in API settings, and EKS Anywhere keeps copies in
-/// `/var/lib/kubeadm/manifests`, which tests load into the API emulator.
-/// Adds a kube-vip-like static pod (`manifests::kube_vip`) to a control-plane node written by
-/// [`init`]; an etcd-only node (no admin.conf) gets none.
-pub fn add_kube_vip(root: &Path, layout: LabLayout, port_offset: u16) -> Result<(), LabError> {
+/// Adds kube-vip to a control-plane node written by [`init`] (an etcd-only node, without
+/// admin.conf, gets none): as EKS Anywhere renders it, or the lab's probe-ful stand-in. The
+/// node is an init node: from Kubernetes 1.29 on, EKS Anywhere's kube-vip there mounts
+/// super-admin.conf (bottlerocket-bootstrap's `patchKubeVipManifest`, or the `sed` of the
+/// kubeadm layouts), because admin.conf is bound to its role only once the apiserver is up.
+pub fn add_kube_vip(
+    root: &Path,
+    layout: LabLayout,
+    port_offset: u16,
+    shape: KubeVipShape,
+    kubernetes_version: crate::node::manifests::Version,
+) -> Result<(), LabError> {
     let kdir = match layout {
         LabLayout::Kubeadm => crate::node::catalog::paths::KUBEADM_DIR,
         LabLayout::Bottlerocket => crate::node::catalog::paths::BOTTLEROCKET_KUBEADM_DIR,
@@ -757,12 +775,30 @@ pub fn add_kube_vip(root: &Path, layout: LabLayout, port_offset: u16) -> Result<
     if !root.join(kdir).join("admin.conf").is_file() {
         return Ok(());
     }
-    let (file, yaml) = manifests::kube_vip(&format!("/{kdir}"), port_offset);
+    let (file, yaml) = match shape {
+        KubeVipShape::Probe => manifests::kube_vip_probe(&format!("/{kdir}"), port_offset),
+        KubeVipShape::EksAnywhere => {
+            let super_admin = kubernetes_version >= crate::node::manifests::Version::new(1, 29, 0);
+            manifests::kube_vip_eks_anywhere(&manifests::KubeVipParams {
+                bottlerocket: layout == LabLayout::Bottlerocket,
+                kubeconfig: if super_admin {
+                    "super-admin.conf"
+                } else {
+                    "admin.conf"
+                },
+                vip: manifests::LAB_VIP,
+                port_offset,
+            })
+        }
+    };
     let path = root.join(manifest_dir(layout)).join(file);
     crate::sys::fsutil::write_atomic(&path, yaml.as_bytes(), 0o600)
         .map_err(|e| LabError(format!("cannot write '{}': {e}", path.display())))
 }
 
+/// Where `lab init` writes static pod manifests: the kubelet's folder on a kubeadm host; on
+/// Bottlerocket the manifests live in API settings, and EKS Anywhere keeps copies in
+/// `/var/lib/kubeadm/manifests`, which tests load into the API emulator.
 pub fn manifest_dir(layout: LabLayout) -> &'static str {
     match layout {
         LabLayout::Kubeadm => crate::node::catalog::paths::KUBEADM_MANIFESTS,

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::node::catalog::{self, Entry, Kind, Layout};
-use crate::node::kubeconfig::{Kubeconfig, Source};
+use crate::node::kubeconfig::{Kubeconfig, Source, file_under_root};
 use crate::pki::{Cert, CertFacts, KeyPublic, MAX_PEM_FILE_BYTES};
 use crate::sys::fsutil::{self, ReadError};
 
@@ -286,12 +286,10 @@ fn load_kubeconfig(root: &Path, entry: &Entry, bytes: &[u8], mode: u32, out: &mu
     ) -> Result<Fetched<'a>, String> {
         match source {
             Source::Embedded(b) => Ok((b.as_slice().into(), None, mode)),
-            Source::File(p) => match read_with_mode(root, p) {
-                Ok(Some((b, file_mode))) => Ok((
-                    b.into(),
-                    Some(p.trim_start_matches('/').to_string()),
-                    file_mode,
-                )),
+            Source::File(p) => match read_with_mode(root, &file_under_root(&entry.path, p)) {
+                Ok(Some((b, file_mode))) => {
+                    Ok((b.into(), Some(file_under_root(&entry.path, p)), file_mode))
+                }
                 Ok(None) => Err(format!(
                     "{what} '{p}' named by '{}' does not exist",
                     entry.path
@@ -319,7 +317,7 @@ fn load_kubeconfig(root: &Path, entry: &Entry, bytes: &[u8], mode: u32, out: &mu
     }
     let key_file = match &creds.client_key {
         Source::Embedded(_) => entry.path.clone(),
-        Source::File(p) => p.trim_start_matches('/').to_string(),
+        Source::File(p) => file_under_root(&entry.path, p),
     };
     match fetch(&creds.client_key, "client key").map(|(b, _, mode)| {
         let key = KeyPublic::read_pem(&b);

@@ -81,11 +81,26 @@ pub const MAX_YAML_ALIASES: usize = 64;
 
 /// Checks, in one linear pass and before the YAML parser sees it, that a document's nesting is
 /// bounded (see the constants above). Overestimates the depth (brackets in plain scalars count),
-/// which real kubeconfigs and manifests never come near. The error says what was found; it
-/// never quotes the text.
+/// which real kubeconfigs and manifests never come near; never underestimates it: a quote
+/// starts a quoted scalar (whose brackets are text) only where YAML starts one, at the start of
+/// a node (issue 30.5: an apostrophe inside a plain scalar, `[x 'y, [[[…`, hid every bracket
+/// after it, and the parser's quadratic work on deep flow nesting came back). The error says
+/// what was found; it never quotes the text.
 pub fn check_yaml_shape(text: &str) -> Result<(), String> {
+    shape_scan(text).0
+}
+
+/// [`check_yaml_shape`], with the number of bytes it examined: each at most once, so its work
+/// is linear in the text (a refusal stops early).
+pub fn shape_scan(text: &str) -> (Result<(), String>, usize) {
     let mut flow: usize = 0;
     let mut aliases = 0usize;
+    let mut scanned = 0usize;
+    // Where a node may start (so a quote opens a quoted scalar): at the start of a line in
+    // block context, and after `[`, `{`, a flow `,`, a `: `, a block indicator, an anchor or a
+    // tag. Inside a flow collection a line continues the previous one (a plain scalar may go
+    // on over several lines, and a quote at its next line's start is part of it).
+    let mut expect_node = true;
     for (n, line) in text.lines().enumerate() {
         let lineno = n + 1;
         let bytes = line.as_bytes();
@@ -94,15 +109,22 @@ pub fn check_yaml_shape(text: &str) -> Result<(), String> {
             .take_while(|&&b| b == b' ' || b == b'\t')
             .count();
         if indent > MAX_YAML_INDENT {
-            return Err(format!(
-                "line {lineno} is indented {indent} columns, more than the {MAX_YAML_INDENT} a \
-                 kubeconfig or manifest ever needs (a hostile or damaged file?)"
-            ));
+            return (
+                Err(format!(
+                    "line {lineno} is indented {indent} columns, more than the {MAX_YAML_INDENT} \
+                     a kubeconfig or manifest ever needs (a hostile or damaged file?)"
+                )),
+                scanned + indent,
+            );
+        }
+        if flow == 0 {
+            expect_node = true;
         }
         // Leading block indicators: "- - - x".
         let mut i = indent;
         let mut indicators = 0usize;
-        while i < bytes.len()
+        while flow == 0
+            && i < bytes.len()
             && (bytes[i] == b'-' || bytes[i] == b'?')
             && bytes.get(i + 1).is_none_or(|b| *b == b' ' || *b == b'\t')
         {
@@ -113,16 +135,21 @@ pub fn check_yaml_shape(text: &str) -> Result<(), String> {
             }
         }
         if indicators > MAX_YAML_LINE_INDICATORS {
-            return Err(format!(
-                "line {lineno} nests {indicators} block collections, more than the \
-                 {MAX_YAML_LINE_INDICATORS} accepted (a hostile or damaged file?)"
-            ));
+            return (
+                Err(format!(
+                    "line {lineno} nests {indicators} block collections, more than the \
+                     {MAX_YAML_LINE_INDICATORS} accepted (a hostile or damaged file?)"
+                )),
+                scanned + i,
+            );
         }
         let mut quote: Option<u8> = None;
         let mut prev = b' ';
-        let mut j = 0;
+        let mut j = i;
         while j < bytes.len() {
             let b = bytes[j];
+            let next = bytes.get(j + 1).copied();
+            let blank_next = next.is_none_or(|c| c == b' ' || c == b'\t');
             match quote {
                 Some(q) => {
                     if b == b'\\' && q == b'"' {
@@ -132,38 +159,70 @@ pub fn check_yaml_shape(text: &str) -> Result<(), String> {
                     }
                 }
                 None => match b {
+                    b' ' | b'\t' => {}
                     b'#' if prev == b' ' || prev == b'\t' => break,
-                    b'\'' | b'"' if matches!(prev, b' ' | b'\t' | b'[' | b'{' | b',' | b':') => {
-                        quote = Some(b)
+                    b'\'' | b'"' if expect_node => {
+                        quote = Some(b);
+                        expect_node = false;
                     }
                     b'[' | b'{' => {
                         flow += 1;
+                        expect_node = true;
                         if flow > MAX_YAML_FLOW_DEPTH {
-                            return Err(format!(
-                                "line {lineno} nests brackets more than {MAX_YAML_FLOW_DEPTH} \
-                                 deep (a hostile or damaged file?)"
-                            ));
+                            return (
+                                Err(format!(
+                                    "line {lineno} nests brackets more than {MAX_YAML_FLOW_DEPTH} \
+                                     deep (a hostile or damaged file?)"
+                                )),
+                                scanned + j + 1,
+                            );
                         }
                     }
-                    b']' | b'}' => flow = flow.saturating_sub(1),
-                    b'*' if matches!(prev, b' ' | b'\t' | b'[' | b'{' | b',' | b':') => {
+                    b']' | b'}' => {
+                        flow = flow.saturating_sub(1);
+                        expect_node = false;
+                    }
+                    b',' if flow > 0 => expect_node = true,
+                    b':' if blank_next => expect_node = true,
+                    b'-' | b'?' if expect_node && flow == 0 && blank_next => {}
+                    b'&' | b'!' if expect_node => {
+                        // An anchor or a tag: its name, then still the start of a node.
+                        while j + 1 < bytes.len()
+                            && !matches!(bytes[j + 1], b' ' | b'\t')
+                            && !(flow > 0
+                                && matches!(bytes[j + 1], b',' | b'[' | b']' | b'{' | b'}'))
+                        {
+                            j += 1;
+                        }
+                    }
+                    // Counted wherever an alias may start, and wherever the old check counted
+                    // one (after a blank or a flow indicator): more is safe, fewer is not.
+                    b'*' if expect_node
+                        || matches!(prev, b' ' | b'\t' | b'[' | b'{' | b',' | b':') =>
+                    {
                         aliases += 1;
+                        expect_node = false;
                         if aliases > MAX_YAML_ALIASES {
-                            return Err(format!(
-                                "more than {MAX_YAML_ALIASES} YAML aliases (a hostile or \
-                                 damaged file?)"
-                            ));
+                            return (
+                                Err(format!(
+                                    "more than {MAX_YAML_ALIASES} YAML aliases (a hostile or \
+                                     damaged file?)"
+                                )),
+                                scanned + j + 1,
+                            );
                         }
                     }
-                    _ => {}
+                    _ => expect_node = false,
                 },
             }
             prev = b;
             j += 1;
         }
-        // A quoted scalar may continue on the next line; a single-quoted one too.
+        // A line ending inside a quoted scalar: the next line is examined as plain text (the
+        // quote's brackets count, an overestimate).
+        scanned += bytes.len() + 1;
     }
-    Ok(())
+    (Ok(()), scanned.min(text.len()))
 }
 
 /// A parsed kubeconfig document.
@@ -210,25 +269,100 @@ impl fmt::Debug for Kubeconfig {
 
 impl Kubeconfig {
     /// Parses YAML (or JSON) text.
+    ///
+    /// Read as client-go reads it, or refused with the reason (issue 30.11): a UTF-8 byte order
+    /// mark is skipped, as client-go skips it; a name twice in `clusters`, `users` or
+    /// `contexts` is refused (client-go refuses the whole file: "duplicate name in list"), as
+    /// are a key twice in a mapping (client-go takes the last, the YAML parser refuses) and
+    /// several YAML documents (client-go reads the first: certrotor does not guess which one a
+    /// renewal should rewrite).
     pub fn parse(bytes: &[u8]) -> Result<Kubeconfig, KubeconfigError> {
         let text =
             std::str::from_utf8(bytes).map_err(|_| err("the kubeconfig is not UTF-8 text"))?;
-        if let Some(doc) = fast::parse(text) {
-            return Ok(Kubeconfig { doc });
-        }
-        check_yaml_shape(text).map_err(|e| err(format!("the kubeconfig is refused: {e}")))?;
-        let doc: Value = serde_norway::from_str(text)
-            .map_err(|e| err(format!("the kubeconfig is not valid YAML: {e}")))?;
-        if !doc.is_mapping() {
-            return Err(err("the kubeconfig is not a YAML mapping"));
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+        let doc = match fast::parse(text) {
+            Some(doc) => doc,
+            None => {
+                check_yaml_shape(text)
+                    .map_err(|e| err(format!("the kubeconfig is refused: {e}")))?;
+                let doc: Value = serde_norway::from_str(text).map_err(|e| {
+                    let documents = serde_norway::Deserializer::from_str(text).take(3).count();
+                    if documents > 1 {
+                        err(
+                            "the kubeconfig holds several YAML documents ('---'); client-go \
+                             reads only the first, and certrotor does not guess which one to \
+                             renew: keep one document in the file",
+                        )
+                    } else if e.to_string().contains("duplicate entry") {
+                        err(format!(
+                            "the kubeconfig is not valid YAML: {e}; client-go would take the \
+                             last one, certrotor does not guess: remove the duplicate key"
+                        ))
+                    } else {
+                        err(format!("the kubeconfig is not valid YAML: {e}"))
+                    }
+                })?;
+                if !doc.is_mapping() {
+                    return Err(err("the kubeconfig is not a YAML mapping"));
+                }
+                doc
+            }
+        };
+        for (list, what) in [
+            ("clusters", "cluster"),
+            ("users", "user"),
+            ("contexts", "context"),
+        ] {
+            let names: Vec<&str> = doc
+                .get(list)
+                .and_then(Value::as_sequence)
+                .into_iter()
+                .flatten()
+                .filter_map(|i| i.get("name").and_then(Value::as_str))
+                .collect();
+            if let Some(twice) = names
+                .iter()
+                .enumerate()
+                .find_map(|(i, n)| names[..i].contains(n).then_some(*n))
+            {
+                return Err(err(format!(
+                    "the kubeconfig names {what} '{twice}' twice in '{list}'; client-go (kubectl, \
+                     the components) refuses such a file (duplicate name in list): remove one"
+                )));
+            }
         }
         Ok(Kubeconfig { doc })
     }
 
     /// Serializes back to YAML.
+    ///
+    /// Written as client-go writes kubeconfigs (go-yaml v2's block style: sequences at their
+    /// key's indentation, `{}` for an empty mapping), with every string that a YAML 1.1 reader
+    /// (client-go) or a YAML 1.2 one could read as something else double-quoted: `on`, `NO`,
+    /// `1_000`, `12:30`, `2001-12-14` as names stay strings for kubectl (issue 30.3: written
+    /// plain by the YAML library, kubectl refused the renewed file). The text is read back before
+    /// it is returned: it must give the very document.
     pub fn to_yaml(&self) -> Result<String, KubeconfigError> {
-        serde_norway::to_string(&self.doc)
-            .map_err(|e| err(format!("cannot write the kubeconfig: {e}")))
+        let Value::Mapping(map) = &self.doc else {
+            return Err(err("cannot write the kubeconfig: it is not a YAML mapping"));
+        };
+        let mut out = String::with_capacity(8192);
+        if map.is_empty() {
+            out.push_str("{}\n");
+        } else {
+            emit_entries(&mut out, map, 0, false)?;
+        }
+        let again = Kubeconfig::parse(out.as_bytes()).map_err(|e| {
+            err(format!(
+                "cannot write the kubeconfig: it would not read back ({e})"
+            ))
+        })?;
+        if again.doc != self.doc {
+            return Err(err(
+                "cannot write the kubeconfig: it would not read back as the same document",
+            ));
+        }
+        Ok(out)
     }
 
     /// Builds a kubeconfig the way kubeadm's `CreateWithCerts` does.
@@ -402,6 +536,103 @@ impl Kubeconfig {
     }
 }
 
+/// The entries of a non-empty mapping at `indent`; `inline_first`: the first one goes on the
+/// current line (after a sequence's `- `).
+fn emit_entries(
+    out: &mut String,
+    map: &Mapping,
+    indent: usize,
+    inline_first: bool,
+) -> Result<(), KubeconfigError> {
+    for (i, (k, v)) in map.iter().enumerate() {
+        if i > 0 || !inline_first {
+            out.push_str(&" ".repeat(indent));
+        }
+        match k {
+            Value::String(s) if fast::plain_key(s) => out.push_str(s),
+            Value::Mapping(_) | Value::Sequence(_) | Value::Tagged(_) => {
+                return Err(err(
+                    "cannot write the kubeconfig: it has a key that is not a plain value",
+                ));
+            }
+            other => out.push_str(&scalar_text(other)?),
+        }
+        out.push(':');
+        match v {
+            Value::Mapping(m) if !m.is_empty() => {
+                out.push('\n');
+                emit_entries(out, m, indent + 2, false)?;
+            }
+            Value::Sequence(s) if !s.is_empty() => {
+                out.push('\n');
+                emit_items(out, s, indent)?;
+            }
+            other => {
+                out.push(' ');
+                out.push_str(&scalar_text(other)?);
+                out.push('\n');
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The items of a non-empty sequence, their `- ` at `indent`.
+fn emit_items(out: &mut String, seq: &[Value], indent: usize) -> Result<(), KubeconfigError> {
+    for item in seq {
+        out.push_str(&" ".repeat(indent));
+        out.push_str("- ");
+        match item {
+            Value::Mapping(m) if !m.is_empty() => emit_entries(out, m, indent + 2, true)?,
+            Value::Sequence(s) if !s.is_empty() => {
+                out.push('\n');
+                emit_items(out, s, indent + 2)?;
+            }
+            other => {
+                out.push_str(&scalar_text(other)?);
+                out.push('\n');
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A scalar (or an empty collection) as YAML text: a string plain when every YAML reader reads
+/// it back as that string ([`fast::plain_value`]), else double-quoted (JSON's string syntax is
+/// YAML's double-quoted style).
+fn scalar_text(v: &Value) -> Result<String, KubeconfigError> {
+    Ok(match v {
+        Value::String(s) if fast::plain_value(s) => s.clone(),
+        Value::String(s) => serde_json::to_string(s)
+            .map_err(|e| err(format!("cannot write the kubeconfig: {e}")))?,
+        Value::Null => "null".into(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::Mapping(m) if m.is_empty() => "{}".into(),
+        Value::Sequence(s) if s.is_empty() => "[]".into(),
+        Value::Mapping(_) | Value::Sequence(_) | Value::Tagged(_) => {
+            return Err(err(
+                "cannot write the kubeconfig: it holds a YAML tag or a collection where a value \
+                 was expected, which client-go never writes; renew it with kubeadm",
+            ));
+        }
+    })
+}
+
+/// Where a file a kubeconfig names (`client-certificate`, `client-key`) is, relative to the node
+/// root: client-go resolves a relative path against the kubeconfig's own folder
+/// (`ResolvePaths`), not against the folder it runs in (issue 30.11); an absolute one as the
+/// node sees it. `kubeconfig` is the kubeconfig's path relative to the root.
+pub fn file_under_root(kubeconfig: &str, named: &str) -> String {
+    if named.starts_with('/') {
+        return named.trim_start_matches('/').to_string();
+    }
+    match kubeconfig.trim_start_matches('/').rsplit_once('/') {
+        Some((folder, _)) => format!("{folder}/{named}"),
+        None => named.to_string(),
+    }
+}
+
 /// Finds `list[*]` with `name == wanted` and returns its `inner` mapping.
 fn named<'a>(
     doc: &'a Value,
@@ -563,30 +794,38 @@ mod fast {
                 (key, Some(value))
             }
         };
-        let mut chars = key.bytes();
         // libyaml refuses implicit keys over 1024 characters; kubeconfig keys are short.
-        let ok = key.len() <= 64
-            && chars.next().is_some_and(|b| b.is_ascii_alphabetic())
-            && chars.all(|b| b.is_ascii_alphanumeric() || b == b'-')
-            && !special(key);
-        ok.then_some((key, value))
+        plain_key(key).then_some((key, value))
     }
 
     fn scalar(v: &str) -> Option<Value> {
         if v == "{}" {
             return Some(Value::Mapping(Mapping::new()));
         }
+        plain_value(v).then(|| Value::String(v.to_string()))
+    }
+
+    /// Whether `key` is a key of the subset, written plain.
+    pub(super) fn plain_key(key: &str) -> bool {
+        let mut chars = key.bytes();
+        key.len() <= 64
+            && chars.next().is_some_and(|b| b.is_ascii_alphabetic())
+            && chars.all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !special(key)
+    }
+
+    /// Whether `v` is a plain scalar of the subset: a string every YAML reader (1.1 as
+    /// client-go's go-yaml v2, 1.2 as certrotor's) reads as this very string.
+    pub(super) fn plain_value(v: &str) -> bool {
         let b = v.as_bytes();
         // Every byte in the subset's set: one table look-up per byte, without a branch (the
         // values are mostly ~2 KB base64 lines).
         let plain = b.iter().fold(true, |ok, &c| ok & PLAIN[usize::from(c)]);
-        let ok = b
-            .first()
+        b.first()
             .is_some_and(|c| c.is_ascii_alphabetic() || *c == b'/')
             && b.last() != Some(&b':')
             && plain
-            && !special(v);
-        ok.then(|| Value::String(v.to_string()))
+            && !special(v)
     }
 
     /// The bytes of the subset's plain scalars: `[A-Za-z0-9._:/+=@-]`.
@@ -900,6 +1139,177 @@ users:
             accepted > 100,
             "the fast path accepted only {accepted} variants"
         );
+    }
+
+    /// Issue 30.5: a quote inside a plain scalar starts no quoted scalar (YAML's rule), so it
+    /// hides no bracket after it; real quoted scalars still hide theirs.
+    #[test]
+    fn a_quote_inside_a_plain_scalar_hides_no_bracket() {
+        let deep = "[".repeat(MAX_YAML_FLOW_DEPTH + 1);
+        for text in [
+            format!("a: [x 'y, {deep}\n"),
+            format!("a: [x \"y, {deep}\n"),
+            format!(
+                "a: {{k: x 'y, b: {}\n",
+                "{a: ".repeat(MAX_YAML_FLOW_DEPTH + 1)
+            ),
+            format!("a: b'c: {deep}\n"),
+            format!("- x 'y {deep}\n"),
+            format!("a: [x, y'z, {deep}]\n"),
+            format!("a: it's [{deep}\n"),
+            // A plain scalar continued on the next line inside a flow collection: the quote
+            // at that line's start is part of it.
+            format!("a: [x\n 'y, {deep}\n"),
+            format!("a: [x,\n y\n 'z, {deep}\n"),
+            format!("a: {{k: v\n  'w: {deep}}}\n"),
+        ] {
+            let e = check_yaml_shape(&text).expect_err(&text);
+            assert!(e.contains("nests brackets"), "{text}: {e}");
+        }
+        // Brackets inside real quoted scalars are text.
+        for text in [
+            format!("a: '{deep}'\n"),
+            format!("a: \"{deep}\"\n"),
+            format!("a: [x, '{deep}', \"{deep}\"]\n"),
+            format!("a: {{k: '{deep}'}}\n"),
+            format!("- '{deep}'\n"),
+            format!("'{deep}': v\n"),
+            format!("a: &x '{deep}'\n"),
+            format!("a: !!str '{deep}'\n"),
+        ] {
+            assert_eq!(check_yaml_shape(&text), Ok(()), "{text}");
+            assert!(serde_norway::from_str::<Value>(&text).is_ok(), "{text}");
+        }
+    }
+
+    /// Issue 30.5, the growth measured as work: the shape check examines each byte at most
+    /// once (so it is linear), refuses every hostile family before the parser sees it, and
+    /// reads a large legitimate kubeconfig to its end. `agent/parser-growth.sh` counts `check`'s instructions on
+    /// the same families, growing, with the real parser behind.
+    #[test]
+    fn the_shape_check_examines_each_byte_at_most_once() {
+        let user = "- name: u\n  user:\n    client-certificate-data: LS0tQ2VydA==\n    \
+                    client-key-data: LS0tS2V5\n";
+        for size in [1usize << 10, 1 << 14, 1 << 17, 1 << 20] {
+            let hostile = [
+                ("apostrophe", format!("a: [x 'y, {}\n", "[".repeat(size))),
+                ("quote", format!("a: [x \"y, {}\n", "[".repeat(size))),
+                ("continued", format!("a: [x\n 'y, {}\n", "[".repeat(size))),
+                (
+                    "flow map",
+                    format!("a: {}\n", "{k: x 'y, b: ".repeat(size / 12)),
+                ),
+                ("aliases", "a: [*x, ".repeat(size / 8)),
+                ("indicators", format!("{}x\n", "- ".repeat(size / 2))),
+                ("indent", format!("{}k: v\n", " ".repeat(size))),
+            ];
+            for (what, doc) in &hostile {
+                let (result, scanned) = shape_scan(doc);
+                assert!(result.is_err(), "{what} {size}: accepted");
+                assert!(
+                    scanned <= doc.len(),
+                    "{what} {size}: {scanned} > {}",
+                    doc.len()
+                );
+            }
+            let legit = format!("{SMALL}{}", user.repeat(size / user.len()));
+            let (result, scanned) = shape_scan(&legit);
+            assert_eq!(result, Ok(()));
+            assert_eq!(
+                scanned,
+                legit.len(),
+                "{size}: every byte of a sound file, once"
+            );
+        }
+    }
+
+    /// Issue 30.3: names YAML 1.1 (client-go) reads as booleans, nulls, numbers or dates are
+    /// written quoted, and the written text reads back as the same document; a kubeadm-shaped
+    /// kubeconfig is written exactly as client-go writes it.
+    #[test]
+    fn names_yaml_1_1_reads_otherwise_are_written_quoted() {
+        for name in [
+            "on",
+            "OFF",
+            "no",
+            "Y",
+            "n",
+            "true",
+            "null",
+            "~",
+            "1_000",
+            "0x1F",
+            "1e3",
+            ".inf",
+            "12:30",
+            "1:20:30",
+            "2001-12-14",
+            "=",
+            "<<",
+            "- x",
+            "a: b",
+            "c #d",
+            "'q'",
+            "",
+            " lead",
+            "caf\u{e9}",
+            "x\ny",
+        ] {
+            let text = SMALL
+                .replace(
+                    "name: admin\n",
+                    &format!("name: {}\n", serde_json::to_string(name).unwrap()),
+                )
+                .replace(
+                    "user: admin\n",
+                    &format!("user: {}\n", serde_json::to_string(name).unwrap()),
+                );
+            let kc = Kubeconfig::parse(text.as_bytes()).unwrap();
+            let out = kc.to_yaml().unwrap();
+            assert!(
+                out.contains(&format!(
+                    "- name: {}\n",
+                    serde_json::to_string(name).unwrap()
+                )),
+                "{name:?} not quoted:\n{out}"
+            );
+            let again = Kubeconfig::parse(out.as_bytes()).unwrap();
+            assert_eq!(again.doc, kc.doc, "{name:?}");
+            assert_eq!(again.credentials().unwrap().user, name);
+        }
+        let kc = Kubeconfig::parse(SMALL.as_bytes()).unwrap();
+        assert_eq!(kc.to_yaml().unwrap(), SMALL);
+    }
+
+    /// Issue 30.11: read as client-go reads, or refused with the reason.
+    #[test]
+    fn kubeconfigs_are_read_as_client_go_reads_them_or_refused() {
+        let bom = format!("\u{feff}{SMALL}");
+        assert_eq!(
+            Kubeconfig::parse(bom.as_bytes()).unwrap().doc,
+            Kubeconfig::parse(SMALL.as_bytes()).unwrap().doc
+        );
+        let two_users = format!("{SMALL}- name: admin\n  user:\n    token: x\n");
+        let e = Kubeconfig::parse(two_users.as_bytes()).unwrap_err().0;
+        assert!(
+            e.contains("user 'admin' twice") && e.contains("client-go"),
+            "{e}"
+        );
+        let two_docs = format!("{SMALL}---\n{SMALL}");
+        let e = Kubeconfig::parse(two_docs.as_bytes()).unwrap_err().0;
+        assert!(e.contains("several YAML documents"), "{e}");
+        let two_keys = SMALL.replace("kind: Config\n", "kind: Config\nkind: Config\n");
+        let e = Kubeconfig::parse(two_keys.as_bytes()).unwrap_err().0;
+        assert!(e.contains("duplicate"), "{e}");
+        assert_eq!(
+            file_under_root("etc/kubernetes/admin.conf", "pki/a.crt"),
+            "etc/kubernetes/pki/a.crt"
+        );
+        assert_eq!(
+            file_under_root("etc/kubernetes/kubelet.conf", "/var/lib/kubelet/pki/x.pem"),
+            "var/lib/kubelet/pki/x.pem"
+        );
+        assert_eq!(file_under_root("admin.conf", "a.crt"), "a.crt");
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Static pod manifests read back for what the restart step needs: the component, its endpoint,
-//! its flags, and the other static pods that mount a renewed file. (The ones `lab init` writes
-//! are made in the lab stage, `lab::manifests`.)
+//! its flags, its version (from the image tag), and the other static pods that mount a renewed
+//! file. (The ones `lab init` writes are made in the lab stage, `lab::manifests`.)
 //!
 //! Paths inside a manifest are the container's (`/etc/kubernetes/pki/...`); `hostPath` volumes
 //! say where they are on the node. On Bottlerocket (EKS Anywhere) `/var/lib/kubeadm/pki` is
@@ -18,8 +18,9 @@ pub mod ports {
     pub const APISERVER: u16 = 6443;
     pub const CONTROLLER_MANAGER: u16 = 10257;
     pub const SCHEDULER: u16 = 10259;
-    /// The lab's kube-vip stand-in's health port.
-    pub const KUBE_VIP_HEALTH: u16 = 2112;
+    /// kube-vip's Prometheus metrics port (`prometheus_server`, plain HTTP); the lab's
+    /// probe-ful kube-vip stand-in serves its HTTPS health there instead.
+    pub const KUBE_VIP_METRICS: u16 = 2112;
 }
 
 /// The control-plane components certrotor restarts, in restart order.
@@ -87,14 +88,20 @@ pub struct Consumer {
 
 /// The static pods in `pods` other than the four components whose hostPath volumes hold a
 /// renewed file (`renewed`: paths relative to `root`): the volume is the file itself, or a
-/// folder above it.
+/// folder above it. certrotor's own static pod (plain kubeadm nodes,
+/// `bottlerocket/packaging/certrotor-static-pod.yaml`) mounts the folders it renews but is no
+/// consumer: it reads every file afresh at each pass, and restarting it would end the pass
+/// doing the restart.
 pub fn other_consumers(
     root: &std::path::Path,
     pods: &[(String, PodInfo)],
     renewed: &[String],
 ) -> Vec<Consumer> {
     let mut out = Vec::new();
-    for (pod, info) in pods.iter().filter(|(_, i)| i.component().is_none()) {
+    for (pod, info) in pods
+        .iter()
+        .filter(|(_, i)| i.component().is_none() && !i.runs_certrotor())
+    {
         for file in renewed {
             let hit = info.host_paths.iter().find_map(|hp| {
                 let hp = hp.trim_start_matches('/').trim_end_matches('/');
@@ -139,6 +146,10 @@ pub struct PodInfo {
     pub host_paths: Vec<String>,
     /// Its first container's HTTPS liveness (else readiness) probe: address and path.
     pub health: Option<(SocketAddr, String)>,
+    /// Its first container's image, as written (`registry/repository:tag@digest`).
+    pub image: Option<String>,
+    /// Its first container's environment variables with a literal `value` (not `valueFrom`).
+    pub env: Vec<(String, String)>,
 }
 
 impl PodInfo {
@@ -182,12 +193,37 @@ impl PodInfo {
                 .to_string();
             Some((SocketAddr::new(ip, port), path))
         });
+        let image = container
+            .get("image")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        let env = container
+            .get("env")
+            .and_then(Value::as_sequence)
+            .map(|list| {
+                list.iter()
+                    .filter_map(|e| {
+                        let name = e.get("name")?.as_str()?;
+                        let value = e.get("value")?.as_str()?;
+                        Some((name.to_string(), value.to_string()))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         Some(PodInfo {
             name,
             argv,
             host_paths,
             health,
+            image,
+            env,
         })
+    }
+
+    /// The version the pod runs, from its image tag (see [`image_version`]): what the node
+    /// runs after a restart, which is what a reload decision is about.
+    pub fn version(&self) -> Option<Version> {
+        image_version(self.image.as_deref()?)
     }
 
     /// The component this pod runs, by its binary or pod name.
@@ -202,6 +238,23 @@ impl PodInfo {
                 || self.name == c.name()
                 || self.name.starts_with(&format!("{}-", c.name()))
         })
+    }
+
+    /// Whether this pod runs certrotor itself: its command is `certrotor` (any folder), or it
+    /// has no command and its image's repository is named `certrotor`.
+    pub fn runs_certrotor(&self) -> bool {
+        let base = |s: &str| s.rsplit('/').next().unwrap_or(s).to_string();
+        if self.argv.first().is_some_and(|a| base(a) == "certrotor") {
+            return true;
+        }
+        // A command of its own (a path) is another program, whatever the image.
+        let own_command = self.argv.first().is_some_and(|a| a.contains('/'));
+        let image_is_certrotor = self.image.as_deref().is_some_and(|i| {
+            let repo = i.split('@').next().unwrap_or(i);
+            // After the last '/', a ':' starts the tag (a registry's port comes before it).
+            base(repo).split(':').next() == Some("certrotor")
+        });
+        !own_command && image_is_certrotor
     }
 
     /// The value of `--flag` (`--flag=value` or `--flag value`).
@@ -263,9 +316,211 @@ impl PodInfo {
     }
 }
 
+/// A component version, `major.minor.patch` (Kubernetes `1.31.4`, etcd `3.5.16`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Version {
+    pub major: u32,
+    pub minor: u32,
+    pub patch: u32,
+}
+
+impl Version {
+    pub const fn new(major: u32, minor: u32, patch: u32) -> Version {
+        Version {
+            major,
+            minor,
+            patch,
+        }
+    }
+
+    /// Parses an image tag's version: one leading `v`, then `X.Y` or `X.Y.Z`; what follows
+    /// (`-eks-1-31-12`, etcd's `-0`, `+build`) is ignored. A pre-release (`-alpha.N`,
+    /// `-beta.N`, `-rc.N`) counts as the previous minor, `X.(Y-1).0`: a fix merged during a
+    /// release cycle may be missing from its early pre-releases. `None` for anything else
+    /// (`latest`, `3`, `v1.x`).
+    pub fn parse_tag(tag: &str) -> Option<Version> {
+        let text = tag.strip_prefix('v').unwrap_or(tag);
+        let (numbers, rest) = match text.find(|c: char| !c.is_ascii_digit() && c != '.') {
+            Some(i) => text.split_at(i),
+            None => (text, ""),
+        };
+        let numbers = numbers.trim_end_matches('.');
+        let parts: Vec<&str> = numbers.split('.').collect();
+        let num = |s: &str| -> Option<u32> {
+            if s.is_empty() || s.len() > 9 {
+                return None;
+            }
+            s.parse().ok()
+        };
+        let v = match parts.as_slice() {
+            [a, b] => Version::new(num(a)?, num(b)?, 0),
+            [a, b, c] => Version::new(num(a)?, num(b)?, num(c)?),
+            _ => return None,
+        };
+        let lower = rest.to_ascii_lowercase();
+        let pre = ["-alpha", "-beta", "-rc"]
+            .iter()
+            .any(|p| lower.starts_with(p));
+        if pre {
+            return v.minor.checked_sub(1).map(|m| Version::new(v.major, m, 0));
+        }
+        Some(v)
+    }
+
+    /// Parses a version given on the command line: `X.Y` or `X.Y.Z`, one leading `v` allowed,
+    /// nothing after.
+    pub fn parse_flag(text: &str) -> Option<Version> {
+        let bare = text.strip_prefix('v').unwrap_or(text);
+        if bare.is_empty() || !bare.chars().all(|c| c.is_ascii_digit() || c == '.') {
+            return None;
+        }
+        Version::parse_tag(bare)
+    }
+}
+
+impl std::fmt::Display for Version {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
+impl serde::Serialize for Version {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// The version in an image reference: the tag is the text after the last `:` when that `:`
+/// comes after the last `/` (a registry port is not a tag), without a `@digest`; then
+/// [`Version::parse_tag`]. `None` without a tag or with one that names no version.
+///
+/// `public.ecr.aws/eks-distro/kubernetes/kube-apiserver:v1.31.4-eks-1-31-12` → 1.31.4,
+/// `k8s.gcr.io/etcd:3.4.13-0` → 3.4.13, `host:5000/x/kube-apiserver@sha256:…` → none.
+pub fn image_version(image: &str) -> Option<Version> {
+    let image = image.split('@').next()?;
+    let after_slash = image.rfind('/').map_or(0, |i| i + 1);
+    let colon = after_slash + image.get(after_slash..)?.rfind(':')?;
+    Version::parse_tag(image.get(colon + 1..)?)
+}
+
 /// `https://1.2.3.4:2379` → a socket address (IP literals only: no DNS lookups).
 pub fn parse_https_url(url: &str) -> Option<SocketAddr> {
     let rest = url.trim().strip_prefix("https://")?;
     let host_port = rest.split('/').next()?;
     host_port.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_from_image_tags() {
+        let v = |a, b, c| Some(Version::new(a, b, c));
+        for (image, want) in [
+            (
+                "public.ecr.aws/eks-distro/kubernetes/kube-apiserver:v1.31.4-eks-1-31-12",
+                v(1, 31, 4),
+            ),
+            ("registry.k8s.io/kube-apiserver:v1.30.2", v(1, 30, 2)),
+            ("k8s.gcr.io/etcd:3.4.13-0", v(3, 4, 13)),
+            (
+                "public.ecr.aws/eks-distro/etcd-io/etcd:v3.5.16-eks-1-31-12",
+                v(3, 5, 16),
+            ),
+            (
+                "host:5000/x/kube-apiserver:v1.29.1@sha256:0123abcd",
+                v(1, 29, 1),
+            ),
+            ("registry.k8s.io/kube-apiserver:v1.27", v(1, 27, 0)),
+            // Pre-releases count as the previous minor.
+            (
+                "registry.k8s.io/kube-apiserver:v1.27.0-alpha.2",
+                v(1, 26, 0),
+            ),
+            ("registry.k8s.io/kube-apiserver:v1.27.0-rc.1", v(1, 26, 0)),
+            (
+                "registry.k8s.io/kube-apiserver:v1.27.0+build.1",
+                v(1, 27, 0),
+            ),
+            // No version: a registry port is no tag; latest; digests only; nonsense.
+            ("host:5000/x/kube-apiserver", None),
+            ("host:5000/x/kube-apiserver@sha256:0123abcd", None),
+            ("registry.k8s.io/kube-apiserver:latest", None),
+            ("registry.k8s.io/kube-apiserver:v1", None),
+            ("registry.k8s.io/kube-apiserver:v1.x.3", None),
+            ("registry.k8s.io/kube-apiserver:1.2.3.4", None),
+            ("registry.k8s.io/kube-apiserver:v0.0-alpha.1", None),
+            ("kube-apiserver:v1.20.2", v(1, 20, 2)),
+            ("", None),
+        ] {
+            assert_eq!(image_version(image), want, "{image}");
+        }
+        assert!(Version::new(1, 26, 15) < Version::new(1, 27, 0));
+        assert_eq!(Version::new(1, 31, 4).to_string(), "1.31.4");
+        assert_eq!(Version::parse_flag("v1.31.4"), v(1, 31, 4));
+        assert_eq!(Version::parse_flag("1.31.4-eks-1"), None);
+        assert_eq!(Version::parse_flag("1.31.4.0"), None);
+    }
+
+    #[test]
+    fn pod_image_and_literal_env() {
+        let yaml = "metadata: {name: kube-vip}\nspec:\n  containers:\n  - args: [manager]\n    \
+                    image: ghcr.io/kube-vip/kube-vip:v0.8.9\n    env:\n    - {name: port, value: \"6443\"}\n    \
+                    - name: node\n      valueFrom: {fieldRef: {fieldPath: spec.nodeName}}\n";
+        let p = PodInfo::parse(yaml.as_bytes()).unwrap();
+        assert_eq!(p.image.as_deref(), Some("ghcr.io/kube-vip/kube-vip:v0.8.9"));
+        assert_eq!(p.env, [("port".to_string(), "6443".to_string())]);
+        assert_eq!(p.version(), Some(Version::new(0, 8, 9)));
+        assert_eq!(p.argv, ["manager"]);
+    }
+
+    /// The static pod certrotor ships for plain kubeadm nodes.
+    const SHIPPED: &str = include_str!("../../../bottlerocket/packaging/certrotor-static-pod.yaml");
+
+    fn pod(yaml: &str) -> PodInfo {
+        PodInfo::parse(yaml.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn certrotor_is_never_a_consumer_of_what_it_renews() {
+        let own = pod(SHIPPED);
+        assert!(own.runs_certrotor(), "{own:?}");
+        assert_eq!(own.component(), None);
+        assert_eq!(own.host_paths, ["/"]);
+        let other = pod(
+            "metadata: {name: watcher}\nspec:\n  containers:\n  - {image: registry.example.com/watcher:1, command: [/bin/watch]}\n  volumes:\n  - {name: h, hostPath: {path: /}}\n",
+        );
+        assert!(!other.runs_certrotor());
+        let pods = vec![
+            ("certrotor.yaml".to_string(), own),
+            ("watcher.yaml".to_string(), other),
+        ];
+        let renewed = ["etc/kubernetes/pki/apiserver.crt".to_string()];
+        let found = other_consumers(std::path::Path::new("/nonexistent"), &pods, &renewed);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].pod, "watcher.yaml");
+    }
+
+    #[test]
+    fn certrotor_is_known_by_its_command_or_its_image() {
+        let with = |image: &str, command: &str| {
+            pod(&format!(
+                "metadata: {{name: x}}\nspec:\n  containers:\n  - {{image: '{image}', {command}}}\n"
+            ))
+            .runs_certrotor()
+        };
+        assert!(with("a/b:1", "command: [certrotor, daemon]"));
+        assert!(with("registry:5000/certrotor:0.1.0", "args: [daemon]"));
+        assert!(with(
+            "registry.example.com/ops/certrotor@sha256:ab",
+            "args: [daemon]"
+        ));
+        assert!(!with("registry:5000/certrotor-exporter:1", "args: [x]"));
+        assert!(!with(
+            "registry.example.com/certrotor:1",
+            "command: [/bin/sh, -c, x]"
+        ));
+        assert!(!with("certrotor.example.com/tool:1", "args: [x]"));
+    }
 }

@@ -8,7 +8,9 @@
 //! A write error (a closed pipe, a full disk behind a redirection) is ignored: losing a log line
 //! must never stop the daemon. This is why certrotor implements `log::Log` itself instead of
 //! using `simple_logger`, whose `eprintln!` panics on such an error (and `panic = "abort"` would
-//! end the process); see ARCHITECTURE.md. Never log key material.
+//! end the process); see ARCHITECTURE.md. Never log key material. Dependencies (ureq,
+//! ureq-proto, rustls) are heard at debug at most ([`DEPENDENCY_MAX`]): their trace lines carry
+//! HTTP bodies, which can hold a private key (issue 30.1).
 
 use std::io::Write;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -83,13 +85,67 @@ fn timestamp() -> String {
     )
 }
 
+/// Whether `c` may reach a terminal or a log raw: not a control character (C0, DEL, C1), nor a
+/// bidirectional formatting character (which reorders what a reader sees). Line feed and tab
+/// are the caller's choice.
+fn harmless(c: char) -> bool {
+    !(c.is_control()
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'))
+}
+
+/// `text` with every character that could rewrite a terminal or forge a line (escape
+/// sequences, carriage returns, C1 controls such as CSI U+009B, bidirectional overrides) shown
+/// as an escape (`\x1b`, `\u{9b}`); line feeds and tabs kept. Text from state files, etcd and
+/// the node's files goes through it before it is printed (issue 30.12).
+pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.chars().all(|c| harmless(c) || c == '\n' || c == '\t') {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if harmless(c) || c == '\n' || c == '\t' {
+            out.push(c);
+        } else if (c as u32) < 0x80 {
+            out.push_str(&format!("\\x{:02x}", c as u32));
+        } else {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// JSON text with the characters JSON allows raw but a terminal obeys (DEL, C1 controls,
+/// bidirectional formatting) written as `\uXXXX` escapes: the same JSON value, safe to print.
+/// (serde_json already escapes C0 controls.)
+pub fn escape_controls_json(json: &str) -> std::borrow::Cow<'_, str> {
+    if json.chars().all(harmless_or_c0) {
+        return std::borrow::Cow::Borrowed(json);
+    }
+    let mut out = String::with_capacity(json.len() + 16);
+    for c in json.chars() {
+        if harmless_or_c0(c) {
+            out.push(c);
+        } else {
+            out.push_str(&format!("\\u{:04x}", c as u32));
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// Characters [`escape_controls_json`] leaves alone: harmless ones, and C0 controls (which a
+/// JSON text holds escaped already; raw, only its own layout: newlines, indentation).
+fn harmless_or_c0(c: char) -> bool {
+    harmless(c) || (c as u32) < 0x20
+}
+
 /// One formatted line, with its newline.
 pub fn format_line(format: Format, time: &str, level: Level, target: &str, msg: &str) -> String {
     let target = short_target(target);
     match format {
         Format::Text => {
-            // One record is one line: a message with newlines keeps them escaped.
-            let msg = msg.replace('\n', "\\n");
+            // One record is one line: a message with newlines keeps them escaped, and no
+            // control character is written raw.
+            let msg = escape_controls(msg).replace('\n', "\\n");
             format!("{time} {level:<5} [{target}] {msg}\n")
         }
         Format::Json => {
@@ -109,16 +165,33 @@ pub fn format_line(format: Format, time: &str, level: Level, target: &str, msg: 
             };
             // Serializing four strings cannot fail; fall back to the text form if it ever did.
             match serde_json::to_string(&line) {
-                Ok(json) => format!("{json}\n"),
+                Ok(json) => format!("{}\n", escape_controls_json(&json)),
                 Err(_) => format!("{time} {level} [{target}] {}\n", msg.replace('\n', "\\n")),
             }
         }
     }
 }
 
+/// The most a dependency (anything but certrotor and its bottlerocket crate) may log: debug.
+/// Below it, ureq-proto prints every HTTP body it reads or writes as hex and ASCII rows (the
+/// apiserver-etcd-client pair published through etcd, private key included, at `--log-level
+/// trace`); rustls' trace lines describe handshake bytes. No such line ever reaches the output.
+pub const DEPENDENCY_MAX: Level = Level::Debug;
+
+/// Whether a line of `level` from `target` may be written (below the `--log-level`).
+pub fn passes(level: Level, target: &str) -> bool {
+    let own = ["certrotor", "bottlerocket"].iter().any(|c| {
+        target == *c
+            || target
+                .strip_prefix(c)
+                .is_some_and(|rest| rest.starts_with("::"))
+    });
+    level <= log::max_level() && (own || level <= DEPENDENCY_MAX)
+}
+
 impl Log for StderrLogger {
     fn enabled(&self, metadata: &Metadata) -> bool {
-        metadata.level() <= log::max_level()
+        passes(metadata.level(), metadata.target())
     }
 
     fn log(&self, record: &Record) {
@@ -173,6 +246,55 @@ mod tests {
         assert_eq!(v["target"], "ops");
         assert_eq!(v["msg"], "say \"hi\"\n");
         assert_eq!(j.matches('\n').count(), 1);
+    }
+
+    /// Issue 30.1: dependencies never log below debug, whatever `--log-level`; certrotor's own
+    /// modules (and its bottlerocket crate) do.
+    #[test]
+    fn dependency_trace_lines_never_pass() {
+        log::set_max_level(LevelFilter::Trace);
+        for target in [
+            "ureq_proto::util",
+            "ureq::run",
+            "rustls::client::hs",
+            "certrotorx",
+        ] {
+            assert!(!passes(Level::Trace, target), "{target}");
+            assert!(passes(Level::Debug, target), "{target}");
+        }
+        for target in [
+            "certrotor",
+            "certrotor::ops",
+            "certrotor::cli",
+            "bottlerocket::client",
+        ] {
+            assert!(passes(Level::Trace, target), "{target}");
+        }
+        log::set_max_level(LevelFilter::Info);
+        assert!(!passes(Level::Debug, "certrotor::ops"));
+        assert!(passes(Level::Info, "ureq::run"));
+    }
+
+    /// Issue 30.12: no control character reaches a log line raw, in either format; the JSON
+    /// line still holds the same message.
+    #[test]
+    fn control_characters_are_escaped() {
+        let evil = "a\u{1b}[2J\rb\u{9b}31m\u{7f}\u{202e}c\td\ne";
+        let t = format_line(Format::Text, "T", Level::Warn, "certrotor::ops", evil);
+        assert_eq!(
+            t,
+            "T WARN  [ops] a\\x1b[2J\\x0db\\u{9b}31m\\x7f\\u{202e}c\td\\ne\n"
+        );
+        let j = format_line(Format::Json, "T", Level::Warn, "certrotor::ops", evil);
+        assert!(
+            !j.trim_end()
+                .chars()
+                .any(|c| c.is_control() || c == '\u{202e}'),
+            "{j:?}"
+        );
+        let v: serde_json::Value = serde_json::from_str(j.trim_end()).unwrap();
+        assert_eq!(v["msg"], evil);
+        assert_eq!(escape_controls("plain\ttext\n"), "plain\ttext\n");
     }
 
     #[test]

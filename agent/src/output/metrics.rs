@@ -5,17 +5,31 @@
 //!   output: `x509_cert_not_before`, `x509_cert_not_after`, `x509_cert_expired` per certificate
 //!   (labels `filename`, `filepath`, `serial_number` in decimal, `issuer_*`/`subject_*` for the
 //!   C, ST, L, O, OU and CN present, and for a kubeconfig `embedded_kind` = `user` or `cluster`
-//!   and `embedded_key` = the user or cluster name), and `x509_read_errors`;
-//! - certrotor's own, under `certrotor_`: the last pass (time, result, duration), renewals,
-//!   rollbacks, restarts and live reloads per component, the unavailability of the last restart
-//!   of each component, the time spent waiting for the cluster lock.
+//!   and `embedded_key` = the user or cluster name), `x509_read_errors` (v3's count of failed
+//!   reads) and `x509_cert_error` per file (v3's and v4's `CertificateError` rule: 1 for a file
+//!   that failed, 0 for one read);
+//! - the per-source families enix v4 replaced `x509_read_errors` with, a source being what
+//!   certrotor reads: a folder of certificate files (`source_kind="file"`, `source_name` = the
+//!   folder, `/etc/kubernetes/pki`) or one kubeconfig (`source_kind="kubeconfig"`, the file):
+//!   `x509_source_up` (the folder can be listed, the kubeconfig gave its certificate),
+//!   `x509_source_bundles` (its files present) and, in the daemon, the counter
+//!   `x509_source_errors_total{reason}`, one per failed file at each scrape (v4's file source
+//!   counts one per failed file at each of its walks);
+//! - certrotor's own, under `certrotor_`: the last pass (time, result, duration), the last
+//!   successful pass, renewals, rollbacks, restarts and live reloads per component, the
+//!   unavailability of the last restart of each component, the time spent waiting for the
+//!   cluster lock, the daemon's start, `--interval` and `--within`, the restarts owed
+//!   (the pass state `pass.json`, read at each scrape) and when each certificate certrotor renews
+//!   falls due (its notAfter minus `--within`): what the alert rules of
+//!   `bottlerocket/packaging/monitoring/` need.
 //!
 //! `check --output prometheus` prints the certificate gauges (node-exporter's textfile
 //! collector); `daemon --metrics-address` serves both on `/metrics` with [`serve`], a small
 //! server on `std::net` (no HTTP crate): one thread accepts, each connection gets its own
-//! short-lived thread (at most [`MAX_CONNECTIONS`] at once, more are closed at once), reads at
-//! most [`MAX_REQUEST_BYTES`] with a timeout, so a slow or hostile client neither stalls the
-//! daemon's passes nor other scrapes. The certificate gauges are read fresh from the node's
+//! short-lived thread (at most [`MAX_CONNECTIONS`] at once: when all are taken, the oldest is
+//! closed for the new one), reads at most [`MAX_REQUEST_BYTES`], the whole exchange within
+//! [`IO_TIMEOUT`], so a slow or hostile client neither stalls the daemon's passes nor other
+//! scrapes. The certificate gauges are read fresh from the node's
 //! files at each scrape (an inventory of a node takes milliseconds), so they never lag a
 //! renewal or a hand-made change; the pass counters live in memory for the daemon's life.
 
@@ -24,7 +38,6 @@ use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -41,7 +54,7 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 pub const MAX_CONNECTIONS: usize = 8;
 /// The most of a request read (a scrape's request is a few hundred bytes).
 pub const MAX_REQUEST_BYTES: usize = 8192;
-/// Bound on reading a request and on writing the answer.
+/// Bound on a whole exchange: reading the request and writing the answer, together.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(5);
 
 // === the x509-certificate-exporter family ===
@@ -50,6 +63,13 @@ const NOT_BEFORE_HELP: &str = "Indicates the certificate's not before timestamp"
 const NOT_AFTER_HELP: &str = "Indicates the certificate's not after timestamp";
 const EXPIRED_HELP: &str = "Indicates if the certificate is expired";
 const READ_ERRORS_HELP: &str = "Indicates the number of read failure(s)";
+/// v3's HELP of `x509_cert_error`, verbatim (its spelling included).
+const CERT_ERROR_HELP: &str = "Indicates wether the corresponding secret has read failure(s)";
+const SOURCE_UP_HELP: &str =
+    "1 if the source (a folder of certificate files, or a kubeconfig) could be read, 0 otherwise";
+const SOURCE_BUNDLES_HELP: &str = "Files of the source present on the node";
+const SOURCE_ERRORS_HELP: &str =
+    "Failed reads of a source's files, by reason code (one per failed file at each scrape)";
 
 /// The distinguished-name fields the exporter puts in labels, in its order.
 const DN_FIELDS: [&str; 6] = ["C", "ST", "L", "O", "OU", "CN"];
@@ -63,16 +83,88 @@ struct Series {
 
 /// The certificate gauges of an inventory, `x509_cert_expired` against `now`.
 pub fn certificate_gauges(root: &Path, inv: &Inventory, now: i64) -> String {
+    certificate_read(root, inv, now).0
+}
+
+/// What certrotor reads, as enix v4 names it: a folder of certificate files or a kubeconfig.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SourceName {
+    /// `file` or `kubeconfig`.
+    pub kind: &'static str,
+    /// The folder or the kubeconfig, as an absolute path on the node.
+    pub name: String,
+}
+
+/// A file of a source that could not be used, and why (a reason code of enix v4's
+/// `x509_source_errors_total`, or `invalid`: read and parsed, but its key, its chain or its
+/// dates make it unusable).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadFailure {
+    pub source: SourceName,
+    pub reason: &'static str,
+}
+
+/// What one source gave at this read.
+#[derive(Debug, Default)]
+struct SourceState {
+    up: bool,
+    bundles: u64,
+}
+
+/// The certificate families of an inventory (the x509 gauges, `x509_read_errors`,
+/// `x509_cert_error`, `x509_source_up`, `x509_source_bundles`), and the failed reads for the
+/// daemon's `x509_source_errors_total`.
+pub fn certificate_read(root: &Path, inv: &Inventory, now: i64) -> (String, Vec<ReadFailure>) {
     let mut series = Vec::new();
     let mut errors = 0u64;
+    let mut file_errors: Vec<(Vec<(String, String)>, bool)> = Vec::new();
+    let mut sources: BTreeMap<SourceName, SourceState> = BTreeMap::new();
+    let mut failures = Vec::new();
     for (i, r) in inv.certificates.iter().enumerate() {
         let required = inv.entries.get(i).is_some_and(|e| e.required);
-        match r.status {
-            Status::Invalid => errors += 1,
-            // A required file that is absent is a failure to read it; an optional one
-            // (super-admin.conf on a second control plane) is not.
-            Status::Missing if required => errors += 1,
-            _ => {}
+        // An optional file that is absent (super-admin.conf on a second control plane) is not
+        // read, so it is neither a failure nor part of a source.
+        if r.status == Status::Missing && !required {
+            series.extend(record_series(root, r));
+            continue;
+        }
+        let reason = failure_reason(root, r);
+        if reason.is_some() {
+            errors += 1;
+        }
+        let abs = format!("/{}", r.path.trim_start_matches('/'));
+        let source = if r.kind == Kind::Kubeconfig {
+            SourceName {
+                kind: "kubeconfig",
+                name: abs.clone(),
+            }
+        } else {
+            let dir = abs.rsplit_once('/').map(|(d, _)| d).unwrap_or_default();
+            SourceName {
+                kind: "file",
+                name: if dir.is_empty() {
+                    "/".into()
+                } else {
+                    dir.into()
+                },
+            }
+        };
+        let state = sources.entry(source.clone()).or_default();
+        if r.status != Status::Missing {
+            state.bundles += 1;
+        }
+        state.up = if source.kind == "kubeconfig" {
+            r.not_after_unix.is_some()
+        } else {
+            std::fs::read_dir(root.join(source.name.trim_start_matches('/'))).is_ok()
+        };
+        let name = abs.rsplit('/').next().unwrap_or_default().to_string();
+        file_errors.push((
+            vec![l("filename", &name), l("filepath", &abs)],
+            reason.is_some(),
+        ));
+        if let Some(reason) = reason {
+            failures.push(ReadFailure { source, reason });
         }
         series.extend(record_series(root, r));
     }
@@ -94,7 +186,70 @@ pub fn certificate_gauges(root: &Path, inv: &Inventory, now: i64) -> String {
     }
     header(&mut out, "x509_read_errors", READ_ERRORS_HELP, "gauge");
     sample(&mut out, "x509_read_errors", &[], &errors.to_string());
-    out
+    header(&mut out, "x509_cert_error", CERT_ERROR_HELP, "gauge");
+    for (labels, failed) in &file_errors {
+        sample(
+            &mut out,
+            "x509_cert_error",
+            labels,
+            &u8::from(*failed).to_string(),
+        );
+    }
+    let source_labels = |s: &SourceName| vec![l("source_kind", s.kind), l("source_name", &s.name)];
+    header(&mut out, "x509_source_up", SOURCE_UP_HELP, "gauge");
+    for (s, state) in &sources {
+        sample(
+            &mut out,
+            "x509_source_up",
+            &source_labels(s),
+            &u8::from(state.up).to_string(),
+        );
+    }
+    header(
+        &mut out,
+        "x509_source_bundles",
+        SOURCE_BUNDLES_HELP,
+        "gauge",
+    );
+    for (s, state) in &sources {
+        sample(
+            &mut out,
+            "x509_source_bundles",
+            &source_labels(s),
+            &state.bundles.to_string(),
+        );
+    }
+    (out, failures)
+}
+
+/// Why a record (a required or present file) cannot be used; `None` when it can. A file that
+/// gave no certificate is read again to tell a read failure from a parse failure.
+fn failure_reason(root: &Path, r: &Record) -> Option<&'static str> {
+    match r.status {
+        Status::Missing => Some("not_found"),
+        Status::Invalid if r.not_after_unix.is_some() => Some("invalid"),
+        Status::Invalid => Some(
+            match crate::sys::fsutil::read_in_root(root, &r.path, MAX_PEM_FILE_BYTES) {
+                Ok(None) => "not_found",
+                Err(crate::sys::fsutil::ReadError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::PermissionDenied =>
+                {
+                    "permission_denied"
+                }
+                Err(_) => "read_failed",
+                // A kubeconfig holds the client key: its bytes are zeroed when dropped.
+                Ok(Some(bytes)) => {
+                    drop(zeroize::Zeroizing::new(bytes));
+                    if r.kind == Kind::Kubeconfig {
+                        "decode_failed"
+                    } else {
+                        "bad_pem"
+                    }
+                }
+            },
+        ),
+        _ => None,
+    }
 }
 
 /// The series of one record: one for a certificate; for a kubeconfig, the user's certificate
@@ -271,6 +426,15 @@ pub struct Counters {
     pub last_unavailable_seconds: BTreeMap<String, f64>,
     pub lock_wait_seconds_total: f64,
     pub last_lock_wait_seconds: f64,
+    /// When the last pass with result `ok` ended.
+    pub last_success_unix: Option<i64>,
+    /// When the daemon started serving metrics (set by [`Shared::new`]).
+    pub started_unix: Option<i64>,
+    /// The daemon's `--interval` and `--within` (set by [`Counters::schedule`]).
+    pub interval_seconds: Option<f64>,
+    pub within_seconds: Option<i64>,
+    /// `x509_source_errors_total`: (source kind, source name, reason) -> count.
+    pub source_errors: BTreeMap<(String, String, String), u64>,
 }
 
 /// The results a pass can have.
@@ -279,14 +443,22 @@ pub const RESULTS: [&str; 4] = ["ok", "deferred", "rolled_back", "failed"];
 impl Counters {
     /// Counts one pass that ended at `now`.
     pub fn record_pass(&mut self, result: &Result<RunReport, OpsError>, now: i64, took: Duration) {
+        use crate::pass::outcome::{EXIT_OK, for_run};
         let label = match result {
             Err(_) => "failed",
             Ok(r) if r.rolled_back.is_some() => "rolled_back",
             Ok(r) if r.cluster.as_ref().is_some_and(|c| c.deferred) => "deferred",
+            // Renewed, but a static pod was not restarted, the pair published through etcd was
+            // refused or an installed one rolled back: the pass's exit code says failed, and
+            // so does `status` (`last-pass.json`); the rules count it as no success.
+            Ok(r) if for_run(r) != EXIT_OK => "failed",
             Ok(_) => "ok",
         };
         *self.passes.entry(label).or_default() += 1;
         self.last_pass_unix = Some(now);
+        if label == "ok" {
+            self.last_success_unix = Some(now);
+        }
         self.last_result = Some(label);
         self.last_pass_seconds = took.as_secs_f64();
         let Ok(r) = result else { return };
@@ -320,6 +492,52 @@ impl Counters {
             self.last_unavailable_seconds
                 .insert(name, x.unavailable_ms as f64 / 1000.0);
         }
+    }
+
+    /// The daemon's `--interval` and `--within`: the rules compare the time since the last
+    /// successful pass with the interval, and a certificate falls due `within` before notAfter.
+    pub fn schedule(&mut self, interval: Duration, within: i64) {
+        self.interval_seconds = Some(interval.as_secs_f64());
+        self.within_seconds = Some(within);
+    }
+
+    /// Counts the failed reads of one scrape in `x509_source_errors_total`.
+    pub fn count_read_failures(&mut self, failures: &[ReadFailure]) {
+        for f in failures {
+            let key = (
+                f.source.kind.to_string(),
+                f.source.name.clone(),
+                f.reason.to_string(),
+            );
+            *self.source_errors.entry(key).or_default() += 1;
+        }
+    }
+
+    /// `x509_source_errors_total`, enix v4's counter; absent until a read fails, as in v4.
+    pub fn render_source_errors(&self) -> String {
+        let mut o = String::new();
+        if self.source_errors.is_empty() {
+            return o;
+        }
+        header(
+            &mut o,
+            "x509_source_errors_total",
+            SOURCE_ERRORS_HELP,
+            "counter",
+        );
+        for ((kind, name, reason), n) in &self.source_errors {
+            sample(
+                &mut o,
+                "x509_source_errors_total",
+                &[
+                    l("source_kind", kind),
+                    l("source_name", name),
+                    l("reason", reason),
+                ],
+                &n.to_string(),
+            );
+        }
+        o
     }
 
     /// Counts a component that took its renewed files without a restart.
@@ -457,8 +675,118 @@ impl Counters {
             &[],
             &float(self.last_lock_wait_seconds),
         );
+        header(
+            &mut o,
+            "certrotor_last_success_timestamp_seconds",
+            "When the last pass with result ok ended (Unix seconds; 0 before the first)",
+            "gauge",
+        );
+        sample(
+            &mut o,
+            "certrotor_last_success_timestamp_seconds",
+            &[],
+            &self.last_success_unix.unwrap_or(0).to_string(),
+        );
+        if let Some(t) = self.started_unix {
+            header(
+                &mut o,
+                "certrotor_daemon_start_timestamp_seconds",
+                "When the daemon started (Unix seconds)",
+                "gauge",
+            );
+            sample(
+                &mut o,
+                "certrotor_daemon_start_timestamp_seconds",
+                &[],
+                &t.to_string(),
+            );
+        }
+        if let Some(i) = self.interval_seconds {
+            header(
+                &mut o,
+                "certrotor_interval_seconds",
+                "The daemon's --interval between two passes",
+                "gauge",
+            );
+            sample(&mut o, "certrotor_interval_seconds", &[], &float(i));
+        }
+        if let Some(w) = self.within_seconds {
+            header(
+                &mut o,
+                "certrotor_renewal_window_seconds",
+                "The daemon's --within: what expires within this many seconds is renewed",
+                "gauge",
+            );
+            sample(
+                &mut o,
+                "certrotor_renewal_window_seconds",
+                &[],
+                &w.to_string(),
+            );
+        }
         o
     }
+}
+
+/// What the daemon reads from the node at each scrape besides the certificates: the restarts
+/// owed (the pass state `pass.json`: 1 for each component or static pod owed, 0 for the other
+/// components) and, given `--within`, when each certificate certrotor renews falls due.
+fn node_state(root: &Path, inv: &Inventory, within: Option<i64>) -> String {
+    use crate::node::manifests::Component;
+    let mut o = String::new();
+    let mut owed: BTreeMap<String, u8> = Component::ALL
+        .iter()
+        .map(|c| (c.name().to_string(), 0))
+        .collect();
+    match crate::pass::state::owed(root) {
+        Ok((record, _)) => {
+            let names = (record.components.iter().map(|c| c.name().to_string()))
+                .chain(record.pods.iter().cloned());
+            for name in names {
+                owed.insert(name, 1);
+            }
+        }
+        // A record that cannot be read owes something unknown: the alert shows it and
+        // `certrotor status` says what is wrong with the record.
+        Err(e) => {
+            log::debug!("metrics: the pass state: {e}");
+            owed.insert("unknown".into(), 1);
+        }
+    }
+    per_component(
+        &mut o,
+        "certrotor_restarts_owed",
+        "Restarts owed to the next pass (the pass state, pass.json): 1 for each component or \
+         static pod owed, 0 for the other components",
+        "gauge",
+        &owed,
+        |v| v.to_string(),
+    );
+    let Some(within) = within else { return o };
+    header(
+        &mut o,
+        "certrotor_certificate_renewal_due_timestamp_seconds",
+        "When a certificate certrotor renews falls due: its notAfter minus --within (Unix seconds)",
+        "gauge",
+    );
+    // What `certrotor status` counts for its next due: renewable, with its CA's key here.
+    for r in inv
+        .certificates
+        .iter()
+        .filter(|r| r.renewable && !r.externally_managed)
+    {
+        let Some(not_after) = r.not_after_unix else {
+            continue;
+        };
+        let abs = format!("/{}", r.path.trim_start_matches('/'));
+        sample(
+            &mut o,
+            "certrotor_certificate_renewal_due_timestamp_seconds",
+            &[l("name", &r.name), l("filepath", &abs)],
+            &(not_after - within).to_string(),
+        );
+    }
+    o
 }
 
 fn per_component<T>(
@@ -524,20 +852,27 @@ impl Shared {
     pub fn new(root: &Path) -> Arc<Shared> {
         Arc::new(Shared {
             root: root.to_path_buf(),
-            counters: Mutex::new(Counters::default()),
+            counters: Mutex::new(Counters {
+                started_unix: Some(crate::sys::clock::now()),
+                ..Counters::default()
+            }),
         })
     }
 
-    /// The whole page: certificate gauges read now, then the counters.
+    /// The whole page: certificate gauges read now (their failed reads counted), then the
+    /// counters, then the restarts owed and the certificates' due dates read now.
     pub fn page(&self) -> String {
         let now = crate::sys::clock::now();
         let inv = inventory::take(&self.root, now, 0);
-        let mut page = certificate_gauges(&self.root, &inv, now);
-        let counters = match self.counters.lock() {
-            Ok(c) => c.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
-        };
+        let (mut page, failures) = certificate_read(&self.root, &inv, now);
+        let mut counters = Counters::default();
+        self.update(|c| {
+            c.count_read_failures(&failures);
+            counters = c.clone();
+        });
+        page.push_str(&counters.render_source_errors());
         page.push_str(&counters.render());
+        page.push_str(&node_state(&self.root, &inv, counters.within_seconds));
         page
     }
 
@@ -550,48 +885,99 @@ impl Shared {
     }
 }
 
+/// The connections being served, oldest first: (id, when accepted, a handle to close it).
+#[derive(Default)]
+struct Connections {
+    next: u64,
+    open: Vec<(u64, std::time::Instant, TcpStream)>,
+}
+
 /// Binds `addr` and serves `/metrics` from a background thread. Errors only on bind.
+///
+/// At most [`MAX_CONNECTIONS`] are served at once. When all are taken, the oldest gives its
+/// slot to the new one (it is closed): a scrape takes milliseconds, so the oldest is a client
+/// that is slow on purpose or stuck, and scrapes never wait behind slow clients (issue 30.6).
+/// Each connection has [`IO_TIMEOUT`] in all to send its request and take the answer, however
+/// it trickles.
 pub fn serve(addr: SocketAddr, shared: Arc<Shared>) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(addr)?;
     let bound = listener.local_addr()?;
-    let active = Arc::new(AtomicUsize::new(0));
+    let conns: Arc<Mutex<Connections>> = Arc::default();
     std::thread::Builder::new()
         .name("metrics".into())
         .spawn(move || {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { continue };
-                if active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
-                    active.fetch_sub(1, Ordering::SeqCst);
-                    drop(stream);
+                let Ok(handle) = stream.try_clone() else {
                     continue;
-                }
-                let (shared, mine) = (Arc::clone(&shared), Arc::clone(&active));
+                };
+                let id = {
+                    let mut c = conns.lock().unwrap_or_else(|p| p.into_inner());
+                    if c.open.len() >= MAX_CONNECTIONS {
+                        let (_, since, oldest) = c.open.remove(0);
+                        log::debug!(
+                            "metrics: closing a connection open for {:?} to serve a new one",
+                            since.elapsed()
+                        );
+                        let _ = oldest.shutdown(std::net::Shutdown::Both);
+                    }
+                    c.next += 1;
+                    let id = c.next;
+                    c.open.push((id, std::time::Instant::now(), handle));
+                    id
+                };
+                let (shared, mine) = (Arc::clone(&shared), Arc::clone(&conns));
+                let done = move |conns: &Mutex<Connections>| {
+                    let mut c = conns.lock().unwrap_or_else(|p| p.into_inner());
+                    c.open.retain(|(i, _, _)| *i != id);
+                };
                 let spawned = std::thread::Builder::new()
                     .name("metrics-conn".into())
                     .spawn(move || {
                         if let Err(e) = answer(stream, &shared) {
                             log::debug!("metrics: connection ended: {e}");
                         }
-                        mine.fetch_sub(1, Ordering::SeqCst);
+                        done(&mine);
                     });
                 if spawned.is_err() {
-                    active.fetch_sub(1, Ordering::SeqCst);
+                    let mut c = conns.lock().unwrap_or_else(|p| p.into_inner());
+                    c.open.retain(|(i, _, _)| *i != id);
                 }
             }
         })?;
     Ok(bound)
 }
 
-/// Reads one request (bounded, with a timeout) and answers it.
+/// The time left before `deadline`, or a timeout error when none is left.
+fn left(deadline: std::time::Instant) -> std::io::Result<Duration> {
+    let left = deadline.saturating_duration_since(std::time::Instant::now());
+    if left.is_zero() {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "the request and its answer took longer than the metrics server allows",
+        ))
+    } else {
+        Ok(left)
+    }
+}
+
+/// Reads one request and answers it, the whole exchange bounded by [`IO_TIMEOUT`] (not each
+/// read: a client sending a byte now and then would otherwise hold its slot for ever).
 fn answer(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(IO_TIMEOUT))?;
-    stream.set_write_timeout(Some(IO_TIMEOUT))?;
+    let deadline = std::time::Instant::now() + IO_TIMEOUT;
     let mut buf = vec![0u8; MAX_REQUEST_BYTES];
     let mut len = 0;
     while !buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
         if len == buf.len() {
-            return respond(&mut stream, "431 Request Header Fields Too Large", "", "");
+            return respond(
+                &mut stream,
+                deadline,
+                "431 Request Header Fields Too Large",
+                "",
+                "",
+            );
         }
+        stream.set_read_timeout(Some(left(deadline)?))?;
         let n = stream.read(&mut buf[len..])?;
         if n == 0 {
             return Ok(());
@@ -607,17 +993,32 @@ fn answer(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
         ("GET" | "HEAD", "/metrics") => {
             let page = shared.page();
             let body = if method == "HEAD" { "" } else { page.as_str() };
-            respond_len(&mut stream, "200 OK", CONTENT_TYPE, body, page.len())
+            respond_len(
+                &mut stream,
+                deadline,
+                "200 OK",
+                CONTENT_TYPE,
+                body,
+                page.len(),
+            )
         }
         ("GET" | "HEAD", "/") => respond(
             &mut stream,
+            deadline,
             "200 OK",
             "text/plain; charset=utf-8",
             "certrotor: metrics at /metrics\n",
         ),
-        ("GET" | "HEAD", _) => respond(&mut stream, "404 Not Found", "text/plain", "not found\n"),
+        ("GET" | "HEAD", _) => respond(
+            &mut stream,
+            deadline,
+            "404 Not Found",
+            "text/plain",
+            "not found\n",
+        ),
         _ => respond(
             &mut stream,
+            deadline,
             "405 Method Not Allowed",
             "text/plain",
             "use GET\n",
@@ -625,12 +1026,19 @@ fn answer(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
     }
 }
 
-fn respond(stream: &mut TcpStream, status: &str, ctype: &str, body: &str) -> std::io::Result<()> {
-    respond_len(stream, status, ctype, body, body.len())
+fn respond(
+    stream: &mut TcpStream,
+    deadline: std::time::Instant,
+    status: &str,
+    ctype: &str,
+    body: &str,
+) -> std::io::Result<()> {
+    respond_len(stream, deadline, status, ctype, body, body.len())
 }
 
 fn respond_len(
     stream: &mut TcpStream,
+    deadline: std::time::Instant,
     status: &str,
     ctype: &str,
     body: &str,
@@ -639,8 +1047,14 @@ fn respond_len(
     let head = format!(
         "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n"
     );
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(body.as_bytes())?;
+    // Written in pieces, each bounded by the time left: a client that reads slowly cannot hold
+    // the connection past the deadline either.
+    for part in [head.as_bytes(), body.as_bytes()] {
+        for chunk in part.chunks(16 * 1024) {
+            stream.set_write_timeout(Some(left(deadline)?))?;
+            stream.write_all(chunk)?;
+        }
+    }
     stream.flush()
 }
 
@@ -680,8 +1094,34 @@ mod tests {
     /// restarted: each is counted under its own name (issue 12.1).
     #[test]
     fn a_pass_counts_live_reloads_restarts_and_restarted_pods_per_component() {
+        let report = sample_report();
+        let mut c = Counters::default();
+        c.record_pass(&Ok(report.clone()), 1, Duration::from_secs(1));
+        let page = c.render();
+        for line in [
+            "certrotor_live_reloads_total{component=\"etcd\"} 1\n",
+            "certrotor_restarts_total{component=\"kube-apiserver\"} 1\n",
+            "certrotor_restarts_total{component=\"kube-vip\"} 1\n",
+            "certrotor_last_restart_unavailable_seconds{component=\"kube-vip\"} 1.500\n",
+        ] {
+            assert!(page.contains(line), "{line}\n{page}");
+        }
+        assert!(
+            !page.contains("certrotor_restarts_total{component=\"etcd\"}"),
+            "{page}"
+        );
+        c.record_pass(&Ok(report), 2, Duration::from_secs(1));
+        assert!(
+            c.render()
+                .contains("certrotor_live_reloads_total{component=\"etcd\"} 2\n")
+        );
+    }
+
+    /// A pass in which etcd reloaded live, the apiserver was restarted and a kube-vip pod was
+    /// restarted.
+    fn sample_report() -> RunReport {
         use crate::node::manifests::Component;
-        let report = RunReport {
+        RunReport {
             renew: crate::pass::ops::RenewReport {
                 root: "/".into(),
                 dry_run: false,
@@ -713,41 +1153,180 @@ mod tests {
                 unavailable_ms: 2500,
                 served_sha256: None,
                 reason: "test".into(),
+                api: Default::default(),
             }],
+            versions: Vec::new(),
+            reload_notes: Vec::new(),
             other_consumers: Vec::new(),
             restarted_pods: vec![crate::restart::RestartedPod {
                 pod: "kube-vip".into(),
                 file: "etc/kubernetes/admin.conf".into(),
                 unavailable_ms: 1500,
                 reason: "test".into(),
+                api: Default::default(),
             }],
             pod_errors: Vec::new(),
             owed_pods: Vec::new(),
             rolled_back: None,
             cluster: None,
             import: None,
+            discarded_transactions: Vec::new(),
+            re_enabled: Vec::new(),
+            left_disabled: Vec::new(),
+            api: Default::default(),
             duration_ms: 0,
-        };
+        }
+    }
+
+    /// The schedule and the last successful pass are rendered for the rules; a pass that is not
+    /// `ok` leaves the last success where it was.
+    #[test]
+    fn counters_render_the_schedule_and_the_last_successful_pass() {
         let mut c = Counters::default();
-        c.record_pass(&Ok(report.clone()), 1, Duration::from_secs(1));
+        let page = c.render();
+        assert!(
+            page.contains("\ncertrotor_last_success_timestamp_seconds 0\n"),
+            "{page}"
+        );
+        assert!(!page.contains("certrotor_interval_seconds"), "{page}");
+        c.schedule(Duration::from_secs(6 * 3600), 60 * 86_400);
+        c.record_pass(&Ok(sample_report()), 1_000, Duration::from_secs(1));
+        let mut rolled_back = sample_report();
+        rolled_back.rolled_back = Some(crate::pass::run::RolledBack {
+            failure: "test".into(),
+            backup_id: "b".into(),
+            restarted: Vec::new(),
+            error: None,
+        });
+        c.record_pass(&Ok(rolled_back), 2_000, Duration::from_secs(1));
         let page = c.render();
         for line in [
-            "certrotor_live_reloads_total{component=\"etcd\"} 1\n",
-            "certrotor_restarts_total{component=\"kube-apiserver\"} 1\n",
-            "certrotor_restarts_total{component=\"kube-vip\"} 1\n",
-            "certrotor_last_restart_unavailable_seconds{component=\"kube-vip\"} 1.500\n",
+            "\ncertrotor_last_success_timestamp_seconds 1000\n",
+            "\ncertrotor_last_pass_timestamp_seconds 2000\n",
+            "\ncertrotor_interval_seconds 21600.000\n",
+            "\ncertrotor_renewal_window_seconds 5184000\n",
+            "certrotor_last_pass_result{result=\"rolled_back\"} 1\n",
         ] {
             assert!(page.contains(line), "{line}\n{page}");
         }
-        assert!(
-            !page.contains("certrotor_restarts_total{component=\"etcd\"}"),
+    }
+
+    fn lab_node(tag: &str) -> PathBuf {
+        use crate::lab::{LabLayout, LabOptions, Topology};
+        let root =
+            std::env::temp_dir().join(format!("certrotor-metrics-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        crate::lab::init(
+            &root,
+            &LabOptions {
+                layout: LabLayout::Kubeadm,
+                topology: Topology::Stacked,
+                expires_in: 3 * 86_400,
+                key_algorithm: crate::pki::KeyAlgorithm::EcdsaP256,
+                node_name: "cp-1".into(),
+                advertise_address: [10, 0, 0, 10].into(),
+                cluster_name: "kubernetes".into(),
+                port_offset: 0,
+                kubernetes_version: crate::lab::manifests::DEFAULT_KUBERNETES_VERSION,
+                now: crate::sys::clock::now(),
+            },
+        )
+        .unwrap();
+        root
+    }
+
+    fn lines_of<'a>(page: &'a str, name: &str) -> Vec<&'a str> {
+        page.lines()
+            .filter(|x| x.starts_with(&format!("{name}{{")) || x.starts_with(&format!("{name} ")))
+            .collect()
+    }
+
+    /// enix v3's `x509_cert_error` and v4's per-source families on a lab node, sound then with
+    /// a damaged certificate, a damaged kubeconfig and a missing required certificate: each
+    /// failure has its reason, and the daemon's counter grows by one per failed file and scrape.
+    #[test]
+    fn sources_and_read_failures_as_enix_v3_and_v4_name_them() {
+        let root = lab_node("sources");
+        let now = crate::sys::clock::now();
+        let (page, failures) = certificate_read(&root, &inventory::take(&root, now, 0), now);
+        assert!(failures.is_empty(), "{failures:?}");
+        let errors = lines_of(&page, "x509_cert_error");
+        assert!(errors.len() >= 15, "{page}");
+        assert!(errors.iter().all(|x| x.ends_with(" 0")), "{page}");
+        for line in [
+            "x509_source_up{source_kind=\"file\",source_name=\"/etc/kubernetes/pki\"} 1\n",
+            "x509_source_up{source_kind=\"file\",source_name=\"/etc/kubernetes/pki/etcd\"} 1\n",
+            "x509_source_up{source_kind=\"kubeconfig\",source_name=\"/etc/kubernetes/admin.conf\"} 1\n",
+            "x509_source_bundles{source_kind=\"kubeconfig\",source_name=\"/etc/kubernetes/admin.conf\"} 1\n",
+            "x509_cert_error{filename=\"apiserver.crt\",filepath=\"/etc/kubernetes/pki/apiserver.crt\"} 0\n",
+            "\nx509_read_errors 0\n",
+        ] {
+            assert!(page.contains(line), "{line}\n{page}");
+        }
+        let pki = root.join("etc/kubernetes/pki");
+        std::fs::write(pki.join("front-proxy-client.crt"), "garbage").unwrap();
+        std::fs::write(root.join("etc/kubernetes/scheduler.conf"), "garbage").unwrap();
+        std::fs::remove_file(pki.join("etcd/peer.crt")).unwrap();
+        let shared = Shared::new(&root);
+        let _ = shared.page();
+        let page = shared.page();
+        for line in [
+            "x509_cert_error{filename=\"front-proxy-client.crt\",filepath=\"/etc/kubernetes/pki/front-proxy-client.crt\"} 1\n",
+            "x509_cert_error{filename=\"scheduler.conf\",filepath=\"/etc/kubernetes/scheduler.conf\"} 1\n",
+            "x509_cert_error{filename=\"peer.crt\",filepath=\"/etc/kubernetes/pki/etcd/peer.crt\"} 1\n",
+            "x509_source_up{source_kind=\"kubeconfig\",source_name=\"/etc/kubernetes/scheduler.conf\"} 0\n",
+            "x509_source_up{source_kind=\"file\",source_name=\"/etc/kubernetes/pki/etcd\"} 1\n",
+            "\nx509_read_errors 3\n",
+            "x509_source_errors_total{source_kind=\"file\",source_name=\"/etc/kubernetes/pki\",reason=\"bad_pem\"} 2\n",
+            "x509_source_errors_total{source_kind=\"kubeconfig\",source_name=\"/etc/kubernetes/scheduler.conf\",reason=\"decode_failed\"} 2\n",
+            "x509_source_errors_total{source_kind=\"file\",source_name=\"/etc/kubernetes/pki/etcd\",reason=\"not_found\"} 2\n",
+        ] {
+            assert!(page.contains(line), "{line}\n{page}");
+        }
+        assert_eq!(
+            lines_of(&page, "x509_source_errors_total").len(),
+            3,
             "{page}"
         );
-        c.record_pass(&Ok(report), 2, Duration::from_secs(1));
-        assert!(
-            c.render()
-                .contains("certrotor_live_reloads_total{component=\"etcd\"} 2\n")
+        assert_eq!(
+            lines_of(&page, "x509_cert_error")
+                .iter()
+                .filter(|x| x.ends_with(" 1"))
+                .count(),
+            3,
+            "{page}"
         );
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// The restarts owed are 0 for every component on a node that owes none; the due dates
+    /// appear once the daemon's --within is known, one per renewable certificate (not the CAs).
+    #[test]
+    fn restarts_owed_and_renewal_due_dates() {
+        let root = lab_node("due");
+        let shared = Shared::new(&root);
+        let page = shared.page();
+        let owed = lines_of(&page, "certrotor_restarts_owed");
+        assert_eq!(owed.len(), 4, "{page}");
+        assert!(owed.iter().all(|x| x.ends_with(" 0")), "{page}");
+        assert!(
+            !page.contains("certrotor_certificate_renewal_due"),
+            "{page}"
+        );
+        shared.update(|c| c.schedule(Duration::from_secs(3600), 30 * 86_400));
+        let page = shared.page();
+        let due = lines_of(&page, "certrotor_certificate_renewal_due_timestamp_seconds");
+        assert!(due.len() >= 10, "{page}");
+        assert!(!due.iter().any(|x| x.contains("ca.crt")), "{page}");
+        let now = crate::sys::clock::now();
+        let inv = inventory::take(&root, now, 0);
+        let apiserver = inv.record("apiserver").unwrap().not_after_unix.unwrap();
+        let want = format!(
+            "certrotor_certificate_renewal_due_timestamp_seconds{{name=\"apiserver\",filepath=\"/etc/kubernetes/pki/apiserver.crt\"}} {}\n",
+            apiserver - 30 * 86_400
+        );
+        assert!(page.contains(&want), "{want}\n{page}");
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     #[test]

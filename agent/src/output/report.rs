@@ -158,7 +158,9 @@ fn align(rows: &[Vec<String>]) -> String {
 /// A report as pretty JSON. A report that cannot be serialised is an error for the caller to
 /// surface, never an empty or placeholder line.
 pub fn json<T: serde::Serialize + ?Sized>(value: &T) -> Result<String, serde_json::Error> {
+    // The same JSON value, with no character a terminal would obey written raw (issue 30.12).
     serde_json::to_string_pretty(value)
+        .map(|j| crate::output::logging::escape_controls_json(&j).into_owned())
 }
 
 /// What `renew` did (or would do with `--dry-run`); `restart_hint` adds the advice to restart
@@ -217,8 +219,43 @@ pub fn renew_table(r: &RenewReport, restart_hint: bool) -> String {
     out
 }
 
-/// The restart part of one `run` pass (after [`renew_table`]).
+/// The restart part of one `run` pass (after [`renew_table`]), then what the Bottlerocket API
+/// did to it.
 pub fn run_table(r: &RunReport) -> String {
+    let mut out = restarts_table(r);
+    out.push_str(&api_lines(r));
+    out
+}
+
+/// What the pass met in the Bottlerocket API: transactions an interrupted run left pending,
+/// pods found stopped at the end, the retries and re-applies of the whole pass.
+fn api_lines(r: &RunReport) -> String {
+    let mut out = String::new();
+    for t in &r.discarded_transactions {
+        out.push_str(&format!(
+            "Discarded the Bottlerocket API transaction '{}' left pending by an interrupted run \
+             (it would have set {}).\n",
+            t.name,
+            t.sets.join(", ")
+        ));
+    }
+    if !r.re_enabled.is_empty() {
+        out.push_str(&format!(
+            "Found stopped at the end of the pass and started again (not verified; owed to the \
+             next pass): {}\n",
+            r.re_enabled.join(", ")
+        ));
+    }
+    for e in &r.left_disabled {
+        out.push_str(&format!("STILL STOPPED: {e}\n"));
+    }
+    if let Some(text) = r.api.describe() {
+        out.push_str(&format!("Bottlerocket API during this pass: {text}.\n"));
+    }
+    out
+}
+
+fn restarts_table(r: &RunReport) -> String {
     let mut out = String::new();
     for c in &r.other_consumers {
         let done = r.restarted_pods.iter().find(|p| p.pod == c.pod);
@@ -284,6 +321,21 @@ pub fn run_table(r: &RunReport) -> String {
             return out;
         }
     }
+    if !r.versions.is_empty() {
+        let list: Vec<String> = r
+            .versions
+            .iter()
+            .map(|v| match &v.origin {
+                crate::restart::reload::Origin::ImageTag(image) => {
+                    format!("{} {} ({image})", v.component.name(), v.version)
+                }
+                crate::restart::reload::Origin::Flag => {
+                    format!("{} {} (flag)", v.component.name(), v.version)
+                }
+            })
+            .collect();
+        out.push_str(&format!("Versions: {}\n", list.join(", ")));
+    }
     for x in &r.reloaded {
         out.push_str(&format!(
             "  {:<24} reloaded live in {:.1} s, not restarted{}\n",
@@ -294,6 +346,9 @@ pub fn run_table(r: &RunReport) -> String {
                 .map(|s| format!("; serves sha256 {s}"))
                 .unwrap_or_default()
         ));
+    }
+    for n in &r.reload_notes {
+        out.push_str(&format!("  note: {n}\n"));
     }
     if !r.restarted.is_empty() || r.rolled_back.is_some() {
         out.push_str(&format!(
@@ -312,6 +367,9 @@ pub fn run_table(r: &RunReport) -> String {
                 .unwrap_or_else(|| "healthy".into()),
             x.reason
         ));
+        if let Some(text) = x.api.describe() {
+            out.push_str(&format!("  {:<24} {text}\n", ""));
+        }
     }
     if let Some(rb) = &r.rolled_back {
         out.push_str(&format!("VERIFICATION FAILED: {}\n", rb.failure));
@@ -321,9 +379,14 @@ pub fn run_table(r: &RunReport) -> String {
         ));
         for x in &rb.restarted {
             out.push_str(&format!(
-                "  {:<24} unavailable {:>6} ms  previous certificate served\n",
+                "  {:<24} unavailable {:>6} ms  previous certificate served{}\n",
                 x.component.name(),
-                x.unavailable_ms
+                x.unavailable_ms,
+                if x.reason.contains("not restarted") {
+                    " (its stop had not taken effect: verified, not restarted)"
+                } else {
+                    ""
+                }
             ));
         }
         if let Some(e) = &rb.error {
@@ -556,4 +619,70 @@ pub fn status_table(r: &crate::output::status::StatusReport) -> String {
     let dir = format!("{}/var/lib/certrotor/backups", r.root.trim_end_matches('/'));
     out.push_str(&backups_table(&r.backups, &dir));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::manifests::{Component, Version};
+    use crate::restart::reload::{ComponentVersion, Origin};
+
+    /// A live pass's table names the versions it decided by and prints the reload notes.
+    #[test]
+    fn the_run_table_shows_versions_and_reload_notes() {
+        let report = RunReport {
+            renew: crate::pass::ops::RenewReport::empty(std::path::Path::new("/"), false),
+            platform: "kubeadm".into(),
+            components: vec![Component::KubeApiserver],
+            reloaded: vec![crate::restart::Reloaded {
+                component: Component::KubeApiserver,
+                pod: "kube-apiserver.yaml".into(),
+                reloaded_after_ms: 41_000,
+                served_sha256: None,
+            }],
+            restarted: Vec::new(),
+            versions: vec![
+                ComponentVersion {
+                    component: Component::KubeApiserver,
+                    version: Version::new(1, 20, 2),
+                    origin: Origin::ImageTag("k8s.gcr.io/kube-apiserver:v1.20.2".into()),
+                },
+                ComponentVersion {
+                    component: Component::Etcd,
+                    version: Version::new(3, 5, 16),
+                    origin: Origin::Flag,
+                },
+            ],
+            reload_notes: vec!["front-proxy-client: taken within 60 s".into()],
+            other_consumers: Vec::new(),
+            restarted_pods: Vec::new(),
+            pod_errors: Vec::new(),
+            owed_pods: Vec::new(),
+            rolled_back: None,
+            discarded_transactions: Vec::new(),
+            re_enabled: Vec::new(),
+            left_disabled: Vec::new(),
+            api: Default::default(),
+            cluster: None,
+            import: None,
+            duration_ms: 5,
+        };
+        let text = run_table(&report);
+        assert!(
+            text.contains(
+                "Versions: kube-apiserver 1.20.2 (k8s.gcr.io/kube-apiserver:v1.20.2), \
+                 etcd 3.5.16 (flag)\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("reloaded live in 41.0 s, not restarted"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  note: front-proxy-client: taken within 60 s\n"),
+            "{text}"
+        );
+        assert!(!text.contains("Restarted one at a time"), "{text}");
+    }
 }

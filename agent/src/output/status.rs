@@ -6,6 +6,7 @@
 //! from etcd best effort (bounded by the etcd client's timeouts) and said to be unknown, with the
 //! reason, when etcd cannot be reached.
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use serde::Serialize;
@@ -191,14 +192,23 @@ fn local_lock(root: &Path) -> LocalLock {
         held: false,
         holder: None,
     };
-    let Ok(file) = std::fs::File::open(&path) else {
+    // Never through a symlink, never blocking on a FIFO, only a regular file (what
+    // `txn::lock` takes).
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(&path);
+    let Ok(file) = opened else {
         return lock;
     };
+    if !file.metadata().is_ok_and(|m| m.is_file()) {
+        return lock;
+    }
     if let Err(std::fs::TryLockError::WouldBlock) = file.try_lock_shared() {
         lock.held = true;
-        lock.holder = std::fs::read_to_string(&path)
-            .ok()
-            .map(|s| s.trim().to_string())
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut std::io::Read::take(&file, 256), &mut text);
+        lock.holder = Some(text.trim().to_string())
             .filter(|s| !s.is_empty())
             .or_else(|| Some("unknown pid".into()));
     }
@@ -237,9 +247,11 @@ fn cluster_lock(root: &Path, opts: &StatusOptions) -> Option<ClusterLock> {
         Ok(value) => {
             out.reachable = true;
             out.holder = value.map(|v| {
-                serde_json::from_slice::<cluster::Holder>(&v)
-                    .map(|h| format!("{} (pid {}, since {})", h.node, h.pid, h.since))
-                    .unwrap_or_else(|_| "unreadable holder record".into())
+                if serde_json::from_slice::<cluster::Holder>(&v).is_ok() {
+                    cluster::holder_text(&v)
+                } else {
+                    "unreadable holder record".into()
+                }
             });
         }
         Err(e) => out.error = Some(format!("unknown: etcd not reachable: {}", e.0)),

@@ -178,6 +178,48 @@ fn read(root: &Path, rel: &str) -> Result<Vec<u8>, EtcdClientError> {
     }
 }
 
+/// Whether a bundle's certificate is an apiserver-etcd-client certificate (issue 30.8: the etcd
+/// member's server pair, signed by the same CA and carrying clientAuth too, was installed in its
+/// place): a common name ending with `kube-apiserver-etcd-client` (kubeadm's name; etcdadm puts
+/// the member's name before it), clientAuth as its only extended key usage, not a CA, and the
+/// organizations of the certificate it replaces (kubeadm and etcdadm: `system:masters`).
+fn check_identity(cert: &Cert, installed: Option<&Cert>) -> Result<(), EtcdClientError> {
+    let cn = cert.subject_values(oid::COMMON_NAME);
+    let what = |why: String| {
+        refuse(format!(
+            "the bundle's certificate ({}) is not the apiserver's etcd client identity: {why}",
+            cert.subject()
+        ))
+    };
+    if cn.len() != 1 || !cn[0].ends_with("kube-apiserver-etcd-client") {
+        return Err(what(
+            "its common name must end with 'kube-apiserver-etcd-client'".into(),
+        ));
+    }
+    if cert.is_ca() {
+        return Err(what("it is a CA".into()));
+    }
+    if cert.ext_key_usage_oids() != [oid::CLIENT_AUTH] {
+        return Err(what(
+            "its only extended key usage must be clientAuth (a server certificate is not a \
+             client certificate)"
+                .into(),
+        ));
+    }
+    if let Some(old) = installed {
+        let (new_o, old_o) = (
+            cert.subject_values(oid::ORGANIZATION),
+            old.subject_values(oid::ORGANIZATION),
+        );
+        if new_o != old_o {
+            return Err(what(format!(
+                "its organizations {new_o:?} are not those of the installed certificate {old_o:?}"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Installs a bundle on a control-plane node, under a lock the caller holds; returns the files
 /// written and the backup id. `before_journal` as [`txn::apply_with`].
 pub fn install(
@@ -207,6 +249,16 @@ pub fn install(
     if !cert.ext_key_usage_oids().contains(&oid::CLIENT_AUTH) {
         return Err(refuse("the bundle's certificate does not carry clientAuth"));
     }
+    let installed = catalog::entries(root, std::slice::from_ref(&layout))
+        .iter()
+        .find(|e| e.name == catalog::names::APISERVER_ETCD_CLIENT)
+        .and_then(|e| {
+            fsutil::read_in_root(root, &e.path, MAX_PEM_FILE_BYTES)
+                .ok()
+                .flatten()
+        })
+        .and_then(|b| Cert::from_pem(&b).ok());
+    check_identity(&cert, installed.as_ref())?;
     let now = crate::sys::clock::now();
     if cert.not_after() <= now || cert.not_before() > now + 300 {
         return Err(refuse(format!(

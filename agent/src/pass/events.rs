@@ -157,13 +157,20 @@ fn catalog_file(root: &Path, name: &str) -> Option<String> {
         .find(|p| root.join(p).exists())
 }
 
-/// Reads a credential of a kubeconfig: embedded, or a file on the node (under the root).
-fn credential(root: &Path, source: &Source, what: &str) -> Result<Vec<u8>, String> {
+/// Reads a credential of the kubeconfig `kubeconfig` (relative to the root): embedded, or a
+/// file on the node (under the root; a relative path from the kubeconfig's folder, as client-go
+/// resolves it).
+fn credential(
+    root: &Path,
+    kubeconfig: &str,
+    source: &Source,
+    what: &str,
+) -> Result<Vec<u8>, String> {
     match source {
         Source::Embedded(b) => Ok(b.clone()),
         Source::File(p) => {
-            let rel = p.trim_start_matches('/');
-            match fsutil::read_in_root(root, rel, MAX_PEM_FILE_BYTES) {
+            let rel = crate::node::kubeconfig::file_under_root(kubeconfig, p);
+            match fsutil::read_in_root(root, &rel, MAX_PEM_FILE_BYTES) {
                 Ok(Some(b)) => Ok(b),
                 Ok(None) => Err(format!("{what} '{p}' does not exist")),
                 Err(e) => Err(format!("{what}: {e}")),
@@ -180,7 +187,7 @@ pub fn node_name(root: &Path) -> String {
         let bytes =
             zeroize::Zeroizing::new(fsutil::read_in_root(root, &rel, MAX_PEM_FILE_BYTES).ok()??);
         let creds = Kubeconfig::parse(&bytes).ok()?.credentials().ok()?;
-        let pem = credential(root, &creds.client_certificate, "client certificate").ok()?;
+        let pem = credential(root, &rel, &creds.client_certificate, "client certificate").ok()?;
         let subject = Cert::from_pem(&pem).ok()?.subject();
         subject
             .split([',', '+'])
@@ -244,9 +251,9 @@ pub fn post(root: &Path, admin: &str, event: &Event) -> Result<String, String> {
         .certificate_authority
         .as_ref()
         .ok_or_else(|| format!("'{admin}' has no certificate-authority"))
-        .and_then(|s| credential(root, s, "certificate-authority"))?;
-    let cert = credential(root, &creds.client_certificate, "client-certificate")?;
-    let mut key = credential(root, &creds.client_key, "client-key")?;
+        .and_then(|s| credential(root, admin, s, "certificate-authority"))?;
+    let cert = credential(root, admin, &creds.client_certificate, "client-certificate")?;
+    let mut key = credential(root, admin, &creds.client_key, "client-key")?;
     let agent = crate::cluster::mtls_agent(
         &ca,
         &cert,

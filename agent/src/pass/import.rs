@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use crate::cluster::{self, ClusterReport, Session};
 use crate::node::manifests::Component;
+use crate::pass::ensure;
 use crate::pass::ops::{self, OpsError};
 use crate::pass::run::{RolledBack, RunOptions, restart_verified};
 use crate::pass::state::{PassState, Restarts};
@@ -24,6 +25,10 @@ pub struct ImportReport {
     pub platform: String,
     pub restarted: Vec<Restarted>,
     pub rolled_back: Option<RolledBack>,
+    /// Static pods found stopped at the end and started again (owed to the next pass).
+    pub re_enabled: Vec<String>,
+    /// Static pods that could not be started again at the end: a person must look.
+    pub left_disabled: Vec<String>,
 }
 
 /// Installs an exported apiserver-etcd-client bundle on a control plane, then restarts
@@ -33,7 +38,8 @@ pub fn from_bundle(
     bundle: &[u8],
     opts: &RunOptions,
 ) -> Result<ImportReport, OpsError> {
-    let _lock = ops::lock_and_recover(root, opts.write.lock_timeout)?;
+    let (_lock, _) =
+        ops::lock_and_recover_with(root, opts.write.lock_timeout, Some(&opts.restart))?;
     let platform = restart::detect(root, &opts.restart).map_err(OpsError::Platform)?;
     let mut state = match platform {
         Platform::None => PassState::default(),
@@ -45,7 +51,17 @@ pub fn from_bundle(
         opts,
         session: None,
     };
-    target.install(bundle, &mut state, &mut None)
+    let installed = target.install(bundle, &mut state, &mut None);
+    // On every path: no pod this import stopped stays stopped while certrotor runs.
+    let ensured = match platform {
+        Platform::None => Default::default(),
+        _ => ensure::all_enabled(root, &mut state, &opts.restart),
+    };
+    installed.map(|mut report| {
+        report.re_enabled = ensured.re_enabled;
+        report.left_disabled = ensured.left_disabled;
+        report
+    })
 }
 
 /// Installs the pair published through etcd (cluster mode, external etcd); a refused pair is
@@ -145,6 +161,8 @@ impl Import<'_> {
             platform: self.platform.name().into(),
             restarted: vec![],
             rolled_back: None,
+            re_enabled: vec![],
+            left_disabled: vec![],
         };
         if restarts {
             state.written(root, &backup_id)?;

@@ -5,6 +5,7 @@
 //! a pass or command did ([`outcome`]).
 
 pub mod daemon;
+pub mod ensure;
 pub mod etcd_client;
 pub mod events;
 pub mod import;

@@ -1,13 +1,15 @@
 //! The operations behind the commands that change a node: renew, roll back, list backups.
 //! Each takes the lock, completes any interrupted transaction, then does its work.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::node::inventory;
 use crate::renew::{self, Plan, Policy};
+use crate::restart::api::{ApiStats, DiscardedTx};
+use crate::restart::{self, PlatformChoice, RestartOptions};
 use crate::sys::clock;
 use crate::txn::{self, Lock, Recovery, TxnError};
 
@@ -129,26 +131,6 @@ pub fn recover_before_reading(root: &std::path::Path) -> Result<(), OpsError> {
     if !state.is_dir() {
         return Ok(());
     }
-    // A read-only root (a mounted snapshot, a read-only bind) can still be inspected; say so
-    // when an interrupted transaction could not be completed first.
-    let writable = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(state.join("lock"));
-    if let Err(e) = writable {
-        let journal = state.join("journal.json").exists();
-        log::warn!(
-            "cannot take the lock in '{}' ({e}); reading without it{}",
-            state.display(),
-            if journal {
-                "; an interrupted transaction is pending and the PKI may be half-renewed: run certrotor where the root is writable"
-            } else {
-                ""
-            }
-        );
-        return Ok(());
-    }
     // Reading never waits for another run: a renewal holds the lock for seconds, a daemon's
     // restart pass for minutes. Say that one is in progress and read the files as they are.
     match lock_and_recover(root, std::time::Duration::ZERO) {
@@ -161,31 +143,140 @@ pub fn recover_before_reading(root: &std::path::Path) -> Result<(), OpsError> {
             );
             Ok(())
         }
+        // A read-only root (a mounted snapshot, a read-only bind) or a user who may not write
+        // there can still inspect it; say so when an interrupted transaction could not be
+        // completed first. Anything else wrong with the lock (a symlink, a FIFO, a folder
+        // leading out of the root) stops the command.
+        Err(OpsError::Txn(txn::TxnError::Prepare { source, .. }))
+            if matches!(
+                source.raw_os_error(),
+                Some(libc::EROFS | libc::EACCES | libc::EPERM)
+            ) =>
+        {
+            let journal = state.join("journal.json").exists();
+            log::warn!(
+                "cannot take the lock in '{}' ({source}); reading without it{}",
+                state.display(),
+                if journal {
+                    "; an interrupted transaction is pending and the PKI may be half-renewed: run certrotor where the root is writable"
+                } else {
+                    ""
+                }
+            );
+            Ok(())
+        }
         Err(f) => Err(f),
     }
 }
 
 /// Takes the lock and completes or discards an interrupted transaction, logging what it did;
-/// starts again a static pod that an interrupted restart left stopped.
+/// discards the Bottlerocket API transactions an interrupted run left pending; makes sure a
+/// static pod that an interrupted restart left stopped runs again. For commands without
+/// restart options (see [`lock_and_recover_with`]).
 pub fn lock_and_recover(root: &Path, timeout: Duration) -> Result<Lock, OpsError> {
+    lock_and_recover_with(root, timeout, None).map(|(lock, _)| lock)
+}
+
+/// What recovery did that a pass reports.
+#[derive(Debug, Clone, Default)]
+pub struct Recovered {
+    /// Pending `certrotor-*` transactions of the Bottlerocket API, discarded.
+    pub discarded: Vec<DiscardedTx>,
+    /// What recovery's API calls met.
+    pub api: ApiStats,
+}
+
+/// [`lock_and_recover`] for a command with restart options: recovery's API calls use their
+/// socket (unless an interrupted restart recorded its own) and are retried within their
+/// restart timeout (else [`restart::DEFAULT_RESTART_TIMEOUT`]).
+pub fn lock_and_recover_with(
+    root: &Path,
+    timeout: Duration,
+    restart: Option<&RestartOptions>,
+) -> Result<(Lock, Recovered), OpsError> {
     let lock = txn::lock(root, timeout)?;
     // The transaction first: a pod started again below must start on the files as they stay.
     let recovery = txn::recover(root)?;
     match &recovery {
         Recovery::Clean => {}
-        Recovery::DiscardedStaging(n) => log::warn!(
-            "removed {n} staging folder(s) of an interrupted run; the PKI was not touched"
-        ),
+        Recovery::DiscardedStaging { with_files, empty } => {
+            if *with_files > 0 {
+                log::warn!(
+                    "removed {with_files} staging folder(s) holding the staged files of a run \
+                     interrupted before it changed anything; the PKI was not touched"
+                );
+            }
+            if *empty > 0 {
+                log::info!(
+                    "removed {empty} empty staging folder(s) left by an earlier run (its \
+                     transaction had completed, or had not staged a file yet)"
+                );
+            }
+        }
         Recovery::RolledForward {
             kind,
             backup_id,
             files,
         } => log::warn!("completed an interrupted {kind} of {files} file(s) (backup {backup_id})"),
+        Recovery::Undone {
+            kind,
+            backup_id,
+            damaged,
+        } => log::error!(
+            "an interrupted {kind} was undone: the staged copy of '{damaged}' is damaged (not \
+             the content validated before the crash), so backup {backup_id} was restored and \
+             nothing damaged went live; check the disk, then run again"
+        ),
     }
-    for said in crate::pass::state::recover(root, &recovery)? {
+    let bound = restart.map_or(restart::DEFAULT_RESTART_TIMEOUT, |r| r.timeout);
+    let poll = restart.map_or(Duration::from_millis(200), |r| r.poll);
+    let mut recovered = Recovered::default();
+    // Then the stale transactions: the pod started below is started in a transaction of its
+    // own, and nothing stale may be committed with it later.
+    if let Some(socket) = recovery_api(root, restart) {
+        let client = restart::api::client(&socket, bound);
+        let deadline = std::time::Instant::now() + bound;
+        match restart::api::discard_stale(&client, deadline, &mut recovered.api) {
+            Ok(discarded) => recovered.discarded = discarded,
+            Err(e) => log::warn!(
+                "cannot list the Bottlerocket API's pending transactions through '{}': {e}; one \
+                 an interrupted run left pending stays (certrotor never commits it)",
+                socket.display()
+            ),
+        }
+    }
+    let said = crate::pass::state::recover(root, &recovery, (bound, poll), &mut recovered.api)?;
+    for said in said {
         log::warn!("{said}");
     }
-    Ok(lock)
+    Ok((lock, recovered))
+}
+
+/// The Bottlerocket API whose stale transactions recovery discards: the one an interrupted
+/// restart recorded; else the one the command was given, on a Bottlerocket node; else, for
+/// commands without restart options, the default socket where it exists.
+fn recovery_api(root: &Path, restart: Option<&RestartOptions>) -> Option<PathBuf> {
+    let recorded = crate::pass::state::PassState::load(root)
+        .ok()
+        .and_then(|s| s.stopped)
+        .filter(|s| s.platform == "bottlerocket")
+        .map(|s| {
+            PathBuf::from(
+                s.api_socket
+                    .unwrap_or_else(|| crate::node::catalog::paths::API_SOCKET.into()),
+            )
+        });
+    if recorded.is_some() {
+        return recorded;
+    }
+    let given = match restart {
+        Some(r) => match r.platform {
+            PlatformChoice::Bottlerocket | PlatformChoice::Auto => r.api_socket.clone(),
+            PlatformChoice::Kubeadm | PlatformChoice::None => return None,
+        },
+        None => PathBuf::from(crate::node::catalog::paths::API_SOCKET),
+    };
+    given.exists().then_some(given)
 }
 
 /// The result of a renewal.

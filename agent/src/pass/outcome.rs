@@ -56,7 +56,8 @@ pub fn for_inventory(inv: &Inventory) -> u8 {
 }
 
 /// `run`, `etcd-client import`: 0 done, 3 rolled back after a failed verification, 2 when the
-/// rollback failed too.
+/// rollback failed too (an import also when a pod it stopped could not be started again, see
+/// [`for_import`]).
 pub fn for_rollback(rolled_back: Option<&RolledBack>) -> u8 {
     match rolled_back {
         None => EXIT_OK,
@@ -65,14 +66,25 @@ pub fn for_rollback(rolled_back: Option<&RolledBack>) -> u8 {
     }
 }
 
-/// `run`: as [`for_rollback`]; else 2 when the pair published through etcd was refused or a
-/// static pod that mounts a renewed file could not be restarted, 4 when cluster mode put the
-/// restarts off to the next pass; an installed published pair counts as its own rollback.
+/// `etcd-client import`: 2 when a static pod it stopped could not be started again; else as
+/// [`for_rollback`].
+pub fn for_import(r: &crate::pass::import::ImportReport) -> u8 {
+    if r.left_disabled.is_empty() {
+        for_rollback(r.rolled_back.as_ref())
+    } else {
+        EXIT_FAILED
+    }
+}
+
+/// `run`: 2 when a static pod the pass stopped could not be started again; else as
+/// [`for_rollback`]; else 2 when the pair published through etcd was refused or a static pod
+/// that mounts a renewed file could not be restarted, 4 when cluster mode put the restarts off
+/// to the next pass; an installed published pair counts as its own rollback.
 pub fn for_run(r: &crate::pass::run::RunReport) -> u8 {
-    let import = r
-        .import
-        .as_ref()
-        .map_or(EXIT_OK, |i| for_rollback(i.rolled_back.as_ref()));
+    if !r.left_disabled.is_empty() {
+        return EXIT_FAILED;
+    }
+    let import = r.import.as_ref().map_or(EXIT_OK, for_import);
     let cluster = r.cluster.as_ref();
     match &r.rolled_back {
         None if import != EXIT_OK => import,

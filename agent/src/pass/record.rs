@@ -128,6 +128,9 @@ impl LastPass {
                 if p.error.is_none() && !r.pod_errors.is_empty() {
                     p.error = Some(r.pod_errors.join("; "));
                 }
+                if p.error.is_none() && !r.left_disabled.is_empty() {
+                    p.error = Some(r.left_disabled.join("; "));
+                }
                 if r.rolled_back.is_none() && r.platform != "none" {
                     p.owed = r
                         .components

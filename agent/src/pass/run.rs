@@ -1,7 +1,8 @@
 //! One pass of `run --once` and the daemon, top to bottom: check, renew what is due in one
 //! transaction, let each component reload or restart it one at a time, verify what is served,
-//! and roll back by itself when verification fails. Every step is a method of [`Pass`] in the
-//! order [`run_once`] calls them; the pass's state between steps is persisted by
+//! and roll back by itself when verification fails; last, on every path, make sure every static
+//! pod the pass stopped runs again ([`crate::pass::ensure`]). Every step is a method of [`Pass`]
+//! in the order [`run_once`] calls them; the pass's state between steps is persisted by
 //! [`crate::pass::state`] (planned → committing → written → restarting → done), so that a crash
 //! at any step is finished by the next command.
 
@@ -13,11 +14,13 @@ use serde::Serialize;
 
 use crate::cluster::{self, ClusterOptions, ClusterReport, Session};
 use crate::node::manifests::{Component, Consumer};
+use crate::pass::ensure::{self, Ensure};
 use crate::pass::import::{self, ImportReport};
-use crate::pass::ops::{self, OpsError, RenewReport, WriteOptions};
+use crate::pass::ops::{self, OpsError, Recovered, RenewReport, WriteOptions};
 use crate::pass::state::{PassState, Restarts};
 use crate::renew::{Plan, Policy};
-use crate::restart::reload::{self, Action};
+use crate::restart::api::{ApiStats, DiscardedTx};
+use crate::restart::reload::{self, Action, ComponentVersion};
 use crate::restart::{self, Platform, Reloaded, RestartOptions, Restarted, StopRecord};
 use crate::sys::clock;
 use crate::txn;
@@ -42,6 +45,11 @@ pub struct RunReport {
     pub components: Vec<Component>,
     /// Components that served their renewed files without a restart (see `reload`).
     pub reloaded: Vec<Reloaded>,
+    /// The version of each component the reload decision used, and where it was read.
+    pub versions: Vec<ComponentVersion>,
+    /// What the reload decision says about files reloaded without a restart that nothing
+    /// probes (front-proxy-client), or that open connections keep (apiserver-kubelet-client).
+    pub reload_notes: Vec<String>,
     /// Components restarted, each with its reason.
     pub restarted: Vec<Restarted>,
     /// Other static pods that mount a renewed file (from their manifests), and why they need a
@@ -60,6 +68,19 @@ pub struct RunReport {
     pub cluster: Option<ClusterReport>,
     /// External etcd: the published apiserver-etcd-client pair this pass installed.
     pub import: Option<ImportReport>,
+    /// Bottlerocket: certrotor transactions an interrupted run left pending in the API,
+    /// discarded before the pass began.
+    pub discarded_transactions: Vec<DiscardedTx>,
+    /// Static pods found stopped at the end of the pass (a start that failed) and started
+    /// again: owed to the next pass.
+    pub re_enabled: Vec<String>,
+    /// Static pods that could not be started again at the end of the pass: a person must look
+    /// (the next certrotor command tries again).
+    pub left_disabled: Vec<String>,
+    /// What the pass's Bottlerocket API calls met, in total (recovery, restarts, rollback, the
+    /// last step): retries, re-applies of the config applier, time the API was unreachable.
+    #[serde(flatten)]
+    pub api: ApiStats,
     pub duration_ms: u128,
 }
 
@@ -77,13 +98,14 @@ pub struct RolledBack {
 /// verification fails.
 pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, OpsError> {
     let started = Instant::now();
-    let _lock = ops::lock_and_recover(root, opts.write.lock_timeout)?;
-    let mut pass = Pass::begin(root, opts)?;
-    pass.import_published();
-    pass.renew()?;
-    pass.publish_pair();
-    pass.decide_restarts()?;
-    pass.restart()?;
+    let write = &opts.write;
+    let (_lock, recovered) =
+        ops::lock_and_recover_with(root, write.lock_timeout, Some(&opts.restart))?;
+    let mut pass = Pass::begin(root, opts, recovered)?;
+    let steps = pass.steps();
+    // On every path: no pod this pass stopped stays stopped while certrotor runs.
+    pass.ensure_enabled();
+    steps?;
     Ok(pass.report(started))
 }
 
@@ -105,8 +127,10 @@ struct Pass<'a> {
     work: Restarts,
     other_consumers: Vec<Consumer>,
     reloaded: Vec<Reloaded>,
+    versions: Vec<ComponentVersion>,
+    reload_notes: Vec<String>,
     /// Verified without a restart: started again by recovery on the renewed files.
-    recovered: Vec<Restarted>,
+    recovered_restarts: Vec<Restarted>,
     to_restart: Vec<Component>,
     reasons: BTreeMap<Component, String>,
     restarted: Vec<Restarted>,
@@ -114,11 +138,19 @@ struct Pass<'a> {
     pod_errors: Vec<String>,
     owed_pods: Vec<String>,
     rolled_back: Option<RolledBack>,
+    /// What recovery did before the pass began.
+    recovered: Recovered,
+    /// What the last step did.
+    ensured: Ensure,
 }
 
 impl<'a> Pass<'a> {
     /// The platform, the cluster session, and what earlier passes still owe.
-    fn begin(root: &'a Path, opts: &'a RunOptions) -> Result<Pass<'a>, OpsError> {
+    fn begin(
+        root: &'a Path,
+        opts: &'a RunOptions,
+        recovered: Recovered,
+    ) -> Result<Pass<'a>, OpsError> {
         let platform = restart::detect(root, &opts.restart).map_err(OpsError::Platform)?;
         let mut cluster = None;
         let session = cluster::start_for_pass(root, &platform, &opts.cluster, &mut cluster);
@@ -148,7 +180,9 @@ impl<'a> Pass<'a> {
             work: Restarts::default(),
             other_consumers: vec![],
             reloaded: vec![],
-            recovered: vec![],
+            versions: vec![],
+            reload_notes: vec![],
+            recovered_restarts: vec![],
             to_restart: vec![],
             reasons: BTreeMap::new(),
             restarted: vec![],
@@ -156,7 +190,19 @@ impl<'a> Pass<'a> {
             pod_errors: vec![],
             owed_pods: vec![],
             rolled_back: None,
+            recovered,
+            ensured: Ensure::default(),
         })
+    }
+
+    /// The steps, in order: install a published pair, renew, publish, decide and make the
+    /// restarts.
+    fn steps(&mut self) -> Result<(), OpsError> {
+        self.import_published();
+        self.renew()?;
+        self.publish_pair();
+        self.decide_restarts()?;
+        self.restart()
     }
 
     fn restarts(&self) -> bool {
@@ -302,6 +348,10 @@ impl<'a> Pass<'a> {
     /// verified; the others, and one that did not reload within the bound, are restarted, each
     /// with its reason.
     fn decide_reloads(&mut self, names: &[String]) {
+        // Pods that cannot be listed: versions only from flags, the others unknown (restart).
+        let pods = restart::pods(&self.platform).unwrap_or_default();
+        self.versions = reload::versions(&pods, &self.opts.restart.reload.versions);
+        let held = self.held_certificates();
         for c in self.work.components.clone() {
             if self.verified_after_recovery(c) {
                 continue;
@@ -312,11 +362,20 @@ impl<'a> Pass<'a> {
                         .into(),
                 }
             } else {
-                reload::decide(c, names, self.opts.restart.mode)
+                let ctx = reload::Context {
+                    mode: self.opts.restart.mode,
+                    version: self.versions.iter().find(|v| v.component == c),
+                    held: &held,
+                    now: clock::now(),
+                    margin: self.opts.restart.reload.held_cert_margin,
+                };
+                let d = reload::decide(c, names, &ctx);
+                self.reload_notes.extend(d.notes);
+                d.action
             };
             let reason = match action {
                 Action::Restart { because } => because,
-                Action::WaitLive => match self.wait_live(c) {
+                Action::WaitLive => match self.wait_live(c, names) {
                     Ok(r) => {
                         self.reloaded.push(r);
                         continue;
@@ -329,10 +388,25 @@ impl<'a> Pass<'a> {
         }
     }
 
-    /// Waits for `c` to serve its renewed files by itself; the reason to restart it otherwise.
-    fn wait_live(&self, c: Component) -> Result<Reloaded, String> {
+    /// The renewed certificates' NotAfter before this pass renewed them, by catalog name (for
+    /// the reload decision: what open connections may still present).
+    fn held_certificates(&self) -> Vec<(String, i64)> {
+        let plan = &self.renewed.plan;
+        let planned_at = plan.not_before_unix + crate::renew::BACKDATE;
+        plan.items
+            .iter()
+            .filter_map(|i| Some((i.name.clone(), planned_at + i.residual_seconds?)))
+            .collect()
+    }
+
+    /// Waits for `c` to serve its renewed files by itself (and, for a client pair it reloads,
+    /// checks that the server it is for accepts it: [`restart::pairs`]); the reason to restart
+    /// it otherwise.
+    fn wait_live(&self, c: Component, names: &[String]) -> Result<Reloaded, String> {
         let targets = restart::targets(self.root, &self.platform, &[c], &self.opts.restart)
             .map_err(|e| format!("it could not be probed for a live reload: {e}"))?;
+        let pods = restart::pods(&self.platform).unwrap_or_default();
+        restart::pairs::check_renewed(self.root, c, names, &pods, self.opts.restart.poll)?;
         targets
             .first()
             .and_then(|t| restart::wait_reloaded(self.root, t, &self.opts.restart))
@@ -367,12 +441,13 @@ impl<'a> Pass<'a> {
                     "{} was started again by recovery on its renewed files",
                     c.name()
                 );
-                self.recovered.push(Restarted {
+                self.recovered_restarts.push(Restarted {
                     component: c,
                     pod: t.pod.clone(),
                     unavailable_ms: t0.elapsed().as_millis(),
                     served_sha256,
                     reason: "it was started again by recovery, on its renewed files".into(),
+                    api: ApiStats::default(),
                 });
                 true
             }
@@ -408,7 +483,7 @@ impl<'a> Pass<'a> {
         self.state.restarting(self.root)?;
         let backup_id = self.backup_id();
         let mut record = self.state.recorder(self.root);
-        let (restarted, rolled_back) = restart_verified(
+        let (restarted, mut rolled_back) = restart_verified(
             self.root,
             &self.platform,
             (&self.to_restart, &self.reasons),
@@ -416,6 +491,26 @@ impl<'a> Pass<'a> {
             self.opts,
             &mut record,
         );
+        if let Some(rolled) = rolled_back.as_mut() {
+            let names: Vec<String> = match self.renewed.backup_id {
+                Some(_) => self
+                    .renewed
+                    .plan
+                    .items
+                    .iter()
+                    .map(|i| i.name.clone())
+                    .collect(),
+                None => vec![],
+            };
+            restart_after_rollback(
+                self.root,
+                &self.platform,
+                (&names, &self.versions),
+                self.opts,
+                rolled,
+                &mut record,
+            );
+        }
         if rolled_back.is_none() {
             // Test-only: a crash after the renewal, before the consumers' restarts.
             txn::failpoint("before-consumer-restarts");
@@ -538,8 +633,18 @@ impl<'a> Pass<'a> {
         Ok(())
     }
 
+    /// The last step, on every path: every pod this pass stopped runs again
+    /// ([`ensure::all_enabled`]).
+    fn ensure_enabled(&mut self) {
+        if self.restarts() {
+            self.ensured = ensure::all_enabled(self.root, &mut self.state, &self.opts.restart);
+        }
+    }
+
     fn report(self, started: Instant) -> RunReport {
-        let mut restarted = self.recovered;
+        let mut api = self.recovered.api;
+        api.add(&self.state.this_process.api);
+        let mut restarted = self.recovered_restarts;
         restarted.extend(self.restarted);
         RunReport {
             renew: self.renewed,
@@ -547,6 +652,8 @@ impl<'a> Pass<'a> {
             components: self.work.components,
             reloaded: self.reloaded,
             restarted,
+            versions: self.versions,
+            reload_notes: self.reload_notes,
             other_consumers: self.other_consumers,
             restarted_pods: self.restarted_pods,
             pod_errors: self.pod_errors,
@@ -554,6 +661,10 @@ impl<'a> Pass<'a> {
             rolled_back: self.rolled_back,
             cluster: self.cluster,
             import: self.import,
+            discarded_transactions: self.recovered.discarded,
+            re_enabled: self.ensured.re_enabled,
+            left_disabled: self.ensured.left_disabled,
+            api,
             duration_ms: started.elapsed().as_millis(),
         }
     }
@@ -595,15 +706,15 @@ pub fn restart_verified(
             }
             targets
         })
-        .map_err(|e| (vec![], e))
+        .map_err(|error| (vec![], restart::Failed::other(error)))
         .and_then(|targets| restart::restart_all(root, platform, &targets, &opts.restart, record));
     match outcome {
         Ok(done) => (done, None),
-        Err((done, error)) => {
+        Err((done, failed)) => {
             let rolled = roll_back(
                 root,
                 platform,
-                (components, &done, &error),
+                (components, &done, &failed),
                 backup_id,
                 opts,
                 record,
@@ -613,16 +724,59 @@ pub fn restart_verified(
     }
 }
 
+/// The rollback rule of the reload table ([`reload::restart_after_rollback`]): after `rolled`
+/// restored `names`, restarts a component that took them by itself but may keep the renewed
+/// pair on open connections (kube-apiserver before 1.27 and apiserver-kubelet-client).
+fn restart_after_rollback(
+    root: &Path,
+    platform: &Platform,
+    (names, versions): (&[String], &[ComponentVersion]),
+    opts: &RunOptions,
+    rolled: &mut RolledBack,
+    record: &mut dyn StopRecord,
+) {
+    for c in Component::ALL {
+        if rolled.error.is_some() || rolled.restarted.iter().any(|r| r.component == c) {
+            continue;
+        }
+        let version = versions.iter().find(|v| v.component == c);
+        let Some(why) = reload::restart_after_rollback(c, names, version) else {
+            continue;
+        };
+        let restarted = restart::targets(root, platform, &[c], &opts.restart)
+            .map(|mut targets| {
+                for t in &mut targets {
+                    t.reason = why.clone();
+                }
+                targets
+            })
+            .map_err(|e| (vec![], restart::Failed::other(e)))
+            .and_then(|t| restart::restart_all(root, platform, &t, &opts.restart, record));
+        match restarted {
+            Ok(done) => rolled.restarted.extend(done),
+            Err((done, failed)) => {
+                rolled.restarted.extend(done);
+                rolled.error = Some(format!(
+                    "after restoring backup {}: {}",
+                    rolled.backup_id, failed.error
+                ));
+            }
+        }
+    }
+}
+
 /// After a failed verification: restores `backup_id` and restarts again, with the old files,
-/// what was restarted and the component that failed.
+/// what was restarted and the component that failed; a component whose stop never took effect
+/// still runs with the files it started with, so it is verified, not restarted.
 fn roll_back(
     root: &Path,
     platform: &Platform,
-    (components, done, error): (&[Component], &[Restarted], &restart::RestartError),
+    (components, done, failed): (&[Component], &[Restarted], &restart::Failed),
     backup_id: &str,
     opts: &RunOptions,
     record: &mut dyn StopRecord,
 ) -> RolledBack {
+    let error = &failed.error;
     log::warn!("verification failed: {error}; restoring the previous certificates");
     let mut rolled = RolledBack {
         failure: error.to_string(),
@@ -634,8 +788,44 @@ fn roll_back(
         rolled.error = Some(format!("restoring backup {backup_id} failed: {e}"));
         return rolled;
     }
+    let restarted = restart_again(
+        root,
+        platform,
+        (components, done, failed),
+        backup_id,
+        opts,
+        record,
+    );
+    match restarted {
+        Ok(back) => {
+            log::warn!(
+                "rolled back to backup {backup_id}; the previous certificates are served again"
+            );
+            rolled.restarted = back;
+        }
+        Err((back, f)) => {
+            rolled.restarted = back;
+            rolled.error = Some(format!("after restoring backup {backup_id}: {}", f.error));
+        }
+    }
+    rolled
+}
+
+/// After the restore: restarts again what was restarted and the component that failed (all of
+/// them when the failure names none); verifies, instead, a failed component whose stop never
+/// took effect.
+fn restart_again(
+    root: &Path,
+    platform: &Platform,
+    (components, done, failed): (&[Component], &[Restarted], &restart::Failed),
+    backup_id: &str,
+    opts: &RunOptions,
+    record: &mut dyn StopRecord,
+) -> Result<Vec<Restarted>, (Vec<Restarted>, restart::Failed)> {
     let mut again: Vec<Component> = done.iter().map(|r| r.component).collect();
-    match error.component {
+    let mut unstopped = None;
+    match failed.error.component {
+        Some(c) if failed.never_stopped && !again.contains(&c) => unstopped = Some(c),
         Some(c) => again.push(c),
         None => again = components.to_vec(),
     }
@@ -647,20 +837,50 @@ fn roll_back(
         }
         targets
     });
-    let restarted = targets
-        .map_err(|e| (vec![], e))
-        .and_then(|t| restart::restart_all(root, platform, &t, &opts.restart, record));
-    match restarted {
-        Ok(back) => {
-            log::warn!(
-                "rolled back to backup {backup_id}; the previous certificates are served again"
-            );
-            rolled.restarted = back;
-        }
-        Err((back, e)) => {
-            rolled.restarted = back;
-            rolled.error = Some(format!("after restoring backup {backup_id}: {e}"));
+    let mut back = targets
+        .map_err(|e| (vec![], restart::Failed::other(e)))
+        .and_then(|t| restart::restart_all(root, platform, &t, &opts.restart, record))?;
+    if let Some(c) = unstopped {
+        match verify_unstopped(root, platform, c, backup_id, &opts.restart) {
+            Ok(r) => back.push(r),
+            Err(e) => return Err((back, restart::Failed::other(e))),
         }
     }
-    rolled
+    Ok(back)
+}
+
+/// After the restore: verifies `c`, whose stop never took effect (it kept the files it started
+/// with, the restored ones), instead of restarting it.
+fn verify_unstopped(
+    root: &Path,
+    platform: &Platform,
+    c: Component,
+    backup_id: &str,
+    opts: &RestartOptions,
+) -> Result<Restarted, restart::RestartError> {
+    let targets = restart::targets(root, platform, &[c], opts)?;
+    let Some(t) = targets.first() else {
+        return Err(restart::RestartError {
+            component: Some(c),
+            message: "no restart target".into(),
+        });
+    };
+    let served_sha256 = restart::wait_verified(root, t, opts)?;
+    log::warn!(
+        "{} was never stopped (its stop did not take effect): verified it serves the files of \
+         backup {backup_id}, not restarted",
+        c.name()
+    );
+    Ok(Restarted {
+        component: c,
+        pod: t.pod.clone(),
+        // It never stopped serving.
+        unavailable_ms: 0,
+        served_sha256,
+        reason: format!(
+            "backup {backup_id} was restored; its stop had not taken effect, so it was verified, \
+             not restarted"
+        ),
+        api: ApiStats::default(),
+    })
 }

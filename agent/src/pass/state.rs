@@ -28,7 +28,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::node::manifests::Component;
 use crate::pass::ops::OpsError;
-use crate::restart::{self, RestartError, StopRecord, Stopped};
+use crate::restart::api::ApiStats;
+use crate::restart::{self, Ensured, RestartError, StopRecord, Stopped};
 use crate::sys::fsutil;
 use crate::sys::state::{self, Kind, StateError};
 use crate::txn::{self, Recovery};
@@ -68,7 +69,7 @@ impl Restarts {
     }
 
     /// Both sets, sorted, each once.
-    fn merge(&mut self, other: &Restarts) {
+    pub fn merge(&mut self, other: &Restarts) {
         self.components.extend(other.components.iter().copied());
         self.components.sort();
         self.components.dedup();
@@ -105,6 +106,18 @@ pub struct PassState {
     /// Read from an earlier release's files: the next write replaces them.
     #[serde(skip)]
     legacy: bool,
+    /// What this process did (not persisted; kept when the file is cleared).
+    #[serde(skip)]
+    pub this_process: InProcess,
+}
+
+/// What the running process did to static pods, for the end of its pass: every pod it stopped
+/// (or tried to: a stop whose answer was lost may have taken effect), which the pass makes sure
+/// is enabled again before it ends, and what its API calls met.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InProcess {
+    pub stopped: Vec<Stopped>,
+    pub api: ApiStats,
 }
 
 impl PassState {
@@ -190,7 +203,11 @@ impl PassState {
 
     /// Removes the file: nothing is owed or in progress.
     pub fn clear(&mut self, root: &Path) -> Result<(), OpsError> {
-        *self = PassState::default();
+        let this_process = std::mem::take(&mut self.this_process);
+        *self = PassState {
+            this_process,
+            ..PassState::default()
+        };
         remove(root, PASS_STATE)?;
         remove(root, LEGACY_OWED)?;
         remove(root, LEGACY_MARKER)
@@ -252,6 +269,10 @@ impl PassState {
 impl StopRecord for Recorder<'_> {
     fn stopping(&mut self, stopped: &Stopped) -> Result<(), RestartError> {
         let (state, root) = (&mut *self.state, self.root);
+        let touched = &mut state.this_process.stopped;
+        if !touched.iter().any(|s| s.pod == stopped.pod) {
+            touched.push(stopped.clone());
+        }
         state.stopped = Some(stopped.clone());
         state.stage = Stage::Restarting;
         state.write(root).map_err(|e| RestartError {
@@ -275,72 +296,110 @@ impl StopRecord for Recorder<'_> {
             }
         }
     }
+
+    fn api_used(&mut self, stats: &ApiStats) {
+        self.state.this_process.api.add(stats);
+    }
 }
 
 /// Recovery, under the lock and after the transaction's: settles the renewal a stopped run
-/// was writing (owed only if its transaction was journaled), and starts again the pod it left
-/// stopped. Returns what it did, for the log.
-pub fn recover(root: &Path, txn: &Recovery) -> Result<Vec<String>, OpsError> {
+/// was writing (owed only if its transaction was journaled), and makes sure the pod it left
+/// stopped is enabled again, reading what is live first (its API calls retried within
+/// `bound`; what they met is added to `stats`). Returns what it did, for the log.
+pub fn recover(
+    root: &Path,
+    txn: &Recovery,
+    (bound, poll): (std::time::Duration, std::time::Duration),
+    stats: &mut ApiStats,
+) -> Result<Vec<String>, OpsError> {
     let mut s = PassState::load(root)?;
     if s.is_idle() {
         return Ok(vec![]);
     }
     let mut said = Vec::new();
     if matches!(s.stage, Stage::Planned | Stage::Committing) {
-        let journaled = s
-            .committing
-            .as_deref()
-            .filter(|id| txn::backup_complete(root, id));
-        match journaled {
-            Some(id) => {
-                let id = id.to_string();
-                said.push(format!(
-                    "an interrupted pass renewed files (backup {id}); the restarts it planned are owed"
-                ));
-                s.written(root, &id)?;
-            }
-            None => {
-                if !matches!(txn, Recovery::Clean) || !s.planned.is_empty() {
-                    said.push(
-                        "an interrupted pass stopped before it changed any file; nothing new is owed"
-                            .into(),
-                    );
-                }
-                s.planned = Restarts::default();
-                s.committing = None;
-                let owed = s.owed.clone();
-                s.owe(root, owed)?;
-            }
-        }
+        settle_interrupted_write(root, txn, &mut s, &mut said)?;
     }
     if let Some(stopped) = s.stopped.clone() {
-        restart::start_again(root, &stopped).map_err(|e| {
-            OpsError::RecoverRestart(RestartError {
-                component: e.component,
-                message: format!(
-                    "{}; static pod '{}' may be stopped: start it again (kubeadm: move its \
+        let ensured =
+            restart::ensure_enabled(root, &stopped, (bound, poll), stats).map_err(|e| {
+                OpsError::RecoverRestart(RestartError {
+                    component: e.component,
+                    message: format!(
+                        "{}; static pod '{}' may be stopped: start it again (kubeadm: move its \
                      manifest back into the manifests folder; Bottlerocket: apiclient set \
                      settings.kubernetes.static-pods.{}.enabled=true from the admin container)",
-                    e.message, stopped.pod, stopped.pod
-                ),
-            })
-        })?;
-        said.push(format!(
-            "started static pod '{}' again, which an interrupted run had stopped",
-            stopped.pod
-        ));
+                        e.message, stopped.pod, stopped.pod
+                    ),
+                })
+            })?;
+        let started = ensured == Ensured::Started;
+        if started {
+            said.push(format!(
+                "started static pod '{}' again, which an interrupted run had {}",
+                stopped.pod,
+                if stopped.platform == "bottlerocket" {
+                    "disabled"
+                } else {
+                    "stopped"
+                }
+            ));
+        } else {
+            log::info!(
+                "the record of an interrupted run names static pod '{}' as stopped; it is enabled \
+                 and its manifest is in place: nothing to do",
+                stopped.pod
+            );
+        }
         s.stopped = None;
-        if s.owed.pods.contains(&stopped.pod)
+        let owed = s.owed.pods.contains(&stopped.pod)
             || stopped
                 .component
-                .is_some_and(|c| s.owed.components.contains(&c))
-        {
+                .is_some_and(|c| s.owed.components.contains(&c));
+        if started && owed {
             s.started_by_recovery.push(stopped.pod.clone());
         }
         let owed = s.owed.clone();
         s.owe(root, owed)?;
     }
     Ok(said)
+}
+
+/// A pass stopped while `planned` or `committing`: its restarts are owed only if its
+/// transaction reached its journal (the files changed).
+fn settle_interrupted_write(
+    root: &Path,
+    txn: &Recovery,
+    s: &mut PassState,
+    said: &mut Vec<String>,
+) -> Result<(), OpsError> {
+    // A transaction recovery undid from its backup (a damaged staged file) renewed nothing.
+    let journaled = s
+        .committing
+        .as_deref()
+        .filter(|id| txn::backup_complete(root, id))
+        .filter(|_| !matches!(txn, Recovery::Undone { .. }));
+    match journaled {
+        Some(id) => {
+            let id = id.to_string();
+            said.push(format!(
+                "an interrupted pass renewed files (backup {id}); the restarts it planned are owed"
+            ));
+            s.written(root, &id)
+        }
+        None => {
+            if !matches!(txn, Recovery::Clean) || !s.planned.is_empty() {
+                said.push(
+                    "an interrupted pass stopped before it changed any file; nothing new is owed"
+                        .into(),
+                );
+            }
+            s.planned = Restarts::default();
+            s.committing = None;
+            let owed = s.owed.clone();
+            s.owe(root, owed)
+        }
+    }
 }
 
 fn path(root: &Path, name: &str) -> PathBuf {

@@ -13,6 +13,7 @@
 //! ones kubeadm writes.
 
 pub(crate) mod bignum;
+pub mod go_pem;
 
 use std::fmt;
 use std::net::IpAddr;
@@ -24,8 +25,6 @@ use der::asn1::{BitString, Ia5String, OctetString, PrintableStringRef, SetOfVec,
 use der::oid::ObjectIdentifier;
 use der::pem::LineEnding;
 use der::{Any, Decode, Encode, EncodePem};
-use rustls_pki_types::PrivateKeyDer;
-use rustls_pki_types::pem::PemObject;
 use x509_cert::Certificate;
 use x509_cert::attr::AttributeTypeAndValue;
 use x509_cert::ext::Extension;
@@ -207,6 +206,20 @@ impl Cert {
     /// The subject as RFC 4514 text (`CN=kube-apiserver`).
     pub fn subject(&self) -> String {
         name_text(&self.x509.tbs_certificate.subject)
+    }
+
+    /// The subject's values of one attribute (CN, O, …) in order, for the string types kubeadm
+    /// and etcdadm write.
+    pub fn subject_values(&self, attribute: ObjectIdentifier) -> Vec<String> {
+        self.x509
+            .tbs_certificate
+            .subject
+            .0
+            .iter()
+            .flat_map(|rdn| rdn.0.iter())
+            .filter(|atv| atv.oid == attribute)
+            .filter_map(|atv| common_attribute(atv).map(|(_, v)| v.to_string()))
+            .collect()
     }
 
     /// SHA-256 of the DER, lower-case hex: what live verification compares.
@@ -935,22 +948,15 @@ impl PrivateKey {
         if is_encrypted_key(bytes) {
             return Err(PkiError::EncryptedKey);
         }
-        let key = PrivateKeyDer::from_pem_slice(bytes).map_err(|e| match e {
-            rustls_pki_types::pem::Error::NoItemsFound => PkiError::NoPemBlock {
-                wanted: "PRIVATE KEY",
-            },
-            other => PkiError::BadPem {
-                detail: pem_error_text(&other),
-            },
-        })?;
-        let (encoding, der) = match &key {
-            PrivateKeyDer::Pkcs1(k) => (KeyEncoding::Pkcs1, k.secret_pkcs1_der()),
-            PrivateKeyDer::Sec1(k) => (KeyEncoding::Sec1, k.secret_sec1_der()),
-            PrivateKeyDer::Pkcs8(k) => (KeyEncoding::Pkcs8, k.secret_pkcs8_der()),
+        // The block Go's `tls.X509KeyPair` would take, decoded by Go's rules (issue 30.4).
+        let block = go_pem::private_key_block(bytes)?;
+        let encoding = match block.label.as_str() {
+            "RSA PRIVATE KEY" => KeyEncoding::Pkcs1,
+            "EC PRIVATE KEY" => KeyEncoding::Sec1,
+            "PRIVATE KEY" => KeyEncoding::Pkcs8,
             _ => return Err(bad_key("unsupported private key type".into())),
         };
-        let der = zeroize::Zeroizing::new(der.to_vec());
-        drop(key);
+        let der = block.der;
         let public = match encoding {
             KeyEncoding::Pkcs1 => Some(rsa_public_of(&der)?),
             KeyEncoding::Sec1 => ec_public_of(&der, None)?,
@@ -1544,6 +1550,8 @@ pub fn ca_key_usage() -> KeyUsage {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rustls_pki_types::PrivateKeyDer;
+    use rustls_pki_types::pem::PemObject;
 
     /// `name_text` writes every name exactly as x509-cert's `Display`: the table's short names
     /// are const-oid's, escapes, multi-valued RDNs, other attributes and other string types.
@@ -2111,6 +2119,7 @@ mod fuzz {
             port_offset: 0,
             external_etcd: None,
             etcd_client_cert: "apiserver-etcd-client.crt",
+            kubernetes_version: crate::lab::manifests::DEFAULT_KUBERNETES_VERSION,
         })
         .remove(0)
         .1;

@@ -17,6 +17,15 @@
 //! Staging copies of an interrupted run are removed by the next run too. The image must already
 //! be in containerd: certrotor never pulls.
 //!
+//! Where the image is (unless `--containerd-socket` or `--containerd-namespace` say): first
+//! host-containerd (`/run/host-containerd/containerd.sock`, namespace `default`), where
+//! Bottlerocket's host-ctr pulled the `kubeadm-bootstrap` host container's `source` when EKS
+//! Anywhere made the node; the image stays there after that container disabled itself. Then the
+//! kubelet's containerd (`/run/containerd/containerd.sock`) in namespace `k8s.io`, then in
+//! `default` (where EKS Anywhere's documented `ctr image pull` puts it). Each socket is also
+//! looked for under `/.bottlerocket/rootfs`, the host root of a Bottlerocket container. The
+//! tools run through the containerd that holds the image.
+//!
 //! Decision: certrotor drives the host's `ctr` rather than containerd's gRPC API. The gRPC route
 //! would need protobuf/tonic/tokio and an OCI runtime-spec builder in a small static binary;
 //! `ctr run` already builds the spec exactly as EKS Anywhere's documented procedure does, and
@@ -32,7 +41,7 @@ use std::time::{Duration, Instant};
 
 use crate::node::catalog::paths::{
     BOTTLEROCKET_ETCD_PKI, BOTTLEROCKET_HOST_ROOT, BOTTLEROCKET_KUBEADM_DIR, ETCDADM_PKI,
-    KUBEADM_DIR, STATE_DIR,
+    KUBEADM_DIR,
 };
 use crate::node::catalog::{Flavor, Kind};
 use crate::node::kubeconfig::{Kubeconfig, Source};
@@ -45,6 +54,10 @@ use crate::sys::fsutil;
 pub const DEFAULT_CONTAINERD_SOCKET: &str = "/run/containerd/containerd.sock";
 /// The CRI namespace, where the kubelet's images are.
 pub const DEFAULT_CONTAINERD_NAMESPACE: &str = "k8s.io";
+/// Bottlerocket's host-containerd, which runs host and bootstrap containers.
+pub const HOST_CONTAINERD_SOCKET: &str = "/run/host-containerd/containerd.sock";
+/// host-containerd's namespace (host-ctr's default).
+pub const HOST_CONTAINERD_NAMESPACE: &str = "default";
 /// kubeadm in EKS Anywhere's bottlerocket-bootstrap image.
 pub const DEFAULT_KUBEADM_PATH: &str = "/opt/bin/kubeadm";
 /// etcdadm in the same image.
@@ -90,8 +103,11 @@ pub struct KubeadmOptions {
     /// The `ctr` binary; `None`: the host's (`/.bottlerocket/rootfs/usr/bin/ctr` in a host
     /// container), else `ctr` from `PATH`.
     pub ctr_path: Option<PathBuf>,
-    pub socket: PathBuf,
-    pub namespace: String,
+    /// containerd's socket; with `namespace`, `None` for both: look where Bottlerocket and EKS
+    /// Anywhere keep the image (see the module documentation).
+    pub socket: Option<PathBuf>,
+    /// The image's containerd namespace (`k8s.io` when only `socket` is given).
+    pub namespace: Option<String>,
     /// The Bottlerocket API socket, to look the image up.
     pub api_socket: PathBuf,
 }
@@ -103,8 +119,8 @@ impl Default for KubeadmOptions {
             kubeadm_path: DEFAULT_KUBEADM_PATH.into(),
             etcdadm_path: DEFAULT_ETCDADM_PATH.into(),
             ctr_path: None,
-            socket: DEFAULT_CONTAINERD_SOCKET.into(),
-            namespace: DEFAULT_CONTAINERD_NAMESPACE.into(),
+            socket: None,
+            namespace: None,
             api_socket: crate::node::catalog::paths::API_SOCKET.into(),
         }
     }
@@ -472,19 +488,126 @@ fn default_ctr() -> PathBuf {
     }
 }
 
-fn resolve_socket(opts: &KubeadmOptions) -> Result<PathBuf, IssueError> {
-    if opts.socket.exists() {
-        return Ok(opts.socket.clone());
+/// One place an image may be: a containerd socket and a namespace.
+struct Place {
+    socket: &'static str,
+    namespace: &'static str,
+    /// What it is, for messages.
+    what: &'static str,
+}
+
+/// Where Bottlerocket and EKS Anywhere keep the bootstrap image, in the order looked at.
+const PLACES: [Place; 3] = [
+    Place {
+        socket: HOST_CONTAINERD_SOCKET,
+        namespace: HOST_CONTAINERD_NAMESPACE,
+        what: "host-containerd, where host-ctr pulled the kubeadm-bootstrap host container's image",
+    },
+    Place {
+        socket: DEFAULT_CONTAINERD_SOCKET,
+        namespace: DEFAULT_CONTAINERD_NAMESPACE,
+        what: "the kubelet's containerd",
+    },
+    Place {
+        socket: DEFAULT_CONTAINERD_SOCKET,
+        namespace: "default",
+        what: "the kubelet's containerd, where EKS Anywhere's 'ctr image pull' puts it",
+    },
+];
+
+/// `socket` as it exists: itself, or for one of the well-known sockets, under the host root of
+/// a Bottlerocket container.
+fn existing_socket(socket: &Path) -> Option<PathBuf> {
+    if socket.exists() {
+        return Some(socket.to_path_buf());
     }
-    if opts.socket == Path::new(DEFAULT_CONTAINERD_SOCKET) {
-        let host = Path::new(BOTTLEROCKET_HOST_ROOT).join("run/containerd/containerd.sock");
-        if host.exists() {
-            return Ok(host);
+    let well_known = [HOST_CONTAINERD_SOCKET, DEFAULT_CONTAINERD_SOCKET]
+        .iter()
+        .any(|s| socket == Path::new(s));
+    let rel = socket.strip_prefix("/").ok()?;
+    let host = Path::new(BOTTLEROCKET_HOST_ROOT).join(rel);
+    (well_known && host.exists()).then_some(host)
+}
+
+/// Whether `ctr` lists `image` in its namespace.
+fn has_image(ctr: &Ctr) -> Result<bool, IssueError> {
+    let present = ctr.must(&["images", "ls", "-q"])?;
+    Ok(present.lines().any(|l| l.trim() == ctr.image))
+}
+
+/// The containerd (socket, namespace) that holds `image`: the one given, or the first of
+/// [`PLACES`] that has it. The error says where it looked and how to make the image available.
+fn locate(opts: &KubeadmOptions, image: &str, ctr: &Path) -> Result<Ctr, IssueError> {
+    let make = |socket: PathBuf, namespace: &str| Ctr {
+        ctr: ctr.to_path_buf(),
+        socket,
+        namespace: namespace.to_string(),
+        image: image.to_string(),
+        next: 0,
+    };
+    if opts.socket.is_some() || opts.namespace.is_some() {
+        let given = opts
+            .socket
+            .clone()
+            .unwrap_or_else(|| DEFAULT_CONTAINERD_SOCKET.into());
+        let namespace = opts
+            .namespace
+            .as_deref()
+            .unwrap_or(DEFAULT_CONTAINERD_NAMESPACE);
+        let socket = existing_socket(&given).ok_or_else(|| {
+            err(format!(
+                "containerd socket '{}' does not exist; give it with --containerd-socket",
+                given.display()
+            ))
+        })?;
+        let c = make(socket, namespace);
+        if has_image(&c)? {
+            return Ok(c);
+        }
+        return Err(err(format!(
+            "image '{image}' is not in containerd (socket '{}', namespace '{namespace}'); \
+             certrotor never pulls: pull or import it first (ctr -a {} -n {namespace} images \
+             pull {image})",
+            c.socket.display(),
+            given.display()
+        )));
+    }
+    let mut looked = Vec::new();
+    for place in &PLACES {
+        let Some(socket) = existing_socket(Path::new(place.socket)) else {
+            looked.push(format!(
+                "{} (socket '{}' does not exist)",
+                place.what, place.socket
+            ));
+            continue;
+        };
+        let c = make(socket, place.namespace);
+        match has_image(&c) {
+            Ok(true) => {
+                log::info!(
+                    "kubeadm engine: image '{image}' found in {} (socket '{}', namespace '{}')",
+                    place.what,
+                    c.socket.display(),
+                    place.namespace
+                );
+                return Ok(c);
+            }
+            Ok(false) => looked.push(format!(
+                "{} (socket '{}', namespace '{}': not there)",
+                place.what,
+                c.socket.display(),
+                place.namespace
+            )),
+            Err(e) => looked.push(format!("{} ({e})", place.what)),
         }
     }
     Err(err(format!(
-        "containerd socket '{}' does not exist; give it with --containerd-socket",
-        opts.socket.display()
+        "image '{image}' is not in containerd; looked in: {}. certrotor never pulls. Make it \
+         available where Bottlerocket keeps host-container images, from the node's admin \
+         container: 'sudo sheltie', then 'ctr -a {HOST_CONTAINERD_SOCKET} -n \
+         {HOST_CONTAINERD_NAMESPACE} images pull {image}' (it stays across reboots); or give \
+         --containerd-socket and --containerd-namespace where it is",
+        looked.join("; ")
     )))
 }
 
@@ -498,8 +621,11 @@ fn resolve_image(opts: &KubeadmOptions) -> Result<String, IssueError> {
             opts.api_socket.display()
         )));
     }
-    let value = bottlerocket::ApiClient::new(&opts.api_socket)
-        .settings_by_prefix(IMAGE_SETTING)
+    // The API server may be restarting (systemd Restart=always): retried for a while.
+    let client = bottlerocket::ApiClient::new(&opts.api_socket);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let value = bottlerocket::Retry::until(deadline)
+        .run(|left| client.bounded(left).settings_by_prefix(IMAGE_SETTING))
         .map_err(|e| {
             err(format!(
                 "reading {IMAGE_SETTING} from '{}': {e}; give --kubeadm-image",
@@ -546,7 +672,7 @@ struct Staging {
 
 impl Staging {
     fn new(root: &Path) -> Result<Staging, IssueError> {
-        let parent = root.join(STATE_DIR).join("engine");
+        let parent = crate::txn::state_dir(root).join("engine");
         if let Ok(list) = std::fs::read_dir(&parent) {
             for e in list.flatten() {
                 log::warn!(
@@ -609,27 +735,9 @@ fn kubeadm_issue(
             "--reuse-keys: kubeadm and etcdadm always make new keys; use --engine native",
         ));
     }
-    let socket = resolve_socket(opts)?;
     let image = resolve_image(opts)?;
-    let mut ctr = Ctr {
-        ctr: opts.ctr_path.clone().unwrap_or_else(default_ctr),
-        socket,
-        namespace: opts.namespace.clone(),
-        image,
-        next: 0,
-    };
-    let present = ctr.must(&["images", "ls", "-q"])?;
-    if !present.lines().any(|l| l.trim() == ctr.image) {
-        return Err(err(format!(
-            "image '{}' is not in containerd (socket '{}', namespace '{}'); certrotor never \
-             pulls: pull or import it first (ctr -n {} images pull {})",
-            ctr.image,
-            ctr.socket.display(),
-            ctr.namespace,
-            ctr.namespace,
-            ctr.image
-        )));
-    }
+    let ctr_path = opts.ctr_path.clone().unwrap_or_else(default_ctr);
+    let mut ctr = locate(opts, &image, &ctr_path)?;
     ctr.remove_leftovers()?;
     let staging = Staging::new(root)?;
 

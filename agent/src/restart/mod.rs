@@ -4,7 +4,9 @@
 //! Platforms:
 //! - `bottlerocket`: static pods are settings (`settings.kubernetes.static-pods.<name>.enabled`);
 //!   a restart is: disable (commit_and_apply), wait until the kubelet's manifest file is gone and
-//!   the old process no longer accepts connections, enable, wait until healthy.
+//!   the old process no longer accepts connections, enable, wait until the manifest is back and
+//!   the pod healthy. Every API call survives the API server restarting, and an apply that does
+//!   not act is run again ([`api`]).
 //! - `kubeadm`: the kubelet's manifest folder (`etc/kubernetes/manifests`); a restart is: move
 //!   the manifest out, wait until the old process is gone, move it back, wait until healthy.
 //! - `none`: nothing is restarted; what must be restarted is printed.
@@ -12,13 +14,15 @@
 //! Every wait is bounded and polls a condition; there are no fixed sleeps. Before a pod is
 //! stopped, the caller's [`StopRecord`] records how to start it again ([`Stopped`]; the pass
 //! stage keeps it in its state file), so that a crash between stop and start is repaired by the
-//! next certrotor command ([`start_again`]).
+//! next certrotor command ([`ensure_enabled`]), which reads what is live before acting.
 //!
 //! Verification connects over TLS to the component's endpoint (from its manifest, or
 //! `--endpoint`): etcd's client port with the healthcheck client certificate, the apiserver's
 //! `/readyz` with a client certificate, the controller-manager's and scheduler's `/healthz`. For
 //! etcd and the apiserver the SHA-256 of the served certificate must equal the file's.
 
+pub mod api;
+pub mod pairs;
 pub mod reload;
 pub mod verify;
 
@@ -34,6 +38,7 @@ use serde::{Deserialize, Serialize};
 use crate::node::catalog::{self, Layout, names};
 use crate::node::manifests::{Component, PodInfo};
 use crate::pki::{Cert, MAX_PEM_FILE_BYTES};
+use crate::restart::api::ApiStats;
 use crate::restart::verify::Probe;
 use crate::sys::fsutil;
 
@@ -75,13 +80,26 @@ pub struct RestartOptions {
     pub mode: crate::restart::reload::RestartMode,
     /// Bound on the wait for a component to serve a renewed file by itself.
     pub reload_timeout: Duration,
+    /// Versions given on the command line and the held-certificate margin of the reload
+    /// decision ([`crate::restart::reload::decide`]).
+    pub reload: crate::restart::reload::ReloadOptions,
 }
+
+/// `--restart-timeout`'s default, and the bound of recovery's API calls for commands that have
+/// no restart options.
+pub const DEFAULT_RESTART_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The platform in use.
 #[derive(Debug, Clone)]
 pub enum Platform {
-    Bottlerocket { client: bottlerocket::ApiClient },
-    Kubeadm { manifests: PathBuf },
+    /// `bound`: how long a call that meets a restarting API is retried (the restart timeout).
+    Bottlerocket {
+        client: bottlerocket::ApiClient,
+        bound: Duration,
+    },
+    Kubeadm {
+        manifests: PathBuf,
+    },
     None,
 }
 
@@ -127,41 +145,40 @@ pub const KUBEADM_MANIFESTS: &str = catalog::paths::KUBEADM_MANIFESTS;
 const PARKED: &str = catalog::paths::PARKED_MANIFESTS;
 /// Where Bottlerocket's static-pods helper writes manifests for the kubelet.
 const BOTTLEROCKET_STATIC_PODS: &str = catalog::paths::BOTTLEROCKET_STATIC_PODS;
-/// The private Bottlerocket API transaction certrotor uses, so it never commits another
-/// writer's pending changes.
-fn api_tx() -> String {
-    format!("certrotor-{}", std::process::id())
-}
-
 /// Picks the platform: the API socket means Bottlerocket; a kubelet manifest folder with
-/// manifests means kubeadm; else none.
+/// manifests means kubeadm; else none. A node that shows Bottlerocket's own marks
+/// ([`bottlerocket_mark`]) is Bottlerocket even while its API socket is absent (the API server
+/// restarting removes it): the socket is then waited for, within the restart timeout.
 pub fn detect(root: &Path, opts: &RestartOptions) -> Result<Platform, RestartError> {
     let bottlerocket = || Platform::Bottlerocket {
-        client: bottlerocket::ApiClient::new(opts.api_socket.clone())
-            .with_timeout(opts.timeout.min(Duration::from_secs(30))),
+        client: api::client(&opts.api_socket, opts.timeout),
+        bound: opts.timeout,
     };
     let kubeadm = || Platform::Kubeadm {
         manifests: root.join(KUBEADM_MANIFESTS),
     };
+    let mark = bottlerocket_mark(root);
     Ok(match opts.platform {
-        PlatformChoice::Bottlerocket => {
-            if !opts.api_socket.exists() {
-                return Err(fail(
-                    None,
-                    format!(
-                        "--platform bottlerocket: the API socket '{}' does not exist; mount it or give --api-socket",
-                        opts.api_socket.display()
-                    ),
-                ));
-            }
+        PlatformChoice::Bottlerocket | PlatformChoice::Auto if opts.api_socket.exists() => {
             bottlerocket()
+        }
+        PlatformChoice::Bottlerocket | PlatformChoice::Auto if mark.is_some() => {
+            wait_socket(opts, mark.as_deref().unwrap_or_default())?;
+            bottlerocket()
+        }
+        PlatformChoice::Bottlerocket => {
+            return Err(fail(
+                None,
+                format!(
+                    "--platform bottlerocket: the API socket '{}' does not exist; mount it or give --api-socket",
+                    opts.api_socket.display()
+                ),
+            ));
         }
         PlatformChoice::Kubeadm => kubeadm(),
         PlatformChoice::None => Platform::None,
         PlatformChoice::Auto => {
-            if opts.api_socket.exists() {
-                bottlerocket()
-            } else if fs::read_dir(root.join(KUBEADM_MANIFESTS))
+            if fs::read_dir(root.join(KUBEADM_MANIFESTS))
                 .map(|mut d| d.next().is_some())
                 .unwrap_or(false)
             {
@@ -171,6 +188,65 @@ pub fn detect(root: &Path, opts: &RestartOptions) -> Result<Platform, RestartErr
             }
         }
     })
+}
+
+/// What shows that the node under `root` is Bottlerocket, whether or not its API answers now:
+/// the folder its static-pods helper writes manifests to, or an os-release with
+/// `ID=bottlerocket`.
+pub fn bottlerocket_mark(root: &Path) -> Option<String> {
+    let static_pods = root.join(BOTTLEROCKET_STATIC_PODS);
+    if static_pods.is_dir() {
+        return Some(format!("'{}' exists", static_pods.display()));
+    }
+    ["etc/os-release", "usr/lib/os-release"]
+        .iter()
+        .find(|rel| {
+            fsutil::read_in_root(root, rel, 64 * 1024)
+                .ok()
+                .flatten()
+                .is_some_and(|b| {
+                    String::from_utf8_lossy(&b)
+                        .lines()
+                        .any(|l| matches!(l.trim(), "ID=bottlerocket" | "ID=\"bottlerocket\""))
+                })
+        })
+        .map(|rel| format!("'{}' says ID=bottlerocket", root.join(rel).display()))
+}
+
+/// Waits, within the restart timeout, for the API socket of a node that is Bottlerocket by
+/// `mark`.
+fn wait_socket(opts: &RestartOptions, mark: &str) -> Result<(), RestartError> {
+    let t0 = Instant::now();
+    if opts.api_socket.exists() {
+        return Ok(());
+    }
+    log::warn!(
+        "this node is Bottlerocket ({mark}) but its API socket '{}' is absent (the API server \
+         restarting?); waiting for it up to {} s",
+        opts.api_socket.display(),
+        opts.timeout.as_secs()
+    );
+    while !opts.api_socket.exists() {
+        if t0.elapsed() >= opts.timeout {
+            return Err(fail(
+                None,
+                format!(
+                    "this node is Bottlerocket ({mark}) but its API socket '{}' did not appear \
+                     within {} s; check the API server ('systemctl status apiserver' in the \
+                     admin container) or give --api-socket",
+                    opts.api_socket.display(),
+                    opts.timeout.as_secs()
+                ),
+            ));
+        }
+        std::thread::sleep(opts.poll.min(Duration::from_millis(500)));
+    }
+    log::info!(
+        "the API socket '{}' appeared after {} ms",
+        opts.api_socket.display(),
+        t0.elapsed().as_millis()
+    );
+    Ok(())
 }
 
 /// One component to restart, with where its manifest is and how to probe it.
@@ -196,6 +272,9 @@ pub struct Restarted {
     pub served_sha256: Option<String>,
     /// Why it was restarted.
     pub reason: String,
+    /// What its API calls met (Bottlerocket): retries, re-applies, time unreachable.
+    #[serde(flatten)]
+    pub api: ApiStats,
 }
 
 /// A component that took its renewed files without a restart.
@@ -250,15 +329,18 @@ pub fn pods(platform: &Platform) -> Result<Vec<(String, PodInfo)>, RestartError>
             }
             Ok(out)
         }
-        Platform::Bottlerocket { client } => {
-            let settings = client
-                .settings_by_prefix("settings.kubernetes.static-pods")
-                .map_err(|e| {
-                    fail(
-                        None,
-                        format!("cannot read static pods from the Bottlerocket API: {e}"),
-                    )
-                })?;
+        Platform::Bottlerocket { client, bound } => {
+            let deadline = Instant::now() + *bound;
+            let mut stats = ApiStats::default();
+            let settings = api::call(client, deadline, &mut stats, |c| {
+                c.settings_by_prefix("settings.kubernetes.static-pods")
+            })
+            .map_err(|e| {
+                fail(
+                    None,
+                    format!("cannot read static pods from the Bottlerocket API: {e}"),
+                )
+            })?;
             let mut out = Vec::new();
             if let Some(map) = settings
                 .get("kubernetes")
@@ -461,16 +543,19 @@ impl Stopped {
         state::check_name(&self.pod).map_err(|d| (format!("pod {}", self.pod), d))
     }
 
-    /// The platform to start the pod again on.
-    fn platform(&self, root: &Path) -> Platform {
+    /// The platform to start the pod again on; API calls retried within `bound`.
+    fn platform(&self, root: &Path, bound: Duration) -> Platform {
         match self.platform.as_str() {
-            "bottlerocket" => Platform::Bottlerocket {
-                client: bottlerocket::ApiClient::new(
-                    self.api_socket
-                        .clone()
-                        .unwrap_or_else(|| catalog::paths::API_SOCKET.into()),
-                ),
-            },
+            "bottlerocket" => {
+                let socket = self
+                    .api_socket
+                    .clone()
+                    .unwrap_or_else(|| catalog::paths::API_SOCKET.into());
+                Platform::Bottlerocket {
+                    client: api::client(Path::new(&socket), bound),
+                    bound,
+                }
+            }
             _ => Platform::Kubeadm {
                 manifests: root.join(KUBEADM_MANIFESTS),
             },
@@ -485,72 +570,174 @@ pub trait StopRecord {
     fn stopping(&mut self, stopped: &Stopped) -> Result<(), RestartError>;
     /// After the pod was started again (the record of its stop is no longer needed).
     fn started(&mut self, pod: &str);
+    /// What one restart's API calls met (retries, re-applies, outage), for the caller's totals;
+    /// called once per restart, whatever its outcome.
+    fn api_used(&mut self, _stats: &ApiStats) {}
 }
 
-/// Starts again a pod that a crashed run left stopped (called by recovery, under the lock).
-pub fn start_again(root: &Path, stopped: &Stopped) -> Result<(), RestartError> {
-    start(
-        root,
-        &stopped.platform(root),
-        &stopped.pod,
-        stopped.component,
-    )
+/// What [`ensure_enabled`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ensured {
+    /// Enabled, its manifest in place: nothing was done.
+    Running,
+    /// It was stopped (disabled, or its manifest parked) and is started again now.
+    Started,
 }
 
-fn stop(
+/// Makes sure a pod that was (or may have been) stopped is enabled again, reading what is live
+/// before acting: Bottlerocket: the live `enabled` and the manifest (enabled and re-applied
+/// when needed, see [`api::wait_manifest`]); kubeadm: a parked manifest is moved back. Called
+/// by recovery (a crashed run's record) and as the last step of a pass that stopped pods.
+pub fn ensure_enabled(
     root: &Path,
+    stopped: &Stopped,
+    (bound, poll): (Duration, Duration),
+    stats: &mut ApiStats,
+) -> Result<Ensured, RestartError> {
+    let (pod, component) = (stopped.pod.as_str(), stopped.component);
+    match stopped.platform(root, bound) {
+        Platform::Bottlerocket { client, .. } => {
+            let deadline = Instant::now() + bound;
+            let live = api::call(&client, deadline, stats, |c| c.static_pod_enabled(pod)).map_err(
+                |e| {
+                    fail(
+                        component,
+                        format!("cannot read whether static pod '{pod}' is enabled: {e}"),
+                    )
+                },
+            )?;
+            let present = api::manifest_path(root, pod).is_none_or(|f| f.exists());
+            if live == Some(true) && present {
+                return Ok(Ensured::Running);
+            }
+            if live != Some(true) {
+                api::set_enabled(&client, pod, true, component, deadline, stats)?;
+            }
+            let want = (pod, true, component);
+            api::wait_manifest(root, &client, want, deadline, poll, stats)?;
+            Ok(Ensured::Started)
+        }
+        platform => {
+            let parked = root.join(PARKED).join(pod).exists();
+            start(root, &platform, pod, component, (bound, poll), stats)?;
+            Ok(if parked {
+                Ensured::Started
+            } else {
+                Ensured::Running
+            })
+        }
+    }
+}
+
+/// Records the stop of `pod` (before anything is stopped: an error means nothing was).
+fn record_stop(
     platform: &Platform,
     pod: &str,
     component: Option<Component>,
     record: &mut dyn StopRecord,
 ) -> Result<(), RestartError> {
-    let stopped = |name: &str, api_socket| Stopped {
+    let (name, api_socket) = match platform {
+        Platform::None => return Ok(()),
+        Platform::Bottlerocket { client, .. } => {
+            ("bottlerocket", Some(client.socket().display().to_string()))
+        }
+        Platform::Kubeadm { .. } => ("kubeadm", None),
+    };
+    record.stopping(&Stopped {
         platform: name.into(),
         pod: pod.into(),
         api_socket,
         component,
-    };
-    match platform {
+    })
+}
+
+/// Why a stop failed, and whether it is known never to have taken effect (the pod's manifest
+/// is still where the kubelet reads it: its process was never stopped).
+struct StopFailed {
+    error: RestartError,
+    never_stopped: bool,
+}
+
+/// Stops `pod` (its stop recorded), within `deadline`: Bottlerocket: disables it and waits until
+/// the applier has removed its manifest; kubeadm: moves its manifest out.
+fn stop(
+    root: &Path,
+    platform: &Platform,
+    (pod, component): (&str, Option<Component>),
+    (deadline, poll): (Instant, Duration),
+    stats: &mut ApiStats,
+) -> Result<(), StopFailed> {
+    let stopped = match platform {
         Platform::None => Ok(()),
-        Platform::Bottlerocket { client } => {
-            let socket = client.socket().display().to_string();
-            record.stopping(&stopped("bottlerocket", Some(socket)))?;
-            set_enabled(client, pod, false, component)
+        Platform::Bottlerocket { client, .. } => {
+            api::set_enabled(client, pod, false, component, deadline, stats).and_then(|()| {
+                let want = (pod, false, component);
+                api::wait_manifest(root, client, want, deadline, poll, stats)
+            })
         }
-        Platform::Kubeadm { manifests } => {
-            let parked = root.join(PARKED);
-            fsutil::create_dir_all_mode(&parked, 0o700).map_err(|e| {
-                fail(
-                    component,
-                    format!("cannot create '{}': {e}", parked.display()),
-                )
-            })?;
-            record.stopping(&stopped("kubeadm", None))?;
-            fs::rename(manifests.join(pod), parked.join(pod))
-                .and_then(|_| fsutil::sync_dir(manifests))
-                .and_then(|_| fsutil::sync_dir(&parked))
-                .map_err(|e| {
-                    fail(
-                        component,
-                        format!(
-                            "cannot move manifest '{pod}' out of '{}': {e}",
-                            manifests.display()
-                        ),
-                    )
-                })
-        }
+        Platform::Kubeadm { manifests } => park(root, manifests, pod, component),
+    };
+    stopped.map_err(|error| StopFailed {
+        never_stopped: manifest_in_place(root, platform, pod),
+        error,
+    })
+}
+
+/// Whether `pod`'s manifest is where the kubelet reads it (where this root shows it).
+fn manifest_in_place(root: &Path, platform: &Platform, pod: &str) -> bool {
+    match platform {
+        Platform::None => false,
+        Platform::Bottlerocket { .. } => api::manifest_path(root, pod).is_some_and(|f| f.exists()),
+        Platform::Kubeadm { manifests } => manifests.join(pod).exists(),
     }
 }
 
+/// kubeadm: moves `pod`'s manifest out of the kubelet's folder.
+fn park(
+    root: &Path,
+    manifests: &Path,
+    pod: &str,
+    component: Option<Component>,
+) -> Result<(), RestartError> {
+    let parked = root.join(PARKED);
+    fsutil::create_dir_all_mode(&parked, 0o700).map_err(|e| {
+        fail(
+            component,
+            format!("cannot create '{}': {e}", parked.display()),
+        )
+    })?;
+    fs::rename(manifests.join(pod), parked.join(pod))
+        .and_then(|_| fsutil::sync_dir(manifests))
+        .and_then(|_| fsutil::sync_dir(&parked))
+        .map_err(|e| {
+            fail(
+                component,
+                format!(
+                    "cannot move manifest '{pod}' out of '{}': {e}",
+                    manifests.display()
+                ),
+            )
+        })
+}
+
+/// Starts `pod` again with a bound of its own (the stop may have used all of its own):
+/// Bottlerocket: enables it and waits until the applier has written its manifest; kubeadm:
+/// moves a parked manifest back.
 fn start(
     root: &Path,
     platform: &Platform,
     pod: &str,
     component: Option<Component>,
+    (bound, poll): (Duration, Duration),
+    stats: &mut ApiStats,
 ) -> Result<(), RestartError> {
+    let deadline = Instant::now() + bound;
     match platform {
         Platform::None => Ok(()),
-        Platform::Bottlerocket { client } => set_enabled(client, pod, true, component),
+        Platform::Bottlerocket { client, .. } => {
+            api::set_enabled(client, pod, true, component, deadline, stats)?;
+            api::wait_manifest(root, client, (pod, true, component), deadline, poll, stats)
+        }
         Platform::Kubeadm { manifests } => {
             let parked = root.join(PARKED).join(pod);
             if !parked.exists() {
@@ -571,58 +758,68 @@ fn start(
     }
 }
 
-/// Enables or disables a static pod through the API, in certrotor's own transaction.
-fn set_enabled(
-    client: &bottlerocket::ApiClient,
-    pod: &str,
-    enabled: bool,
-    component: Option<Component>,
-) -> Result<(), RestartError> {
-    let tx = api_tx();
-    client
-        .set_static_pod_enabled(&tx, pod, enabled)
-        .and_then(|_| client.commit_and_apply(&tx))
-        .map(|_| ())
-        .map_err(|e| {
-            let verb = if enabled { "enable" } else { "disable" };
-            fail(
-                component,
-                format!("cannot {verb} static pod '{pod}' through the API: {e}"),
-            )
-        })
-}
-
-/// Waits until the platform has stopped the pod: its kubelet manifest is gone (where visible)
-/// and its endpoint no longer accepts connections.
-fn wait_stopped(
+/// Stops `pod` and starts it again, whatever happened to the stop (a pod must never be left
+/// stopped; a stop whose answer was lost may have taken effect); clears the record of the stop
+/// once the start succeeded, even when the stop failed. `wait_gone` waits, after the stop,
+/// until the old process has stopped serving.
+fn stop_and_start(
     root: &Path,
     platform: &Platform,
-    target: &Target,
+    (pod, component): (&str, Option<Component>),
     opts: &RestartOptions,
-) -> Result<(), RestartError> {
-    let started = Instant::now();
-    if let Platform::Bottlerocket { .. } = platform {
-        let dir = root.join(BOTTLEROCKET_STATIC_PODS);
-        if dir.is_dir() {
-            let file = dir.join(&target.pod);
-            while file.exists() {
-                if started.elapsed() >= opts.timeout {
-                    return Err(fail(
-                        Some(target.component),
-                        format!(
-                            "the static pod manifest '{}' was not removed within {}s of disabling it",
-                            file.display(),
-                            opts.timeout.as_secs()
-                        ),
-                    ));
-                }
-                std::thread::sleep(opts.poll);
-            }
-        }
+    record: &mut dyn StopRecord,
+    wait_gone: &mut dyn FnMut(Instant) -> Result<(), RestartError>,
+) -> Result<ApiStats, (StopFailed, ApiStats)> {
+    let mut stats = ApiStats::default();
+    if let Err(error) = record_stop(platform, pod, component, record) {
+        let never_stopped = true;
+        return Err((
+            StopFailed {
+                error,
+                never_stopped,
+            },
+            stats,
+        ));
     }
-    let left = opts.timeout.saturating_sub(started.elapsed());
-    verify::wait_closed(target.probe.address, left, opts.poll)
-        .map_err(|e| fail(Some(target.component), e.0))
+    let deadline = Instant::now() + opts.timeout;
+    let stopped = stop(
+        root,
+        platform,
+        (pod, component),
+        (deadline, opts.poll),
+        &mut stats,
+    )
+    .and_then(|()| {
+        wait_gone(deadline).map_err(|error| StopFailed {
+            error,
+            never_stopped: false,
+        })
+    });
+    let started = start(
+        root,
+        platform,
+        pod,
+        component,
+        (opts.timeout, opts.poll),
+        &mut stats,
+    );
+    if started.is_ok() {
+        record.started(pod);
+    }
+    record.api_used(&stats);
+    if let Err(e) = stopped {
+        return Err((e, stats));
+    }
+    match started {
+        Ok(()) => Ok(stats),
+        Err(error) => Err((
+            StopFailed {
+                error,
+                never_stopped: false,
+            },
+            stats,
+        )),
+    }
 }
 
 /// After the port closed: waits (within what is left of the restart timeout) until the process
@@ -731,6 +928,25 @@ fn wait_serving(
     Ok(want.map(|_| seen.served_sha256))
 }
 
+/// A restart that failed: why, and whether the pod's stop is known never to have taken effect
+/// (its manifest never left: the process that runs still has the files it started with, so
+/// after a rollback it only needs verifying).
+#[derive(Debug, Clone)]
+pub struct Failed {
+    pub error: RestartError,
+    pub never_stopped: bool,
+}
+
+impl Failed {
+    /// A failure that says nothing of a stop (no targets, a verification).
+    pub fn other(error: RestartError) -> Failed {
+        Failed {
+            error,
+            never_stopped: false,
+        }
+    }
+}
+
 /// Restarts each target in order, one at a time, verifying each before the next.
 pub fn restart_all(
     root: &Path,
@@ -738,7 +954,7 @@ pub fn restart_all(
     targets: &[Target],
     opts: &RestartOptions,
     record: &mut dyn StopRecord,
-) -> Result<Vec<Restarted>, (Vec<Restarted>, RestartError)> {
+) -> Result<Vec<Restarted>, (Vec<Restarted>, Failed)> {
     let mut done = Vec::new();
     for target in targets {
         match restart_one(root, platform, target, opts, record) {
@@ -755,7 +971,7 @@ fn restart_one(
     target: &Target,
     opts: &RestartOptions,
     record: &mut dyn StopRecord,
-) -> Result<Restarted, RestartError> {
+) -> Result<Restarted, Failed> {
     let c = Some(target.component);
     log::info!(
         "restarting {} (static pod '{}', platform {}) because {}",
@@ -766,17 +982,26 @@ fn restart_one(
     );
     let t0 = Instant::now();
     let listener = crate::sys::procfs::listener(target.probe.address.port());
-    stop(root, platform, &target.pod, c, record)?;
-    let stopped = wait_stopped(root, platform, target, opts)
-        .map(|()| wait_exited(target.component.name(), listener, t0, opts));
-    // Start again whatever happened: a pod must never be left stopped.
-    let started = start(root, platform, &target.pod, c);
-    if started.is_ok() {
-        record.started(&target.pod);
-    }
-    stopped?;
-    started?;
-    let served = wait_verified(root, target, opts)?;
+    let mut wait_gone = |deadline: Instant| {
+        let left = deadline.saturating_duration_since(Instant::now());
+        verify::wait_closed(target.probe.address, left, opts.poll)
+            .map(|()| wait_exited(target.component.name(), listener, t0, opts))
+            .map_err(|e| fail(c, e.0))
+    };
+    let pod = (target.pod.as_str(), c);
+    let api = stop_and_start(root, platform, pod, opts, record, &mut wait_gone).map_err(
+        |(f, stats)| {
+            log_api(target.component.name(), &stats);
+            Failed {
+                error: f.error,
+                never_stopped: f.never_stopped,
+            }
+        },
+    )?;
+    let served = wait_verified(root, target, opts).map_err(|error| Failed {
+        error,
+        never_stopped: false,
+    })?;
     let unavailable_ms = t0.elapsed().as_millis();
     log::info!(
         "{} verified{} after {unavailable_ms} ms",
@@ -786,13 +1011,22 @@ fn restart_one(
             .map(|s| format!(" serving sha256 {s}"))
             .unwrap_or_default()
     );
+    log_api(target.component.name(), &api);
     Ok(Restarted {
         component: target.component,
         pod: target.pod.clone(),
         unavailable_ms,
         served_sha256: served,
         reason: target.reason.clone(),
+        api,
     })
+}
+
+/// Says what the API did to a restart, when it was not clean.
+fn log_api(what: &str, stats: &ApiStats) {
+    if let Some(text) = stats.describe() {
+        log::warn!("{what}: {text}");
+    }
 }
 
 /// Parses `--endpoint COMPONENT=IP:PORT`.
@@ -818,6 +1052,9 @@ pub struct RestartedPod {
     /// From stop to healthy.
     pub unavailable_ms: u128,
     pub reason: String,
+    /// What its API calls met (Bottlerocket): retries, re-applies, time unreachable.
+    #[serde(flatten)]
+    pub api: ApiStats,
 }
 
 /// Why a consumer pod's restart failed, and whether it stays owed to the next pass.
@@ -900,24 +1137,111 @@ fn restart_pod_with_health(
     );
     let t0 = Instant::now();
     let listener = crate::sys::procfs::listener(address.port());
-    stop(root, platform, pod, None, record)?;
-    let stopped = verify::wait_closed(address, opts.timeout, opts.poll)
-        .map(|()| wait_exited(&format!("static pod '{pod}'"), listener, t0, opts))
-        .map_err(|e| fail(None, format!("static pod '{pod}': {}", e.0)));
-    let started = start(root, platform, pod, None);
-    if started.is_ok() {
-        record.started(pod);
-    }
-    stopped?;
-    started?;
+    let what = format!("static pod '{pod}'");
+    let mut wait_gone = |deadline: Instant| {
+        let left = deadline.saturating_duration_since(Instant::now());
+        verify::wait_closed(address, left, opts.poll)
+            .map(|()| wait_exited(&what, listener, t0, opts))
+            .map_err(|e| fail(None, format!("static pod '{pod}': {}", e.0)))
+    };
+    let api = stop_and_start(root, platform, (pod, None), opts, record, &mut wait_gone).map_err(
+        |(f, stats)| {
+            log_api(&format!("static pod '{pod}'"), &stats);
+            f.error
+        },
+    )?;
     verify::wait_for(&probe, opts.timeout, opts.poll, |o| o.healthy())
         .map_err(|e| fail(None, format!("static pod '{pod}': {}", e.0)))?;
     let unavailable_ms = t0.elapsed().as_millis();
     log::info!("static pod '{pod}' healthy again after {unavailable_ms} ms");
+    log_api(&format!("static pod '{pod}'"), &api);
     Ok(RestartedPod {
         pod: pod.clone(),
         file: consumer.file.clone(),
         unavailable_ms,
         reason: consumer.reason.clone(),
+        api,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("certrotor-restart-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("root")).unwrap();
+        dir
+    }
+
+    fn options(socket: PathBuf, timeout: Duration) -> RestartOptions {
+        RestartOptions {
+            platform: PlatformChoice::Auto,
+            api_socket: socket,
+            timeout,
+            poll: Duration::from_millis(20),
+            endpoints: BTreeMap::new(),
+            mode: reload::RestartMode::Always,
+            reload_timeout: Duration::ZERO,
+            reload: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_bottlerocket_node_is_known_by_its_marks_while_its_api_socket_is_absent() {
+        let dir = temp("marks");
+        let (root, socket) = (dir.join("root"), dir.join("api.sock"));
+        let opts = options(socket.clone(), Duration::from_millis(300));
+        assert!(matches!(detect(&root, &opts), Ok(Platform::None)));
+        // The static pods folder: Bottlerocket, and the socket does not come within the bound.
+        fs::create_dir_all(root.join(BOTTLEROCKET_STATIC_PODS)).unwrap();
+        let err = detect(&root, &opts).unwrap_err();
+        assert!(err.message.contains("did not appear within"), "{err}");
+        fs::remove_dir_all(root.join("etc")).unwrap();
+        // os-release says so; the socket appears while certrotor waits for it.
+        fs::create_dir_all(root.join("usr/lib")).unwrap();
+        fs::write(
+            root.join("usr/lib/os-release"),
+            "NAME=Bottlerocket\nID=bottlerocket\n",
+        )
+        .unwrap();
+        assert!(bottlerocket_mark(&root).is_some());
+        let opts = options(socket.clone(), Duration::from_secs(30));
+        let binder = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            std::os::unix::net::UnixListener::bind(&socket).unwrap()
+        });
+        assert!(matches!(
+            detect(&root, &opts),
+            Ok(Platform::Bottlerocket { .. })
+        ));
+        drop(binder.join().unwrap());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn ensure_enabled_starts_a_parked_pod_and_leaves_a_running_one_alone() {
+        let dir = temp("ensure");
+        let root = dir.join("root");
+        fs::create_dir_all(root.join(KUBEADM_MANIFESTS)).unwrap();
+        fs::create_dir_all(root.join(PARKED)).unwrap();
+        fs::write(root.join(PARKED).join("etcd.yaml"), "kind: Pod\n").unwrap();
+        let stopped = |pod: &str| Stopped {
+            platform: "kubeadm".into(),
+            pod: pod.into(),
+            api_socket: None,
+            component: None,
+        };
+        let bound = (Duration::from_secs(1), Duration::from_millis(10));
+        let mut stats = ApiStats::default();
+        let first = ensure_enabled(&root, &stopped("etcd.yaml"), bound, &mut stats);
+        assert_eq!(first.unwrap(), Ensured::Started);
+        assert!(root.join(KUBEADM_MANIFESTS).join("etcd.yaml").exists());
+        let again = ensure_enabled(&root, &stopped("etcd.yaml"), bound, &mut stats);
+        assert_eq!(again.unwrap(), Ensured::Running);
+        assert!(stats.is_clean());
+        fs::remove_dir_all(&dir).unwrap();
+    }
 }

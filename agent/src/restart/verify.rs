@@ -96,16 +96,31 @@ pub fn probe(p: &Probe) -> Result<Observation, ProbeError> {
     let name = ServerName::IpAddress(p.address.ip().into());
     let mut conn =
         rustls::ClientConnection::new(Arc::new(config), name).map_err(|e| err("TLS setup", &e))?;
+    // `timeout` bounds the whole probe, not each read: a server that trickles its handshake a
+    // byte at a time cannot hold the caller (issue 30.7).
+    let deadline = std::time::Instant::now() + p.timeout;
+    let left = || {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        (!left.is_zero())
+            .then_some(left)
+            .ok_or_else(|| err("timeout", &format!("no answer within {:?}", p.timeout)))
+    };
     let mut sock =
         TcpStream::connect_timeout(&p.address, p.timeout).map_err(|e| err("connect", &e))?;
-    sock.set_read_timeout(Some(p.timeout))
-        .map_err(|e| err("socket", &e))?;
-    sock.set_write_timeout(Some(p.timeout))
-        .map_err(|e| err("socket", &e))?;
     while conn.is_handshaking() {
+        let left = left()?;
+        sock.set_read_timeout(Some(left))
+            .map_err(|e| err("socket", &e))?;
+        sock.set_write_timeout(Some(left))
+            .map_err(|e| err("socket", &e))?;
         conn.complete_io(&mut sock)
             .map_err(|e| err("TLS handshake", &e))?;
     }
+    let left = left()?;
+    sock.set_read_timeout(Some(left))
+        .map_err(|e| err("socket", &e))?;
+    sock.set_write_timeout(Some(left))
+        .map_err(|e| err("socket", &e))?;
     let served = conn
         .peer_certificates()
         .and_then(|c| c.first())
@@ -121,7 +136,7 @@ pub fn probe(p: &Probe) -> Result<Observation, ProbeError> {
     let agent = ureq::Agent::with_parts(
         ureq::Agent::config_builder()
             .http_status_as_error(false)
-            .timeout_global(Some(p.timeout))
+            .timeout_global(Some(left))
             .max_redirects(0)
             .max_idle_connections(0)
             .user_agent("certrotor")

@@ -217,13 +217,42 @@ pub fn read_in_root_with_mode(
     let Some(path) = resolve_in_root(root, rel)? else {
         return Ok(None);
     };
-    let meta = checked_meta(fs::metadata(&path), rel, limit)?;
-    let file = File::open(&path).map_err(|e| ReadError::Io {
-        path: rel.into(),
-        source: e,
-    })?;
+    let looked = checked_meta(fs::metadata(&path), rel, limit)?;
+    let (file, meta) = reopen_checked(open_nonblocking(&path), &looked, rel, limit)?;
     let bytes = read_bounded(file, rel, limit, meta.len())?;
     Ok(Some((bytes, meta.permissions().mode() & 0o7777)))
+}
+
+/// Opens `path` for reading without blocking: a FIFO swapped in after the file was examined
+/// opens at once (and is then refused by [`reopen_checked`]) instead of waiting for a writer.
+fn open_nonblocking(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path)
+}
+
+/// The file opened after it was examined (`looked`): it must be that very file (same device
+/// and inode), still a regular file within the limit. What the name pointed to may have been
+/// swapped between the look and the open; what was opened is what counts.
+fn reopen_checked(
+    opened: io::Result<File>,
+    looked: &fs::Metadata,
+    label: &str,
+    limit: u64,
+) -> Result<(File, fs::Metadata), ReadError> {
+    let file = opened.map_err(|e| ReadError::Io {
+        path: label.into(),
+        source: e,
+    })?;
+    let meta = checked_meta(file.metadata(), label, limit)?;
+    if meta.dev() != looked.dev() || meta.ino() != looked.ino() {
+        return Err(ReadError::Io {
+            path: label.into(),
+            source: io::Error::other("it was replaced while being read; run again"),
+        });
+    }
+    Ok((file, meta))
 }
 
 thread_local! {
@@ -286,6 +315,9 @@ fn read_beneath(root: &Path, rel: &str, limit: u64) -> Option<Result<ReadWithMod
             .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS)
     };
     let look = AtFlags::AT_SYMLINK_NOFOLLOW | AtFlags::AT_NO_AUTOMOUNT;
+    // Opened without blocking, and examined again once open: a FIFO swapped in after the look
+    // opens at once and is refused (issue 30.9).
+    let read = OFlag::O_RDONLY | OFlag::O_NOCTTY | OFlag::O_NONBLOCK;
     if let Ok(st) = fstatat(dir, rel_path, look) {
         let regular =
             SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFREG;
@@ -293,10 +325,16 @@ fn read_beneath(root: &Path, rel: &str, limit: u64) -> Option<Result<ReadWithMod
             && regular
             && size <= limit
         {
-            let file =
-                File::from(openat2(dir, rel_path, how(OFlag::O_RDONLY | OFlag::O_NOCTTY)).ok()?);
-            let mode = st.st_mode & 0o7777;
-            return Some(read_bounded(file, rel, limit, size).map(|bytes| Some((bytes, mode))));
+            let file = File::from(openat2(dir, rel_path, how(read)).ok()?);
+            let meta = match checked_meta(file.metadata(), rel, limit) {
+                Ok(m) if m.dev() == st.st_dev && m.ino() == st.st_ino => m,
+                Ok(_) => return None,
+                Err(e) => return Some(Err(e)),
+            };
+            let mode = meta.permissions().mode() & 0o7777;
+            return Some(
+                read_bounded(file, rel, limit, meta.len()).map(|bytes| Some((bytes, mode))),
+            );
         }
     }
     let path_fd = match openat2(dir, rel_path, how(OFlag::O_PATH)) {
@@ -304,11 +342,17 @@ fn read_beneath(root: &Path, rel: &str, limit: u64) -> Option<Result<ReadWithMod
         Err(Errno::ENOENT) => return Some(Ok(None)),
         Err(_) => return None,
     };
-    let meta = match checked_meta(File::from(path_fd).metadata(), rel, limit) {
+    let looked = match checked_meta(File::from(path_fd).metadata(), rel, limit) {
         Ok(meta) => meta,
         Err(e) => return Some(Err(e)),
     };
-    let file = File::from(openat2(dir, rel_path, how(OFlag::O_RDONLY | OFlag::O_NOCTTY)).ok()?);
+    let opened = openat2(dir, rel_path, how(read))
+        .map(File::from)
+        .map_err(io::Error::from);
+    let (file, meta) = match reopen_checked(opened, &looked, rel, limit) {
+        Ok(x) => x,
+        Err(e) => return Some(Err(e)),
+    };
     let mode = meta.permissions().mode() & 0o7777;
     Some(read_bounded(file, rel, limit, meta.len()).map(|bytes| Some((bytes, mode))))
 }
@@ -428,11 +472,8 @@ fn read_bounded(file: File, label: &str, limit: u64, size: u64) -> Result<Vec<u8
 
 /// Reads a regular file, refusing non-regular files and files over `limit` bytes.
 pub fn read_limited(path: &Path, label: &str, limit: u64) -> Result<Vec<u8>, ReadError> {
-    let meta = checked_meta(fs::metadata(path), label, limit)?;
-    let file = File::open(path).map_err(|e| ReadError::Io {
-        path: label.into(),
-        source: e,
-    })?;
+    let looked = checked_meta(fs::metadata(path), label, limit)?;
+    let (file, meta) = reopen_checked(open_nonblocking(path), &looked, label, limit)?;
     read_bounded(file, label, limit, meta.len())
 }
 
@@ -489,6 +530,12 @@ pub fn write_new_unsynced(
 /// Replaces (or creates) `path` atomically: the data goes to a temporary file in the same folder
 /// (mode `mode`, fsynced), which is renamed over `path`, then the folder is synced. A crash at
 /// any moment leaves either the old file whole or the new one whole, never a truncated file.
+///
+/// The temporary file has no name while it is written (`O_TMPFILE`): a process killed in the
+/// middle (a file-size limit, SIGKILL) leaves nothing behind, not even part of a key (issue
+/// 30.12). It is named (`.<name>.certrotor-tmp-<pid>`) only once whole and synced, just before
+/// the rename; such names left by an earlier run killed in between, or by a filesystem without
+/// `O_TMPFILE` (where the file is written under that name), are removed first.
 pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> io::Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
@@ -496,20 +543,62 @@ pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> io::Result<()> {
     };
     let name = path
         .file_name()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a file name"))?;
-    let tmp = dir.join(format!(
-        ".{}.certrotor-tmp-{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let _ = fs::remove_file(&tmp);
-    let result = write_new(&tmp, data, mode, None)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a file name"))?
+        .to_string_lossy()
+        .into_owned();
+    let prefix = format!(".{name}.certrotor-tmp-");
+    if let Ok(list) = fs::read_dir(&dir) {
+        for e in list.flatten() {
+            if e.file_name().to_string_lossy().starts_with(&prefix) {
+                let _ = fs::remove_file(e.path());
+            }
+        }
+    }
+    let tmp = dir.join(format!("{prefix}{}", std::process::id()));
+    let named = match write_unnamed(&dir, data, mode) {
+        Ok(file) => {
+            use std::os::fd::AsRawFd;
+            let fd = format!("/proc/self/fd/{}", file.as_raw_fd());
+            nix::unistd::linkat(
+                nix::fcntl::AT_FDCWD,
+                fd.as_str(),
+                nix::fcntl::AT_FDCWD,
+                &tmp,
+                nix::fcntl::AtFlags::AT_SYMLINK_FOLLOW,
+            )
+            .map_err(io::Error::from)
+        }
+        // No O_TMPFILE here (an old kernel, some filesystems): a named temporary file.
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL | libc::ENOENT)
+            ) =>
+        {
+            write_new(&tmp, data, mode, None)
+        }
+        Err(e) => Err(e),
+    };
+    let result = named
         .and_then(|()| fs::rename(&tmp, path))
         .and_then(|()| sync_dir(&dir));
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
     }
     result
+}
+
+/// A file without a name in `dir` (`O_TMPFILE`), holding `data` with `mode`, synced.
+fn write_unnamed(dir: &Path, data: &[u8], mode: u32) -> io::Result<File> {
+    let mut file = OpenOptions::new()
+        .write(true)
+        .mode(mode)
+        .custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC)
+        .open(dir)?;
+    file.set_permissions(fs::Permissions::from_mode(mode))?;
+    file.write_all(data)?;
+    file.sync_all()?;
+    Ok(file)
 }
 
 /// fsyncs a folder, so that renames and creations in it survive a power loss.

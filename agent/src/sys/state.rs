@@ -184,35 +184,38 @@ pub fn read<T: DeserializeOwned>(kind: Kind, path: &Path) -> Result<Option<(u32,
 }
 
 /// Reads the bytes of a state file without following a symlink. `Ok(None)` when absent.
+/// Opened first (no symlink followed, never blocking: a FIFO opens at once), then the file
+/// opened is examined: nothing can be swapped in between a look and the open (issue 30.9).
 fn read_bytes(kind: Kind, path: &Path) -> Result<Option<Vec<u8>>, StateError> {
+    use std::os::unix::fs::OpenOptionsExt;
     let err = |detail: String| StateError::new(kind, path, detail);
-    let before = match fs::symlink_metadata(path) {
-        Ok(m) => m,
+    let opened = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path);
+    let mut file = match opened {
+        Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(err(
+                "is a symlink; certrotor writes its state files itself, so it was put there by \
+                 something else: remove it after checking what it points to"
+                    .into(),
+            ));
+        }
         Err(e) => return Err(err(format!("cannot be read: {e}"))),
     };
-    if before.file_type().is_symlink() {
-        return Err(err(
-            "is a symlink; certrotor writes its state files itself, so it was put there by \
-             something else: remove it after checking what it points to"
-                .into(),
-        ));
-    }
-    if !before.is_file() {
-        return Err(err("is not a regular file".into()));
-    }
-    if before.len() > MAX_STATE_BYTES {
-        return Err(err(format!(
-            "is {} bytes, more than a state file can be ({MAX_STATE_BYTES})",
-            before.len()
-        )));
-    }
-    let mut file = fs::File::open(path).map_err(|e| err(format!("cannot be read: {e}")))?;
     let meta = file
         .metadata()
         .map_err(|e| err(format!("cannot be read: {e}")))?;
-    if meta.dev() != before.dev() || meta.ino() != before.ino() {
-        return Err(err("was replaced while being read; run again".into()));
+    if !meta.is_file() {
+        return Err(err("is not a regular file".into()));
+    }
+    if meta.len() > MAX_STATE_BYTES {
+        return Err(err(format!(
+            "is {} bytes, more than a state file can be ({MAX_STATE_BYTES})",
+            meta.len()
+        )));
     }
     let mut buf = Vec::new();
     (&mut file)

@@ -19,7 +19,9 @@
 //! next run removes. From step 3 on the journal exists, and the next certrotor command of any
 //! kind (all of them call [`recover`] under the lock) rolls the transaction forward: every
 //! staged file was validated and synced before the journal was written, so finishing the
-//! renames is always possible. An exclusive lock (`var/lib/certrotor/lock`) keeps two runs from
+//! renames is always possible. Each staged copy still waiting is checked against its journaled
+//! SHA-256 first: one damaged since makes recovery restore the backup instead, so nothing
+//! damaged goes live (issue 30.10). An exclusive lock (`var/lib/certrotor/lock`) keeps two runs from
 //! interleaving.
 //!
 //! What this module does not do: decide what to write (renewal does), or check certificates
@@ -251,13 +253,24 @@ pub struct Outcome {
 pub enum Recovery {
     /// No journal, no leftovers.
     Clean,
-    /// Staging leftovers of an interrupted preparation were removed; the PKI was untouched.
-    DiscardedStaging(usize),
+    /// Staging folders left by an earlier run were removed: `with_files` still held staged
+    /// files (a preparation interrupted before its journal: the PKI was untouched), `empty`
+    /// held none (a transaction that completed, killed before it removed them, or one
+    /// interrupted before it staged anything: the PKI is whole either way).
+    DiscardedStaging { with_files: usize, empty: usize },
     /// An interrupted commit was completed.
     RolledForward {
         kind: String,
         backup_id: String,
         files: usize,
+    },
+    /// A staged file of an interrupted commit was damaged (its SHA-256 is not the journaled
+    /// one): the transaction was undone from its backup instead, before that file went live.
+    Undone {
+        kind: String,
+        backup_id: String,
+        /// The live file whose staged copy was damaged.
+        damaged: String,
     },
 }
 
@@ -269,39 +282,100 @@ pub struct Lock {
     _file: File,
 }
 
-/// The state folder (`var/lib/certrotor`) under the root.
+/// The state folder (`var/lib/certrotor`) under the root, resolved as reads and PKI writes
+/// resolve it ([`fsutil::resolve_for_write`]): symlinks followed inside the root, absolute
+/// targets re-rooted, never above the root. Where it cannot be resolved inside the root, the
+/// path as named: [`lock`], which every command that writes takes first, refuses it, so
+/// nothing is ever written there.
 pub fn state_dir(root: &Path) -> PathBuf {
-    root.join(STATE_DIR)
+    match fsutil::resolve_for_write(root, STATE_DIR) {
+        Ok(rel) => root.join(rel),
+        Err(_) => root.join(STATE_DIR),
+    }
 }
 
-/// Takes the exclusive lock, waiting at most `timeout`.
-pub fn lock(root: &Path, timeout: Duration) -> Result<Lock, TxnError> {
-    let dir = state_dir(root);
-    let path = dir.join("lock");
-    let prep = |source| TxnError::Prepare {
-        step: "create the lock",
-        path: path.display().to_string(),
-        source,
-    };
-    fsutil::create_dir_all_mode(&dir, 0o700).map_err(prep)?;
-    let mut file = fs::OpenOptions::new()
+/// [`state_dir`], created (0700) if missing, or why it cannot hold certrotor's state: it leads
+/// outside the root, or it is a symlink to nothing or something other than a folder.
+fn checked_state_dir(root: &Path) -> Result<PathBuf, io::Error> {
+    let rel = fsutil::resolve_for_write(root, STATE_DIR).map_err(|e| {
+        io::Error::other(format!(
+            "{e}; certrotor keeps its state (backups holding private keys, the journal) inside \
+             the node root only"
+        ))
+    })?;
+    let dir = root.join(rel);
+    if fs::symlink_metadata(&dir).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(io::Error::other(
+            "it is a symlink to a folder that does not exist inside the node root; remove it, \
+             or create the folder it names inside the root",
+        ));
+    }
+    fsutil::create_dir_all_mode(&dir, 0o700)?;
+    if !fs::symlink_metadata(&dir)?.is_dir() {
+        return Err(io::Error::other("it is not a folder"));
+    }
+    Ok(dir)
+}
+
+/// Opens the lock file without following a symlink at its name and without blocking (a FIFO
+/// would block an open until a writer comes), created 0600 whatever the umask, and accepts only
+/// a regular file.
+fn open_lock(path: &Path) -> Result<File, io::Error> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let file = fs::OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
-        .open(&path)
-        .map_err(prep)?;
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::ELOOP) {
+                io::Error::other(
+                    "it is a symlink; certrotor makes its lock file itself, so something else \
+                     put it there: remove it after checking what it points to",
+                )
+            } else {
+                e
+            }
+        })?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(io::Error::other(
+            "it is not a regular file (a FIFO or a device?); certrotor makes its lock file \
+             itself: remove it",
+        ));
+    }
+    if meta.permissions().mode() & 0o7777 != 0o600 {
+        file.set_permissions(fs::Permissions::from_mode(0o600))?;
+    }
+    Ok(file)
+}
+
+/// Takes the exclusive lock, waiting at most `timeout`.
+pub fn lock(root: &Path, timeout: Duration) -> Result<Lock, TxnError> {
+    let prep = |path: &Path, source| TxnError::Prepare {
+        step: "create the lock",
+        path: path.display().to_string(),
+        source,
+    };
+    let dir = checked_state_dir(root).map_err(|e| prep(&root.join(STATE_DIR), e))?;
+    let path = dir.join("lock");
+    let mut file = open_lock(&path).map_err(|e| prep(&path, e))?;
     let start = Instant::now();
     loop {
         match file.try_lock() {
             Ok(()) => break,
             Err(fs::TryLockError::WouldBlock) => {
                 if start.elapsed() >= timeout {
-                    let holder = fs::read_to_string(&path).unwrap_or_default();
-                    let holder = if holder.trim().is_empty() {
+                    // The holder's text, from the file opened (never through a name again).
+                    let mut text = String::new();
+                    let _ = io::Read::read_to_string(&mut io::Read::take(&file, 256), &mut text);
+                    let holder = if text.trim().is_empty() {
                         "unknown pid".into()
                     } else {
-                        holder.trim().to_string()
+                        text.trim().to_string()
                     };
                     return Err(TxnError::Locked {
                         path: path.display().to_string(),
@@ -311,7 +385,7 @@ pub fn lock(root: &Path, timeout: Duration) -> Result<Lock, TxnError> {
                 }
                 std::thread::sleep(LOCK_POLL);
             }
-            Err(fs::TryLockError::Error(e)) => return Err(prep(e)),
+            Err(fs::TryLockError::Error(e)) => return Err(prep(&path, e)),
         }
     }
     let _ = file.set_len(0);
@@ -550,47 +624,7 @@ fn undo_failed_commit(root: &Path, result: Result<Outcome, TxnError>) -> Result<
         let (_, journal) = state::read::<Journal>(Kind::Journal, &journal_path)
             .map_err(|e| e.to_string())?
             .ok_or("no journal")?;
-        let (_, restore) = restore_changes(root, &journal.backup_id).map_err(|e| e.to_string())?;
-        for change in &restore {
-            let live = root.join(&change.rel);
-            let link = change.mode_if_new == SYMLINK;
-            let current = live_content(&live, link);
-            match &change.content {
-                Some(old) if link && current.as_deref() != Some(&old[..]) => {
-                    let tmp = live.with_file_name(".certrotor-undo-link");
-                    let _ = fs::remove_file(&tmp);
-                    std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(old), &tmp)
-                        .and_then(|()| fs::rename(&tmp, &live))
-                        .and_then(|()| fsutil::sync_dir(live.parent().unwrap_or(root)))
-                        .map_err(|e| format!("'{}': {e}", live.display()))?;
-                }
-                Some(old) if current.as_deref() != Some(&old[..]) => {
-                    let parent = live.parent().unwrap_or(root);
-                    let tmp = parent.join(format!(
-                        ".certrotor-undo-{}",
-                        live.file_name()
-                            .map(|n| n.to_string_lossy())
-                            .unwrap_or_default()
-                    ));
-                    let _ = fs::remove_file(&tmp);
-                    // The replaced file kept the old owner; the restored one keeps it too.
-                    let owner = FileMeta::of(&live).ok().map(|m| (m.uid, m.gid));
-                    fsutil::write_new(&tmp, old, change.mode_if_new, owner)
-                        .and_then(|()| fs::rename(&tmp, &live))
-                        .and_then(|()| fsutil::sync_dir(parent))
-                        .map_err(|e| format!("'{}': {e}", live.display()))?;
-                }
-                None if current.is_some() || fs::symlink_metadata(&live).is_ok() => {
-                    fs::remove_file(&live).map_err(|e| format!("'{}': {e}", live.display()))?
-                }
-                _ => {}
-            }
-        }
-        state::remove(&journal_path).map_err(|e| e.to_string())?;
-        for d in &journal.staging_dirs {
-            let _ = fs::remove_dir_all(root.join(d));
-        }
-        Ok(journal.backup_id)
+        restore_journaled(root, &journal)
     };
     match undo() {
         Ok(backup_id) => Err(TxnError::RolledBack {
@@ -603,6 +637,67 @@ fn undo_failed_commit(root: &Path, result: Result<Outcome, TxnError>) -> Result<
             Err(TxnError::Commit { path, source })
         }
     }
+}
+
+/// Undoes a journaled transaction from its backup: every live file that differs from the
+/// backup is restored by an atomic rename, then the journal and the staging folders are
+/// removed. Returns the backup's id.
+fn restore_journaled(root: &Path, journal: &Journal) -> Result<String, String> {
+    let journal_path = state_dir(root).join(JOURNAL);
+    let (_, restore) = restore_changes(root, &journal.backup_id).map_err(|e| e.to_string())?;
+    for change in &restore {
+        let live = root.join(&change.rel);
+        let link = change.mode_if_new == SYMLINK;
+        let current = live_content(&live, link);
+        match &change.content {
+            Some(old) if link && current.as_deref() != Some(&old[..]) => {
+                let tmp = live.with_file_name(".certrotor-undo-link");
+                let _ = fs::remove_file(&tmp);
+                std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(old), &tmp)
+                    .and_then(|()| fs::rename(&tmp, &live))
+                    .and_then(|()| fsutil::sync_dir(live.parent().unwrap_or(root)))
+                    .map_err(|e| format!("'{}': {e}", live.display()))?;
+            }
+            Some(old) if current.as_deref() != Some(&old[..]) => {
+                let parent = live.parent().unwrap_or(root);
+                let tmp = parent.join(format!(
+                    ".certrotor-undo-{}",
+                    live.file_name()
+                        .map(|n| n.to_string_lossy())
+                        .unwrap_or_default()
+                ));
+                let _ = fs::remove_file(&tmp);
+                // The replaced file kept the old owner; the restored one keeps it too.
+                let owner = FileMeta::of(&live).ok().map(|m| (m.uid, m.gid));
+                fsutil::write_new(&tmp, old, change.mode_if_new, owner)
+                    .and_then(|()| fs::rename(&tmp, &live))
+                    .and_then(|()| fsutil::sync_dir(parent))
+                    .map_err(|e| format!("'{}': {e}", live.display()))?;
+            }
+            None if current.is_some() || fs::symlink_metadata(&live).is_ok() => {
+                fs::remove_file(&live).map_err(|e| format!("'{}': {e}", live.display()))?
+            }
+            _ => {}
+        }
+    }
+    state::remove(&journal_path).map_err(|e| e.to_string())?;
+    for d in &journal.staging_dirs {
+        let _ = fs::remove_dir_all(root.join(d));
+    }
+    Ok(journal.backup_id.clone())
+}
+
+/// The first journaled file whose staged copy, still waiting to be renamed into place, does not
+/// hold the journaled content (its SHA-256): damaged on disk since it was validated and synced.
+fn damaged_staged_file(root: &Path, journal: &Journal) -> Option<String> {
+    let node = NodeFiles::of(root);
+    journal.files.iter().find_map(|file| {
+        let staged = root.join(file.staged.as_ref()?);
+        let want = file.new_sha256.as_ref()?;
+        fs::symlink_metadata(&staged).ok()?;
+        let got = live_content(&staged, node.is_link(&file.rel)).map(|b| sha256_hex(&b));
+        (got.as_deref() != Some(want.as_str())).then(|| file.rel.clone())
+    })
 }
 
 /// Every mount point of this process's mount namespace (from /proc/self/mountinfo).
@@ -1036,6 +1131,27 @@ pub fn recover(root: &Path) -> Result<Recovery, TxnError> {
     if let Some((_, journal)) = journal {
         check_journal(root, &path, &journal)?;
         finalize_backup(root, &journal.backup_id)?;
+        // Every staged file still to be renamed must hold what was validated: one damaged
+        // since (a bad disk, a hand) never goes live; the backup is restored instead.
+        if let Some(damaged) = damaged_staged_file(root, &journal) {
+            return match restore_journaled(root, &journal) {
+                Ok(backup_id) => Ok(Recovery::Undone {
+                    kind: journal.kind,
+                    backup_id,
+                    damaged,
+                }),
+                Err(why) => Err(TxnError::State {
+                    path: damaged,
+                    detail: format!(
+                        "its staged copy is damaged (not the journaled SHA-256), so the \
+                         interrupted {} was not completed, and restoring backup {} failed: {why}; \
+                         the PKI may be half-renewed: restore it with 'certrotor rollback \
+                         --backup {}' once the backup is readable",
+                        journal.kind, journal.backup_id, journal.backup_id
+                    ),
+                }),
+            };
+        }
         commit(root, &journal)?;
         // Verify that the live files are what the journal promised.
         let node = NodeFiles::of(root);
@@ -1064,7 +1180,7 @@ pub fn recover(root: &Path) -> Result<Recovery, TxnError> {
     }
     let _ = fs::remove_file(dir.join(format!("{JOURNAL}.tmp")));
     // No journal: remove staging folders and incomplete backups left by a crash.
-    let mut removed = 0;
+    let (mut with_files, mut empty) = (0, 0);
     for base in staging_search_dirs(root) {
         let Ok(list) = fs::read_dir(&base) else {
             continue;
@@ -1075,14 +1191,21 @@ pub fn recover(root: &Path) -> Result<Recovery, TxnError> {
                 .to_string_lossy()
                 .starts_with(STAGING_PREFIX)
             {
+                let holds_files = fs::read_dir(entry.path())
+                    .map(|mut d| d.next().is_some())
+                    .unwrap_or(false);
                 let _ = fs::remove_dir_all(entry.path());
-                removed += 1;
+                if holds_files {
+                    with_files += 1;
+                } else {
+                    empty += 1;
+                }
             }
         }
     }
     remove_incomplete_backups(root);
-    Ok(if removed > 0 {
-        Recovery::DiscardedStaging(removed)
+    Ok(if with_files + empty > 0 {
+        Recovery::DiscardedStaging { with_files, empty }
     } else {
         Recovery::Clean
     })
@@ -1578,6 +1701,7 @@ mod hostile_tests {
                 advertise_address: [10, 0, 0, 10].into(),
                 cluster_name: "kubernetes".into(),
                 port_offset: 0,
+                kubernetes_version: crate::lab::manifests::DEFAULT_KUBERNETES_VERSION,
                 now,
             },
         )

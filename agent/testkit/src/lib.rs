@@ -206,8 +206,9 @@ pub mod ports {
     use std::sync::Mutex;
 
     /// A lab node's standard ports before its offset: etcd client, peer and metrics, the
-    /// apiserver, the controller-manager and the scheduler.
-    pub const NODE_PORTS: [u16; 6] = [2379, 2380, 2381, 6443, 10257, 10259];
+    /// apiserver, the controller-manager and the scheduler, kube-vip's metrics and the
+    /// kubelet's API port (kubelet-sim's stand-in).
+    pub const NODE_PORTS: [u16; 8] = [2379, 2380, 2381, 6443, 10257, 10259, 2112, 10250];
 
     /// Lowest offset: every port is above 1024 with it.
     const LOW: u32 = 1000;
@@ -219,7 +220,7 @@ pub mod ports {
     /// Prime, coprime to SPAN (2^3 * 3 * 5^3 * 7): the walk visits every offset once.
     const STRIDE: u32 = 7_919;
 
-    /// Offsets for `n` nodes: each offset's six ports are free on every address now and were not
+    /// Offsets for `n` nodes: each offset's ports are free on every address now and were not
     /// handed out before in this process. The walk starts where the last call stopped and tries
     /// each offset at most once, then fails saying so.
     pub fn offsets(n: usize) -> Vec<u16> {

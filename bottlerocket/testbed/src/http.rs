@@ -1,6 +1,8 @@
 //! The API server emulator's HTTP/1.1 server side: read a request, write a response. Only the
-//! emulator uses it; the client (`bottlerocket` crate) speaks HTTP through ureq, so the two ends
-//! of the socket do not share a parser.
+//! test doubles use it; the client (`bottlerocket` crate) speaks HTTP through ureq, so the two
+//! ends of the socket do not share a parser. kubelet-sim's kubelet API serves with it too, and
+//! the k8s-sim kube-vip stand-in reads the real kube-apiserver's responses with
+//! [`read_response`].
 //!
 //! It covers what the Bottlerocket API uses: a request line, headers, and a body delimited by
 //! `Content-Length` or `Transfer-Encoding: chunked`. Every read is bounded: line length, header
@@ -117,6 +119,37 @@ pub(crate) fn read_request_body(
     }
 }
 
+/// Reads a complete response: its status code, head and body (chunked, `Content-Length`, or up
+/// to the end of the stream).
+pub(crate) fn read_response(
+    reader: &mut impl BufRead,
+    limit: usize,
+) -> Result<(u16, Head, Vec<u8>), FrameError> {
+    let head = read_head(reader)?
+        .ok_or_else(|| FrameError::Malformed("connection closed before a response".into()))?;
+    let status = head
+        .start_line
+        .strip_prefix("HTTP/1.")
+        .and_then(|rest| rest.split(' ').nth(1))
+        .and_then(|code| code.parse::<u16>().ok())
+        .ok_or_else(|| {
+            FrameError::Malformed(format!("invalid status line '{}'", head.start_line))
+        })?;
+    let body = if head.is_chunked() {
+        read_chunked(reader, limit)?
+    } else if let Some(length) = head.content_length()? {
+        read_exact_body(reader, length, limit)?
+    } else {
+        let mut body = Vec::new();
+        reader.take(limit as u64 + 1).read_to_end(&mut body)?;
+        if body.len() > limit {
+            return Err(FrameError::TooLarge { limit });
+        }
+        body
+    };
+    Ok((status, head, body))
+}
+
 /// Writes a complete response, with a `content-type` header only when `content_type` is given
 /// (the API server's own errors have none). A `204` never gets a `Content-Length`, as actix
 /// sends it; a body given with a 204 is written after the head all the same, unframed: what the
@@ -150,8 +183,10 @@ pub(crate) fn reason_phrase(status: u16) -> &'static str {
     match status {
         100 => "Continue",
         200 => "OK",
+        201 => "Created",
         204 => "No Content",
         400 => "Bad Request",
+        401 => "Unauthorized",
         404 => "Not Found",
         405 => "Method Not Allowed",
         413 => "Payload Too Large",
@@ -368,5 +403,31 @@ mod tests {
             out,
             b"HTTP/1.1 400 Bad Request\r\ncontent-length: 2\r\ncontent-type: text/plain\r\n\r\nno"
         );
+    }
+
+    #[test]
+    fn reads_responses_framed_three_ways() {
+        let read = |raw: &str| {
+            let mut reader = raw.as_bytes();
+            read_response(&mut reader, 100).map(|(status, _, body)| (status, body))
+        };
+        assert_eq!(
+            read("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}x").unwrap(),
+            (200, b"{}".to_vec())
+        );
+        assert_eq!(
+            read("HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n")
+                .unwrap(),
+            (201, b"{}".to_vec())
+        );
+        assert_eq!(
+            read("HTTP/1.0 404 Not Found\r\n\r\nnot here").unwrap(),
+            (404, b"not here".to_vec())
+        );
+        assert!(read("HTTP/2 200\r\n\r\n").is_err());
+        assert!(matches!(
+            read(&format!("HTTP/1.1 200 OK\r\n\r\n{}", "x".repeat(101))),
+            Err(FrameError::TooLarge { .. })
+        ));
     }
 }

@@ -67,9 +67,13 @@ kube-apiserver:
   --kubelet-client-certificate --kubelet-client-key
   --proxy-client-cert-file --proxy-client-key-file --requestheader-client-ca-file
   --sim-reject-serving-cert-issued-after=RFC3339 (test switch; env K8S_SIM_REJECT_SERVING_CERT_ISSUED_AFTER)
-kube-controller-manager / kube-scheduler:
+kube-controller-manager / kube-scheduler (and kube-vip with --kubeconfig, the lab's probe-ful
+stand-in, port 2112):
   --kubeconfig --authentication-kubeconfig --authorization-kubeconfig
   --secure-port (10257 / 10259) --bind-address (127.0.0.1)
+kube-vip manager: EKS Anywhere's kube-vip (testbed::kube_vip): its environment (vip_*, port,
+  address, prometheus_server), the kubeconfig /etc/kubernetes/admin.conf read once, the
+  plndr-cp-lock Lease through the real apiserver; exits 1 when it loses leadership
 
 Exit codes: 1 failed to start, 2 usage error; otherwise it serves until killed.";
 
@@ -714,7 +718,29 @@ struct UserYaml {
     client_key: Option<String>,
 }
 
+/// What a kubeconfig's current context names: the server and the credentials (as read, with
+/// where each came from), for the stand-ins that build their own TLS client.
+pub(crate) struct KubeconfigMaterial {
+    pub(crate) server: String,
+    /// PEM and a label (file or field) for messages.
+    pub(crate) ca: (Vec<u8>, String),
+    pub(crate) cert: (Vec<u8>, String),
+    pub(crate) key: (Vec<u8>, String),
+}
+
 fn load_kubeconfig(path: &Path, now: SystemTime) -> Result<Kubeconfig, Error> {
+    let m = read_kubeconfig(path)?;
+    let roots = load_roots(&m.ca.0, &m.ca.1, now)?;
+    let pair = load_pair(&m.cert.0, &m.cert.1, &m.key.0, &m.key.1, now)?;
+    Ok(Kubeconfig {
+        server: m.server,
+        tls: build_client_config(roots, Some(pair))?,
+    })
+}
+
+/// Reads the current context's server and credentials (embedded data, or files relative to the
+/// kubeconfig's folder).
+pub(crate) fn read_kubeconfig(path: &Path) -> Result<KubeconfigMaterial, Error> {
     let fail = |reason: String| Error::Kubeconfig {
         path: path.to_path_buf(),
         reason,
@@ -767,24 +793,24 @@ fn load_kubeconfig(path: &Path, now: SystemTime) -> Result<Kubeconfig, Error> {
         "client-certificate",
     )?;
     let (key_pem, key_label) = material(&user.client_key_data, &user.client_key, "client-key")?;
-    let roots = load_roots(&ca_pem, &ca_label, now)?;
-    let pair = load_pair(&cert_pem, &cert_label, &key_pem, &key_label, now)?;
-    Ok(Kubeconfig {
+    Ok(KubeconfigMaterial {
         server: cluster.server.clone(),
-        tls: build_client_config(roots, Some(pair))?,
+        ca: (ca_pem, ca_label),
+        cert: (cert_pem, cert_label),
+        key: (key_pem, key_label),
     })
 }
 
 // === Certificates and TLS ===
 
-fn provider() -> CryptoProvider {
+pub(crate) fn provider() -> CryptoProvider {
     rustls::crypto::aws_lc_rs::default_provider()
 }
 
 /// A certificate chain with its key, checked to match.
-struct Pair {
-    chain: Vec<CertificateDer<'static>>,
-    key: PrivateKeyDer<'static>,
+pub(crate) struct Pair {
+    pub(crate) chain: Vec<CertificateDer<'static>>,
+    pub(crate) key: PrivateKeyDer<'static>,
     serial: String,
     not_before: SystemTime,
     not_after: SystemTime,
@@ -849,7 +875,7 @@ fn parse_certs(
     Ok(certs)
 }
 
-fn load_roots(
+pub(crate) fn load_roots(
     pem: &[u8],
     source_name: &str,
     now: SystemTime,
@@ -867,7 +893,7 @@ fn load_roots(
 }
 
 /// A rustls trust store of certificates [`load_roots`] already accepted.
-fn root_store(roots: Vec<CertificateDer<'static>>) -> RootCertStore {
+pub(crate) fn root_store(roots: Vec<CertificateDer<'static>>) -> RootCertStore {
     let mut store = RootCertStore::empty();
     store.add_parsable_certificates(roots);
     store
@@ -883,7 +909,7 @@ fn load_pair_files(cert_file: &Path, key_file: &Path, now: SystemTime) -> Result
     )
 }
 
-fn load_pair(
+pub(crate) fn load_pair(
     cert_pem: &[u8],
     cert_name: &str,
     key_pem: &[u8],
@@ -966,7 +992,7 @@ fn build_client_config(
         .build())
 }
 
-fn read_file(path: &Path) -> Result<Vec<u8>, Error> {
+pub(crate) fn read_file(path: &Path) -> Result<Vec<u8>, Error> {
     std::fs::read(path).map_err(|source| Error::ReadFile {
         path: path.to_path_buf(),
         source,

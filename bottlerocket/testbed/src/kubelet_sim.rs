@@ -20,13 +20,25 @@
 //!
 //! * **No containers.** Only the first container runs, as a plain host process: its `command`
 //!   plus `args` (looked up through `PATH`) with its literal `env` values added to kubelet-sim's own
-//!   environment. Images, entrypoints, probes, resources, init containers and `valueFrom` are
-//!   ignored.
+//!   environment. A container without `command` runs its image's entrypoint by a convention: the
+//!   program named like the last part of the image repository
+//!   (`public.ecr.aws/l0g8r8j6/kube-vip/kube-vip:v0.7.0` runs `kube-vip`, whose real image's
+//!   entrypoint is `/kube-vip`), then `args`. Images, probes, resources, init containers and
+//!   `valueFrom` are ignored.
 //! * **hostPath mounts are emulated by rewriting paths**, the one big difference: there are no
 //!   mount namespaces, so every command element and env value that starts with a volumeMount's
 //!   `mountPath` (on a path boundary; for `--flag=value` the value part) is rewritten to
 //!   `<root>/<hostPath>` plus the rest, the longest `mountPath` winning. Paths *inside* files (a
-//!   kubeconfig naming a certificate file) are not rewritten.
+//!   kubeconfig naming a certificate file) are not rewritten. A program that opens a default
+//!   container path no argument names (kube-vip reads `/etc/kubernetes/admin.conf`) finds its
+//!   host path in the environment variable `KUBELET_SIM_MOUNTS`, one `mountPath=<host path>`
+//!   per line, which every pod gets; the k8s-sim stand-ins read it.
+//! * **Host names**: with `--hostname NAME` every pod runs in a UTS namespace of its own with
+//!   that host name (what pods with `hostNetwork` see on a real node: the node's name), so that
+//!   lab nodes sharing one host have distinct lease holders. It needs root.
+//! * **The kubelet's API port** is a stand-in ([`crate::recording_api`], `--serve-api`):
+//!   per-request x509 authentication on keep-alive connections, pods' logs, `/healthz`; SIGUSR1
+//!   closes its open connections, as a kubelet restart does.
 //! * It ignores dotfiles (as the kubelet does) and also names ending in `~`, `.tmp`, `.swp` and
 //!   `.swx` (editor and temp files, which a real kubelet would try to parse).
 //! * `restarts` counts crash restarts over the whole life of the state file; a real kubelet makes a
@@ -59,6 +71,7 @@ use serde::{Deserialize, Serialize};
 pub const USAGE: &str = "\
 Usage: kubelet-sim --manifests DIR --state-dir DIR [--root DIR] [--poll-ms 200]
                    [--start-delay-ms 1000] [--grace-seconds 5] [--log-dir DIR]
+                   [--hostname NAME] [--serve-api IP:PORT --client-ca-file FILE --api-record FILE]
 
 Test double for the kubelet's static-pod handling: runs the first container of each manifest
 in DIR as a host process, rewriting hostPath mount paths to <root>/<hostPath>.
@@ -71,6 +84,11 @@ Options:
   --start-delay-ms N     delay before a new or changed pod starts (default 1000)
   --grace-seconds N      SIGTERM-to-SIGKILL grace period (default 5)
   --log-dir DIR          append each pod's stdout/stderr to DIR/<pod>.log (default: inherit)
+  --hostname NAME        run every pod in a UTS namespace of its own named NAME (needs root)
+  --serve-api IP:PORT    serve a stand-in of the kubelet's API port (10250): /healthz and
+                         /containerLogs, x509 authentication per request against
+                         --client-ca-file, each request recorded in --api-record (JSON
+                         lines); SIGUSR1 closes its open connections
 
 Exit codes: 0 after SIGTERM/SIGINT (all pods stopped), 1 runtime error, 2 usage error.";
 
@@ -103,13 +121,17 @@ pub struct Config {
     pub grace: Duration,
     /// Folder for `<pod>.log` files; `None` inherits kubelet-sim's stdout and stderr.
     pub log_dir: Option<PathBuf>,
+    /// The host name of every pod (each in a UTS namespace of its own); `None`: the host's.
+    pub hostname: Option<String>,
+    /// The kubelet API stand-in, when asked for.
+    pub api: Option<crate::recording_api::ApiConfig>,
 }
 
 /// Result of parsing the command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Invocation {
     /// Run with this configuration.
-    Run(Config),
+    Run(Box<Config>),
     /// Print [`USAGE`] and exit successfully.
     Help,
 }
@@ -170,6 +192,8 @@ pub struct PodSpec {
     pub command: Vec<String>,
     /// Environment variables added to the process.
     pub env: Vec<(String, String)>,
+    /// The hostPath mounts: (mountPath, path on the host).
+    pub mounts: Vec<(String, String)>,
 }
 
 /// Errors that stop kubelet-sim.
@@ -186,6 +210,10 @@ pub enum Error {
     },
     /// Signal handlers could not be installed.
     InstallSignalHandler(io::Error),
+    /// `--hostname` without the privileges to give pods a UTS namespace.
+    NotRoot,
+    /// The kubelet API stand-in could not start.
+    Api(String),
 }
 
 impl fmt::Display for Error {
@@ -196,8 +224,17 @@ impl fmt::Display for Error {
                 write!(f, "failed to create folder '{}': {source}", path.display())
             }
             Error::InstallSignalHandler(source) => {
-                write!(f, "failed to install SIGTERM/SIGINT handlers: {source}")
+                write!(
+                    f,
+                    "failed to install SIGTERM/SIGINT/SIGUSR1 handlers: {source}"
+                )
             }
+            Error::NotRoot => write!(
+                f,
+                "'--hostname' gives every pod a UTS namespace of its own, which needs root; run \
+                 kubelet-sim as root or without '--hostname'"
+            ),
+            Error::Api(reason) => write!(f, "failed to start the kubelet API stand-in: {reason}"),
         }
     }
 }
@@ -216,7 +253,10 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Invocation,
         start_delay: Duration::from_millis(1000),
         grace: Duration::from_secs(5),
         log_dir: None,
+        hostname: None,
+        api: None,
     };
+    let (mut serve_api, mut client_ca, mut record) = (None, None, None);
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
         if arg == "--help" || arg == "-h" {
@@ -234,6 +274,10 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Invocation,
             "--start-delay-ms",
             "--grace-seconds",
             "--log-dir",
+            "--hostname",
+            "--serve-api",
+            "--client-ca-file",
+            "--api-record",
         ];
         if !known.contains(&name.as_str()) {
             return Err(Error::Usage(format!("unknown argument '{arg}'")));
@@ -254,12 +298,46 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<Invocation,
             "--poll-ms" => config.poll = Duration::from_millis(number(&value)?.max(1)),
             "--start-delay-ms" => config.start_delay = Duration::from_millis(number(&value)?),
             "--grace-seconds" => config.grace = Duration::from_secs(number(&value)?),
+            "--hostname" => {
+                let valid = !value.is_empty()
+                    && value.len() <= 64
+                    && value
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
+                if !valid {
+                    return Err(Error::Usage(format!(
+                        "'--hostname' needs a host name, got '{value}'"
+                    )));
+                }
+                config.hostname = Some(value);
+            }
+            "--serve-api" => {
+                serve_api =
+                    Some(crate::recording_api::parse_address(&value).map_err(Error::Usage)?);
+            }
+            "--client-ca-file" => client_ca = Some(PathBuf::from(value)),
+            "--api-record" => record = Some(PathBuf::from(value)),
             _ => config.log_dir = Some(PathBuf::from(value)),
         }
     }
+    config.api = match (serve_api, client_ca, record) {
+        (Some(address), Some(client_ca_file), Some(record_file)) => {
+            Some(crate::recording_api::ApiConfig {
+                address,
+                client_ca_file,
+                record_file,
+            })
+        }
+        (None, None, None) => None,
+        _ => {
+            return Err(Error::Usage(
+                "'--serve-api', '--client-ca-file' and '--api-record' go together".into(),
+            ));
+        }
+    };
     config.manifests = manifests.ok_or_else(|| Error::Usage("'--manifests' is required".into()))?;
     config.state_dir = state_dir.ok_or_else(|| Error::Usage("'--state-dir' is required".into()))?;
-    Ok(Invocation::Run(config))
+    Ok(Invocation::Run(Box::new(config)))
 }
 
 /// Installs SIGTERM and SIGINT handlers that set the returned flag, which [`run`] watches.
@@ -277,6 +355,15 @@ pub fn install_signal_handlers() -> Result<&'static AtomicBool, Error> {
         unsafe { sigaction(signal, &action) }
             .map_err(|errno| Error::InstallSignalHandler(errno.into()))?;
     }
+    let drop_action = SigAction::new(
+        SigHandler::Handler(on_drop_connections_signal),
+        SaFlags::SA_RESTART,
+        SigSet::empty(),
+    );
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    #[allow(unsafe_code)]
+    unsafe { sigaction(Signal::SIGUSR1, &drop_action) }
+        .map_err(|errno| Error::InstallSignalHandler(errno.into()))?;
     Ok(&SHUTDOWN)
 }
 
@@ -291,18 +378,52 @@ pub fn run(config: &Config, shutdown: &AtomicBool) -> Result<(), Error> {
             source,
         })?;
     }
+    if config.hostname.is_some() && !nix::unistd::geteuid().is_root() {
+        return Err(Error::NotRoot);
+    }
     log(format_args!(
-        "watching '{}' every {} ms, state in '{}', hostPath root '{}'",
+        "watching '{}' every {} ms, state in '{}', hostPath root '{}'{}",
         config.manifests.display(),
         config.poll.as_millis(),
         config.state_dir.display(),
-        config.root.display()
+        config.root.display(),
+        config
+            .hostname
+            .as_deref()
+            .map(|h| format!(", pods' host name '{h}'"))
+            .unwrap_or_default()
     ));
+    let api = match &config.api {
+        Some(api) => {
+            let server = crate::recording_api::Server::start(
+                api,
+                crate::recording_api::Personality::Kubelet {
+                    log_dir: config.log_dir.clone(),
+                },
+            )
+            .map_err(Error::Api)?;
+            log(format_args!(
+                "kubelet API stand-in on https://{}, requests recorded in '{}'",
+                server.address(),
+                api.record_file.display()
+            ));
+            Some(server)
+        }
+        None => None,
+    };
     let tick = config.poll.min(MAX_TICK);
     let mut pods: BTreeMap<String, Pod> = BTreeMap::new();
     let mut reported = HashSet::new();
     let mut next_scan = Instant::now();
     while !shutdown.load(Ordering::SeqCst) {
+        if DROP_CONNECTIONS.swap(false, Ordering::SeqCst)
+            && let Some(server) = &api
+        {
+            let n = server.drop_connections();
+            log(format_args!(
+                "SIGUSR1: closed {n} kubelet API connection(s)"
+            ));
+        }
         let now = Instant::now();
         if now >= next_scan {
             next_scan = now + config.poll;
@@ -366,12 +487,22 @@ pub fn parse_manifest(text: &str, file_stem: &str, root: &Path) -> Result<PodSpe
     let Some(container) = pod.spec.containers.into_iter().next() else {
         return Err("spec.containers is empty".to_string());
     };
-    if container.command.is_empty() {
-        return Err(format!(
-            "container '{}' has no command; kubelet-sim cannot run an image's entrypoint",
-            container.name.unwrap_or_default()
-        ));
-    }
+    let entrypoint = if container.command.is_empty() {
+        let program = container
+            .image
+            .as_deref()
+            .and_then(entrypoint_of)
+            .ok_or_else(|| {
+                format!(
+                    "container '{}' has no command and no image repository to name its \
+                     entrypoint by",
+                    container.name.clone().unwrap_or_default()
+                )
+            })?;
+        vec![program]
+    } else {
+        container.command.clone()
+    };
     let mut mounts = Vec::new();
     for mount in &container.volume_mounts {
         let host_path = pod
@@ -388,8 +519,7 @@ pub fn parse_manifest(text: &str, file_stem: &str, root: &Path) -> Result<PodSpe
             ));
         }
     }
-    let command = container
-        .command
+    let command = entrypoint
         .iter()
         .chain(&container.args)
         .map(|arg| rewrite_arg(arg, &mounts))
@@ -402,7 +532,21 @@ pub fn parse_manifest(text: &str, file_stem: &str, root: &Path) -> Result<PodSpe
             Some((var.name, rewrite_path(&value, &mounts)))
         })
         .collect();
-    Ok(PodSpec { name, command, env })
+    Ok(PodSpec {
+        name,
+        command,
+        env,
+        mounts,
+    })
+}
+
+/// The program kubelet-sim runs for an image's entrypoint: the last part of the image
+/// repository, without tag or digest (`ghcr.io/kube-vip/kube-vip:v0.8.9` → `kube-vip`).
+pub fn entrypoint_of(image: &str) -> Option<String> {
+    let image = image.split('@').next()?;
+    let last = image.rsplit('/').next()?;
+    let name = last.split(':').next()?;
+    (!name.is_empty()).then(|| name.to_string())
 }
 
 /// Rewrites one command element: the value of `--flag=value`, otherwise the whole element.
@@ -488,6 +632,7 @@ struct PodSpecYaml {
 #[serde(rename_all = "camelCase")]
 struct ContainerYaml {
     name: Option<String>,
+    image: Option<String>,
     #[serde(default)]
     command: Vec<String>,
     #[serde(default)]
@@ -863,7 +1008,11 @@ impl Pod {
             self.phase = Phase::Idle;
             return;
         };
-        match spawn(&desired.spec, config.log_dir.as_deref()) {
+        match spawn(
+            &desired.spec,
+            config.log_dir.as_deref(),
+            config.hostname.as_deref(),
+        ) {
             Ok(child) => {
                 let started_at_ms = now_ms();
                 log(format_args!(
@@ -968,7 +1117,7 @@ fn write_atomically(path: &Path, state: &PodState) -> io::Result<()> {
     fs::rename(&temp, path)
 }
 
-fn spawn(spec: &PodSpec, log_dir: Option<&Path>) -> io::Result<Child> {
+fn spawn(spec: &PodSpec, log_dir: Option<&Path>, hostname: Option<&str>) -> io::Result<Child> {
     let Some((program, args)) = spec.command.split_first() else {
         return Err(io::Error::other("empty command"));
     };
@@ -983,8 +1132,14 @@ fn spawn(spec: &PodSpec, log_dir: Option<&Path>) -> io::Result<Child> {
         program.clone()
     };
     let mut command = Command::new(&program);
+    let mounts: String = spec
+        .mounts
+        .iter()
+        .map(|(mount, host)| format!("{mount}={host}\n"))
+        .collect();
     command
         .args(args)
+        .env(MOUNTS_ENV, mounts)
         .envs(spec.env.iter().map(|(name, value)| (name, value)))
         .stdin(Stdio::null());
     if let Some(dir) = log_dir {
@@ -999,16 +1154,23 @@ fn spawn(spec: &PodSpec, log_dir: Option<&Path>) -> io::Result<Child> {
         command.stdout(file.try_clone()?).stderr(file);
     }
     let parent = std::process::id();
+    // Made before the fork: the closure must not allocate.
+    let hostname = hostname.map(std::ffi::OsString::from);
     // SAFETY (`pre_exec` has no safe form): the closure runs between fork and exec and only
-    // calls async-signal-safe functions (prctl, getppid) without allocating. PR_SET_PDEATHSIG
-    // kills the child when the forking thread (kubelet-sim's only thread that spawns) dies; the
-    // getppid check closes the race where kubelet-sim died before prctl ran.
+    // calls async-signal-safe functions (prctl, getppid, unshare, sethostname: system calls)
+    // without allocating. PR_SET_PDEATHSIG kills the child when the forking thread
+    // (kubelet-sim's only thread that spawns) dies; the getppid check closes the race where
+    // kubelet-sim died before prctl ran.
     #[allow(unsafe_code)]
     unsafe {
         command.pre_exec(move || {
             prctl::set_pdeathsig(Signal::SIGKILL)?;
             if u32::try_from(getppid().as_raw()).ok() != Some(parent) {
                 return Err(io::Error::other("kubelet-sim exited during start"));
+            }
+            if let Some(name) = &hostname {
+                nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUTS)?;
+                nix::unistd::sethostname(name)?;
             }
             Ok(())
         });
@@ -1037,8 +1199,18 @@ fn log(message: fmt::Arguments<'_>) {
 
 static SHUTDOWN: AtomicBool = AtomicBool::new(false);
 
+/// Set by SIGUSR1: close the kubelet API stand-in's connections.
+static DROP_CONNECTIONS: AtomicBool = AtomicBool::new(false);
+
+/// The environment variable with every pod's mounts (see the module documentation).
+pub const MOUNTS_ENV: &str = "KUBELET_SIM_MOUNTS";
+
 extern "C" fn on_shutdown_signal(_signal: nix::libc::c_int) {
     SHUTDOWN.store(true, Ordering::SeqCst);
+}
+
+extern "C" fn on_drop_connections_signal(_signal: nix::libc::c_int) {
+    DROP_CONNECTIONS.store(true, Ordering::SeqCst);
 }
 
 #[cfg(test)]
@@ -1140,7 +1312,27 @@ spec:
         assert_eq!(error, "kind is 'Service', not 'Pod'");
         let error =
             parse_manifest("spec: {containers: [{name: c}]}", "s", Path::new("/")).unwrap_err();
-        assert!(error.contains("has no command"), "{error}");
+        assert!(error.contains("has no command and no image"), "{error}");
+        // No command: the image's entrypoint by its repository's last part, then args.
+        let spec = parse_manifest(
+            "spec:\n  containers:\n  - args: [manager]\n    \
+             image: public.ecr.aws/l0g8r8j6/kube-vip/kube-vip:v0.7.0-eks-a-v0.19.0-dev-build.30\n    \
+             volumeMounts: [{name: k, mountPath: /etc/kubernetes/admin.conf}]\n  \
+             volumes: [{name: k, hostPath: {path: /var/lib/kubeadm/admin.conf, type: File}}]\n",
+            "kube-vip",
+            Path::new("/r"),
+        )
+        .unwrap();
+        assert_eq!(spec.command, ["kube-vip", "manager"]);
+        assert_eq!(
+            spec.mounts,
+            [(
+                "/etc/kubernetes/admin.conf".to_string(),
+                "/r/var/lib/kubeadm/admin.conf".to_string()
+            )]
+        );
+        assert_eq!(entrypoint_of("host:5000/a/b@sha256:00"), Some("b".into()));
+        assert_eq!(entrypoint_of("etcd"), Some("etcd".into()));
         assert!(parse_manifest("spec: [", "s", Path::new("/")).is_err());
         let error = parse_manifest(
             "metadata: {name: ../x}\nspec: {containers: [{command: [a]}]}",
@@ -1201,6 +1393,30 @@ spec:
         assert_eq!(config.grace, Duration::from_secs(1));
         assert_eq!(config.log_dir.as_deref(), Some(Path::new("/l")));
         assert_eq!(args(&["--help"]).unwrap(), Invocation::Help);
+        let Ok(Invocation::Run(config)) = args(&[
+            "--manifests=/m",
+            "--state-dir=/s",
+            "--hostname=cp-2",
+            "--serve-api=127.0.0.1:10250",
+            "--client-ca-file=/ca.crt",
+            "--api-record=/r.jsonl",
+        ]) else {
+            panic!("expected a configuration");
+        };
+        assert_eq!(config.hostname.as_deref(), Some("cp-2"));
+        assert_eq!(
+            config.api.unwrap().address,
+            "127.0.0.1:10250".parse().unwrap()
+        );
+        assert!(
+            args(&[
+                "--manifests=/m",
+                "--state-dir=/s",
+                "--serve-api=127.0.0.1:1"
+            ])
+            .is_err()
+        );
+        assert!(args(&["--manifests=/m", "--state-dir=/s", "--hostname=a/b"]).is_err());
         let message = args(&["--manifests", "/m"]).unwrap_err().to_string();
         assert_eq!(
             message,

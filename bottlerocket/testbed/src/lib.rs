@@ -4,7 +4,10 @@
 //! - [`apiserver_sim`]: the Bottlerocket API server emulator behind the `apiserver-sim` binary
 //!   (transactions, commit/apply semantics, asynchronous rendering of static pods).
 //! - [`kubelet_sim`]: runs static pod manifests as host processes (`kubelet-sim`).
-//! - [`k8s_sim`]: TLS stand-ins for kube-apiserver, controller-manager and scheduler (`k8s-sim`).
+//! - [`k8s_sim`]: TLS stand-ins for kube-apiserver, controller-manager and scheduler (`k8s-sim`),
+//!   and [`kube_vip`], its stand-in of EKS Anywhere's kube-vip (`kube-vip manager`).
+//! - [`recording_api`]: stand-ins of the kubelet's API port (kubelet-sim `--serve-api`) and of
+//!   an aggregated API server, recording which client certificate kube-apiserver presents.
 //!
 //! The emulator parses HTTP with its own minimal server-side reader ([`http`]); the client uses
 //! ureq, so a parsing bug cannot hide on both sides of the socket.
@@ -13,7 +16,9 @@
 
 pub mod apiserver_sim;
 pub mod k8s_sim;
+pub mod kube_vip;
 pub mod kubelet_sim;
+pub mod recording_api;
 
 mod http;
 

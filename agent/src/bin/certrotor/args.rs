@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use argh::{ArgsInfo, CommandInfo, EarlyExit, FromArgs, SubCommand};
-use certrotor::lab::{LabLayout, Topology};
-use certrotor::node::manifests::Component;
+use certrotor::lab::{KubeVipShape, LabLayout, Topology};
+use certrotor::node::manifests::{Component, Version};
 use certrotor::pki::KeyAlgorithm;
 use certrotor::restart::PlatformChoice;
 use certrotor::sys::clock;
@@ -16,7 +16,8 @@ use certrotor::sys::clock;
 use crate::flags::{PassFlags, RenewFlags, parse_joined, parse_joined3};
 use crate::values::{
     CheckOutput, Format, check_output, cluster_mode, endpoint, etcd_endpoints, format, interval,
-    ip, key_algorithm, layout, metrics_address, node_name, platform, seconds, topology, wait,
+    ip, key_algorithm, kube_vip, layout, metrics_address, node_name, platform, seconds, topology,
+    version, wait,
 };
 
 #[derive(FromArgs, Debug)]
@@ -277,10 +278,19 @@ pub struct LabInitCmd {
     /// side (default 0)
     #[argh(option, default = "0")]
     pub port_offset: u16,
-    /// also write a kube-vip-like static pod that mounts admin.conf as a single file (as EKS
-    /// Anywhere control planes run)
-    #[argh(switch)]
-    pub kube_vip: bool,
+    /// also write kube-vip, mounting admin.conf as a single file: eks-anywhere (as EKS
+    /// Anywhere renders it: no probe; super-admin.conf from 1.29 on) or probe (the lab's
+    /// stand-in with an HTTPS liveness probe)
+    #[argh(option, from_str_fn(kube_vip))]
+    pub kube_vip: Option<KubeVipShape>,
+    /// the Kubernetes version whose images the manifests name, X.Y.Z (default 1.20.2,
+    /// the binaries the tests run; the command lines stay v1.20.2's)
+    #[argh(
+        option,
+        default = "certrotor::lab::manifests::DEFAULT_KUBERNETES_VERSION",
+        from_str_fn(version)
+    )]
+    pub kubernetes_version: Version,
 }
 
 #[derive(FromArgs, Debug)]

@@ -24,7 +24,10 @@ use crate::args::{
     BackupsCmd, CheckCmd, Command, DaemonCmd, EtcdClientCmd, EtcdClientSub, EtcdExportCmd,
     EtcdImportCmd, LabCmd, LabInitCmd, LabSub, RenewCmd, RollbackCmd, RunCmd, StatusCmd, Top,
 };
-use crate::container::{BOOTSTRAP_CONTAINER_DIR, HOST_CONTAINER_DIR, container_args};
+use crate::container::{
+    BOOTSTRAP_CONTAINER_DIR, HOST_CONTAINER_DIR, Kind, check_fits, container_args, first_boot_note,
+    is_run_once,
+};
 use crate::error::CliError;
 use crate::flags::{PassFlags, RenewFlags};
 use crate::values::{CheckOutput, EngineChoice, Format};
@@ -44,12 +47,12 @@ pub fn main(mut args: Vec<String>) -> ExitCode {
     };
     let mut from_user_data = None;
     if args.len() <= 1
-        && let Some(words) = container_args(
+        && let Some((kind, words)) = container_args(
             Path::new(BOOTSTRAP_CONTAINER_DIR),
             Path::new(HOST_CONTAINER_DIR),
         )
     {
-        from_user_data = Some(words.join(" "));
+        from_user_data = Some((kind, words.clone()));
         args.truncate(1);
         args.extend(words);
     }
@@ -79,10 +82,21 @@ pub fn main(mut args: Vec<String>) -> ExitCode {
         }
     };
     certrotor::output::logging::init(top.log_level, top.log_format);
-    if let Some(words) = from_user_data {
-        log::info!("arguments from the container's user-data: {words}");
+    let mut first_boot_allowed = false;
+    if let Some((kind, words)) = &from_user_data {
+        log::info!(
+            "arguments from the container's user-data: {} ({})",
+            words.join(" "),
+            kind.name()
+        );
+        // Checked after parsing, so that a mistyped flag is reported as such first.
+        if let Err(why) = check_fits(*kind, words) {
+            log::error!("{why}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+        first_boot_allowed = *kind == Kind::Bootstrap && is_run_once(words);
     }
-    match run(top) {
+    match run(top, first_boot_allowed) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             log::error!("{e}");
@@ -91,7 +105,9 @@ pub fn main(mut args: Vec<String>) -> ExitCode {
     }
 }
 
-fn run(top: Top) -> Result<u8, CliError> {
+/// `first_boot_allowed`: a bootstrap container's `run --once` from its user-data, which exits 0
+/// on a node's very first boot (see [`first_boot_note`]).
+fn run(top: Top, first_boot_allowed: bool) -> Result<u8, CliError> {
     match top.command {
         Command::Check(c) => check(c),
         Command::Lab(LabCmd {
@@ -106,7 +122,7 @@ fn run(top: Top) -> Result<u8, CliError> {
         Command::EtcdClient(EtcdClientCmd {
             command: EtcdClientSub::Import(c),
         }) => etcd_import(c),
-        Command::Run(c) => run_cmd(c),
+        Command::Run(c) => run_cmd(c, first_boot_allowed),
         Command::Daemon(c) => daemon_cmd(c),
         Command::Demo(c) => {
             certrotor::lab::demo::run(c.keep).map_err(CliError::Demo)?;
@@ -137,7 +153,9 @@ fn render<T: serde::Serialize>(
 ) -> Result<String, CliError> {
     Ok(match output {
         Format::Json => format!("{}\n", report::json(value)?),
-        Format::Table => table(value),
+        // Text from state files, etcd and the node's files, shown without a raw control
+        // character (issue 30.12).
+        Format::Table => certrotor::output::logging::escape_controls(&table(value)).into_owned(),
     })
 }
 
@@ -172,12 +190,14 @@ fn lab_init(c: LabInitCmd) -> Result<u8, CliError> {
         advertise_address: c.advertise_address,
         cluster_name: "kubernetes".into(),
         port_offset: c.port_offset,
+        kubernetes_version: c.kubernetes_version,
         now: clock::now(),
     };
     let summary = lab::init(&c.dir, &opts).map_err(CliError::Lab)?;
-    if c.kube_vip {
+    if let Some(shape) = c.kube_vip {
         for root in &summary.roots {
-            lab::add_kube_vip(root, c.layout, c.port_offset).map_err(CliError::Lab)?;
+            lab::add_kube_vip(root, c.layout, c.port_offset, shape, c.kubernetes_version)
+                .map_err(CliError::Lab)?;
         }
     }
     for root in &summary.roots {
@@ -248,8 +268,8 @@ fn engine(f: &RenewFlags, api_socket: PathBuf) -> Result<Engine, CliError> {
                 kubeadm_path: f.kubeadm_path.clone().unwrap_or(d.kubeadm_path),
                 etcdadm_path: f.etcdadm_path.clone().unwrap_or(d.etcdadm_path),
                 ctr_path: f.ctr_path.clone(),
-                socket: f.containerd_socket.clone().unwrap_or(d.socket),
-                namespace: f.containerd_namespace.clone().unwrap_or(d.namespace),
+                socket: f.containerd_socket.clone(),
+                namespace: f.containerd_namespace.clone(),
                 api_socket,
             }))
         }
@@ -273,6 +293,7 @@ fn restart_options(p: &PassFlags) -> RestartOptions {
         endpoints: p.endpoint.iter().cloned().collect::<BTreeMap<_, _>>(),
         mode: p.restart,
         reload_timeout: p.reload_timeout,
+        reload: p.reload_options(),
     }
 }
 
@@ -309,7 +330,10 @@ fn rollback(c: RollbackCmd) -> Result<u8, CliError> {
     };
     let root = root_flag(c.root)?;
     let (id, done) = certrotor::pass::ops::rollback(&root, c.backup.as_deref(), &opts)?;
-    print!("{}", report::rollback_text(&id, &done));
+    print!(
+        "{}",
+        certrotor::output::logging::escape_controls(&report::rollback_text(&id, &done))
+    );
     Ok(outcome::EXIT_OK)
 }
 
@@ -382,6 +406,7 @@ fn etcd_import(c: EtcdImportCmd) -> Result<u8, CliError> {
             // The import changes apiserver-etcd-client, which kube-apiserver cannot reload.
             mode: RestartMode::Always,
             reload_timeout: DEFAULT_RELOAD_TIMEOUT,
+            reload: Default::default(),
         },
         // The old pair may have expired, so etcd may be out of reach: an import acts alone.
         cluster: certrotor::cluster::ClusterOptions {
@@ -407,11 +432,14 @@ fn etcd_import(c: EtcdImportCmd) -> Result<u8, CliError> {
             .map_err(CliError::ReadBundle)?
     };
     let done = certrotor::pass::import::from_bundle(&root, &bundle, &opts)?;
-    print!("{}", report::import_text(&done));
-    Ok(outcome::for_rollback(done.rolled_back.as_ref()))
+    print!(
+        "{}",
+        certrotor::output::logging::escape_controls(&report::import_text(&done))
+    );
+    Ok(outcome::for_import(&done))
 }
 
-fn run_cmd(c: RunCmd) -> Result<u8, CliError> {
+fn run_cmd(c: RunCmd, first_boot_allowed: bool) -> Result<u8, CliError> {
     if !c.own.once {
         return Err(CliError::usage(
             "'run' needs --once; use 'certrotor daemon' to run repeatedly",
@@ -420,6 +448,17 @@ fn run_cmd(c: RunCmd) -> Result<u8, CliError> {
     let f = c.renew;
     let opts = run_options(&f, &c.pass)?;
     let root = root_flag(f.root)?;
+    if first_boot_allowed && let Some(note) = first_boot_note(&root) {
+        log::info!("{note}");
+        match c.own.output {
+            Format::Json => println!(
+                "{}",
+                serde_json::json!({"root": root.display().to_string(), "first_boot": true, "note": note})
+            ),
+            Format::Table => println!("{note}"),
+        }
+        return Ok(outcome::EXIT_OK);
+    }
     // The pass as `status` and the Kubernetes Event see it (status.rs).
     let done = certrotor::pass::record::run_pass(&root, &opts, None)?;
     print!(
@@ -454,6 +493,7 @@ fn daemon_cmd(c: DaemonCmd) -> Result<u8, CliError> {
         return Ok(outcome::EXIT_OK);
     };
     let shared = certrotor::output::metrics::Shared::new(&root);
+    shared.update(|m| m.schedule(c.own.interval, opts.policy.within));
     let bound = certrotor::output::metrics::serve(addr, std::sync::Arc::clone(&shared))
         .map_err(|source| CliError::Metrics { addr, source })?;
     log::info!("metrics served on http://{bound}/metrics");
@@ -481,6 +521,7 @@ fn status_cmd(c: StatusCmd) -> Result<u8, CliError> {
             endpoints: BTreeMap::new(),
             mode: RestartMode::Live,
             reload_timeout: DEFAULT_RELOAD_TIMEOUT,
+            reload: Default::default(),
         }),
     };
     let report = certrotor::output::status::status(&root, &opts).map_err(CliError::Status)?;

@@ -11,13 +11,13 @@ use std::time::Duration;
 
 use argh::{ArgsInfo, EarlyExit, FromArgs};
 use certrotor::cluster::ClusterOptions;
-use certrotor::node::manifests::Component;
+use certrotor::node::manifests::{Component, Version};
 use certrotor::restart::PlatformChoice;
 use certrotor::sys::clock;
 
 use crate::values::{
-    EngineChoice, cluster_mode, endpoint, engine_choice, etcd_endpoints, interval, lease_ttl,
-    platform, positive_seconds, restart_mode, seconds, wait,
+    EngineChoice, cluster_mode, component_version, endpoint, engine_choice, etcd_endpoints,
+    interval, lease_ttl, platform, positive_seconds, restart_mode, seconds, version, wait,
 };
 
 #[derive(FromArgs, ArgsInfo, Debug, Clone)]
@@ -70,10 +70,12 @@ pub struct RenewFlags {
     /// exists, else ctr from PATH)
     pub ctr_path: Option<PathBuf>,
     #[argh(option)]
-    /// kubeadm engine: containerd's socket (default /run/containerd/containerd.sock)
+    /// kubeadm engine: containerd's socket (default: look in host-containerd's namespace
+    /// default, then in /run/containerd/containerd.sock's k8s.io and default)
     pub containerd_socket: Option<PathBuf>,
     #[argh(option)]
-    /// kubeadm engine: containerd namespace of the image (default k8s.io)
+    /// kubeadm engine: containerd namespace of the image (default k8s.io with
+    /// --containerd-socket)
     pub containerd_namespace: Option<String>,
     #[argh(option, default = "Duration::from_secs(60)", from_str_fn(wait))]
     /// how long to wait for another certrotor run to finish (default 60s)
@@ -139,9 +141,46 @@ pub struct PassFlags {
     /// bound on the wait for a component to serve a renewed file by itself before
     /// it is restarted (default 90s; kube-apiserver re-reads about once a minute)
     pub reload_timeout: Duration,
+    #[argh(option, from_str_fn(version))]
+    /// the Kubernetes version kube-apiserver, kube-controller-manager and
+    /// kube-scheduler run, X.Y[.Z], instead of their manifests' image tags (what
+    /// reloads without a restart depends on it)
+    pub kubernetes_version: Option<Version>,
+    #[argh(option, from_str_fn(component_version))]
+    /// one component's version, NAME=X.Y[.Z] (e.g. etcd=3.5.16), instead of its
+    /// manifest's image tag; repeatable; it wins over --kubernetes-version
+    pub component_version: Vec<(Component, Version)>,
+    #[argh(
+        option,
+        default = "certrotor::restart::reload::DEFAULT_HELD_CERT_MARGIN",
+        from_str_fn(interval)
+    )]
+    /// kube-apiserver before 1.27 keeps the old apiserver-kubelet-client on open
+    /// connections to kubelets: it is restarted when that certificate expires
+    /// within this margin (default 24h)
+    pub held_cert_margin: Duration,
 }
 
 impl PassFlags {
+    /// The version flags and the held-certificate margin as the reload decision's options.
+    pub fn reload_options(&self) -> certrotor::restart::reload::ReloadOptions {
+        let mut versions = std::collections::BTreeMap::new();
+        if let Some(v) = self.kubernetes_version {
+            for c in [
+                Component::KubeApiserver,
+                Component::KubeControllerManager,
+                Component::KubeScheduler,
+            ] {
+                versions.insert(c, v);
+            }
+        }
+        versions.extend(self.component_version.iter().copied());
+        certrotor::restart::reload::ReloadOptions {
+            versions,
+            held_cert_margin: self.held_cert_margin,
+        }
+    }
+
     /// The cluster-mode flags as the library's options.
     pub fn cluster_options(&self) -> ClusterOptions {
         ClusterOptions {

@@ -5,8 +5,8 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use certrotor::lab::{LabLayout, Topology};
-use certrotor::node::manifests::Component;
+use certrotor::lab::{KubeVipShape, LabLayout, Topology};
+use certrotor::node::manifests::{Component, Version};
 use certrotor::pki::KeyAlgorithm;
 use certrotor::restart::PlatformChoice;
 use certrotor::sys::clock;
@@ -137,6 +137,37 @@ pub fn endpoint(value: &str) -> Result<(Component, SocketAddr), String> {
     certrotor::restart::parse_endpoint(value)
 }
 
+/// `--kubernetes-version X.Y[.Z]` (`v` allowed).
+pub fn version(value: &str) -> Result<Version, String> {
+    Version::parse_flag(value).ok_or_else(|| "give a version X.Y or X.Y.Z, e.g. 1.31.4".into())
+}
+
+/// `--component-version NAME=X.Y[.Z]`.
+pub fn component_version(value: &str) -> Result<(Component, Version), String> {
+    let (name, v) = value.split_once('=').ok_or_else(|| {
+        "give NAME=X.Y[.Z], e.g. kube-apiserver=1.31.4 or etcd=3.5.16".to_string()
+    })?;
+    let component = Component::ALL
+        .into_iter()
+        .find(|c| c.name() == name)
+        .ok_or_else(|| {
+            format!(
+                "unknown component '{name}' (etcd, kube-apiserver, kube-controller-manager, \
+                 kube-scheduler)"
+            )
+        })?;
+    Ok((component, version(v)?))
+}
+
+/// `lab init --kube-vip`.
+pub fn kube_vip(value: &str) -> Result<KubeVipShape, String> {
+    match value {
+        "eks-anywhere" => Ok(KubeVipShape::EksAnywhere),
+        "probe" => Ok(KubeVipShape::Probe),
+        _ => Err("use eks-anywhere or probe".into()),
+    }
+}
+
 pub fn layout(value: &str) -> Result<LabLayout, String> {
     match value {
         "kubeadm" => Ok(LabLayout::Kubeadm),
@@ -185,5 +216,21 @@ mod tests {
         assert!(etcd_endpoints("https://etcd.example:2379").is_err());
         assert!(lease_ttl("1s").is_err());
         assert_eq!(lease_ttl("5s"), Ok(Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn version_flag_values() {
+        assert_eq!(version("v1.31.4"), Ok(Version::new(1, 31, 4)));
+        assert_eq!(version("1.29"), Ok(Version::new(1, 29, 0)));
+        assert!(version("1.31.4-eks-1").is_err());
+        assert!(version("latest").is_err());
+        assert_eq!(
+            component_version("etcd=3.5.16"),
+            Ok((Component::Etcd, Version::new(3, 5, 16)))
+        );
+        assert!(component_version("kube-vip=0.7").is_err());
+        assert!(component_version("kube-apiserver").is_err());
+        assert_eq!(kube_vip("probe"), Ok(KubeVipShape::Probe));
+        assert!(kube_vip("yes").is_err());
     }
 }

@@ -1,4 +1,5 @@
-//! `k8s-sim`: test double for kube-apiserver, kube-controller-manager and kube-scheduler.
+//! `k8s-sim`: test double for kube-apiserver, kube-controller-manager and kube-scheduler (and
+//! kube-vip: `kube-vip manager` is EKS Anywhere's, `testbed::kube_vip`).
 //!
 //! Busybox-style: it imitates the component named by `argv[0]`'s file name (tests put symlinks
 //! named `kube-apiserver` etc. first on `PATH`) or by its first argument. It loads and checks the
@@ -30,6 +31,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if component == k8s_sim::Component::KubeVip && args.first().is_some_and(|a| a == "manager") {
+        return ExitCode::from(testbed::kube_vip::run_manager(&args[1..]));
+    }
     let name = component.name();
     let result = k8s_sim::parse_flags(args).and_then(|flags| {
         let reject_env = std::env::var(k8s_sim::REJECT_ENV).ok();
