@@ -113,12 +113,16 @@ node_served_sha() {
 node_file_sha() { openssl x509 -in "$1" -outform der | sha256sum | cut -c1-64; }
 
 # ---- the stacked control plane at ROOT with port offset O ------------------------------------
+# etcdctl's own bounds: a refused connection fails at once, so these only stop a request etcd
+# never answers. 3 s and 5 s once failed an `etcdctl put` on a 2-core host running other jobs
+# (the VM's etcd answered, late): 60 s, as for a TLS probe.
+NODE_ETCDCTL_BOUNDS="--dial-timeout=60s --command-timeout=60s"
 # node_etcdctl ROOT O ARGS...   etcdctl with the healthcheck client certificate
 node_etcdctl() {
   _p=$1/var/lib/kubeadm/pki/etcd _o=$2; shift 2
   ETCDCTL_API=3 etcdctl --endpoints="https://127.0.0.1:$((2379 + _o))" --cacert="$_p/ca.crt" \
     --cert="$_p/healthcheck-client.crt" --key="$_p/healthcheck-client.key" \
-    --dial-timeout=3s --command-timeout=5s "$@"
+    $NODE_ETCDCTL_BOUNDS "$@"
 }
 node_apiserver_ok() {
   _p=$1/var/lib/kubeadm/pki
@@ -223,7 +227,7 @@ CR=/.bottlerocket/rootfs
 etcd_ok() {
   ETCDCTL_API=3 etcdctl --endpoints=https://127.0.0.1:$((2379 + O)) --cacert=$EP/ca.crt \
     --cert=$EP/etcdctl-etcd-client.crt --key=$EP/etcdctl-etcd-client.key \
-    --dial-timeout=3s --command-timeout=5s "$@"
+    $NODE_ETCDCTL_BOUNDS "$@"
 }
 cp_client() {  # the etcd client certificate the control plane's apiserver manifest names
   echo "/var/lib/kubeadm/pki/$(sed -n 's/.*--etcd-certfile=\/etc\/kubernetes\/pki\///p' /var/lib/kubeadm/manifests/kube-apiserver.yaml)"
