@@ -112,7 +112,8 @@ bounded 20 cargo test --locked -p qemu-tests --test image_registry
 
 if [ "${CERTROTOR_SKIP_QEMU:-0}" != 1 ]; then
   step "QEMU end-to-end suite (TCG)"
-  bounded 70 cargo test --locked -p qemu-tests -- --test-threads=1 \
+  # --no-fail-fast: a failed scenario does not keep the others from running and reporting.
+  bounded 70 cargo test --locked --no-fail-fast -p qemu-tests -- --test-threads=1 \
     --skip image_index_pushed_pulled_by_digest_and_run_on_both_architectures
 fi
 

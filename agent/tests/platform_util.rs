@@ -46,12 +46,26 @@ pub const PODS: [&str; 4] = [
 /// seconds alone, much longer on a loaded 2-core machine).
 pub const UP_DEADLINE: Duration = Duration::from_secs(240);
 
-/// Longest a certrotor command may run before the test fails (hung).
-const RUN_DEADLINE: Duration = Duration::from_secs(600);
+/// Longest a certrotor command may run before the test fails (hung): [`pass_bound`] of the
+/// [`RESTART_TIMEOUT`] the runs get.
+const RUN_DEADLINE: Duration = pass_bound(RESTART_TIMEOUT_S);
 
 /// The `--restart-timeout` of a run that must succeed: long, because a real apiserver on a
 /// loaded 2-core machine can take a minute to be ready; a healthy restart ends as soon as it is.
 pub const RESTART_TIMEOUT: &str = "180s";
+pub const RESTART_TIMEOUT_S: u64 = 180;
+
+/// The longest one certrotor pass can wait by its own bounds, with `--restart-timeout` of
+/// `restart_timeout_s` seconds and the other bounds at their defaults: the lock (`--lock-timeout`
+/// 60 s), the cluster lock and gates (`--cluster-wait` 600 s), a live reload per component
+/// (`--reload-timeout` 90 s), and per component a stop and a verification (each within the
+/// restart timeout), twice when a failure rolls back and restarts them again. Four components.
+/// A pass past it hung: tests use it as the deadline that stops a hang, never as a measure of
+/// speed (a healthy pass ends as soon as what it waits for is there).
+pub const fn pass_bound(restart_timeout_s: u64) -> Duration {
+    const COMPONENTS: u64 = 4;
+    Duration::from_secs(60 + 600 + COMPONENTS * 90 + 2 * COMPONENTS * 2 * restart_timeout_s)
+}
 
 /// kubectl v1.20.2 (shared with the cluster and events tests).
 pub use testkit::k8s::kubectl_path;
@@ -1074,6 +1088,11 @@ pub fn changed_pods(
         .filter(|p| before[**p].history != after[**p].history)
         .map(|p| p.to_string())
         .collect()
+}
+
+#[test]
+fn the_restart_timeout_flag_and_its_seconds_agree() {
+    assert_eq!(RESTART_TIMEOUT, format!("{RESTART_TIMEOUT_S}s"));
 }
 
 /// Polls kube-apiserver's `/readyz` every 100 ms from a thread, with the node's credentials of

@@ -160,9 +160,35 @@ impl Run {
 
 /// Runs certrotor with `args`, failing the test if it does not finish within the deadline.
 pub fn certrotor(args: &[&str]) -> Run {
-    let command = format!("{BIN} {}", args.join(" "));
-    let child = Command::new(BIN)
-        .args(args)
+    let mut cmd = Command::new(BIN);
+    cmd.args(args);
+    run_to_end(cmd, format!("{BIN} {}", args.join(" "))).0
+}
+
+/// Runs certrotor with `args` under a budget of `cpu_seconds` of CPU time (`ulimit -t`: past it
+/// the kernel stops the process with SIGXCPU), failing the test, naming the budget, when the run
+/// used it up. A bound on the work one run may do, the same whatever else the machine runs;
+/// never a bound on how long it takes by the clock (the deadline only stops a hang).
+pub fn certrotor_within_cpu(args: &[&str], cpu_seconds: u32) -> Run {
+    let budget = cpu_seconds.to_string();
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", "ulimit -S -t \"$0\" && exec \"$@\"", &budget, BIN])
+        .args(args);
+    let command = format!("(ulimit -S -t {cpu_seconds}) {BIN} {}", args.join(" "));
+    let (run, signal) = run_to_end(cmd, command);
+    assert_ne!(
+        signal,
+        Some(nix::sys::signal::Signal::SIGXCPU as i32),
+        "used up its budget of {cpu_seconds} s of CPU time: more work than this input calls for\n{run}"
+    );
+    run
+}
+
+/// Runs `cmd` to its end (output captured, stdin empty, no Kubernetes Events), killing it and
+/// failing the test past [`DEADLINE`]; returns the run and the signal that ended it, if any.
+fn run_to_end(mut cmd: Command, command: String) -> (Run, Option<i32>) {
+    use std::os::unix::process::ExitStatusExt;
+    let child = cmd
         // Lab nodes name addresses that are not theirs: no Kubernetes Events (events.rs tests them).
         .env("CERTROTOR_EVENTS", "off")
         .stdin(Stdio::null())
@@ -182,12 +208,13 @@ pub fn certrotor(args: &[&str]) -> Run {
             panic!("{command} did not finish within {DEADLINE:?} (hung?)");
         }
     };
-    Run {
+    let run = Run {
         command,
         code: out.status.code(),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    };
+    (run, out.status.signal())
 }
 
 /// `certrotor check --root <root> --output json` with extra flags, expecting `code`.

@@ -19,13 +19,36 @@ e2e_finish() { echo "fails=$E2E_FAILS" >> "$E2E_OUT/results.txt"; echo "e2e: fai
 e2e_save() { printf '%s\n' "$2" > "$E2E_OUT/$1"; }
 
 # e2e_wait_for SECONDS CMD...   poll CMD (every 0.1 s) until it succeeds or the deadline passes
+# (a bound that only stops a hang: pick it from what is awaited, not from an idle host's speed).
+# While it waits it prints a line every 30 s: the harness takes a silent console for a hang.
 e2e_wait_for() {
-  _t=$1; shift
-  _deadline=$(( $(cut -d. -f1 /proc/uptime) + _t ))
+  _ew_t=$1; shift
+  _ew_now=$(cut -d. -f1 /proc/uptime)
+  _ew_deadline=$(( _ew_now + _ew_t )) _ew_beat=$(( _ew_now + 30 ))
   until "$@" > /dev/null 2>&1; do
-    [ "$(cut -d. -f1 /proc/uptime)" -ge "$_deadline" ] && return 1
+    _ew_now=$(cut -d. -f1 /proc/uptime)
+    if [ "$_ew_now" -ge "$_ew_deadline" ]; then
+      echo "e2e: timed out after $_ew_t s waiting for: $*"
+      return 1
+    fi
+    if [ "$_ew_now" -ge "$_ew_beat" ]; then
+      echo "e2e: still waiting ($(( _ew_t - _ew_deadline + _ew_now )) s of $_ew_t) for: $*"
+      _ew_beat=$(( _ew_now + 30 ))
+    fi
     sleep 0.1
   done
+}
+# e2e_heartbeat_start TEXT / e2e_heartbeat_stop   while a long command runs that bounds itself
+# (certrotor with its own timeouts), a line every 30 s so that the console is never silent
+e2e_heartbeat_start() {
+  ( _hb_n=0; while sleep 30; do _hb_n=$((_hb_n + 30)); echo "e2e: $1 (${_hb_n} s)"; done ) &
+  E2E_HEARTBEAT_PID=$!
+}
+e2e_heartbeat_stop() {
+  [ -n "${E2E_HEARTBEAT_PID:-}" ] && kill "$E2E_HEARTBEAT_PID" 2> /dev/null
+  wait "$E2E_HEARTBEAT_PID" 2> /dev/null
+  E2E_HEARTBEAT_PID=""
+  true
 }
 
 # ---- network (a boot with BootOptions::user_net: QEMU's user network) ---------------------

@@ -12,6 +12,12 @@
 # Saved: the Node as admin.conf reads it once its Ready condition has a heartbeat, the same Node
 # read with the kubelet's own kubelet.conf, and kubectl's answer to the old (expired) client
 # pair. No human step.
+# The cluster's data from before the node was switched off (what scenario b, the expired node
+# renewed by its bootstrap container, proved on its own before it was merged here): while the
+# node's certificates were still valid, before the clock jump, Debian's etcd started on the
+# node's own data folder, PKI and member flags stores a ConfigMap, as JSON (kube-apiserver's
+# storage decoder reads it beside protobuf); after the renewal kubectl with the renewed
+# admin.conf lists the namespaces and reads it back.
 . /usr/lib/certrotor-e2e/lib.sh
 . "$E2E_SHARE/node-lib.sh"
 
@@ -35,12 +41,37 @@ lease() {
 kubeconfig_with() { sed "s|/var/lib/kubelet/pki/kubelet-client-current.pem|$1|" \
   /var/lib/kubeadm/kubelet.conf > "$2"; }
 el() { awk "BEGIN{print $(e2e_uptime) - $1}"; }
+# seed_etcd   the ConfigMap the cluster held before the node was switched off, written into the
+# node's own etcd (its manifest's member flags and data folder, its PKI) while its certificates
+# were valid
+seed_etcd() {
+  _p=/var/lib/kubeadm/pki/etcd
+  etcd --name=cp-1 --data-dir=/var/lib/etcd \
+    --listen-client-urls=https://127.0.0.1:2379 --advertise-client-urls=https://127.0.0.1:2379 \
+    --listen-peer-urls=https://127.0.0.1:2380 --initial-advertise-peer-urls=https://127.0.0.1:2380 \
+    --initial-cluster=cp-1=https://127.0.0.1:2380 --client-cert-auth=true \
+    --cert-file=$_p/server.crt --key-file=$_p/server.key --trusted-ca-file=$_p/ca.crt \
+    --peer-cert-file=$_p/peer.crt --peer-key-file=$_p/peer.key --peer-trusted-ca-file=$_p/ca.crt \
+    --peer-client-cert-auth=true > "$E2E_OUT/etcd-before.log" 2>&1 &
+  _etcd=$!
+  _rc=1
+  if e2e_wait_for $NODE_START_S node_etcdctl / 0 endpoint health; then
+    _uid=$(cat /proc/sys/kernel/random/uuid)
+    _ts=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+    node_etcdctl / 0 put /registry/configmaps/default/certrotor-e2e \
+      "{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{\"name\":\"certrotor-e2e\",\"namespace\":\"default\",\"uid\":\"$_uid\",\"creationTimestamp\":\"$_ts\"},\"data\":{\"token\":\"$(cat "$E2E_SHARE/token")\"}}" \
+      > /dev/null && _rc=0
+  fi
+  kill "$_etcd"; wait "$_etcd" 2> /dev/null
+  return $_rc
+}
 
 e2e_check "certrotor image imported" node_image
 e2e_check "lab node (one-year leaves)" node_lab /
 e2e_save made-at "$(date +%s)"
 cp -L "$KPKI/kubelet-client-current.pem" /var/tmp/old-kubelet-client.pem
 readlink "$KPKI/kubelet-client-current.pem" > "$E2E_OUT/link-before.txt"
+e2e_check "etcd data from before: a ConfigMap" seed_etcd
 e2e_check "switched off for 400 days (clock +400 d)" node_clock_shift 400
 e2e_save booted-at "$(date +%s)"
 e2e_save booted-at-rfc3339 "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -56,9 +87,10 @@ openssl x509 -in "$KPKI/kubelet-client-current.pem" -noout -subject -nameopt com
 
 # the real control plane on the renewed files
 node_kubelet / node
-e2e_check "real control plane healthy" node_wait_healthy / 0 300
+e2e_check "real control plane healthy" node_wait_healthy / 0
 e2e_check "real kube-apiserver v1.20.2" node_real_version
 e2e_check "cluster-admins bound (kubeadm init)" node_grant_admins /
+node_kubectl_after /
 
 # the real kubelet with the renewed kubelet.conf
 NODE_CNI_CONF=1
@@ -68,10 +100,10 @@ e2e_save containerd-cri-s "$(el "$t")"
 t=$(e2e_uptime)
 NODE_KUBELET_PODS=/var/lib/kubelet/static-pods
 node_real_kubelet / real --kubeconfig=/var/lib/kubeadm/kubelet.conf
-e2e_check "real kubelet: Node cp-1 Ready (admin.conf)" e2e_wait_for 240 ready
+e2e_check "real kubelet: Node cp-1 Ready (admin.conf)" e2e_wait_for $NODE_UP_S ready
 e2e_save kubelet-heartbeat-s "$(el "$t")"
 node_get -o json > "$E2E_OUT/node.json" 2> "$E2E_OUT/node.err"
-e2e_check "real kubelet: its Lease in kube-node-lease" e2e_wait_for 120 lease
+e2e_check "real kubelet: its Lease in kube-node-lease" e2e_wait_for $NODE_UP_S lease
 # the kubelet's own credentials, accepted by the real apiserver as system:node:cp-1
 kubectl --kubeconfig /var/lib/kubeadm/kubelet.conf --request-timeout=60s get node cp-1 \
   -o name > "$E2E_OUT/kubelet-get-node.txt" 2>&1

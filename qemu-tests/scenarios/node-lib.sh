@@ -8,10 +8,24 @@
 # them as host processes (etcd = Debian's etcd, the rest the real kube-apiserver,
 # controller-manager and scheduler v1.20.2 from /usr/lib/k8s), certrotor runs from its
 # OCI image through containerd as a host or bootstrap container (e2e_host_ctr_run).
-# Every wait is a polled condition with a deadline.
+# Every wait is a polled condition with a deadline, and no deadline measures speed: each one
+# only stops a hang, and follows from what it waits for (the bounds below).
+
+# NODE_UP_S: the real control plane (kube-apiserver v1.20.2 and the others, under TCG) coming up
+# or back. Nothing bounds its start but the machine: 60-170 s on an idle host, several times
+# that on a loaded one (one CI run saw over 300 s), so generous: a hang stop only.
+NODE_UP_S=1200
+# NODE_START_S: a small local process coming up (apiserver-sim's socket, containerd, etcd) on a
+# loaded host.
+NODE_START_S=300
 
 NODE_IMG=localhost/certrotor:e2e
 NODE_BIN=/run/e2e-bin
+# A writable HOME (the image's /root is read-only): kubectl keeps the API discovery it fetched
+# in ~/.kube/cache and asks again only after 10 minutes, instead of at every call (each a few
+# dozen requests, slow under TCG).
+export HOME=/var/tmp/e2e-home
+mkdir -p "$HOME"
 
 # node_image: imports the certrotor image unless containerd has it (it persists in /var)
 node_image() {
@@ -50,7 +64,7 @@ node_api() {
   mkdir -p "$(dirname "$2")"
   apiserver-sim --socket "$2" --root "$1" --settings "$1/var/lib/e2e-settings.json" \
     >> "$E2E_OUT/$3-apiserver-sim.log" 2>&1 &
-  e2e_wait_for 30 test -S "$2"
+  e2e_wait_for $NODE_START_S test -S "$2"
 }
 
 # node_kubelet ROOT NAME   starts kubelet-sim on ROOT's static pods, whose commands are the real
@@ -78,29 +92,37 @@ node_clock_shift() {
 }
 node_now_ms() { echo $(( $(date +%s) * 1000 )); }
 
+# One TLS probe: a request that asks the server to close when it has answered, so the probe
+# ends with the answer (~0.8 s under TCG on an idle host); its 60 s bound only stops a hang.
 # node_https_ok PORT PATH [s_client options...]   GET https://127.0.0.1:PORT/PATH answers 200
 node_https_ok() {
   _port=$1 _path=$2; shift 2
   printf 'GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n' "$_path" |
-    timeout 10 openssl s_client -quiet -connect "127.0.0.1:$_port" "$@" 2> /dev/null |
+    timeout 60 openssl s_client -quiet -connect "127.0.0.1:$_port" "$@" 2> /dev/null |
     head -n1 | grep -q ' 200 '
 }
 # node_served_sha PORT [s_client options...]   SHA-256 of the DER certificate served on PORT
+# (s_client prints it before the answer to the request, which ends the connection)
 node_served_sha() {
   _port=$1; shift
-  timeout 10 openssl s_client -connect "127.0.0.1:$_port" "$@" < /dev/null 2> /dev/null |
+  printf 'GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n' |
+    timeout 60 openssl s_client -connect "127.0.0.1:$_port" "$@" 2> /dev/null |
     openssl x509 -outform der 2> /dev/null | sha256sum | cut -c1-64
 }
 # node_file_sha CERT   SHA-256 of the certificate file's DER
 node_file_sha() { openssl x509 -in "$1" -outform der | sha256sum | cut -c1-64; }
 
 # ---- the stacked control plane at ROOT with port offset O ------------------------------------
+# etcdctl's own bounds: a refused connection fails at once, so these only stop a request etcd
+# never answers. 3 s and 5 s once failed an `etcdctl put` on a 2-core host running other jobs
+# (the VM's etcd answered, late): 60 s, as for a TLS probe.
+NODE_ETCDCTL_BOUNDS="--dial-timeout=60s --command-timeout=60s"
 # node_etcdctl ROOT O ARGS...   etcdctl with the healthcheck client certificate
 node_etcdctl() {
   _p=$1/var/lib/kubeadm/pki/etcd _o=$2; shift 2
   ETCDCTL_API=3 etcdctl --endpoints="https://127.0.0.1:$((2379 + _o))" --cacert="$_p/ca.crt" \
     --cert="$_p/healthcheck-client.crt" --key="$_p/healthcheck-client.key" \
-    --dial-timeout=3s --command-timeout=5s "$@"
+    $NODE_ETCDCTL_BOUNDS "$@"
 }
 node_apiserver_ok() {
   _p=$1/var/lib/kubeadm/pki
@@ -114,14 +136,27 @@ node_cp_healthy() {
   if [ "${3:-1}" = 1 ]; then node_etcdctl "$1" "$2" endpoint health > /dev/null 2>&1 || return 1; fi
   node_apiserver_ok "$1" "$2" && node_kcm_ok "$2" && node_sched_ok "$2"
 }
-# node_wait_healthy ROOT O SECONDS [WITH-ETCD]   records how long it took
+# node_wait_healthy ROOT O [SECONDS] [WITH-ETCD]   (SECONDS: NODE_UP_S when empty or absent)
+# records how long it took; the first time in a boot also in NODE_UP_FIRST_S
 node_wait_healthy() {
   _t0=$(e2e_uptime)
-  e2e_wait_for "$3" node_cp_healthy "$1" "$2" "${4:-1}" || return 1
+  e2e_wait_for "${3:-$NODE_UP_S}" node_cp_healthy "$1" "$2" "${4:-1}" || return 1
   _dt=$(awk "BEGIN{print $(e2e_uptime) - $_t0}")
   e2e_log "control plane at $1 healthy after $_dt s"
   printf '%s ' "$_dt" >> "$E2E_OUT/healthy-times.txt"
+  [ -n "${NODE_UP_FIRST_S:-}" ] || NODE_UP_FIRST_S=$_dt
 }
+# node_restart_timeout [FACTOR] [FLOOR]   certrotor's --restart-timeout, from how long this boot's
+# real control plane took to come up the first time (node_wait_healthy): FACTOR (default 3)
+# times that, at least FLOOR (default 300) seconds. A restart brings the same components up
+# again on the same host in the same boot, so the bound scales with the host as it is now, not
+# with an idle host. Before any measurement: NODE_UP_S.
+node_restart_timeout() {
+  if [ -z "${NODE_UP_FIRST_S:-}" ]; then echo "${NODE_UP_S}s"; return; fi
+  awk "BEGIN{ s = ${1:-3} * $NODE_UP_FIRST_S; if (s < ${2:-300}) s = ${2:-300}; printf \"%ds\\n\", s + 0.5 }"
+}
+# node_seconds DURATION   "300s" -> 300
+node_seconds() { echo "${1%s}"; }
 
 # node_served NAME ROOT O   writes $E2E_OUT/NAME: "<component> <served sha> <file sha>" lines
 node_served() {
@@ -166,9 +201,13 @@ node_certrotor() {
     printf '%s\n' "$_ud" > "/local/$_dir/$_cname/user-data"
   fi
   e2e_mark "CERTROTOR-BEGIN $_out"
+  # certrotor bounds its own waits (--restart-timeout, --cluster-wait, ...) but may be silent
+  # while it waits: a line every 30 s tells the harness the guest is not hung.
+  e2e_heartbeat_start "certrotor $_out still running"
   # shellcheck disable=SC2086 # _cmd: the command line's words
   { e2e_host_ctr_run "$_kind" "$@" "$_cname" "$NODE_IMG" $_cmd 2>&1 > "$E2E_OUT/$_out.json"
     echo $? > "$E2E_OUT/$_out.rc"; } | tee "$E2E_OUT/$_out.log"
+  e2e_heartbeat_stop
   e2e_mark "CERTROTOR-END $_out rc=$(cat "$E2E_OUT/$_out.rc")"
   return "$(cat "$E2E_OUT/$_out.rc")"
 }
@@ -188,7 +227,7 @@ CR=/.bottlerocket/rootfs
 etcd_ok() {
   ETCDCTL_API=3 etcdctl --endpoints=https://127.0.0.1:$((2379 + O)) --cacert=$EP/ca.crt \
     --cert=$EP/etcdctl-etcd-client.crt --key=$EP/etcdctl-etcd-client.key \
-    --dial-timeout=3s --command-timeout=5s "$@"
+    $NODE_ETCDCTL_BOUNDS "$@"
 }
 cp_client() {  # the etcd client certificate the control plane's apiserver manifest names
   echo "/var/lib/kubeadm/pki/$(sed -n 's/.*--etcd-certfile=\/etc\/kubernetes\/pki\///p' /var/lib/kubeadm/manifests/kube-apiserver.yaml)"
@@ -211,8 +250,8 @@ node_external_pair() {
   e2e_check "control-plane API" node_api / /run/api.sock cp
   node_kubelet $E etcd-node
   node_kubelet / cp
-  e2e_check "etcd node healthy" e2e_wait_for 120 etcd_ok endpoint health
-  e2e_check "control plane healthy (apiserver reaches etcd)" node_wait_healthy / $O 300 0
+  e2e_check "etcd node healthy" e2e_wait_for $NODE_START_S etcd_ok endpoint health
+  e2e_check "control plane healthy (apiserver reaches etcd)" node_wait_healthy / $O "" 0
   e2e_check "etcd put before" etcd_ok put /e2e/before "$(cat "$E2E_SHARE/token")"
   node_configmap_before /
   e2e_save cp-client-sha-before "$(node_file_sha "$(cp_client)")"
@@ -242,10 +281,11 @@ node_kubectl() {
 node_grant_admins() {
   _sa=${NODE_SUPER_ADMIN:-$1/var/lib/kubeadm/super-admin.conf}
   [ -f "$_sa" ] || return 0
-  kubectl --kubeconfig "$_sa" --request-timeout=60s get clusterrolebinding \
-    kubeadm:cluster-admins > /dev/null 2>&1 && return 0
-  kubectl --kubeconfig "$_sa" --request-timeout=60s create clusterrolebinding \
-    kubeadm:cluster-admins --clusterrole=cluster-admin --group=kubeadm:cluster-admins
+  _out=$(kubectl --kubeconfig "$_sa" --request-timeout=60s create clusterrolebinding \
+    kubeadm:cluster-admins --clusterrole=cluster-admin --group=kubeadm:cluster-admins 2>&1)
+  _rc=$?
+  echo "$_out"
+  [ $_rc = 0 ] || echo "$_out" | grep -q AlreadyExists
 }
 # node_real_cp ROOT   the real kube-apiserver of ROOT's static pods with the start-up cuts
 # (kubelet-sim runs the real kube-apiserver, controller-manager and scheduler v1.20.2); call
@@ -263,17 +303,20 @@ node_configmap_before() {
   e2e_check "kubectl: ConfigMap written before the renewal" node_kubectl "$1" create configmap \
     certrotor-e2e --namespace=default --from-literal=token="$(cat "$E2E_SHARE/token")"
 }
-# node_kubectl_after ROOT [WHICH]   after the renewal (or its rollback: WHICH "restored", default
-# "renewed"), with ROOT's admin.conf: the namespaces -> $E2E_OUT/namespaces.txt, the ConfigMap
-# written before -> $E2E_OUT/configmap.txt
+# node_kubectl_after ROOT [WHICH] [PREFIX]   after the renewal (or its rollback: WHICH
+# "restored", default "renewed"), with ROOT's admin.conf: the namespaces ->
+# $E2E_OUT/PREFIXnamespaces.txt, the ConfigMap written before -> $E2E_OUT/PREFIXconfigmap.txt
 node_kubectl_after() {
-  e2e_check "kubectl (${2:-renewed} admin.conf) lists the namespaces" sh -c \
-    "kubectl --kubeconfig $1/var/lib/kubeadm/admin.conf --request-timeout=60s get namespaces -o name > '$E2E_OUT/namespaces.txt'"
-  e2e_check "kubectl (${2:-renewed} admin.conf) reads the ConfigMap back" sh -c \
-    "kubectl --kubeconfig $1/var/lib/kubeadm/admin.conf --request-timeout=60s get configmap certrotor-e2e --namespace=default -o jsonpath='{.data.token}' > '$E2E_OUT/configmap.txt'"
-  cp "$1/var/log/pods/kube-apiserver.log" "$E2E_OUT/kube-apiserver.log" 2> /dev/null
+  e2e_check "kubectl (${2:-renewed} admin.conf) lists the namespaces" \
+    node_kubectl_save "$1" "${3:-}namespaces.txt" get namespaces -o name
+  e2e_check "kubectl (${2:-renewed} admin.conf) reads the ConfigMap back" \
+    node_kubectl_save "$1" "${3:-}configmap.txt" get configmap certrotor-e2e \
+    --namespace=default -o jsonpath='{.data.token}'
+  cp "$1/var/log/pods/kube-apiserver.log" "$E2E_OUT/${3:-}kube-apiserver.log" 2> /dev/null
   true
 }
+# node_kubectl_save ROOT FILE ARGS...   node_kubectl ROOT ARGS > $E2E_OUT/FILE
+node_kubectl_save() { _ks=$2; _kr=$1; shift 2; node_kubectl "$_kr" "$@" > "$E2E_OUT/$_ks"; }
 # node_readyz_start ROOT O NAME   polls the real apiserver's https://127.0.0.1:(6443+O)/readyz
 # in the background, 100 ms between probes (each probe, an openssl s_client, itself takes ~0.8 s
 # under TCG: that is the resolution); one line per poll in $E2E_OUT/NAME: "<uptime> <1|0>"
@@ -315,9 +358,9 @@ TOML
       > /etc/cni/net.d/10-host-only.conflist
   fi
   for _p in $(pidof containerd); do kill "$_p"; done
-  e2e_wait_for 30 sh -c '! pidof containerd' || return 1
+  e2e_wait_for $NODE_START_S sh -c '! pidof containerd' || return 1
   containerd --config /etc/containerd/cri.toml > "$E2E_OUT/containerd-cri.log" 2>&1 &
-  e2e_wait_for 60 ctr version || return 1
+  e2e_wait_for $NODE_START_S ctr version || return 1
   ctr -n k8s.io images import "$E2E_SHARE/pause.tar" > /dev/null
 }
 # node_cp_images   imports the control-plane images ($E2E_SHARE/cp-images/*.tar: the real
@@ -325,6 +368,7 @@ TOML
 node_cp_images() {
   for _t in "$E2E_SHARE"/cp-images/*.tar; do
     ctr -n k8s.io images import "$_t" > /dev/null || return 1
+    e2e_log "imported $(basename "$_t")"
   done
 }
 # node_real_kubelet ROOT NAME [FLAG...]   starts the real kubelet v1.20.2 with containerd's CRI
@@ -353,7 +397,7 @@ node_pids() {
   done > "$E2E_OUT/$1"
 }
 
-# ---- Bottlerocket's host-containerd (qemu-tests/tests/engine_kubeadm.rs) ----------------------
+# ---- Bottlerocket's host-containerd (qemu-tests/tests/renew_expiring.rs) ------------------
 # NODE_HC: host-containerd's socket. node_host_containerd starts a second, real containerd the
 # way Bottlerocket runs host-containerd for host and bootstrap containers (bottlerocket-api.md
 # §3.1, Bottlerocket's host-containerd config: its own root, state and socket, CRI off), beside
@@ -378,7 +422,7 @@ disabled_plugins = [
 address = "/run/host-containerd/containerd.sock"
 TOML
   containerd --config /etc/host-containerd/config.toml > "$E2E_OUT/host-containerd.log" 2>&1 &
-  e2e_wait_for 60 ctr -a "$NODE_HC" version
+  e2e_wait_for $NODE_START_S ctr -a "$NODE_HC" version
 }
 # node_apiexec TARGET CMD...   what `apiclient exec TARGET CMD...` runs on Bottlerocket: the API
 # server's exec child, `ctr -a <host-containerd> task exec --exec-id apiexec-<16 random>` into

@@ -13,7 +13,9 @@
 #   renewed admin.conf lists the namespaces and reads the ConfigMap back.
 . /usr/lib/certrotor-e2e/lib.sh
 . "$E2E_SHARE/node-lib.sh"
-HC="run --once --platform bottlerocket --restart-timeout 300s --poll-interval 200ms --restart always --output json"
+# the host container's pass; its restart bound follows from this boot's first start of the
+# control plane (node_restart_timeout; NODE_UP_S when it runs before any)
+hc() { echo "run --once --platform bottlerocket --restart-timeout $(node_restart_timeout) --poll-interval 200ms --restart always --output json"; }
 
 if [ "$E2E_BOOT" = 1 ]; then
   e2e_check "certrotor image imported" node_image
@@ -21,13 +23,13 @@ if [ "$E2E_BOOT" = 1 ]; then
   node_real_cp /
   e2e_check "apiserver-sim on /run/api.sock" node_api / /run/api.sock node
   node_kubelet / node
-  e2e_check "control plane healthy before" node_wait_healthy / 0 300
+  e2e_check "control plane healthy before" node_wait_healthy / 0
   node_configmap_before /
   e2e_check "etcd put before renewal" node_etcdctl / 0 put /e2e/before "$(cat "$E2E_SHARE/token")"
   node_pki_sums pki-before.sha /
   e2e_finish; echo "$?" > "$E2E_OUT/checks-rc"; sync
   fp=$(cat "$E2E_SHARE/failpoint")
-  node_certrotor --superpowered certrotor run "$HC" \
+  node_certrotor --superpowered certrotor run "$(hc)" \
     --env "CERTROTOR_FAILPOINT=$fp" --env CERTROTOR_FAILPOINT_ACTION=pause
   e2e_log "certrotor ended without reaching failpoint $fp"
   exit 98
@@ -44,11 +46,11 @@ node_kubelet / node
 # after a bootstrap container the PKI is consistent before any pod starts; without one the
 # kubelet and the host container start together (Bottlerocket does not order them)
 if [ "$(cat "$E2E_SHARE/bootstrap")" = yes ]; then
-  e2e_check "control plane healthy at boot" node_wait_healthy / 0 300
+  e2e_check "control plane healthy at boot" node_wait_healthy / 0
 fi
-node_certrotor --superpowered certrotor run "$HC"
+node_certrotor --superpowered certrotor run "$(hc)"
 e2e_check "host container exit 0" [ "$(cat "$E2E_OUT/run.rc")" = 0 ]
-e2e_check "control plane healthy after" node_wait_healthy / 0 300
+e2e_check "control plane healthy after" node_wait_healthy / 0
 node_kubectl_after /
 e2e_save etcd-after "$(node_etcdctl / 0 get --print-value-only /e2e/before)"
 node_pki_sums pki-after.sha /

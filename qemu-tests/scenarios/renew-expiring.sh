@@ -1,28 +1,38 @@
 #!/bin/sh
 # Scenario a (qemu-tests/tests/renew_expiring.rs): a stacked control-plane node whose leaf
 # certificates expire in 2 days; certrotor, as a superpowered host container given `run --once`
-# as arguments (node_certrotor), renews, reloads etcd live (`--restart live`), restarts each
-# other static pod once through the API and verifies. The host-side
-# test asserts on the files saved here. With `extra-args` in the share (issue 6's scenario,
-# qemu-tests/tests/engine_kubeadm.rs), those arguments are added, and `kubeadm.oci.tar` (the
-# real kubeadm's image) is imported into host-containerd first (below). The static pods
-# are the real kube-apiserver, controller-manager and scheduler v1.20.2 (the apiserver with the
-# start-up cuts of node_fast_apiserver): kubectl v1.20.2 writes a ConfigMap before the renewal and, with the
-# renewed admin.conf, lists the namespaces and reads it back after; the real apiserver's /readyz
-# is polled (100 ms between probes) while certrotor runs (readyz.txt).
-# Issue 27 (engine_kubeadm.rs): with `kubeadm.oci.tar`, the image sits where Bottlerocket keeps
-# the kubeadm-bootstrap image (a real host-containerd, namespace default; the API names it in
-# settings.host-containers.kubeadm-bootstrap.source); with `first-boot`, certrotor's containers
-# run first on the node before any PKI exists; with `readme-exec.txt`, the daemon runs as a host
-# container in host-containerd at the end and each `apiclient exec` line of
-# bottlerocket/packaging/README.md runs as the API server runs it.
+# as arguments (node_certrotor; a host container's user-data is `daemon`), renews, reloads etcd
+# and kube-apiserver live (`--restart live`; kube-apiserver v1.20.2 re-reads its leaf
+# certificates), restarts the controller-manager and the scheduler (embedded kubeconfig data)
+# through the API and verifies. The host-side test asserts on the files saved here. The static
+# pods are the real kube-apiserver, controller-manager and scheduler v1.20.2 (the apiserver with
+# the start-up cuts of node_fast_apiserver) and Debian's etcd: kubectl v1.20.2 writes a ConfigMap
+# before the renewal and, with the renewed admin.conf, lists the namespaces and reads it back
+# after; the real apiserver's /readyz is polled (100 ms between probes) while certrotor runs
+# (readyz.txt).
+#
+# Share files that select a variant (one boot each):
+# * `real-kubelet` (qemu-tests/tests/kubelet_control_plane.rs): the static pods run under the
+#   real kubelet v1.20.2 with containerd's CRI and runc, from OCI images of the real binaries,
+#   instead of kubelet-sim; the pids of the components are saved before and after, and what the
+#   kubelet made of the Bottlerocket API's rendering (static-pods.txt, the runc tasks' commands,
+#   the CRI containers) before the renewal.
+# * `kubeadm.oci.tar` (the kubeadm engine, issues 6 and 27.3): the node is made as kubeadm v1.20.2
+#   makes it (RSA-2048 keys); the image sits where Bottlerocket keeps EKS Anywhere's
+#   kubeadm-bootstrap image (a real host-containerd, namespace default; the API names it in
+#   settings.host-containers.kubeadm-bootstrap.source); after the native renewal above and its
+#   checks, the same boot renews again with `--engine kubeadm` alone (which finds that image),
+#   super-admin.conf set aside as kubeadm v1.20.2 has none; that second pass's files are saved
+#   with the prefix `kubeadm-`.
+# * `first-boot` (issue 27): certrotor's containers run first on the node before any PKI exists
+#   (the bootstrap container's default user-data; `run --once` as a host container's user-data).
+# * `readme-exec.txt` (issue 27.5): at the end, the daemon runs as a host container in
+#   host-containerd and each `apiclient exec` line of bottlerocket/packaging/README.md runs as
+#   the API server runs it.
 . /usr/lib/certrotor-e2e/lib.sh
 . "$E2E_SHARE/node-lib.sh"
 R=/ P=/var/lib/kubeadm/pki
 
-# With `real-kubelet` in the share (qemu-tests/tests/kubelet_control_plane.rs), the static pods
-# run under the real kubelet v1.20.2 with containerd's CRI and runc, from OCI images of the real
-# binaries, instead of kubelet-sim; the pids of the components are saved before and after.
 REAL_KUBELET=0
 if [ -f "$E2E_SHARE/real-kubelet" ]; then
   REAL_KUBELET=1
@@ -30,8 +40,9 @@ if [ -f "$E2E_SHARE/real-kubelet" ]; then
   e2e_check "control-plane images imported into k8s.io" node_cp_images
 fi
 e2e_check "certrotor image imported" node_image
-EXTRA=$(cat "$E2E_SHARE/extra-args" 2> /dev/null || true)
+KUBEADM=0
 if [ -f "$E2E_SHARE/kubeadm.oci.tar" ]; then
+  KUBEADM=1
   e2e_check "host-containerd started" node_host_containerd
   e2e_check "kubeadm-bootstrap image imported into host-containerd (namespace default)" \
     sh -c "ctr -a $NODE_HC -n default images import '$E2E_SHARE/kubeadm.oci.tar' > /dev/null"
@@ -50,19 +61,13 @@ if [ -f "$E2E_SHARE/first-boot" ]; then
   echo $? > "$E2E_OUT/host-run-once.rc"
   rm -f /run/api.sock
 fi
-if [ -f "$E2E_SHARE/kubeadm.oci.tar" ]; then
-  # a node as kubeadm v1.20.2 makes it: RSA-2048 keys (ECDSA came with kubeadm 1.31), and no
-  # super-admin.conf (kubeadm 1.29)
+if [ $KUBEADM = 1 ]; then
+  # a node as kubeadm v1.20.2 makes it: RSA-2048 keys (ECDSA came with kubeadm 1.31)
   NODE_KEY_ALG=rsa-2048
   e2e_check "lab node (RSA, expires in 2d)" node_lab / --expires-in 2d
-  # (kept aside: with the real control plane, it binds admin.conf's group once, as kubeadm
-  # init does; kubeadm v1.20.2's admin.conf would be system:masters itself)
-  mv /var/lib/kubeadm/super-admin.conf /var/tmp/super-admin.conf
-  NODE_SUPER_ADMIN=/var/tmp/super-admin.conf
 else
   e2e_check "lab node (expires in 2d)" node_lab / --expires-in 2d
 fi
-RESTART_TIMEOUT=300s UP_S=300
 node_real_cp /
 if [ -f "$E2E_SHARE/kubeadm.oci.tar" ]; then
   # What EKS Anywhere leaves in the API: its kubeadm-bootstrap host container, disabled once it
@@ -77,20 +82,33 @@ if [ $REAL_KUBELET = 1 ]; then
 else
   node_kubelet / node
 fi
-e2e_check "control plane healthy before" node_wait_healthy / 0 $UP_S
-if [ $REAL_KUBELET = 1 ]; then node_pids pids-before.txt; fi
+e2e_check "control plane healthy before" node_wait_healthy / 0
+if [ $REAL_KUBELET = 1 ]; then
+  node_pids pids-before.txt
+  # what the real kubelet made of the API's rendering: one sandbox (the real pause) and one
+  # container per rendered static pod
+  ls /etc/kubernetes/static-pods > "$E2E_OUT/static-pods.txt"
+  ctr -n k8s.io tasks ls > "$E2E_OUT/tasks.txt" 2>&1
+  ctr -n k8s.io containers ls > "$E2E_OUT/containers.txt" 2>&1
+  for pid in $(awk '$3 == "RUNNING" {print $2}' "$E2E_OUT/tasks.txt"); do
+    cat "/proc/$pid/comm" >> "$E2E_OUT/task-comms.txt"
+  done
+fi
 node_configmap_before /
 node_readyz_start / 0 readyz.txt
 e2e_check "etcd put before renewal" node_etcdctl / 0 put /e2e/before "$(cat "$E2E_SHARE/token")"
 node_pki_sums pki-before.sha /
 node_served served-before.txt / 0
 
+# The restart bound follows from this boot's own first start of the control plane.
+RT=$(node_restart_timeout)
+e2e_save restart-timeout "$RT"
 # the default `--restart live`, spelled out (issue 11)
 node_certrotor --superpowered certrotor run \
-  "run --once --platform bottlerocket --restart-timeout $RESTART_TIMEOUT --poll-interval 200ms --restart live --output json $EXTRA"
+  "run --once --platform bottlerocket --restart-timeout $RT --reload-timeout $RT --poll-interval 200ms --restart live --output json"
 e2e_check "certrotor run exit 0" [ "$(cat "$E2E_OUT/run.rc")" = 0 ]
 
-e2e_check "control plane healthy after" node_wait_healthy / 0 $UP_S
+e2e_check "control plane healthy after" node_wait_healthy / 0
 if [ $REAL_KUBELET = 1 ]; then node_pids pids-after.txt; fi
 node_readyz_stop
 node_kubectl_after /
@@ -105,11 +123,32 @@ for b in /var/lib/certrotor/backups/*/; do
   f=$(find "$b" -name apiserver.crt | head -n1)
   [ -n "$f" ] && sha256sum < "$f" | cut -c1-64 > "$E2E_OUT/backup-apiserver.sha"
 done
-ctr -n k8s.io containers ls -q > "$E2E_OUT/k8s-containers.txt" 2>&1
-if [ -S "$NODE_HC" ]; then
+
+if [ $KUBEADM = 1 ]; then
+  # ---- the same node, renewed again by the real kubeadm (certrotor's kubeadm engine) ----------
+  # kubeadm v1.20.2 has no super-admin.conf (kubeadm 1.29): set aside, as on such a node
+  mv /var/lib/kubeadm/super-admin.conf /var/tmp/super-admin.conf
+  node_pki_sums kubeadm-pki-before.sha /
+  node_served kubeadm-served-before.txt / 0
+  certs=""
+  for c in apiserver apiserver-kubelet-client front-proxy-client apiserver-etcd-client \
+    etcd-server etcd-peer etcd-healthcheck-client admin.conf controller-manager.conf scheduler.conf; do
+    certs="$certs --cert $c"
+  done
+  node_certrotor --superpowered certrotor kubeadm-run \
+    "run --once --platform bottlerocket --restart-timeout $RT --reload-timeout $RT --poll-interval 200ms --restart live --output json --engine kubeadm$certs"
+  e2e_check "certrotor run --engine kubeadm exit 0" [ "$(cat "$E2E_OUT/kubeadm-run.rc")" = 0 ]
+  e2e_check "control plane healthy after the kubeadm engine's renewal" node_wait_healthy / 0
+  node_kubectl_after / kubeadm-renewed kubeadm-
+  e2e_save kubeadm-etcd-after "$(node_etcdctl / 0 get --print-value-only /e2e/before)"
+  node_pki_sums kubeadm-pki-after.sha /
+  node_served kubeadm-served-after.txt / 0
+  node_check kubeadm-check-after /
+  node_save_state / kubeadm-state
+  ctr -n k8s.io containers ls -q > "$E2E_OUT/k8s-containers.txt" 2>&1
   ctr -a "$NODE_HC" -n default containers ls -q > "$E2E_OUT/host-containers.txt" 2>&1
+  ls /var/lib/certrotor/engine > "$E2E_OUT/engine-staging.txt" 2>&1 || true
 fi
-ls /var/lib/certrotor/engine > "$E2E_OUT/engine-staging.txt" 2>&1 || true
 
 if [ -f "$E2E_SHARE/readme-exec.txt" ]; then
   e2e_check "certrotor image imported into host-containerd" \
@@ -120,8 +159,10 @@ if [ -f "$E2E_SHARE/readme-exec.txt" ]; then
   e2e_check "certrotor daemon started as a host container in host-containerd" \
     e2e_host_ctr_run --superpowered --detach certrotor "$NODE_IMG"
   unset CONTAINERD_ADDRESS
+  # the daemon's first pass finds nothing due (both passes above renewed for a year); the bound
+  # only stops a hang
   e2e_check "the daemon's first pass recorded" \
-    e2e_wait_for 300 grep -q '"daemon"' /var/lib/certrotor/last-pass.json
+    e2e_wait_for $NODE_UP_S grep -q '"daemon"' /var/lib/certrotor/last-pass.json
   apiclient() { [ "$1" = exec ] || return 99; shift; node_apiexec "$@"; }
   _n=0
   while IFS= read -r _line || [ -n "$_line" ]; do

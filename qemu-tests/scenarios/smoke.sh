@@ -15,7 +15,7 @@ e2e_save boot-count "$E2E_BOOT_COUNT"
 # settings persist in /var/lib/bottlerocket-sim), else a placeholder file to bind-mount.
 if [ -x /usr/bin/apiserver-sim ]; then
   apiserver-sim --socket /run/api.sock --root / > "$E2E_OUT/apiserver-sim.log" 2>&1 &
-  e2e_check "apiserver-sim serves /run/api.sock" e2e_wait_for 30 test -S /run/api.sock
+  e2e_check "apiserver-sim serves /run/api.sock" e2e_wait_for 300 test -S /run/api.sock
   e2e_save api-sock socket
 else
   : > /run/api.sock

@@ -392,6 +392,13 @@ pub fn k8s_bin(name: &str) -> Result<PathBuf> {
     }
 }
 
+/// Where OCI archives are kept by input hash (`OCI_IMAGE_CACHE` of `images/oci-image.py`):
+/// packed once, hard-linked into each scenario's share. Under the work root, so a `cargo clean`
+/// or a fresh clone starts empty.
+pub fn oci_cache_dir() -> PathBuf {
+    paths::work_root().join(".oci-cache")
+}
+
 /// Builds an OCI image archive (`ctr images import`-able) holding `binary` at `dest` (an
 /// absolute path in the image, also the entrypoint), named `reference`, at `out`.
 pub fn oci_image(binary: &Path, dest: &str, reference: &str, out: &Path) -> Result<()> {
@@ -410,6 +417,7 @@ pub fn oci_image_with(
     let script = paths::images_src_dir().join("oci-image.sh");
     let mut cmd = Command::new("bash");
     cmd.arg(script)
+        .env("OCI_IMAGE_CACHE", oci_cache_dir())
         .arg(binary)
         .arg(out)
         .args(["--name", reference, "--dest", dest]);

@@ -27,4 +27,4 @@ pub mod vm;
 
 pub use artifacts::{Artifacts, Binaries, Images, artifacts};
 pub use error::{Error, Result};
-pub use vm::{Boot, BootOptions, Ending, MARKER_PREFIX, Scenario};
+pub use vm::{Boot, BootOptions, DEFAULT_HANG_AFTER, Ending, MARKER_PREFIX, Scenario};

@@ -1,6 +1,14 @@
 //! Scenarios: a work dir with a 9p share and a persistent `/local` disk, booted one or more
-//! times under QEMU (TCG), with the serial log captured, markers timed, a hard timeout and an
+//! times under QEMU (TCG), with the serial log captured, markers timed, hang detection and an
 //! optional kill (power loss) at a marker.
+//!
+//! A boot has no time limit of its own: how long a scenario takes depends on the machine (TCG
+//! on a loaded 2-core host runs several times slower than on an idle one), and every wait in
+//! the guest has its own bound (`e2e_wait_for`, certrotor's `--restart-timeout`, ...). While
+//! the guest waits it says so on the console at least every 30 s (`e2e_wait_for`,
+//! `node_certrotor`), so a console silent for [`BootOptions::hang_after`] means something hung
+//! outside any bounded wait (the kernel, QEMU, a stuck command): QEMU is killed and the boot
+//! fails with the log's tail.
 //!
 //! Work dir layout (`<target>/qemu-tests/<scenario>/`, wiped when the scenario starts):
 //! * `serial.log`          — every boot's console, one after the other (`boot-N.serial.log` per boot)
@@ -14,7 +22,8 @@
 //! scenarios without a control plane; a boot's `BootOptions::smp` overrides it, 2 for the
 //! real control plane),
 //! `QEMU_TESTS_MEM` (MiB, default 1024), `QEMU_TESTS_JOBS` (VMs at once across all test
-//! processes, default 1), `QEMU_TESTS_TIMEOUT_FACTOR` (multiplies every boot timeout, default 1),
+//! processes, default 1), `QEMU_TESTS_TIMEOUT_FACTOR` (multiplies every boot's `hang_after`,
+//! default 1),
 //! `QEMU` (the qemu-system-x86_64 binary).
 
 use crate::artifacts::{Artifacts, artifacts};
@@ -30,11 +39,17 @@ use std::time::{Duration, Instant};
 /// Prefix of every line printed by the guest's init and `e2e_mark`.
 pub const MARKER_PREFIX: &str = "CERTROTOR-E2E: ";
 
+/// Default [`BootOptions::hang_after`]: ten times the guest's 30 s heartbeat while it waits,
+/// and far above its silent steps between two lines (image imports, a kubectl call, the kernel
+/// boot), however slow the host.
+pub const DEFAULT_HANG_AFTER: Duration = Duration::from_secs(300);
+
 /// Options for one boot.
 #[derive(Debug, Clone)]
 pub struct BootOptions {
-    /// Hard limit for the whole boot (QEMU is killed and the boot fails when it passes).
-    pub timeout: Duration,
+    /// The boot hung when its console has been silent this long (no line at all): QEMU is
+    /// killed and the boot fails. Not a limit on the boot's length (see the module doc).
+    pub hang_after: Duration,
     /// Kill QEMU (SIGKILL: a power loss) as soon as a console line contains this text.
     pub kill_at: Option<String>,
     /// Extra kernel command line words (e.g. `e2e.shell=1`).
@@ -56,7 +71,7 @@ pub struct BootOptions {
 impl Default for BootOptions {
     fn default() -> Self {
         BootOptions {
-            timeout: Duration::from_secs(300),
+            hang_after: DEFAULT_HANG_AFTER,
             kill_at: None,
             append: Vec::new(),
             rtc_base: None,
@@ -188,6 +203,13 @@ impl Scenario {
     /// Builds the artifacts if needed (once per process), then creates a fresh work dir
     /// `<target>/qemu-tests/<name>` with an empty share and a new `/local` disk.
     pub fn new(name: &str) -> Result<Scenario> {
+        let sc = Scenario::empty(name, artifacts()?)?;
+        sc.new_local_disk()?;
+        Ok(sc)
+    }
+
+    /// A fresh work dir with an empty share and no disk yet.
+    fn empty(name: &str, artifacts: &'static Artifacts) -> Result<Scenario> {
         if name.is_empty()
             || !name
                 .chars()
@@ -195,20 +217,17 @@ impl Scenario {
         {
             return Err(Error(format!("bad scenario name {name:?}")));
         }
-        let artifacts = artifacts()?;
         let dir = paths::work_root().join(name);
         if dir.exists() {
             fs::remove_dir_all(&dir).ctx(format!("remove {}", dir.display()))?;
         }
         fs::create_dir_all(dir.join("share/out")).ctx(format!("create {}", dir.display()))?;
-        let sc = Scenario {
+        Ok(Scenario {
             name: name.to_string(),
             dir,
             artifacts,
             boots: 0,
-        };
-        sc.new_local_disk()?;
-        Ok(sc)
+        })
     }
 
     /// The scenario's name.
@@ -239,6 +258,38 @@ impl Scenario {
     /// Number of boots so far.
     pub fn boots(&self) -> u32 {
         self.boots
+    }
+
+    /// A second scenario, `name`, that goes on from this one's disk as its last boot left it:
+    /// its own work dir, a copy of this one's share (the guest script, its inputs and the outputs
+    /// so far) and a persistent disk that is a fresh copy-on-write overlay of this one's. That
+    /// disk is frozen here as the disk this scenario's next boot starts from, so the next boot
+    /// of either one writes to an overlay of its own. Boots go on counting from this one's.
+    /// Two branches of one node after one set-up: e.g. one power loss, recovered two ways.
+    pub fn fork(&mut self, name: &str) -> Result<Scenario> {
+        let index = self.boots + 1;
+        if !self.disk_before(index).exists() {
+            self.overlay_disk(index)?;
+        }
+        let child = Scenario::empty(name, self.artifacts)?;
+        let st = Command::new("cp")
+            .arg("-a")
+            .arg(format!("{}/.", self.share_dir().display()))
+            .arg(child.share_dir())
+            .status()
+            .ctx("cp")?;
+        if !st.success() {
+            return Err(Error(format!(
+                "copy {} to {} failed: {st}",
+                self.share_dir().display(),
+                child.share_dir().display()
+            )));
+        }
+        child.create_disk(&self.disk_before(index), "qcow2")?;
+        Ok(Scenario {
+            boots: self.boots,
+            ..child
+        })
     }
 
     /// Replaces the persistent disk by a fresh copy-on-write overlay of the blank base.
@@ -356,21 +407,25 @@ impl Scenario {
     }
 
     /// Boots the VM once on the scenario's persistent disk and waits until QEMU exits, the
-    /// `kill_at` marker shows up (QEMU is then SIGKILLed) or the timeout passes (error).
+    /// `kill_at` marker shows up (QEMU is then SIGKILLed) or the console stays silent for
+    /// `hang_after` (error: the boot hung).
     ///
     /// One exception, printed: a boot in which the guest kernel's soft-lockup watchdog fired (a
     /// vCPU stuck in the kernel, which multi-threaded TCG has produced three times in this
     /// project's runs: twice inside runc, once in a simulator process, each time before
     /// certrotor ran, and the guest never recovered) is an emulator fault. QEMU is killed at the
-    /// watchdog's line, not at the timeout (20 min for the cluster scenarios), and the boot runs
+    /// watchdog's line, not when the console falls silent, and the boot runs
     /// again once, on the disk exactly as it was before the locked-up attempt (each boot writes
     /// to a new copy-on-write overlay of the disk its predecessor left, so the attempt's writes
     /// are thrown away with its overlay), its serial log kept as `boot-N.lockup.serial.log`. A
-    /// lockup in that second try waits for the timeout (a guest may recover) and then fails, as
-    /// any other timeout does.
+    /// lockup in that second try waits for the silence (a guest may recover) and then fails, as
+    /// any other hang does.
     pub fn boot(&mut self, opts: &BootOptions) -> Result<Boot> {
         let index = self.boots + 1;
-        self.overlay_disk(index)?;
+        // Frozen already when a fork took this disk as its start.
+        if !self.disk_before(index).exists() {
+            self.overlay_disk(index)?;
+        }
         match self.boot_once(opts, true)? {
             Attempt::Done(b) => Ok(b),
             Attempt::LockedUp(_) => {
@@ -418,7 +473,7 @@ impl Scenario {
     }
 
     /// `stop_at_lockup`: QEMU is killed at the soft-lockup watchdog's first line (the boot is
-    /// then `LockedUp`) instead of running on to the timeout.
+    /// then `LockedUp`) instead of running on into the silence.
     fn boot_once(&mut self, opts: &BootOptions, stop_at_lockup: bool) -> Result<Attempt> {
         self.boots += 1;
         let index = self.boots;
@@ -430,13 +485,13 @@ impl Scenario {
 
         let _slot = VmSlot::acquire()?;
         let factor = env_num("QEMU_TESTS_TIMEOUT_FACTOR", 1).max(1);
-        let timeout = opts
-            .timeout
+        let hang_after = opts
+            .hang_after
             .saturating_mul(u32::try_from(factor).unwrap_or(1));
         eprintln!(
-            "qemu-tests: {}: boot {index} (timeout {}s), serial log {}",
+            "qemu-tests: {}: boot {index} (hung after {}s of console silence), serial log {}",
             self.name,
-            timeout.as_secs(),
+            hang_after.as_secs(),
             serial.display()
         );
         let mut log = SerialLog::create(&serial, &self.serial_log(), index)?;
@@ -451,7 +506,8 @@ impl Scenario {
         spawn_reader(child.stdout.take(), "", tx.clone());
         spawn_reader(child.stderr.take(), "[qemu stderr] ", tx);
 
-        let deadline = t0 + timeout;
+        // Moves on with every console line: only silence runs into it.
+        let mut deadline = t0 + hang_after;
         let mut markers = Vec::new();
         let mut result_rc: Option<i32> = None;
         let mut killed = false;
@@ -461,12 +517,16 @@ impl Scenario {
                 kill(&mut child);
                 // Reaped, so that no zombie QEMU stays behind for the rest of the run.
                 let _ = child.wait();
-                log.line(t0.elapsed(), "[harness] TIMEOUT: QEMU killed");
+                log.line(
+                    t0.elapsed(),
+                    "[harness] HUNG: no console line for the hang bound; QEMU killed",
+                );
                 let excerpt = log_excerpt(&serial, &out_dir);
                 let error = Error(format!(
-                    "{}: boot {index} timed out after {}s\n{excerpt}",
+                    "{}: boot {index} timed out: its console was silent for {}s (hung; every \
+                     wait in the guest prints at least every 30 s)\n{excerpt}",
                     self.name,
-                    timeout.as_secs()
+                    hang_after.as_secs()
                 ));
                 let locked_up =
                     fs::read_to_string(&serial).is_ok_and(|log| log.contains(SOFT_LOCKUP));
@@ -478,6 +538,7 @@ impl Scenario {
             }
             match rx.recv_timeout(deadline - now) {
                 Ok(Line(text)) => {
+                    deadline = Instant::now() + hang_after;
                     let at = t0.elapsed();
                     log.line(at, &text);
                     if let Some(pos) = text.find(MARKER_PREFIX) {

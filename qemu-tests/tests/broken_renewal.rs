@@ -13,7 +13,6 @@
 mod common;
 
 use common::*;
-use std::time::Duration;
 
 #[test]
 fn rejected_certificate_is_rolled_back_and_reported() {
@@ -22,7 +21,7 @@ fn rejected_certificate_is_rolled_back_and_reported() {
         include_str!("../scenarios/broken-renewal.sh"),
     );
     sc.artifacts().bins.require_k8s().unwrap();
-    let b = sc.boot(&real_cp_boot(Duration::from_secs(1080))).unwrap();
+    let b = sc.boot(&real_cp_boot()).unwrap();
     b.expect_success().unwrap();
     assert_guest_checks(&b);
 

@@ -6,37 +6,37 @@
 //! pods are the REAL kube-apiserver, controller-manager and scheduler v1.20.2 and Debian's
 //! etcd; after the recovery kubectl with the renewed admin.conf lists the namespaces and reads
 //! back a ConfigMap written in boot 1, before the interrupted renewal.
-//! Guest side: `qemu-tests/scenarios/power-loss.sh` (2 boots per test, ~5 min under TCG).
+//! The two losses mid-swap (recovered with and without a bootstrap container) share their boot 1:
+//! the scenario forks after it, each branch a copy-on-write overlay of the disk the loss left.
+//! Guest side: `qemu-tests/scenarios/power-loss.sh`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
 use common::*;
-use qemu_tests::{Boot, BootOptions};
-use std::time::Duration;
+use qemu_tests::{Boot, BootOptions, Scenario};
+use std::collections::BTreeMap;
+use std::time::Instant;
 
-struct Case {
+/// One power loss: where it hits (`failpoint`) and whether the interruption already replaced live
+/// files (after the journal: the recovery rolls forward).
+struct Loss {
     name: &'static str,
     failpoint: &'static str,
-    /// Whether the interruption already replaced live files (after the journal).
     rolls_forward: bool,
-    /// Whether boot 2 runs the bootstrap container before the kubelet.
-    bootstrap: bool,
 }
 
-fn run(case: &Case) {
-    let (mut sc, t0) = scenario(case.name, include_str!("../scenarios/power-loss.sh"));
-    sc.write_share("failpoint", case.failpoint.as_bytes())
+/// Boot 1: a healthy node, certrotor stopped at the failpoint, QEMU killed there. Returns the
+/// scenario (its disk as the power loss left it), boot 1 and when the test began.
+fn lose_power(loss: &Loss) -> (Scenario, Boot, Instant) {
+    let (mut sc, t0) = scenario(loss.name, include_str!("../scenarios/power-loss.sh"));
+    sc.write_share("failpoint", loss.failpoint.as_bytes())
         .unwrap();
-    sc.write_share("bootstrap", if case.bootstrap { b"yes" } else { b"no" })
-        .unwrap();
-
     sc.artifacts().bins.require_k8s().unwrap();
-    // ---- boot 1: power loss at the failpoint
     let b1 = sc
         .boot(&BootOptions {
-            kill_at: Some(format!("CERTROTOR-FAILPOINT {} (", case.failpoint)),
-            ..real_cp_boot(Duration::from_secs(720))
+            kill_at: Some(format!("CERTROTOR-FAILPOINT {} (", loss.failpoint)),
+            ..real_cp_boot()
         })
         .unwrap();
     b1.expect_killed().unwrap();
@@ -47,24 +47,31 @@ fn run(case: &Case) {
         "{}",
         b1.failure("checks")
     );
-    let before = sums(&b1, "pki-before.sha");
+    (sc, b1, t0)
+}
 
-    // ---- boot 2: recovery
-    let b2 = sc.boot(&real_cp_boot(Duration::from_secs(1200))).unwrap();
+/// Boot 2 on the disk the power loss left after `b1` (`bootstrap`: with the bootstrap container
+/// before the kubelet): the node ends healthy, renewed, consistent.
+fn recover(sc: &mut Scenario, loss: &Loss, bootstrap: bool, b1: &Boot, t0: Instant) {
+    let before = sums(b1, "pki-before.sha");
+    sc.write_share("bootstrap", if bootstrap { b"yes" } else { b"no" })
+        .unwrap();
+    let b2 = sc.boot(&real_cp_boot()).unwrap();
     b2.expect_success().unwrap();
     assert_guest_checks(&b2);
 
     // the power loss hit where intended: live files untouched before the journal, some
     // replaced after it
     // (live files only: the staging folders of the interrupted run are beside them)
-    let live = |m: std::collections::BTreeMap<String, String>| {
-        m.into_iter()
+    let live = |m: &BTreeMap<String, String>| {
+        m.iter()
             .filter(|(p, _)| !p.contains("/.certrotor"))
-            .collect::<std::collections::BTreeMap<_, _>>()
+            .map(|(p, s)| (p.clone(), s.clone()))
+            .collect::<BTreeMap<_, _>>()
     };
-    let at_boot = live(sums(&b2, "pki-at-boot.sha"));
-    let before = live(before);
-    if case.rolls_forward {
+    let at_boot = live(&sums(&b2, "pki-at-boot.sha"));
+    let before = live(&before);
+    if loss.rolls_forward {
         assert_ne!(
             before,
             at_boot,
@@ -79,9 +86,9 @@ fn run(case: &Case) {
             b2.failure("live files changed before the journal")
         );
     }
-    let recovered_by = if case.bootstrap { "bootstrap" } else { "run" };
+    let recovered_by = if bootstrap { "bootstrap" } else { "run" };
     let log = b2.read_out(&format!("{recovered_by}.log")).unwrap();
-    let want = if case.rolls_forward {
+    let want = if loss.rolls_forward {
         "completed an interrupted renew"
     } else {
         "staging folder(s) of an interrupted run"
@@ -115,7 +122,7 @@ fn run(case: &Case) {
 
     // served = files, etcd data intact, the real apiserver answers the renewed admin.conf
     assert_served_equals_files(&b2, "served-after.txt");
-    assert_kubectl_after(&b2, &sc);
+    assert_kubectl_after(&b2, sc);
     assert_eq!(
         b2.read_out("etcd-after").unwrap(),
         std::fs::read_to_string(sc.share_dir().join("token")).unwrap(),
@@ -123,14 +130,24 @@ fn run(case: &Case) {
         b2.failure("etcd data after the power loss")
     );
 
-    let mut f = Figures::new(&format!("c {} (failpoint {})", case.name, case.failpoint));
-    figures(&mut f, &b1, &b2, case.bootstrap);
+    let mut f = Figures::new(&format!(
+        "c {} (failpoint {}, {})",
+        sc.name(),
+        loss.failpoint,
+        if bootstrap {
+            "bootstrap container"
+        } else {
+            "host container only"
+        }
+    ));
+    f.boot(b1);
+    f.healthy_times(b1, "boot 1 ");
+    figures(&mut f, &b2, bootstrap);
     f.healthy_times(&b2, "boot 2 ");
-    f.finish(&sc, t0);
+    f.finish(sc, t0);
 }
 
-fn figures(f: &mut Figures, b1: &Boot, b2: &Boot, bootstrap: bool) {
-    f.boot(b1);
+fn figures(f: &mut Figures, b2: &Boot, bootstrap: bool) {
     f.boot(b2);
     if bootstrap
         && let (Some(a), Some(z)) = (
@@ -149,33 +166,29 @@ fn figures(f: &mut Figures, b1: &Boot, b2: &Boot, bootstrap: bool) {
 
 #[test]
 fn power_loss_before_the_journal_is_undone() {
-    run(&Case {
+    let loss = Loss {
         name: "power-loss-backed-up",
         failpoint: "backed-up",
         rolls_forward: false,
-        bootstrap: true,
-    });
+    };
+    let (mut sc, b1, t0) = lose_power(&loss);
+    recover(&mut sc, &loss, true, &b1, t0);
 }
 
+/// One power loss mid-swap, recovered two ways from the same disk (the scenario forks after
+/// boot 1): with the bootstrap container, and without one, where the kubelet starts the pods on
+/// the half-swapped PKI (the apiserver crash-loops on a key that does not match) while the host
+/// container's `run --once` completes the transaction and, through its restart marker, restarts
+/// every component.
 #[test]
-fn power_loss_mid_swap_is_completed() {
-    run(&Case {
+fn power_loss_mid_swap_is_completed_with_and_without_a_bootstrap_container() {
+    let loss = Loss {
         name: "power-loss-renamed",
         failpoint: "renamed",
         rolls_forward: true,
-        bootstrap: true,
-    });
-}
-
-/// Without a bootstrap container the kubelet starts the pods on the half-swapped PKI (the
-/// apiserver crash-loops on a key that does not match) while the host container's `run --once`
-/// completes the transaction and, through its restart marker, restarts every component.
-#[test]
-fn power_loss_mid_swap_host_container_only() {
-    run(&Case {
-        name: "power-loss-renamed-no-bootstrap",
-        failpoint: "renamed",
-        rolls_forward: true,
-        bootstrap: false,
-    });
+    };
+    let (mut sc, b1, t0) = lose_power(&loss);
+    let mut host_only = sc.fork("power-loss-renamed-no-bootstrap").unwrap();
+    recover(&mut sc, &loss, true, &b1, t0);
+    recover(&mut host_only, &loss, false, &b1, Instant::now());
 }

@@ -14,7 +14,7 @@
 use qemu_tests::registry::{HOST_FROM_GUEST, REPOSITORY, Registry, image_index};
 use qemu_tests::{Boot, BootOptions, Scenario};
 use std::fmt::Write as _;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 fn timing(b: &Boot, out: &mut String) {
     let mut line = format!("boot {}: total {:.1}s", b.index, b.elapsed.as_secs_f64());
@@ -77,7 +77,6 @@ fn smoke_boot_container_etcd_power_loss_reboot() {
     // ---- boot 1: everything, then power loss right after the etcd write
     let b1 = sc
         .boot(&BootOptions {
-            timeout: Duration::from_secs(300),
             user_net: true,
             ..BootOptions::kill_at_mark("ETCD-WRITTEN")
         })

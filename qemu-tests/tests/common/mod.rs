@@ -8,7 +8,7 @@ use qemu_tests::{Boot, BootOptions, Scenario};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// The image reference `node-lib.sh` runs (`NODE_IMG`).
 pub const IMAGE_REF: &str = "localhost/certrotor:e2e";
@@ -304,27 +304,39 @@ impl Figures {
 }
 
 /// Boots scenario a's guest script (`scenarios/renew-expiring.sh`: a stacked node expiring in 2
-/// days, renewed by certrotor's host container; with `kubeconfigs` its kubeconfigs, as a
-/// kubeadm v1.20 node has no super-admin.conf) with `opts` and asserts what every renewal of it
-/// must show: exit 0 without rollback, the static pods restarted in order (or reloaded live),
-/// leaves and kubeconfigs valid a year, CAs untouched, renewed files changed, etcd data kept, the
-/// new certificates served and equal to what certrotor verified. Returns the boot, certrotor's
-/// report and the PKI checksums before the run.
+/// days, renewed by certrotor's host container) with `opts` and asserts what every renewal of it
+/// must show ([`assert_renewal`] of its first pass, whose kubeconfigs are [`KUBECONFIGS`]).
+/// Returns the boot, certrotor's report and the PKI checksums before the run.
 pub fn renew_expiring_node_boot(
     sc: &mut Scenario,
-    kubeconfigs: &[&str],
     opts: &BootOptions,
 ) -> (Boot, Value, BTreeMap<String, String>) {
     let b = sc.boot(opts).unwrap();
     b.expect_success().unwrap();
     assert_guest_checks(&b);
+    let (report, before) = assert_renewal(&b, sc, "", &KUBECONFIGS);
+    (b, report, before)
+}
 
-    let report = json(&b, "run.json");
+/// What every renewal of scenario a's node must show, from the files the guest saved with
+/// `prefix` (`run.json`, `check-after.json`, `pki-before.sha`, ... with the prefix in front):
+/// exit 0 without rollback, the static pods restarted in order (or reloaded live), leaves and
+/// `kubeconfigs` valid a year, CAs untouched, renewed files changed, etcd data kept, the new
+/// certificates served and equal to what certrotor verified. Returns certrotor's report and the
+/// PKI checksums before the pass.
+pub fn assert_renewal(
+    b: &Boot,
+    sc: &Scenario,
+    prefix: &str,
+    kubeconfigs: &[&str],
+) -> (Value, BTreeMap<String, String>) {
+    let file = |name: &str| format!("{prefix}{name}");
+    let report = json(b, &file("run.json"));
     assert_eq!(
-        b.read_out("run.rc").unwrap(),
+        b.read_out(&file("run.rc")).unwrap(),
         "0",
         "{}",
-        b.failure("run rc")
+        b.failure(&format!("{prefix}run rc"))
     );
     assert!(
         report["rolled_back"].is_null(),
@@ -347,15 +359,15 @@ pub fn renew_expiring_node_boot(
         .collect();
     assert_eq!(restarted, expected, "{}", b.failure("restart order"));
     // new expiries about a year away, sound chains and keys
-    let check = json(&b, "check-after.json");
+    let check = json(b, &file("check-after.json"));
     let mut renewed: Vec<&str> = STACKED_LEAVES.to_vec();
     renewed.extend(kubeconfigs);
-    assert_expiries(&b, &check, &renewed, 365);
+    assert_expiries(b, &check, &renewed, 365);
 
     // CAs untouched, every renewed file changed
-    let before = sums(&b, "pki-before.sha");
-    let after = sums(&b, "pki-after.sha");
-    assert_untouched(&b, &before, &after);
+    let before = sums(b, &file("pki-before.sha"));
+    let after = sums(b, &file("pki-after.sha"));
+    assert_untouched(b, &before, &after);
     for f in [
         "var/lib/kubeadm/pki/apiserver.crt",
         "var/lib/kubeadm/pki/apiserver.key",
@@ -378,15 +390,15 @@ pub fn renew_expiring_node_boot(
 
     // etcd data survived the renewal (and the etcd restart, if any) with new certificates
     assert_eq!(
-        b.read_out("etcd-after").unwrap(),
+        b.read_out(&file("etcd-after")).unwrap(),
         std::fs::read_to_string(sc.share_dir().join("token")).unwrap(),
         "{}",
         b.failure("the etcd key written before the renewal")
     );
 
     // served = files, before (old) and after (new), and = what certrotor verified
-    let old = assert_served_equals_files(&b, "served-before.txt");
-    let new = assert_served_equals_files(&b, "served-after.txt");
+    let old = assert_served_equals_files(b, &file("served-before.txt"));
+    let new = assert_served_equals_files(b, &file("served-after.txt"));
     for ((c, o, _), (_, n, _)) in old.iter().zip(&new) {
         assert_ne!(
             o,
@@ -404,14 +416,20 @@ pub fn renew_expiring_node_boot(
         assert_eq!(verified, Some(serde_json::json!(n)), "{}", b.failure(c));
     }
 
-    (b, report, before)
+    (report, before)
 }
 
 /// Through the real apiserver with the renewed (or, after a rollback, restored) admin.conf
 /// (`node_kubectl_after`): kubectl v1.20.2 lists the namespaces and reads back the ConfigMap
 /// written before the renewal.
 pub fn assert_kubectl_after(b: &Boot, sc: &Scenario) {
-    let namespaces = b.read_out("namespaces.txt").unwrap();
+    assert_kubectl_after_as(b, sc, "");
+}
+
+/// [`assert_kubectl_after`] on the files the guest saved with `prefix` (`node_kubectl_after`'s
+/// PREFIX).
+pub fn assert_kubectl_after_as(b: &Boot, sc: &Scenario, prefix: &str) {
+    let namespaces = b.read_out(&format!("{prefix}namespaces.txt")).unwrap();
     for ns in ["namespace/default", "namespace/kube-system"] {
         assert!(
             namespaces.lines().any(|l| l == ns),
@@ -423,7 +441,7 @@ pub fn assert_kubectl_after(b: &Boot, sc: &Scenario) {
     }
     let token = std::fs::read_to_string(sc.share_dir().join("token")).unwrap();
     assert_eq!(
-        b.read_out("configmap.txt").unwrap(),
+        b.read_out(&format!("{prefix}configmap.txt")).unwrap(),
         token,
         "{}",
         b.failure("the ConfigMap written before the renewal, read back after it")
@@ -431,10 +449,10 @@ pub fn assert_kubectl_after(b: &Boot, sc: &Scenario) {
 }
 
 /// A boot on the real control plane: 2 vCPUs (multi-threaded TCG) and 2 GiB (the figures are in
-/// ARCHITECTURE.md, "Doubles that remain").
-pub fn real_cp_boot(timeout: Duration) -> BootOptions {
+/// ARCHITECTURE.md, "Doubles that remain"). No time limit: the guest bounds its own waits and
+/// the harness stops a boot whose console falls silent (`BootOptions::hang_after`).
+pub fn real_cp_boot() -> BootOptions {
     BootOptions {
-        timeout,
         smp: Some(2),
         mem_mib: Some(2048),
         ..BootOptions::default()
