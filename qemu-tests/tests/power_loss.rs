@@ -91,7 +91,8 @@ fn recover(sc: &mut Scenario, loss: &Loss, bootstrap: bool, b1: &Boot, t0: Insta
     let want = if loss.rolls_forward {
         "completed an interrupted renew"
     } else {
-        "staging folder(s) of an interrupted run"
+        "staging folder(s) holding the staged files of a run interrupted before it changed \
+         anything; the PKI was not touched"
     };
     assert!(
         log.contains(want),
