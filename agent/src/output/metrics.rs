@@ -858,15 +858,18 @@ impl Shared {
 
     /// The whole page: certificate gauges read now (their failed reads counted), then the
     /// counters, then the restarts owed and the certificates' due dates read now.
+    ///
+    /// The counters are copied before the files are read: a pass that ends between the two
+    /// reads then shows its renewed files beside the counters of before it, never a counted
+    /// pass beside the files it replaced (a page is never older on disk than in its counts).
     pub fn page(&self) -> String {
+        let mut counters = Counters::default();
+        self.update(|c| counters = c.clone());
         let now = crate::sys::clock::now();
         let inv = inventory::take(&self.root, now, 0);
         let (mut page, failures) = certificate_read(&self.root, &inv, now);
-        let mut counters = Counters::default();
-        self.update(|c| {
-            c.count_read_failures(&failures);
-            counters = c.clone();
-        });
+        self.update(|c| c.count_read_failures(&failures));
+        counters.count_read_failures(&failures);
         page.push_str(&counters.render_source_errors());
         page.push_str(&counters.render());
         page.push_str(&node_state(&self.root, &inv, counters.within_seconds));
