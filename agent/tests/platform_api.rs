@@ -118,10 +118,19 @@ impl Case {
                 }
             }
         }
-        assert_eq!(
-            served_now(node),
-            files,
-            "the files on disk are served\n{ctx}"
+        // kube-apiserver reloads its serving pair on its own schedule (a file watch, and a
+        // resync every minute): after a rollback whose restart could not happen, the files on
+        // disk are served once it has re-read them, within a bound, not at the next instant.
+        wait_for(
+            "the files on disk served",
+            Duration::from_secs(150),
+            Duration::from_millis(500),
+            || {
+                let served = served_now(node);
+                (served == files)
+                    .then_some(())
+                    .ok_or_else(|| format!("served {served:?}, files {files:?}\n{ctx}"))
+            },
         );
     }
 }

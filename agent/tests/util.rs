@@ -20,8 +20,10 @@ use serde_json::Value;
 /// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_certrotor");
 
-/// Longest a single certrotor run may take before the test fails (a hang, e.g. on a FIFO).
-const DEADLINE: Duration = Duration::from_secs(60);
+/// Longest a single certrotor run may take before the test fails as hung (e.g. on a FIFO):
+/// a bound for hangs, not a measure of speed, so generous enough for a debug build on a
+/// machine busy with other work (a `lab init` took over 60 s at load 50).
+const DEADLINE: Duration = Duration::from_secs(300);
 
 pub const DAY: i64 = 86_400;
 pub const YEAR: i64 = 365 * DAY;
