@@ -823,6 +823,30 @@ fn leader_and_term(c: &Stacked3) -> (u64, u64) {
     all[0]
 }
 
+/// Runs the three passes `spawn` starts (within the same second) while sampling every 100 ms:
+/// the finished passes, the samples, how long the passes took, and when they began (ms since
+/// the epoch, for [`down_windows`]).
+fn passes_sampled(
+    c: &Arc<Stacked3>,
+    spawn: impl Fn(usize) -> Background,
+) -> (Vec<Background>, Vec<Sample>, Duration, u128) {
+    let sampler = {
+        let c = c.clone();
+        Sampler::start(move || c.sample())
+    };
+    let started = Instant::now();
+    let since = now_ms();
+    let mut passes: Vec<Background> = (0..3).map(spawn).collect();
+    let deadline = Instant::now() + PASSES_DEADLINE;
+    while passes.iter_mut().any(|p| p.running()) {
+        assert!(Instant::now() < deadline, "passes hung");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let whole = started.elapsed();
+    std::thread::sleep(Duration::from_millis(500));
+    (passes, sampler.finish(), whole, since)
+}
+
 fn stacked_rotation(test: &str, always: bool) {
     etcd_installed(test);
     let t = TempDir::new(if always {
@@ -835,24 +859,8 @@ fn stacked_rotation(test: &str, always: bool) {
     assert!(put.status.success(), "{put}");
     let leader_before = leader_and_term(&c);
     let mode = if always { "always" } else { "live" };
-    let sampler = {
-        let c = c.clone();
-        Sampler::start(move || c.sample())
-    };
-    let started = Instant::now();
-    let since = now_ms();
-    // The three passes start within the same second.
-    let mut passes: Vec<Background> = (0..3)
-        .map(|i| c.spawn_pass(i, "1", &["--restart", mode]))
-        .collect();
-    let deadline = Instant::now() + PASSES_DEADLINE;
-    while passes.iter_mut().any(|p| p.running()) {
-        assert!(Instant::now() < deadline, "passes hung");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let whole = started.elapsed();
-    std::thread::sleep(Duration::from_millis(500));
-    let samples = sampler.finish();
+    let (mut passes, samples, whole, since) =
+        passes_sampled(&c, |i| c.spawn_pass(i, "1", &["--restart", mode]));
     let mut reports = Vec::new();
     for (i, p) in passes.iter_mut().enumerate() {
         let out = finished(p);
@@ -2133,24 +2141,10 @@ fn leaders_restart_last() {
     let t = TempDir::new("cluster-leaders");
     let c = Arc::new(Stacked3::start_with(&t, "2d", true, true));
     let holders: Vec<(usize, String)> = LEADER_LEASES.iter().map(|l| live_holder(&c, l)).collect();
-    let sampler = {
-        let c = c.clone();
-        Sampler::start(move || c.sample())
-    };
-    let started = Instant::now();
-    let since = now_ms();
     // The default --held-cert-margin: kube-apiserver and etcd reload live, so the restarts are
     // kube-controller-manager's and kube-scheduler's.
-    let mut passes: Vec<Background> = (0..3)
-        .map(|i| c.spawn_pass_margin(i, "1", "24h", &[]))
-        .collect();
-    let deadline = Instant::now() + PASSES_DEADLINE;
-    while passes.iter_mut().any(|p| p.running()) {
-        assert!(Instant::now() < deadline, "passes hung");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let whole = started.elapsed();
-    let samples = sampler.finish();
+    let (mut passes, samples, whole, since) =
+        passes_sampled(&c, |i| c.spawn_pass_margin(i, "1", "24h", &[]));
     let reports: Vec<serde_json::Value> = passes.iter_mut().map(|p| report_of(p, 0)).collect();
     for (i, r) in reports.iter().enumerate() {
         assert_eq!(r["cluster"]["deferred"], false, "node {i}\n{r:#}");
