@@ -239,21 +239,29 @@ pub fn record(components: &[Component], pods: &[String], roles: &[Role]) -> Reco
 /// Why this node, holding `roles`, must wait: the other nodes whose record still lists a
 /// component or pod of a Lease this node holds, without holding that Lease.
 pub fn blockers(client: &Client, node: &str, roles: &[Role]) -> Result<Vec<String>, ClusterError> {
-    let held: Vec<&Role> = roles.iter().filter(|r| r.this_node).collect();
-    if held.is_empty() {
+    if !roles.iter().any(|r| r.this_node) {
         return Ok(vec![]);
     }
+    let records: Vec<(String, Record)> = client
+        .get_prefix(RESTARTS_PREFIX)?
+        .into_iter()
+        .filter_map(|(key, value)| {
+            let other = key
+                .strip_prefix(RESTARTS_PREFIX)
+                .unwrap_or(&key)
+                .to_string();
+            Some((other, serde_json::from_slice::<Record>(&value).ok()?))
+        })
+        .collect();
+    Ok(blocked_by(node, roles, &records))
+}
+
+/// [`blockers`] over the records read, `(node, record)`.
+fn blocked_by(node: &str, roles: &[Role], records: &[(String, Record)]) -> Vec<String> {
     let mut out = vec![];
-    for (key, value) in client.get_prefix(RESTARTS_PREFIX)? {
-        let other = key.strip_prefix(RESTARTS_PREFIX).unwrap_or(&key);
-        if other == node {
-            continue;
-        }
-        let Ok(rec) = serde_json::from_slice::<Record>(&value) else {
-            continue;
-        };
+    for (other, rec) in records.iter().filter(|(other, _)| other != node) {
         let other = crate::sys::text::escape_controls(other);
-        for r in &held {
+        for r in roles.iter().filter(|r| r.this_node) {
             let listed = rec.components.contains(&r.restarts) || rec.pods.contains(&r.restarts);
             if listed && !rec.roles.contains(&r.lease) {
                 out.push(format!(
@@ -265,7 +273,7 @@ pub fn blockers(client: &Client, node: &str, roles: &[Role]) -> Result<Vec<Strin
             }
         }
     }
-    Ok(out)
+    out
 }
 
 #[cfg(test)]
@@ -300,5 +308,60 @@ mod tests {
         assert_eq!(r.roles, ["kube-system/kube-scheduler"]);
         assert_eq!(r.components, ["kube-controller-manager", "kube-scheduler"]);
         assert_eq!(r.pods, ["kube-vip"]);
+    }
+
+    /// A holder waits for a follower's record of its component, not for the record of another
+    /// holder (which has restarted its followers already), nor for its own: no cycle.
+    #[test]
+    fn a_holder_waits_only_for_followers_of_its_lease() {
+        let kcm = "kube-system/kube-controller-manager";
+        let sched = "kube-system/kube-scheduler";
+        // cp-0 holds the controller-manager's Lease, cp-1 the scheduler's.
+        let mine = [
+            role(kcm, "kube-controller-manager", true),
+            role(sched, "kube-scheduler", false),
+        ];
+        let both = [Component::KubeControllerManager, Component::KubeScheduler];
+        let follower = record(&both, &[], &[]);
+        let other_leader_before = record(&both, &[], &[role(sched, "kube-scheduler", true)]);
+        let other_leader_after = record(
+            &[Component::KubeScheduler],
+            &[],
+            &[role(sched, "kube-scheduler", true)],
+        );
+        let me = record(&both, &[], &mine);
+        let w = blocked_by(
+            "cp-0",
+            &mine,
+            &[
+                ("cp-0".into(), me.clone()),
+                ("cp-2".into(), follower.clone()),
+            ],
+        );
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].starts_with("cp-2 still restarts kube-controller-manager"),
+            "{w:?}"
+        );
+        // cp-1 still has its controller-manager (a follower there) to restart.
+        assert_eq!(
+            blocked_by("cp-0", &mine, &[("cp-1".into(), other_leader_before)]).len(),
+            1
+        );
+        // Done with its followers, cp-1 holds cp-0 back no more, and cp-1 never waits for
+        // cp-0's scheduler (cp-0 holds no scheduler Lease; it restarts it first).
+        assert!(blocked_by("cp-0", &mine, &[("cp-1".into(), other_leader_after)]).is_empty());
+        let theirs = [role(sched, "kube-scheduler", true)];
+        let me_after = record(&[Component::KubeControllerManager], &[], &mine);
+        assert!(blocked_by("cp-1", &theirs, &[("cp-0".into(), me_after)]).is_empty());
+        // A node with no Lease never waits.
+        assert!(
+            blocked_by(
+                "cp-2",
+                &[role(kcm, "kube-controller-manager", false)],
+                &[("cp-0".into(), follower)]
+            )
+            .is_empty()
+        );
     }
 }

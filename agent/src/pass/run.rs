@@ -499,7 +499,7 @@ impl<'a> Pass<'a> {
         let backup_id = self.backup_id();
         let (first, last) = self.leaders_split(cluster_lock.is_some(), &pod_names);
         let (mut restarted, mut rolled_back) = self.restart_components(&first, &[], &backup_id);
-        let leader = cluster_lock.is_some() && self.roles().iter().any(|r| r.this_node);
+        let leader = cluster_lock.is_some() && !self.held(&last, &pod_names).is_empty();
         if rolled_back.is_none() && leader {
             if !self.leaders_last(&mut cluster_lock, &last, &pod_names) {
                 // The lock could not be taken again: what remains stays owed.
@@ -606,12 +606,28 @@ impl<'a> Pass<'a> {
         if let Err(e) = written {
             log::warn!("cluster mode: writing this node's restart record: {e}");
         }
-        self.cluster.get_or_insert_with(Default::default).roles = roles;
+        // The report keeps every Lease seen, each as last read.
+        let seen = &mut self.cluster.get_or_insert_with(Default::default).roles;
+        seen.retain(|r| !roles.iter().any(|n| n.lease == r.lease));
+        seen.extend(roles);
+        seen.sort_by(|a, b| a.lease.cmp(&b.lease));
     }
 
     /// The leader Leases last read.
     fn roles(&self) -> &[Role] {
         self.cluster.as_ref().map_or(&[], |c| &c.roles)
+    }
+
+    /// Those this node holds, of `components` and `pods`.
+    fn held(&self, components: &[Component], pods: &[String]) -> Vec<Role> {
+        let of = |r: &Role| {
+            components.iter().any(|c| c.name() == r.restarts) || pods.contains(&r.restarts)
+        };
+        self.roles()
+            .iter()
+            .filter(|r| r.this_node && of(r))
+            .cloned()
+            .collect()
     }
 
     /// Under the lock: the Leases read again (leadership may have moved), and the components to
@@ -665,10 +681,9 @@ impl<'a> Pass<'a> {
         self.publish_record(last, pods);
         let mut ll = LeadersLast::default();
         loop {
-            let roles = self.roles().to_vec();
+            let roles = self.held(last, pods);
             ll.held = roles
                 .iter()
-                .filter(|r| r.this_node)
                 .map(|r| {
                     format!(
                         "{} ({}, holder {})",
