@@ -319,7 +319,12 @@ struct CpNode {
 impl CpNode {
     fn states(&self) -> BTreeMap<String, PodState> {
         let mut out = BTreeMap::new();
-        for pod in ["etcd", "kube-apiserver"] {
+        for pod in [
+            "etcd",
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+        ] {
             let p = self.root.join(format!("var/lib/kubelet-sim/{pod}.json"));
             if let Ok(b) = fs::read(&p) {
                 out.insert(pod.to_string(), serde_json::from_slice(&b).unwrap());
@@ -348,6 +353,14 @@ impl Stacked3 {
     /// Leaves expiring in `expires_in`; `healthy`: wait until every member, apiserver,
     /// controller-manager and scheduler is, then bind `kubeadm:cluster-admins` as kubeadm does.
     fn start_expiring(t: &TempDir, expires_in: &str, healthy: bool) -> Stacked3 {
+        Stacked3::start_with(t, expires_in, healthy, false)
+    }
+
+    /// `hostnames`: each node's kubelet-sim runs its pods under host name `cp-N` (a UTS
+    /// namespace of their own, as hostNetwork pods share their node's), the etcd member's name,
+    /// so that the three nodes' leader identities (`<host name>_<uuid>`) tell them apart on one
+    /// host.
+    fn start_with(t: &TempDir, expires_in: &str, healthy: bool, hostnames: bool) -> Stacked3 {
         let offs = offsets(3);
         let first = t.join("node-0");
         lab(
@@ -424,8 +437,15 @@ impl Stacked3 {
         );
         let kubelet_sim = sibling("kubelet-sim");
         for (i, n) in st.nodes.iter_mut().enumerate() {
+            let hostname = format!("cp-{i}");
+            let named: &[&str] = if hostnames {
+                &["--hostname", &hostname]
+            } else {
+                &[]
+            };
             n.kubelet = Some(
                 Cmd::new(&kubelet_sim)
+                    .args(named)
                     .args(&[
                         "--manifests",
                         s(&n.root.join("etc/kubernetes/manifests")),
@@ -590,6 +610,11 @@ impl Stacked3 {
     /// apiserver-kubelet-client on open connections) is restarted, as on a node renewed late,
     /// so that these tests keep exercising apiserver restarts under the cluster lock.
     fn spawn_pass(&self, i: usize, tag: &str, extra: &[&str]) -> Background {
+        self.spawn_pass_margin(i, tag, "3d", extra)
+    }
+
+    /// A pass on node `i` with `--held-cert-margin margin`.
+    fn spawn_pass_margin(&self, i: usize, tag: &str, margin: &str, extra: &[&str]) -> Background {
         certrotor(&[
             "run",
             "--once",
@@ -604,7 +629,7 @@ impl Stacked3 {
             "--cluster-lease-ttl",
             "4s",
             "--held-cert-margin",
-            "3d",
+            margin,
             "--output",
             "json",
         ])
@@ -798,6 +823,30 @@ fn leader_and_term(c: &Stacked3) -> (u64, u64) {
     all[0]
 }
 
+/// Runs the three passes `spawn` starts (within the same second) while sampling every 100 ms:
+/// the finished passes, the samples, how long the passes took, and when they began (ms since
+/// the epoch, for [`down_windows`]).
+fn passes_sampled(
+    c: &Arc<Stacked3>,
+    spawn: impl Fn(usize) -> Background,
+) -> (Vec<Background>, Vec<Sample>, Duration, u128) {
+    let sampler = {
+        let c = c.clone();
+        Sampler::start(move || c.sample())
+    };
+    let started = Instant::now();
+    let since = now_ms();
+    let mut passes: Vec<Background> = (0..3).map(spawn).collect();
+    let deadline = Instant::now() + PASSES_DEADLINE;
+    while passes.iter_mut().any(|p| p.running()) {
+        assert!(Instant::now() < deadline, "passes hung");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let whole = started.elapsed();
+    std::thread::sleep(Duration::from_millis(500));
+    (passes, sampler.finish(), whole, since)
+}
+
 fn stacked_rotation(test: &str, always: bool) {
     etcd_installed(test);
     let t = TempDir::new(if always {
@@ -810,24 +859,8 @@ fn stacked_rotation(test: &str, always: bool) {
     assert!(put.status.success(), "{put}");
     let leader_before = leader_and_term(&c);
     let mode = if always { "always" } else { "live" };
-    let sampler = {
-        let c = c.clone();
-        Sampler::start(move || c.sample())
-    };
-    let started = Instant::now();
-    let since = now_ms();
-    // The three passes start within the same second.
-    let mut passes: Vec<Background> = (0..3)
-        .map(|i| c.spawn_pass(i, "1", &["--restart", mode]))
-        .collect();
-    let deadline = Instant::now() + PASSES_DEADLINE;
-    while passes.iter_mut().any(|p| p.running()) {
-        assert!(Instant::now() < deadline, "passes hung");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let whole = started.elapsed();
-    std::thread::sleep(Duration::from_millis(500));
-    let samples = sampler.finish();
+    let (mut passes, samples, whole, since) =
+        passes_sampled(&c, |i| c.spawn_pass(i, "1", &["--restart", mode]));
     let mut reports = Vec::new();
     for (i, p) in passes.iter_mut().enumerate() {
         let out = finished(p);
@@ -2062,4 +2095,171 @@ fn a_pass_with_nothing_to_restart_takes_no_cluster_lock() {
     );
     let revoke = c.etcdctl(&["lease", "revoke", &id]);
     assert!(revoke.status.success(), "{revoke}");
+}
+
+// === leaders last (issue 25.4) ===
+
+/// The leader Leases of kube-controller-manager and kube-scheduler (v1.20: `leases` is the
+/// default lock of both).
+const LEADER_LEASES: [&str; 2] = ["kube-controller-manager", "kube-scheduler"];
+
+/// The holder of `kube-system/<name>` as node 0's apiserver gives it, once a live holder renews
+/// it (its resourceVersion moves under the same holder): which node (`cp-N`) and its identity.
+fn live_holder(c: &Stacked3, name: &str) -> (usize, String) {
+    let reader = certrotor::restart::lease::Reader::at(
+        &c.nodes[0].root,
+        SocketAddr::from(([127, 0, 0, 1], 6443 + c.nodes[0].offset)),
+    )
+    .unwrap();
+    let read = || reader.get("kube-system", name).ok().flatten();
+    wait_for(
+        &format!("a live holder of Lease {name}"),
+        UP_DEADLINE,
+        || {
+            let a = read()?;
+            std::thread::sleep(Duration::from_secs(3));
+            let b = read()?;
+            (a.holder == b.holder && a.resource_version != b.resource_version).then_some(b.holder)
+        },
+    );
+    let holder = read().unwrap().holder;
+    let host = holder.rsplit_once('_').map(|(h, _)| h).unwrap_or("");
+    let node = (0..3)
+        .find(|i| host == format!("cp-{i}"))
+        .unwrap_or_else(|| panic!("Lease {name}: holder '{holder}' is none of cp-0..2"));
+    (node, holder)
+}
+
+/// Three stacked nodes due together, each component's leader on some node: every node finishes
+/// in one pass (no deferral, nothing owed), and for each leader Lease the holder node's restart
+/// of that component begins after the other nodes' restarts of it ended (kubelet-sim's process
+/// histories), while some apiserver is ready at every 100 ms sample. Then a node holding a Lease
+/// whose peer never finishes (a record no one deletes) waits `--leader-wait` and proceeds.
+#[test]
+fn leaders_restart_last() {
+    etcd_installed("cluster::leaders_restart_last");
+    let t = TempDir::new("cluster-leaders");
+    let c = Arc::new(Stacked3::start_with(&t, "2d", true, true));
+    let holders: Vec<(usize, String)> = LEADER_LEASES.iter().map(|l| live_holder(&c, l)).collect();
+    // The default --held-cert-margin: kube-apiserver and etcd reload live, so the restarts are
+    // kube-controller-manager's and kube-scheduler's.
+    let (mut passes, samples, whole, since) =
+        passes_sampled(&c, |i| c.spawn_pass_margin(i, "1", "24h", &[]));
+    let reports: Vec<serde_json::Value> = passes.iter_mut().map(|p| report_of(p, 0)).collect();
+    for (i, r) in reports.iter().enumerate() {
+        assert_eq!(r["cluster"]["deferred"], false, "node {i}\n{r:#}");
+        assert_eq!(r["cluster"]["lock"], "acquired", "node {i}\n{r:#}");
+        assert_eq!(r["owed_pods"], serde_json::json!([]), "node {i}\n{r:#}");
+        let mut restarted: Vec<&str> = r["restarted"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|x| x["component"].as_str())
+            .collect();
+        restarted.sort();
+        assert_eq!(restarted, LEADER_LEASES, "node {i}\n{r:#}");
+        // The report names each Lease and its holder; the holder node knows it is.
+        for (l, (h, holder)) in LEADER_LEASES.iter().zip(&holders) {
+            let role = r["cluster"]["roles"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|x| x["lease"] == format!("kube-system/{l}"))
+                .unwrap_or_else(|| panic!("node {i}: no Lease {l} in the report\n{r:#}"));
+            assert!(role["holder"].is_string(), "node {i}: {role}");
+            if i == *h {
+                assert_eq!(role["holder"], holder.as_str(), "node {i}: {role}");
+                assert_eq!(role["this_node"], true, "node {i}: {role}");
+                let held = r["cluster"]["leaders_last"]["held"].to_string();
+                assert!(held.contains(l), "node {i}: {held}\n{r:#}");
+                assert_eq!(
+                    r["cluster"]["leaders_last"]["bound_reached"], false,
+                    "{r:#}"
+                );
+            }
+        }
+    }
+    // The oracle: kubelet-sim's histories. Each node restarted each component once; the
+    // holder's restart began after every other node's restart of it ended.
+    let states: Vec<_> = c.nodes.iter().map(|n| n.states()).collect();
+    let mut order = vec![];
+    for (l, (h, _)) in LEADER_LEASES.iter().zip(&holders) {
+        let w: Vec<(u64, u64)> = states
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let w = down_windows(s, l, since);
+                assert_eq!(w.len(), 1, "node {i}: {l} down windows {w:?}");
+                w[0]
+            })
+            .collect();
+        for j in (0..3).filter(|j| j != h) {
+            assert!(
+                w[j].1 <= w[*h].0,
+                "{l}: the holder cp-{h} stopped it at {} before cp-{j}'s restart ended at {}: {w:?}",
+                w[*h].0,
+                w[j].1
+            );
+        }
+        let mut by_start: Vec<usize> = (0..3).collect();
+        by_start.sort_by_key(|i| w[*i].0);
+        order.push(format!("{l}: holder cp-{h}, restarted cp-{by_start:?}"));
+    }
+    assert!(samples.len() > 20, "only {} samples", samples.len());
+    for x in &samples {
+        assert!(x.api.iter().any(|u| *u), "no apiserver ready: {x:?}");
+    }
+    let no_api = longest(&samples, |x| x.api.iter().all(|u| !*u));
+    let waits: Vec<(u64, u64)> = reports
+        .iter()
+        .map(|r| {
+            (
+                r["cluster"]["waited_ms"].as_u64().unwrap_or(0),
+                r["cluster"]["leaders_last"]["waited_ms"]
+                    .as_u64()
+                    .unwrap_or(0),
+            )
+        })
+        .collect();
+    eprintln!(
+        "FIGURES leaders last x3: whole cluster in {} ms; (lock wait, leaders-last wait) ms per \
+         node {waits:?}; longest window with no apiserver ready {} ms; {}",
+        whole.as_millis(),
+        no_api.as_millis(),
+        order.join("; ")
+    );
+
+    // A peer that never finishes: a record no one deletes (no lease) listing both components.
+    let ghost = serde_json::json!({
+        "components": LEADER_LEASES,
+        "pods": [],
+        "roles": [],
+        "since": "2026-01-01T00:00:00Z",
+        "pid": 1,
+    });
+    let key = format!("{}cp-ghost", cluster::roles::RESTARTS_PREFIX);
+    let put = c.etcdctl(&["put", &key, &ghost.to_string()]);
+    assert!(put.status.success(), "{put}");
+    let (h, holder) = live_holder(&c, LEADER_LEASES[0]);
+    let mut p = c.spawn_pass_margin(h, "2", "24h", &["--within", "400d", "--leader-wait", "5s"]);
+    p.finish_within(PASS_BOUND);
+    let r = report_of(&mut p, 0);
+    let ll = &r["cluster"]["leaders_last"];
+    assert_eq!(ll["bound_reached"], true, "{holder}\n{r:#}");
+    assert!(ll["waited_for"].to_string().contains("cp-ghost"), "{r:#}");
+    let text = ll.to_string();
+    assert!(text.contains("kube-controller-manager"), "{r:#}");
+    let del = c.etcdctl(&["del", &key]);
+    assert!(del.status.success(), "{del}");
+    // Every record of the passes is gone (deleted after their restarts).
+    let left = c.etcdctl(&[
+        "get",
+        "--prefix",
+        cluster::roles::RESTARTS_PREFIX,
+        "--keys-only",
+    ]);
+    assert!(
+        left.status.success() && left.stdout.trim().is_empty(),
+        "{left}"
+    );
 }

@@ -33,6 +33,8 @@ use crate::node::manifests::{Component, PodInfo};
 use crate::pki::MAX_PEM_FILE_BYTES;
 use crate::sys::fsutil;
 
+pub mod roles;
+
 /// The key prefix certrotor owns in etcd.
 pub const PREFIX: &str = "certrotor/v1/";
 /// The cluster-wide restart lock.
@@ -67,6 +69,9 @@ pub struct ClusterOptions {
     pub wait: Duration,
     /// The lock's lease: how long a dead holder blocks the others.
     pub lease_ttl: Duration,
+    /// `--leader-wait`: how long a node holding a leader Lease waits for the other nodes to
+    /// restart their followers first ([`roles`]); at most `wait`.
+    pub leader_wait: Duration,
 }
 
 impl Default for ClusterOptions {
@@ -76,6 +81,7 @@ impl Default for ClusterOptions {
             endpoints: vec![],
             wait: Duration::from_secs(600),
             lease_ttl: Duration::from_secs(15),
+            leader_wait: Duration::from_secs(300),
         }
     }
 }
@@ -648,6 +654,8 @@ fn int(v: Option<&Value>) -> Option<i64> {
 pub struct LockGuard {
     client: Arc<Client>,
     pub lease: i64,
+    /// What it keeps (for messages).
+    what: &'static str,
     stop: Arc<AtomicBool>,
     lost: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -673,7 +681,10 @@ impl Drop for LockGuard {
             let _ = t.join();
         }
         if let Err(e) = self.client.revoke(self.lease) {
-            log::warn!("cluster lock: could not release it ({e}); it expires by itself");
+            log::warn!(
+                "{}: could not release it ({e}); it expires by itself",
+                self.what
+            );
         }
     }
 }
@@ -743,6 +754,18 @@ pub fn try_lock(
             return Err(e);
         }
     }
+    Ok(Ok(keep_alive(client, lease, ttl, "cluster lock")))
+}
+
+/// Keeps `lease` (of `ttl`) alive from a thread until the guard is dropped, which revokes it
+/// (and deletes the keys attached to it): the lock, and a node's restart record ([`roles`]).
+/// `what` names it in messages.
+pub fn keep_alive(
+    client: &Arc<Client>,
+    lease: i64,
+    ttl: Duration,
+    what: &'static str,
+) -> LockGuard {
     let stop = Arc::new(AtomicBool::new(false));
     let lost = Arc::new(AtomicBool::new(false));
     let thread = {
@@ -759,12 +782,12 @@ pub fn try_lock(
                 match client.keepalive(lease) {
                     Ok(t) if t > 0 => last_ok = Instant::now(),
                     Ok(_) => {
-                        log::warn!("cluster lock: the lease expired; the lock is lost");
+                        log::warn!("{what}: the lease expired; it is lost");
                         lost.store(true, Ordering::SeqCst);
                         return;
                     }
                     Err(e) => {
-                        log::warn!("cluster lock: refreshing the lease: {e}");
+                        log::warn!("{what}: refreshing the lease: {e}");
                         if last_ok.elapsed() >= ttl {
                             lost.store(true, Ordering::SeqCst);
                         }
@@ -774,13 +797,14 @@ pub fn try_lock(
             }
         })
     };
-    Ok(Ok(LockGuard {
+    LockGuard {
         client: client.clone(),
         lease,
+        what,
         stop,
         lost,
         thread: Some(thread),
-    }))
+    }
 }
 
 // === gates ===
@@ -1237,6 +1261,10 @@ pub struct ClusterReport {
     /// A published pair was refused (nothing installed; the current pair stays in use).
     pub pair_error: Option<String>,
     pub error: Option<String>,
+    /// The leader Leases of what this node restarts, as last read (under the lock).
+    pub roles: Vec<roles::Role>,
+    /// Leaders last: what this node, holding a leader Lease, waited for.
+    pub leaders_last: Option<roles::LeadersLast>,
 }
 
 /// A connected node: its identity and client.
@@ -1394,7 +1422,7 @@ pub enum Acquired {
 }
 
 /// A random duration in `[lo, hi]`.
-fn jitter_between(lo: Duration, hi: Duration) -> Duration {
+pub fn jitter_between(lo: Duration, hi: Duration) -> Duration {
     use aws_lc_rs::rand::SecureRandom;
     let mut b = [0u8; 2];
     let _ = aws_lc_rs::rand::SystemRandom::new().fill(&mut b);

@@ -523,6 +523,29 @@ pub fn cluster_table(c: &crate::cluster::ClusterReport) -> String {
     for w in &c.waited_for {
         out.push_str(&format!("  waited for: {w}\n"));
     }
+    for r in &c.roles {
+        let holder = r.holder.as_deref().unwrap_or("none");
+        let mine = if r.this_node { " (this node)" } else { "" };
+        out.push_str(&format!("  lease {} held by {holder}{mine}\n", r.lease));
+        if let Some(e) = &r.error {
+            out.push_str(&format!("    {e}\n"));
+        }
+    }
+    if let Some(l) = &c.leaders_last {
+        out.push_str(&format!(
+            "  leaders last: restarted {} after the others ({} ms{})\n",
+            l.held.join(", "),
+            l.waited_ms,
+            if l.bound_reached {
+                ", --leader-wait reached: proceeded"
+            } else {
+                ""
+            }
+        ));
+        for w in &l.waited_for {
+            out.push_str(&format!("    waited for: {w}\n"));
+        }
+    }
     if let Some(p) = &c.pair {
         out.push_str(&format!("  apiserver-etcd-client: {p}\n"));
     }

@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use crate::cluster::roles::{self, LeadersLast, RecordGuard, Role};
 use crate::cluster::{self, ClusterOptions, ClusterReport, Session};
 use crate::node::manifests::{Component, Consumer};
 use crate::pass::ensure::{self, Ensure};
@@ -116,6 +117,8 @@ struct Pass<'a> {
     platform: Platform,
     /// Cluster mode: the session opened before the renewal (its client pair may be renewed).
     session: Option<Session>,
+    /// Cluster mode: this node's restart record in etcd, deleted when dropped.
+    restart_record: Option<RecordGuard>,
     cluster: Option<ClusterReport>,
     import: Option<ImportReport>,
     /// The persisted state; untouched on platform `none`, which restarts nothing.
@@ -177,6 +180,7 @@ impl<'a> Pass<'a> {
             opts,
             platform,
             session,
+            restart_record: None,
             cluster,
             import: None,
             state,
@@ -278,10 +282,12 @@ impl<'a> Pass<'a> {
             .iter()
             .flat_map(|i| std::iter::once(i.path.clone()).chain(i.key_path.clone()))
             .collect();
-        let pods = consumers_of(self.root, &self.platform, &files)
+        let pods: Vec<String> = consumers_of(self.root, &self.platform, &files)
             .into_iter()
             .map(|c| c.pod)
             .collect();
+        // Before anything is written, so that a node holding a leader Lease sees this one.
+        self.publish_record(&components, &pods);
         self.state.plan(self.root, Restarts { components, pods })
     }
 
@@ -479,23 +485,37 @@ impl<'a> Pass<'a> {
         let pods = self.pods_to_restart();
         if self.to_restart.is_empty() && pods.is_empty() {
             // Everything reloaded live: no restart, so no cluster lock either.
+            self.restart_record = None;
             return self.state.clear(self.root);
         }
-        let Ok(cluster_lock) = self.cluster_lock() else {
+        let pod_names: Vec<String> = pods.iter().map(|p| p.pod.clone()).collect();
+        self.publish_record(&self.to_restart.clone(), &pod_names);
+        let Ok(mut cluster_lock) = self.cluster_lock() else {
             // The restarts stay owed to the next pass.
+            self.restart_record = None;
             return Ok(());
         };
         self.state.restarting(self.root)?;
         let backup_id = self.backup_id();
+        let (first, last) = self.leaders_split(cluster_lock.is_some(), &pod_names);
+        let (mut restarted, mut rolled_back) = self.restart_components(&first, &[], &backup_id);
+        let leader = cluster_lock.is_some() && !self.held(&last, &pod_names).is_empty();
+        if rolled_back.is_none() && leader {
+            if !self.leaders_last(&mut cluster_lock, &last, &pod_names) {
+                // The lock could not be taken again: what remains stays owed.
+                self.restart_record = None;
+                self.restarted = restarted;
+                let owed = Restarts {
+                    components: last,
+                    pods: pod_names,
+                };
+                return self.state.owe(self.root, owed);
+            }
+            let (more, rb) = self.restart_components(&last, &restarted, &backup_id);
+            restarted.extend(more);
+            rolled_back = rb;
+        }
         let mut record = self.state.recorder(self.root);
-        let (restarted, mut rolled_back) = restart_verified(
-            self.root,
-            &self.platform,
-            (&self.to_restart, &self.reasons),
-            &backup_id,
-            self.opts,
-            &mut record,
-        );
         if let Some(rolled) = rolled_back.as_mut() {
             let names: Vec<String> = match self.renewed.backup_id {
                 Some(_) => self
@@ -524,6 +544,8 @@ impl<'a> Pass<'a> {
         if let (Some(g), Some(c)) = (&cluster_lock, self.cluster.as_mut()) {
             c.lock_lost = g.lost();
         }
+        // Done: the record goes before the lock, so a waiting leader sees this node finished.
+        self.restart_record = None;
         self.restarted = restarted;
         self.rolled_back = rolled_back;
         self.settle()
@@ -561,6 +583,167 @@ impl<'a> Pass<'a> {
         );
         self.session = session;
         guard
+    }
+
+    /// Cluster mode: writes (or rewrites) this node's restart record, `components` and `pods`
+    /// with the leader Leases it holds among them ([`roles`]); a failure is only a warning
+    /// (leaders then see no record of this node).
+    fn publish_record(&mut self, components: &[Component], pods: &[String]) {
+        let Some(session) = &self.session else {
+            return;
+        };
+        let listed = restart::pods(&self.platform).unwrap_or_default();
+        let roles = roles::read(self.root, session, &listed, (components, pods));
+        let rec = roles::record(components, pods, &roles);
+        let written = match &self.restart_record {
+            Some(g) => g.update(&rec),
+            None => {
+                let c = &self.opts.cluster;
+                roles::publish(session, &rec, c.lease_ttl.min(c.wait))
+                    .map(|g| self.restart_record = Some(g))
+            }
+        };
+        if let Err(e) = written {
+            log::warn!("cluster mode: writing this node's restart record: {e}");
+        }
+        // The report keeps every Lease seen, each as last read.
+        let seen = &mut self.cluster.get_or_insert_with(Default::default).roles;
+        seen.retain(|r| !roles.iter().any(|n| n.lease == r.lease));
+        seen.extend(roles);
+        seen.sort_by(|a, b| a.lease.cmp(&b.lease));
+    }
+
+    /// The leader Leases last read.
+    fn roles(&self) -> &[Role] {
+        self.cluster.as_ref().map_or(&[], |c| &c.roles)
+    }
+
+    /// Those this node holds, of `components` and `pods`.
+    fn held(&self, components: &[Component], pods: &[String]) -> Vec<Role> {
+        let of = |r: &Role| {
+            components.iter().any(|c| c.name() == r.restarts) || pods.contains(&r.restarts)
+        };
+        self.roles()
+            .iter()
+            .filter(|r| r.this_node && of(r))
+            .cloned()
+            .collect()
+    }
+
+    /// Under the lock: the Leases read again (leadership may have moved), and the components to
+    /// restart split into those whose Lease this node does not hold (first) and those whose
+    /// Lease it holds (last). Without the lock (acting alone), all first.
+    fn leaders_split(&mut self, locked: bool, pods: &[String]) -> (Vec<Component>, Vec<Component>) {
+        if !locked {
+            return (self.to_restart.clone(), vec![]);
+        }
+        self.publish_record(&self.to_restart.clone(), pods);
+        let roles = self.roles();
+        let held = |c: &Component| roles.iter().any(|r| r.this_node && r.restarts == c.name());
+        self.to_restart.iter().partition(|c| !held(c))
+    }
+
+    /// Restarts `components` (in order), verified; `before`, restarted earlier in this pass, is
+    /// restarted again too if a failure rolls back.
+    fn restart_components(
+        &mut self,
+        components: &[Component],
+        before: &[Restarted],
+        backup_id: &str,
+    ) -> (Vec<Restarted>, Option<RolledBack>) {
+        if components.is_empty() {
+            return (vec![], None);
+        }
+        let mut record = self.state.recorder(self.root);
+        restart_verified_after(
+            self.root,
+            &self.platform,
+            (components, &self.reasons, before),
+            backup_id,
+            self.opts,
+            &mut record,
+        )
+    }
+
+    /// Leaders last ([`roles`]): this node holds a leader Lease; while another node still has
+    /// to restart a component of a Lease this node holds, without holding it, the lock is
+    /// released and taken again after a jittered pause, for at most `--leader-wait`; then it
+    /// proceeds. `false`: the lock could not be taken again (what remains stays owed).
+    fn leaders_last(
+        &mut self,
+        lock: &mut Option<cluster::LockGuard>,
+        last: &[Component],
+        pods: &[String],
+    ) -> bool {
+        let started = Instant::now();
+        let c = &self.opts.cluster;
+        let bound = c.leader_wait.min(c.wait);
+        self.publish_record(last, pods);
+        let mut ll = LeadersLast::default();
+        loop {
+            let roles = self.held(last, pods);
+            ll.held = roles
+                .iter()
+                .map(|r| {
+                    format!(
+                        "{} ({}, holder {})",
+                        r.restarts,
+                        r.lease,
+                        r.holder.as_deref().unwrap_or("")
+                    )
+                })
+                .collect();
+            let Some(s) = self.session.as_ref().filter(|_| !ll.held.is_empty()) else {
+                break;
+            };
+            let who = roles::blockers(&s.client, &s.node.name, &roles)
+                .unwrap_or_else(|e| vec![format!("the restart records could not be read: {e}")]);
+            if who.is_empty() {
+                break;
+            }
+            let why = format!("leaders last: {}", who.join("; "));
+            if started.elapsed() >= bound {
+                log::warn!(
+                    "cluster mode: leaders last: waited {} s (--leader-wait); proceeding: {why}",
+                    bound.as_secs()
+                );
+                ll.bound_reached = true;
+                break;
+            }
+            if ll.waited_for.last() != Some(&why) {
+                log::info!("cluster mode: waiting: {why}");
+                ll.waited_for.push(why);
+            }
+            // Release the lock, let the others take it, take it again.
+            *lock = None;
+            std::thread::sleep(cluster::jitter_between(
+                std::time::Duration::from_millis(500),
+                std::time::Duration::from_millis(2000),
+            ));
+            let waited_before = self.cluster.as_ref().map_or(0, |c| c.waited_ms);
+            let again = cluster::before_restart(
+                self.root,
+                self.session.as_ref(),
+                last,
+                &self.opts.cluster,
+                &mut self.cluster,
+            );
+            if let Some(c) = self.cluster.as_mut() {
+                c.waited_ms += waited_before;
+            }
+            match again {
+                Ok(g) => *lock = g,
+                Err(()) => return false,
+            }
+            self.publish_record(last, pods);
+        }
+        ll.waited_ms = started.elapsed().as_millis();
+        if !ll.held.is_empty() {
+            self.cluster
+                .get_or_insert_with(Default::default)
+                .leaders_last = Some(ll);
+        }
+        true
     }
 
     /// One restart per consumer pod, even when it mounts several renewed files; with the pods
@@ -701,6 +884,26 @@ pub fn restart_verified(
     opts: &RunOptions,
     record: &mut dyn StopRecord,
 ) -> (Vec<Restarted>, Option<RolledBack>) {
+    restart_verified_after(
+        root,
+        platform,
+        (components, reasons, &[]),
+        backup_id,
+        opts,
+        record,
+    )
+}
+
+/// [`restart_verified`], after `before` was restarted in the same pass (leaders last: what this
+/// node holds no leader Lease for): a rollback restarts those again too.
+fn restart_verified_after(
+    root: &Path,
+    platform: &Platform,
+    (components, reasons, before): (&[Component], &BTreeMap<Component, String>, &[Restarted]),
+    backup_id: &str,
+    opts: &RunOptions,
+    record: &mut dyn StopRecord,
+) -> (Vec<Restarted>, Option<RolledBack>) {
     // Probes read the renewed client certificates, so targets are built after the change.
     let outcome = restart::targets(root, platform, components, &opts.restart)
         .map(|mut targets| {
@@ -716,10 +919,14 @@ pub fn restart_verified(
     match outcome {
         Ok(done) => (done, None),
         Err((done, failed)) => {
+            let mut all: Vec<Restarted> = before.to_vec();
+            all.extend(done.iter().cloned());
+            let mut every: Vec<Component> = before.iter().map(|r| r.component).collect();
+            every.extend(components.iter().copied());
             let rolled = roll_back(
                 root,
                 platform,
-                (components, &done, &failed),
+                (&every, &all, &failed),
                 backup_id,
                 opts,
                 record,

@@ -124,6 +124,11 @@ pub struct PassFlags {
     /// lease of the cluster lock: how long a dead holder blocks the others
     /// (default 15s)
     pub cluster_lease_ttl: Duration,
+    #[argh(option, default = "Duration::from_secs(300)", from_str_fn(interval))]
+    /// cluster mode: how long a node whose kube-controller-manager, kube-scheduler
+    /// or kube-vip holds its leader Lease waits for the other nodes to restart
+    /// theirs first, then proceeds (default 300s, at most --cluster-wait)
+    pub leader_wait: Duration,
     #[argh(
         option,
         default = "certrotor::restart::reload::RestartMode::Live",
@@ -196,6 +201,7 @@ impl PassFlags {
             endpoints: self.etcd_endpoint.concat(),
             wait: self.cluster_wait,
             lease_ttl: self.cluster_lease_ttl,
+            leader_wait: self.leader_wait,
         }
     }
 }
