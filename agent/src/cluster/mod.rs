@@ -182,6 +182,24 @@ pub fn discover(
     if endpoints.is_empty() {
         return Ok(None);
     }
+    let access = client_access(root, endpoints)?;
+    let apiserver_addr = apiserver.and_then(|(_, p)| p.endpoint());
+    let name = match (etcd.and_then(|(_, p)| p.flag("name")), apiserver_addr) {
+        (Some(n), _) => n.to_string(),
+        (None, Some(a)) => format!("kube-apiserver@{a}"),
+        (None, None) => hostname(),
+    };
+    Ok(Some(NodeInfo {
+        name,
+        apiserver: apiserver_addr,
+        etcd_member: etcd.is_some(),
+        access,
+    }))
+}
+
+/// The etcd client pair and CA of this node (the first present of kubeadm's and etcdadm's
+/// client certificates, and the etcd CA), read inside the root, for `endpoints`.
+fn client_access(root: &Path, endpoints: Vec<String>) -> Result<Access, ClusterError> {
     let layouts = catalog::detect(root);
     let entries = catalog::entries(root, &layouts);
     let present = |n: &str| {
@@ -220,25 +238,13 @@ pub fn discover(
         }
     };
     let key_rel = client.key_path.clone().unwrap_or_default();
-    let access = Access::new(
+    Ok(Access::new(
         endpoints,
         client.path.clone(),
         read(&ca.path)?,
         read(&client.path)?,
         read(&key_rel)?,
-    );
-    let apiserver_addr = apiserver.and_then(|(_, p)| p.endpoint());
-    let name = match (etcd.and_then(|(_, p)| p.flag("name")), apiserver_addr) {
-        (Some(n), _) => n.to_string(),
-        (None, Some(a)) => format!("kube-apiserver@{a}"),
-        (None, None) => hostname(),
-    };
-    Ok(Some(NodeInfo {
-        name,
-        apiserver: apiserver_addr,
-        etcd_member: etcd.is_some(),
-        access,
-    }))
+    ))
 }
 
 fn split_urls(s: &str) -> Vec<String> {
