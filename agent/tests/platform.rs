@@ -475,12 +475,7 @@ fn crash_is_repaired(test: &str, platform: Platform) {
     let next = node.run_once(platform.name(), RESTART_TIMEOUT, &["--output", "json"]);
     assert_eq!(next.code, Some(0), "{next}");
     let report: serde_json::Value = serde_json::from_str(&next.stdout).unwrap();
-    let restarted: Vec<&str> = report["restarted"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["component"].as_str().unwrap())
-        .collect();
+    let restarted = crate::util::each_field(&report["restarted"], "component");
     for owed in [
         "kube-apiserver",
         "kube-controller-manager",

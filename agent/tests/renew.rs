@@ -13,41 +13,8 @@ const K: &str = "etc/kubernetes";
 const STATE: &str = "var/lib/certrotor";
 const FAILPOINT: &str = "CERTROTOR_FAILPOINT";
 
-/// The renewable certificates of a stacked kubeadm lab node: (name, certificate or kubeconfig,
-/// its CA certificate).
-const RENEWABLE: [(&str, &str, &str); 11] = [
-    ("apiserver", "pki/apiserver.crt", "pki/ca.crt"),
-    (
-        "apiserver-kubelet-client",
-        "pki/apiserver-kubelet-client.crt",
-        "pki/ca.crt",
-    ),
-    (
-        "front-proxy-client",
-        "pki/front-proxy-client.crt",
-        "pki/front-proxy-ca.crt",
-    ),
-    ("etcd-server", "pki/etcd/server.crt", "pki/etcd/ca.crt"),
-    ("etcd-peer", "pki/etcd/peer.crt", "pki/etcd/ca.crt"),
-    (
-        "etcd-healthcheck-client",
-        "pki/etcd/healthcheck-client.crt",
-        "pki/etcd/ca.crt",
-    ),
-    (
-        "apiserver-etcd-client",
-        "pki/apiserver-etcd-client.crt",
-        "pki/etcd/ca.crt",
-    ),
-    ("admin.conf", "admin.conf", "pki/ca.crt"),
-    ("super-admin.conf", "super-admin.conf", "pki/ca.crt"),
-    (
-        "controller-manager.conf",
-        "controller-manager.conf",
-        "pki/ca.crt",
-    ),
-    ("scheduler.conf", "scheduler.conf", "pki/ca.crt"),
-];
+/// The renewable certificates of a stacked kubeadm lab node.
+const RENEWABLE: [(&str, &str, &str); 11] = KUBEADM_LEAVES;
 
 /// The files a renewal of the stacked node may write: every renewable certificate, its key,
 /// every renewable kubeconfig.
@@ -76,13 +43,6 @@ const ALL_FAILPOINTS: [&str; 9] = [
     "pruned",
 ];
 
-fn expiring_ecdsa(dir: &Path) -> PathBuf {
-    lab(
-        dir,
-        &["--expires-in", "2d", "--key-algorithm", "ecdsa-p256"],
-    )
-}
-
 fn renew(root: &Path, args: &[&str]) -> Cmd {
     certrotor(&["renew", "--root", s(root)]).args(args)
 }
@@ -105,20 +65,6 @@ fn changed(
         .filter(|(k, v)| after.get(*k) != Some(v))
         .map(|(k, _)| *k)
         .collect()
-}
-
-/// Backup ids under the state folder (complete ones), sorted.
-fn backup_ids(root: &Path) -> Vec<String> {
-    let Ok(list) = std::fs::read_dir(root.join(STATE).join("backups")) else {
-        return vec![];
-    };
-    let mut ids: Vec<String> = list
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().to_string())
-        .filter(|n| !n.starts_with('.'))
-        .collect();
-    ids.sort();
-    ids
 }
 
 /// What an interrupted transaction may leave: staging folders, the journal, incomplete backups.
@@ -953,7 +899,7 @@ fn renewed_certificates_keep_the_kubeadm_profile() {
     for (name, file, ca) in RENEWABLE {
         let path = kdir.join(file);
         let (old, new) = (&before[name], &after[name]);
-        verify(&kdir.join(ca), new, name);
+        verify(&kdir.join(format!("pki/{ca}.crt")), new, name);
         assert_eq!(identity(old), identity(new), "{name}: identity changed");
         assert!(
             identity(new).contains("X509v3 Basic Constraints: critical\n    CA:FALSE"),

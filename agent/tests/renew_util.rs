@@ -348,6 +348,24 @@ pub fn wait_for<T>(what: &str, deadline: Duration, mut f: impl FnMut() -> Option
     }
 }
 
+/// The renewable certificates of a stacked kubeadm node, in the order of `kubeadm certs
+/// check-expiration`: (name, certificate or kubeconfig under etc/kubernetes, its CA certificate
+/// under etc/kubernetes/pki without `.crt`).
+#[rustfmt::skip]
+pub const KUBEADM_LEAVES: [(&str, &str, &str); 11] = [
+    ("admin.conf", "admin.conf", "ca"),
+    ("apiserver", "pki/apiserver.crt", "ca"),
+    ("apiserver-etcd-client", "pki/apiserver-etcd-client.crt", "etcd/ca"),
+    ("apiserver-kubelet-client", "pki/apiserver-kubelet-client.crt", "ca"),
+    ("controller-manager.conf", "controller-manager.conf", "ca"),
+    ("etcd-healthcheck-client", "pki/etcd/healthcheck-client.crt", "etcd/ca"),
+    ("etcd-peer", "pki/etcd/peer.crt", "etcd/ca"),
+    ("etcd-server", "pki/etcd/server.crt", "etcd/ca"),
+    ("front-proxy-client", "pki/front-proxy-client.crt", "front-proxy-ca"),
+    ("scheduler.conf", "scheduler.conf", "ca"),
+    ("super-admin.conf", "super-admin.conf", "ca"),
+];
+
 /// `certrotor ARGS`.
 pub fn certrotor(args: &[&str]) -> Cmd {
     // Lab nodes name addresses that are not theirs: no Kubernetes Events (events.rs tests them).
@@ -364,6 +382,31 @@ pub fn s(p: &Path) -> &str {
 pub fn lab(dir: &Path, args: &[&str]) -> PathBuf {
     certrotor(&["lab", "init", s(dir)]).args(args).run().ok();
     dir.to_path_buf()
+}
+
+/// A lab node at DIR due in two days, with ECDSA keys; returns DIR.
+#[track_caller]
+pub fn expiring_ecdsa(dir: &Path) -> PathBuf {
+    lab(
+        dir,
+        &["--expires-in", "2d", "--key-algorithm", "ecdsa-p256"],
+    )
+}
+
+/// Backup ids under the node's state folder (complete ones, not `.`-hidden), sorted; none
+/// when there is no backup folder.
+pub fn backup_ids(root: &Path) -> Vec<String> {
+    let backups = root.join("var/lib/certrotor/backups");
+    let Ok(list) = std::fs::read_dir(backups) else {
+        return vec![];
+    };
+    let mut ids: Vec<String> = list
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|n| !n.starts_with('.'))
+        .collect();
+    ids.sort();
+    ids
 }
 
 /// `openssl ARGS`, which must succeed.

@@ -636,17 +636,8 @@ fn promtool_sees_a_missing_alert(dir: &Path, cases: &[Case]) {
 
 /// A lab node with `args` (ECDSA keys) in `dir`.
 fn lab(dir: &TempDir, args: &[&str]) -> PathBuf {
-    let root = dir.join("node");
-    let mut all = vec![
-        "lab",
-        "init",
-        root.to_str().unwrap(),
-        "--key-algorithm",
-        "ecdsa-p256",
-    ];
-    all.extend_from_slice(args);
-    crate::renew_util::certrotor(&all).run().ok();
-    root
+    let ecdsa = ["--key-algorithm", "ecdsa-p256"];
+    crate::renew_util::lab(&dir.join("node"), &[&ecdsa[..], args].concat())
 }
 
 /// The daemon flags of the lab cases: no platform, a pass every 5 s, a 30-day window.
