@@ -18,7 +18,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::renew_util::{Background, Cmd, Output, TempDir, bin, certrotor, free_port, lab, s};
+use crate::renew_util::{
+    Background, Cmd, LOOPBACK_ECDSA, Output, TempDir, bin, certrotor, free_port, lab, s,
+};
 
 const STATE: &str = "var/lib/certrotor";
 const PKI: &str = "etc/kubernetes/pki";
@@ -175,41 +177,10 @@ impl OneEtcd {
     #[track_caller]
     pub(crate) fn start(dir: &Path, pki: &Path, client: (&Path, &Path)) -> OneEtcd {
         crate::cluster::etcd_installed("hostile30 (etcd)");
-        let f = |n: &str| s(&pki.join(n)).to_string();
         let (c, p) = (free_port(), free_port());
         let curl = format!("https://127.0.0.1:{c}");
-        let purl = format!("https://127.0.0.1:{p}");
         let data = dir.join(format!("etcd-data-{c}"));
-        let args = [
-            "--name".to_string(),
-            "m0".into(),
-            "--data-dir".into(),
-            s(&data).into(),
-            "--cert-file".into(),
-            f("server.crt"),
-            "--key-file".into(),
-            f("server.key"),
-            "--trusted-ca-file".into(),
-            f("ca.crt"),
-            "--client-cert-auth".into(),
-            "--peer-cert-file".into(),
-            f("peer.crt"),
-            "--peer-key-file".into(),
-            f("peer.key"),
-            "--peer-trusted-ca-file".into(),
-            f("ca.crt"),
-            "--peer-client-cert-auth".into(),
-            "--listen-client-urls".into(),
-            curl.clone(),
-            "--advertise-client-urls".into(),
-            curl.clone(),
-            "--listen-peer-urls".into(),
-            purl.clone(),
-            "--initial-advertise-peer-urls".into(),
-            purl.clone(),
-            "--initial-cluster".into(),
-            format!("m0={purl}"),
-        ];
+        let args = crate::renew_util::one_member_etcd_args("m0", &data, pki, c, p);
         let process = Cmd::new("etcd")
             .args(&args)
             .spawn(dir, &format!("etcd-{c}"));
@@ -1706,17 +1677,8 @@ struct GateNode {
 impl GateNode {
     fn new(t: &TempDir) -> GateNode {
         let offset = testkit::ports::offsets(1)[0].to_string();
-        let root = lab(
-            &t.join("cp"),
-            &[
-                "--key-algorithm",
-                "ecdsa-p256",
-                "--advertise-address",
-                "127.0.0.1",
-                "--port-offset",
-                &offset,
-            ],
-        );
+        let flags = [&LOOPBACK_ECDSA[..], &["--port-offset", &offset]].concat();
+        let root = lab(&t.join("cp"), &flags);
         let pki = root.join(PKI);
         let etcd = etcd_with_client_of(&t.path, &pki.join("etcd"), &pki);
         let port = 6443 + offset.parse::<u16>().unwrap();
@@ -1937,19 +1899,8 @@ struct External {
 }
 
 fn external(t: &TempDir) -> External {
-    let base = lab(
-        &t.join("x"),
-        &[
-            "--topology",
-            "external-etcd",
-            "--expires-in",
-            "3d",
-            "--key-algorithm",
-            "ecdsa-p256",
-            "--advertise-address",
-            "127.0.0.1",
-        ],
-    );
+    let external = ["--topology", "external-etcd", "--expires-in", "3d"];
+    let base = lab(&t.join("x"), &[&external[..], &LOOPBACK_ECDSA].concat());
     let e = External {
         etcd_root: base.join("etcd"),
         cp_root: base.join("control-plane"),

@@ -409,6 +409,83 @@ pub fn backup_ids(root: &Path) -> Vec<String> {
     ids
 }
 
+/// The flags of a one-member etcd `name` keeping its data in `data`, with `pki`'s `server.*`,
+/// `peer.*` and `ca.crt` (client certificates required on both sides), on 127.0.0.1's `client`
+/// and `peer` ports.
+pub fn one_member_etcd_args(
+    name: &str,
+    data: &Path,
+    pki: &Path,
+    client: u16,
+    peer: u16,
+) -> Vec<String> {
+    let f = |n: &str| pki.join(n).display().to_string();
+    let client_url = format!("https://127.0.0.1:{client}");
+    let peer_url = format!("https://127.0.0.1:{peer}");
+    vec![
+        "--name".into(),
+        name.into(),
+        "--data-dir".into(),
+        data.display().to_string(),
+        "--cert-file".into(),
+        f("server.crt"),
+        "--key-file".into(),
+        f("server.key"),
+        "--trusted-ca-file".into(),
+        f("ca.crt"),
+        "--client-cert-auth".into(),
+        "--peer-cert-file".into(),
+        f("peer.crt"),
+        "--peer-key-file".into(),
+        f("peer.key"),
+        "--peer-trusted-ca-file".into(),
+        f("ca.crt"),
+        "--peer-client-cert-auth".into(),
+        "--listen-client-urls".into(),
+        client_url.clone(),
+        "--advertise-client-urls".into(),
+        client_url,
+        "--listen-peer-urls".into(),
+        peer_url.clone(),
+        "--initial-advertise-peer-urls".into(),
+        peer_url.clone(),
+        "--initial-cluster".into(),
+        format!("{name}={peer_url}"),
+    ]
+}
+
+/// `lab init` flags: a node whose addresses are 127.0.0.1, with ECDSA keys.
+pub const LOOPBACK_ECDSA: [&str; 4] = [
+    "--key-algorithm",
+    "ecdsa-p256",
+    "--advertise-address",
+    "127.0.0.1",
+];
+
+/// Pass flags for a node where nothing runs: every restart and live-reload wait gives up after
+/// a second, polled every 100 ms.
+pub const SHORT_WAITS: [&str; 6] = [
+    "--restart-timeout",
+    "1s",
+    "--reload-timeout",
+    "1s",
+    "--poll-interval",
+    "100ms",
+];
+
+/// `openssl req` flags for a new unencrypted P-256 key written to `keyout`.
+pub fn new_p256_key(keyout: &str) -> [&str; 7] {
+    [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        keyout,
+    ]
+}
+
 /// `openssl ARGS`, which must succeed.
 #[track_caller]
 pub fn openssl(args: &[&str]) -> String {

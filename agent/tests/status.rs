@@ -9,24 +9,19 @@ use std::path::Path;
 
 use serde_json::Value;
 
+use crate::renew_util::{LOOPBACK_ECDSA, SHORT_WAITS};
 use crate::util::*;
 
 /// A lab node expiring in 3 days whose ports (manifests, kubeconfigs) are all on 127.0.0.1 and
 /// shifted by `offset`, so that nothing answers there.
 fn node(t: &TestDir, offset: u16) -> std::path::PathBuf {
-    t.lab(
-        "node",
-        &[
-            "--expires-in",
-            "3d",
-            "--key-algorithm",
-            "ecdsa-p256",
-            "--advertise-address",
-            "127.0.0.1",
-            "--port-offset",
-            &offset.to_string(),
-        ],
-    )
+    let offset = offset.to_string();
+    let flags = [
+        &["--expires-in", "3d"][..],
+        &LOOPBACK_ECDSA,
+        &["--port-offset", &offset],
+    ];
+    t.lab("node", &flags.concat())
 }
 
 fn status(root: &Path, extra: &[&str]) -> Value {
@@ -213,7 +208,8 @@ fn status_after_a_failed_pass_and_a_failed_rollback_shows_owed_restarts() {
 
     // Platform kubeadm with nothing running: etcd never comes back, the backup is restored, and
     // the restart after the rollback fails too: every restart stays owed.
-    certrotor(&[
+    // Nothing runs: the live-reload wait (etcd) is bounded like the restarts.
+    let pass = [
         "run",
         "--once",
         "--root",
@@ -222,15 +218,8 @@ fn status_after_a_failed_pass_and_a_failed_rollback_shows_owed_restarts() {
         "kubeadm",
         "--cluster",
         "off",
-        "--restart-timeout",
-        "1s",
-        // Nothing runs: the live-reload wait (etcd) is bounded like the restarts.
-        "--reload-timeout",
-        "1s",
-        "--poll-interval",
-        "100ms",
-    ])
-    .expect(2);
+    ];
+    certrotor(&[&pass[..], &SHORT_WAITS].concat()).expect(2);
     let v = status(&root, &["--cluster", "off"]);
     let p = &v["last_pass"];
     assert_eq!(p["result"], "rollback-failed", "{p:#}");

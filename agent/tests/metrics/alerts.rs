@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::{PROMETHEUS, get, samples};
-use crate::renew_util::{Background, Cmd, TempDir, bin, wait_for};
+use crate::renew_util::{Background, Cmd, SHORT_WAITS, TempDir, bin, wait_for};
 
 type Labels = BTreeMap<String, String>;
 
@@ -818,13 +818,10 @@ fn case_rollback_failed() -> Case {
             "5s",
             "--within",
             "30d",
-            "--restart-timeout",
-            "1s",
-            "--reload-timeout",
-            "1s",
-            "--poll-interval",
-            "100ms",
-        ],
+        ]
+        .into_iter()
+        .chain(SHORT_WAITS)
+        .collect::<Vec<_>>(),
         &[],
     );
     cap.watch(
