@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 use crate::renew_util::{
     Background, Cmd, LOOPBACK_ECDSA, Output, TempDir, bin, certrotor, free_port, lab, s,
 };
+use crate::util::record;
 
 const STATE: &str = "var/lib/certrotor";
 const PKI: &str = "etc/kubernetes/pki";
@@ -115,15 +116,21 @@ fn check_json(root: &Path) -> Value {
     serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("not JSON: {e}\n{out}"))
 }
 
-/// The `certificates[]` record named `name`.
+/// Links the node's state folder to the absolute folder `host`, renews, and checks that nothing
+/// was written under `host` (which it then removes); returns the renewal's output.
 #[track_caller]
-fn record<'a>(inv: &'a Value, name: &str) -> &'a Value {
-    inv["certificates"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["name"] == name)
-        .unwrap_or_else(|| panic!("no record {name} in {inv:#}"))
+fn renew_with_state_linked_to(root: &Path, host: &Path) -> Output {
+    fs::create_dir_all(root.join("var/lib")).unwrap();
+    symlink(host, root.join(STATE)).unwrap();
+    let out = run(&["renew", "--root", s(root)]);
+    let outside = files_under(host);
+    let _ = fs::remove_dir_all(host);
+    assert!(
+        outside.is_empty(),
+        "renew wrote its state outside the root: {:?}\n{out}",
+        outside.keys().collect::<Vec<_>>()
+    );
+    out
 }
 
 /// Every regular file under `dir` with its bytes (symlinks as their target text).
@@ -149,6 +156,16 @@ fn pki_files(root: &Path) -> BTreeMap<String, Vec<u8>> {
 }
 
 /// The C0 and C1 control characters of `text` other than line feed and tab, each shown once.
+/// `status`'s output (stdout and stderr) holds no raw control character (`what` it printed).
+#[track_caller]
+fn printed_no_raw_controls(out: &Output, what: &str) {
+    assert_eq!(
+        raw_controls(&format!("{}{}", out.stdout, out.stderr)),
+        Vec::<String>::new(),
+        "status printed {what} raw\n{out:?}"
+    );
+}
+
 fn raw_controls(text: &str) -> Vec<String> {
     let mut found: Vec<String> = text
         .chars()
@@ -264,16 +281,7 @@ fn issue30_2_the_state_folder_and_its_lock_never_lead_writes_outside_the_root() 
     let host = PathBuf::from(format!("/srv/certrotor-i30-state-{}", std::process::id()));
     let _ = fs::remove_dir_all(&host);
     fs::create_dir_all(&host).unwrap();
-    fs::create_dir_all(root.join("var/lib")).unwrap();
-    symlink(&host, root.join(STATE)).unwrap();
-    let out = run(&["renew", "--root", s(&root)]);
-    let outside = files_under(&host);
-    let _ = fs::remove_dir_all(&host);
-    assert!(
-        outside.is_empty(),
-        "renew wrote its state outside the root: {:?}\n{out}",
-        outside.keys().collect::<Vec<_>>()
-    );
+    renew_with_state_linked_to(&root, &host);
 
     // (c) The same link where the folder it names exists inside the root too: the state goes
     // there, as reads resolve it.
@@ -281,16 +289,7 @@ fn issue30_2_the_state_folder_and_its_lock_never_lead_writes_outside_the_root() 
     fs::create_dir_all(&host).unwrap();
     let inside = root.join(host.strip_prefix("/").unwrap());
     fs::create_dir_all(&inside).unwrap();
-    fs::create_dir_all(root.join("var/lib")).unwrap();
-    symlink(&host, root.join(STATE)).unwrap();
-    let out = run(&["renew", "--root", s(&root)]);
-    let outside = files_under(&host);
-    let _ = fs::remove_dir_all(&host);
-    assert!(
-        outside.is_empty(),
-        "renew wrote its state outside the root: {:?}\n{out}",
-        outside.keys().collect::<Vec<_>>()
-    );
+    let out = renew_with_state_linked_to(&root, &host);
     assert_eq!(out.code(), Some(0), "{out}");
     assert!(
         inside.join("backups").is_dir(),
@@ -608,11 +607,7 @@ fn issue30_12_control_characters_from_state_files_are_escaped() {
         out.stdout.contains("FORGED LINE"),
         "status shows the record\n{out}"
     );
-    assert_eq!(
-        raw_controls(&format!("{}{}", out.stdout, out.stderr)),
-        Vec::<String>::new(),
-        "status printed control characters raw\n{out:?}"
-    );
+    printed_no_raw_controls(&out, "control characters");
     fs::remove_file(root.join(STATE).join("last-pass.json")).unwrap();
     // A journal naming a hostile path: the error names the entry, escaped.
     let journal = json!({
@@ -2078,9 +2073,5 @@ fn issue30_8_the_lock_holders_text_is_escaped() {
         out.stdout.contains("FORGED"),
         "status shows the holder\n{out}"
     );
-    assert_eq!(
-        raw_controls(&format!("{}{}", out.stdout, out.stderr)),
-        Vec::<String>::new(),
-        "status printed the holder raw\n{out:?}"
-    );
+    printed_no_raw_controls(&out, "the holder");
 }

@@ -142,6 +142,15 @@ pub mod k8s {
         }
     }
 
+    /// Links the control plane into `into` (see [`link_control_plane`]) and returns this
+    /// process's `PATH` with `into` first, for kubelet-sim.
+    #[track_caller]
+    pub fn path_with_control_plane(into: &Path) -> String {
+        link_control_plane(into);
+        let path = std::env::var("PATH").unwrap_or_default();
+        format!("{}:{path}", into.display())
+    }
+
     /// kubectl v1.20.2: `CERTROTOR_KUBECTL`, else `kubectl` in [`bin_dir`], else the one
     /// `images/setup-host.sh` unpacks from Debian's kubernetes-client package. Panics when none
     /// is there.

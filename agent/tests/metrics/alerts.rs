@@ -201,17 +201,7 @@ fn daemon_on(
         cmd = cmd.env(k, v);
     }
     let mut proc = cmd.spawn(dir, name);
-    let addr = wait_for(
-        "the daemon's metrics address",
-        Duration::from_secs(60),
-        || {
-            assert!(proc.running(), "the daemon ended\n{}", proc.describe());
-            let log = proc.stderr_text();
-            let at = log.find("metrics served on http://")?;
-            let rest = &log[at + "metrics served on http://".len()..];
-            Some(rest.split('/').next()?.to_string())
-        },
-    );
+    let addr = super::metrics_address(&mut proc, Duration::from_secs(60));
     Daemon { proc, addr }
 }
 
