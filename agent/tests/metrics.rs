@@ -49,22 +49,18 @@ fn check_output(root: &Path, format: &str) -> crate::renew_util::Output {
     .run()
 }
 
+/// Pass flags: the node at `root`, nothing restarted, no cluster.
+fn alone_on(root: &Path) -> [&str; 6] {
+    let r = root.to_str().unwrap();
+    ["--root", r, "--platform", "none", "--cluster", "off"]
+}
+
 /// `certrotor daemon --metrics-address 127.0.0.1:0` on `root`, and the address it serves.
 fn daemon(dir: &TempDir, root: &Path, interval: &str) -> (Background, String) {
     let mut d = Cmd::new(bin())
-        .args(&[
-            "daemon",
-            "--root",
-            root.to_str().unwrap(),
-            "--platform",
-            "none",
-            "--cluster",
-            "off",
-            "--interval",
-            interval,
-            "--metrics-address",
-            "127.0.0.1:0",
-        ])
+        .args(&["daemon"])
+        .args(&alone_on(root))
+        .args(&["--interval", interval, "--metrics-address", "127.0.0.1:0"])
         .spawn(&dir.path, "daemon");
     let addr = metrics_address(&mut d, Duration::from_secs(30));
     (d, addr)
@@ -402,18 +398,10 @@ fn metrics_promtool_alert_fires_on_a_node_expiring_in_3_days_and_clears_after_ru
         (out.stdout, now)
     };
     let (before, t0) = gauges();
-    certrotor(&[
-        "run",
-        "--once",
-        "--root",
-        root.to_str().unwrap(),
-        "--platform",
-        "none",
-        "--cluster",
-        "off",
-    ])
-    .run()
-    .ok();
+    certrotor(&["run", "--once"])
+        .args(&alone_on(&root))
+        .run()
+        .ok();
     let (after, t1) = gauges();
     // promtool's clock starts at 0: the node's time at each capture becomes test time 0, so
     // `time()` in the rule reads as the node's clock. Before: samples 0m..30m; after:
