@@ -14,18 +14,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_certrotor");
 fn lab_node(prefix: &str) -> PathBuf {
     let root = std::env::temp_dir().join(format!("{prefix}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
-    let out = Command::new(BIN)
-        .args(["lab", "init"])
-        .arg(&root)
-        .args(["--expires-in", "2d", "--key-algorithm", "ecdsa-p256"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    root
+    crate::renew_util::expiring_ecdsa(&root)
 }
 
 /// `certrotor <head> --root <root> --interval <interval> --platform none`, stderr piped.

@@ -19,40 +19,9 @@ struct Etcd {
 impl Etcd {
     fn new(root: &Path, log_dir: &Path) -> Etcd {
         let pki = root.join("etc/kubernetes/pki/etcd");
-        let f = |n: &str| pki.join(n).display().to_string();
         let (client, peer) = (free_port(), free_port());
-        let client_url = format!("https://127.0.0.1:{client}");
-        let peer_url = format!("https://127.0.0.1:{peer}");
-        let args = vec![
-            "--name".into(),
-            "cp-1".into(),
-            "--data-dir".into(),
-            root.join("var/lib/etcd").display().to_string(),
-            "--cert-file".into(),
-            f("server.crt"),
-            "--key-file".into(),
-            f("server.key"),
-            "--trusted-ca-file".into(),
-            f("ca.crt"),
-            "--client-cert-auth".into(),
-            "--peer-cert-file".into(),
-            f("peer.crt"),
-            "--peer-key-file".into(),
-            f("peer.key"),
-            "--peer-trusted-ca-file".into(),
-            f("ca.crt"),
-            "--peer-client-cert-auth".into(),
-            "--listen-client-urls".into(),
-            client_url.clone(),
-            "--advertise-client-urls".into(),
-            client_url,
-            "--listen-peer-urls".into(),
-            peer_url.clone(),
-            "--initial-advertise-peer-urls".into(),
-            peer_url.clone(),
-            "--initial-cluster".into(),
-            format!("cp-1={peer_url}"),
-        ];
+        let data = root.join("var/lib/etcd");
+        let args = one_member_etcd_args("cp-1", &data, &pki, client, peer);
         Etcd {
             process: None,
             args,
@@ -230,40 +199,20 @@ fn etcd_serves_and_accepts_the_renewed_certificates() {
     let foreign = t.join("foreign");
     std::fs::create_dir(&foreign).unwrap();
     let (fca, fca_key) = (foreign.join("ca.crt"), foreign.join("ca.key"));
-    openssl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-        "-keyout",
-        s(&fca_key),
-        "-subj",
-        "/CN=etcd-ca",
-        "-days",
-        "30",
-        "-out",
-        s(&fca),
-    ]);
+    let ca_rest = ["-subj", "/CN=etcd-ca", "-days", "30", "-out", s(&fca)];
+    openssl(&[&["req", "-x509"][..], &new_p256_key(s(&fca_key)), &ca_rest].concat());
     let client = foreign.join("client");
     let client_key = client.with_extension("key");
-    openssl(&[
-        "req",
-        "-new",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-        "-keyout",
-        s(&client_key),
-        "-subj",
-        "/CN=kube-etcd-healthcheck-client",
-        "-out",
-        s(&client.with_extension("csr")),
-    ]);
+    let csr = client.with_extension("csr");
+    let client_rest = ["-subj", "/CN=kube-etcd-healthcheck-client", "-out", s(&csr)];
+    openssl(
+        &[
+            &["req", "-new"][..],
+            &new_p256_key(s(&client_key)),
+            &client_rest,
+        ]
+        .concat(),
+    );
     std::fs::write(
         foreign.join("client.ext"),
         "keyUsage = critical,digitalSignature,keyEncipherment\nextendedKeyUsage = clientAuth\n",

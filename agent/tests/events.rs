@@ -63,12 +63,7 @@ fn a_renewal_posts_a_node_event_that_kubectl_shows_and_a_down_apiserver_changes_
     );
     let bin_dir = t.join("bin");
     // The real kube-apiserver, kube-controller-manager and kube-scheduler v1.20.2.
-    testkit::k8s::link_control_plane(&bin_dir);
-    let path = format!(
-        "{}:{}",
-        bin_dir.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let path = testkit::k8s::path_with_control_plane(&bin_dir);
     let mut kubelet = Kubelet(Some(kubelet_for(&root, &t.path, "events", &path)));
     let pki = root.join("etc/kubernetes/pki");
     let ca = fs::read(pki.join("ca.crt")).unwrap();

@@ -281,15 +281,15 @@ fn etcd_client_export_replaces_the_bundle_atomically() {
     let t = TestDir::new("export");
     let root = t.lab("n", &["--topology", "external-etcd"]).join("etcd");
     let bundle = t.join("bundle.pem");
-    certrotor(&[
+    let export = [
         "etcd-client",
         "export",
         "--root",
         p(&root),
         "--out",
         p(&bundle),
-    ])
-    .expect(0);
+    ];
+    certrotor(&export).expect(0);
     let old = std::fs::read(&bundle).unwrap();
     assert_eq!(mode(&bundle), 0o600);
     certrotor(&["renew", "--root", p(&root), "--all"]).expect(0);
@@ -310,15 +310,7 @@ fn etcd_client_export_replaces_the_bundle_atomically() {
         old,
         "the old bundle must survive a failed export"
     );
-    certrotor(&[
-        "etcd-client",
-        "export",
-        "--root",
-        p(&root),
-        "--out",
-        p(&bundle),
-    ])
-    .expect(0);
+    certrotor(&export).expect(0);
     let new = std::fs::read(&bundle).unwrap();
     assert_ne!(new, old);
     let stdout = std::process::Command::new(crate::util::BIN)
@@ -348,16 +340,7 @@ fn reissue_with_openssl(pki: &Path, name: &str, ca: &str, subj: &str, ext: &str,
     std::fs::write(&extfile, ext).unwrap();
     let key = pki.join(format!("{name}.key"));
     let crt = pki.join(format!("{name}.crt"));
-    openssl(&[
-        "req",
-        "-new",
-        "-key",
-        p(&key),
-        "-subj",
-        subj,
-        "-out",
-        p(&csr),
-    ]);
+    csr_for(&key, subj, &csr);
     openssl(&[
         "x509",
         "-req",
@@ -377,6 +360,11 @@ fn reissue_with_openssl(pki: &Path, name: &str, ca: &str, subj: &str, ext: &str,
         p(&crt),
     ]);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `openssl req -new`: a request for `key` with subject `subj`, written to `csr`.
+fn csr_for(key: &Path, subj: &str, csr: &Path) {
+    openssl(&["req", "-new", "-key", p(key), "-subj", subj, "-out", p(csr)]);
 }
 
 /// 15.8: renewal keeps every SAN type (URI and email too), not only DNS and IP.
@@ -442,16 +430,7 @@ fn redate_ca(pki: &Path, start: &str, end: &str) {
     std::fs::write(dir.join("cfg"), cfg).unwrap();
     let key = pki.join("ca.key");
     let csr = dir.join("csr");
-    openssl(&[
-        "req",
-        "-new",
-        "-key",
-        p(&key),
-        "-subj",
-        "/CN=kubernetes",
-        "-out",
-        p(&csr),
-    ]);
+    csr_for(&key, "/CN=kubernetes", &csr);
     openssl(&[
         "ca",
         "-batch",

@@ -18,7 +18,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::renew_util::{Background, Cmd, Output, TempDir, bin, certrotor, free_port, lab, s};
+use crate::renew_util::{
+    Background, Cmd, LOOPBACK_ECDSA, Output, TempDir, bin, certrotor, free_port, lab, s,
+};
+use crate::util::record;
 
 const STATE: &str = "var/lib/certrotor";
 const PKI: &str = "etc/kubernetes/pki";
@@ -113,15 +116,21 @@ fn check_json(root: &Path) -> Value {
     serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("not JSON: {e}\n{out}"))
 }
 
-/// The `certificates[]` record named `name`.
+/// Links the node's state folder to the absolute folder `host`, renews, and checks that nothing
+/// was written under `host` (which it then removes); returns the renewal's output.
 #[track_caller]
-fn record<'a>(inv: &'a Value, name: &str) -> &'a Value {
-    inv["certificates"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["name"] == name)
-        .unwrap_or_else(|| panic!("no record {name} in {inv:#}"))
+fn renew_with_state_linked_to(root: &Path, host: &Path) -> Output {
+    fs::create_dir_all(root.join("var/lib")).unwrap();
+    symlink(host, root.join(STATE)).unwrap();
+    let out = run(&["renew", "--root", s(root)]);
+    let outside = files_under(host);
+    let _ = fs::remove_dir_all(host);
+    assert!(
+        outside.is_empty(),
+        "renew wrote its state outside the root: {:?}\n{out}",
+        outside.keys().collect::<Vec<_>>()
+    );
+    out
 }
 
 /// Every regular file under `dir` with its bytes (symlinks as their target text).
@@ -147,6 +156,16 @@ fn pki_files(root: &Path) -> BTreeMap<String, Vec<u8>> {
 }
 
 /// The C0 and C1 control characters of `text` other than line feed and tab, each shown once.
+/// `status`'s output (stdout and stderr) holds no raw control character (`what` it printed).
+#[track_caller]
+fn printed_no_raw_controls(out: &Output, what: &str) {
+    assert_eq!(
+        raw_controls(&format!("{}{}", out.stdout, out.stderr)),
+        Vec::<String>::new(),
+        "status printed {what} raw\n{out:?}"
+    );
+}
+
 fn raw_controls(text: &str) -> Vec<String> {
     let mut found: Vec<String> = text
         .chars()
@@ -175,41 +194,10 @@ impl OneEtcd {
     #[track_caller]
     pub(crate) fn start(dir: &Path, pki: &Path, client: (&Path, &Path)) -> OneEtcd {
         crate::cluster::etcd_installed("hostile30 (etcd)");
-        let f = |n: &str| s(&pki.join(n)).to_string();
         let (c, p) = (free_port(), free_port());
         let curl = format!("https://127.0.0.1:{c}");
-        let purl = format!("https://127.0.0.1:{p}");
         let data = dir.join(format!("etcd-data-{c}"));
-        let args = [
-            "--name".to_string(),
-            "m0".into(),
-            "--data-dir".into(),
-            s(&data).into(),
-            "--cert-file".into(),
-            f("server.crt"),
-            "--key-file".into(),
-            f("server.key"),
-            "--trusted-ca-file".into(),
-            f("ca.crt"),
-            "--client-cert-auth".into(),
-            "--peer-cert-file".into(),
-            f("peer.crt"),
-            "--peer-key-file".into(),
-            f("peer.key"),
-            "--peer-trusted-ca-file".into(),
-            f("ca.crt"),
-            "--peer-client-cert-auth".into(),
-            "--listen-client-urls".into(),
-            curl.clone(),
-            "--advertise-client-urls".into(),
-            curl.clone(),
-            "--listen-peer-urls".into(),
-            purl.clone(),
-            "--initial-advertise-peer-urls".into(),
-            purl.clone(),
-            "--initial-cluster".into(),
-            format!("m0={purl}"),
-        ];
+        let args = crate::renew_util::one_member_etcd_args("m0", &data, pki, c, p);
         let process = Cmd::new("etcd")
             .args(&args)
             .spawn(dir, &format!("etcd-{c}"));
@@ -293,16 +281,7 @@ fn issue30_2_the_state_folder_and_its_lock_never_lead_writes_outside_the_root() 
     let host = PathBuf::from(format!("/srv/certrotor-i30-state-{}", std::process::id()));
     let _ = fs::remove_dir_all(&host);
     fs::create_dir_all(&host).unwrap();
-    fs::create_dir_all(root.join("var/lib")).unwrap();
-    symlink(&host, root.join(STATE)).unwrap();
-    let out = run(&["renew", "--root", s(&root)]);
-    let outside = files_under(&host);
-    let _ = fs::remove_dir_all(&host);
-    assert!(
-        outside.is_empty(),
-        "renew wrote its state outside the root: {:?}\n{out}",
-        outside.keys().collect::<Vec<_>>()
-    );
+    renew_with_state_linked_to(&root, &host);
 
     // (c) The same link where the folder it names exists inside the root too: the state goes
     // there, as reads resolve it.
@@ -310,16 +289,7 @@ fn issue30_2_the_state_folder_and_its_lock_never_lead_writes_outside_the_root() 
     fs::create_dir_all(&host).unwrap();
     let inside = root.join(host.strip_prefix("/").unwrap());
     fs::create_dir_all(&inside).unwrap();
-    fs::create_dir_all(root.join("var/lib")).unwrap();
-    symlink(&host, root.join(STATE)).unwrap();
-    let out = run(&["renew", "--root", s(&root)]);
-    let outside = files_under(&host);
-    let _ = fs::remove_dir_all(&host);
-    assert!(
-        outside.is_empty(),
-        "renew wrote its state outside the root: {:?}\n{out}",
-        outside.keys().collect::<Vec<_>>()
-    );
+    let out = renew_with_state_linked_to(&root, &host);
     assert_eq!(out.code(), Some(0), "{out}");
     assert!(
         inside.join("backups").is_dir(),
@@ -637,11 +607,7 @@ fn issue30_12_control_characters_from_state_files_are_escaped() {
         out.stdout.contains("FORGED LINE"),
         "status shows the record\n{out}"
     );
-    assert_eq!(
-        raw_controls(&format!("{}{}", out.stdout, out.stderr)),
-        Vec::<String>::new(),
-        "status printed control characters raw\n{out:?}"
-    );
+    printed_no_raw_controls(&out, "control characters");
     fs::remove_file(root.join(STATE).join("last-pass.json")).unwrap();
     // A journal naming a hostile path: the error names the entry, escaped.
     let journal = json!({
@@ -1706,17 +1672,8 @@ struct GateNode {
 impl GateNode {
     fn new(t: &TempDir) -> GateNode {
         let offset = testkit::ports::offsets(1)[0].to_string();
-        let root = lab(
-            &t.join("cp"),
-            &[
-                "--key-algorithm",
-                "ecdsa-p256",
-                "--advertise-address",
-                "127.0.0.1",
-                "--port-offset",
-                &offset,
-            ],
-        );
+        let flags = [&LOOPBACK_ECDSA[..], &["--port-offset", &offset]].concat();
+        let root = lab(&t.join("cp"), &flags);
         let pki = root.join(PKI);
         let etcd = etcd_with_client_of(&t.path, &pki.join("etcd"), &pki);
         let port = 6443 + offset.parse::<u16>().unwrap();
@@ -1937,19 +1894,8 @@ struct External {
 }
 
 fn external(t: &TempDir) -> External {
-    let base = lab(
-        &t.join("x"),
-        &[
-            "--topology",
-            "external-etcd",
-            "--expires-in",
-            "3d",
-            "--key-algorithm",
-            "ecdsa-p256",
-            "--advertise-address",
-            "127.0.0.1",
-        ],
-    );
+    let external = ["--topology", "external-etcd", "--expires-in", "3d"];
+    let base = lab(&t.join("x"), &[&external[..], &LOOPBACK_ECDSA].concat());
     let e = External {
         etcd_root: base.join("etcd"),
         cp_root: base.join("control-plane"),
@@ -2127,9 +2073,5 @@ fn issue30_8_the_lock_holders_text_is_escaped() {
         out.stdout.contains("FORGED"),
         "status shows the holder\n{out}"
     );
-    assert_eq!(
-        raw_controls(&format!("{}{}", out.stdout, out.stderr)),
-        Vec::<String>::new(),
-        "status printed the holder raw\n{out:?}"
-    );
+    printed_no_raw_controls(&out, "the holder");
 }

@@ -30,39 +30,19 @@ use crate::kubeadm_parity_util::{
     CONFIG, Row, check_expiration, config, kubeadm, kubeadm_node, require_root,
     short_human_duration,
 };
+use crate::renew_util::KUBEADM_LEAVES;
 use crate::util::{
     Ossl, TestDir, YEAR, base64_decode, certrotor, now, openssl_verify, record, rfc3339, s,
 };
 
-/// kubeadm v1.20's renewable certificates: (name, file under etc/kubernetes, CA file under pki).
-const LEAVES: [(&str, &str, &str); 10] = [
-    ("admin.conf", "admin.conf", "ca"),
-    ("apiserver", "pki/apiserver.crt", "ca"),
-    (
-        "apiserver-etcd-client",
-        "pki/apiserver-etcd-client.crt",
-        "etcd/ca",
-    ),
-    (
-        "apiserver-kubelet-client",
-        "pki/apiserver-kubelet-client.crt",
-        "ca",
-    ),
-    ("controller-manager.conf", "controller-manager.conf", "ca"),
-    (
-        "etcd-healthcheck-client",
-        "pki/etcd/healthcheck-client.crt",
-        "etcd/ca",
-    ),
-    ("etcd-peer", "pki/etcd/peer.crt", "etcd/ca"),
-    ("etcd-server", "pki/etcd/server.crt", "etcd/ca"),
-    (
-        "front-proxy-client",
-        "pki/front-proxy-client.crt",
-        "front-proxy-ca",
-    ),
-    ("scheduler.conf", "scheduler.conf", "ca"),
-];
+/// kubeadm v1.20's renewable certificates, in its order: (name, file under etc/kubernetes, CA
+/// file under pki); super-admin.conf came with v1.29.
+fn v1_20_leaves() -> Vec<(&'static str, &'static str, &'static str)> {
+    KUBEADM_LEAVES
+        .into_iter()
+        .filter(|l| l.0 != "super-admin.conf")
+        .collect()
+}
 
 const CAS: [(&str, &str); 3] = [
     ("ca", "pki/ca.crt"),
@@ -74,8 +54,8 @@ fn etc(root: &Path) -> std::path::PathBuf {
     root.join("etc/kubernetes")
 }
 
-/// The certificate of a LEAVES entry as a PEM file openssl can read (a kubeconfig's embedded one
-/// written out next to the test folder).
+/// The certificate of a `v1_20_leaves()` entry as a PEM file openssl can read (a kubeconfig's
+/// embedded one written out next to the test folder).
 fn leaf_file(root: &Path, rel: &str, scratch: &Path) -> std::path::PathBuf {
     let path = etc(root).join(rel);
     if !rel.ends_with(".conf") {
@@ -162,7 +142,7 @@ fn assert_check_agrees(root: &Path, what: &str) -> (Vec<Row>, Vec<Row>) {
     let (leaves, cas) = check_expiration(root);
     let inv = certrotor_check(root);
     let names: Vec<&str> = leaves.iter().map(|r| r.name.as_str()).collect();
-    let want: Vec<&str> = LEAVES.iter().map(|l| l.0).collect();
+    let want: Vec<&str> = v1_20_leaves().iter().map(|l| l.0).collect();
     assert_eq!(names, want, "{what}: kubeadm's rows");
     let ca_names: Vec<&str> = cas.iter().map(|r| r.name.as_str()).collect();
     assert_eq!(ca_names, ["ca", "etcd-ca", "front-proxy-ca"], "{what}");
@@ -250,7 +230,7 @@ fn assert_renew_parity(t: &TestDir, orig: &Path, what: &str) {
     let (by_kubeadm, by_certrotor) = (by_kubeadm.as_path(), by_certrotor.as_path());
     let scratch = t.join("pem");
     let mut summary = BTreeMap::new();
-    for (name, rel, ca) in LEAVES {
+    for (name, rel, ca) in v1_20_leaves() {
         let ca_file = etc(orig).join(format!("pki/{ca}.crt"));
         let ca_cert = Ossl::read(&ca_file);
         let old = Ossl::read(&leaf_file(orig, rel, &scratch));
@@ -352,7 +332,7 @@ fn lab_init_writes_what_kubeadm_init_writes() {
     kubeadm_node(&real, false);
     let end = now();
     let scratch = t.join("pem");
-    for (name, rel, _) in LEAVES {
+    for (name, rel, _) in v1_20_leaves() {
         let l = Ossl::read(&leaf_file(&lab, rel, &scratch));
         let k = Ossl::read(&leaf_file(&real, rel, &scratch));
         // lab init writes kubeadm >= 1.29 subjects (reference/pki-profiles.md §1): v1.20 had

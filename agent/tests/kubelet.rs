@@ -319,12 +319,7 @@ fn renewed_kubelet_credentials_are_accepted_by_the_real_apiserver() {
         fs::remove_file(root.join("etc/kubernetes/manifests").join(m)).unwrap();
     }
     let bin_dir = t.join("bin");
-    testkit::k8s::link_control_plane(&bin_dir);
-    let path = format!(
-        "{}:{}",
-        bin_dir.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let path = testkit::k8s::path_with_control_plane(&bin_dir);
     let mut kubelet = Some(crate::cluster::kubelet_for(&root, &t.path, "kl", &path));
     struct Stop<'a>(&'a mut Option<Background>);
     impl Drop for Stop<'_> {

@@ -49,35 +49,33 @@ fn check_output(root: &Path, format: &str) -> crate::renew_util::Output {
     .run()
 }
 
+/// Pass flags: the node at `root`, nothing restarted, no cluster.
+fn alone_on(root: &Path) -> [&str; 6] {
+    let r = root.to_str().unwrap();
+    ["--root", r, "--platform", "none", "--cluster", "off"]
+}
+
 /// `certrotor daemon --metrics-address 127.0.0.1:0` on `root`, and the address it serves.
 fn daemon(dir: &TempDir, root: &Path, interval: &str) -> (Background, String) {
     let mut d = Cmd::new(bin())
-        .args(&[
-            "daemon",
-            "--root",
-            root.to_str().unwrap(),
-            "--platform",
-            "none",
-            "--cluster",
-            "off",
-            "--interval",
-            interval,
-            "--metrics-address",
-            "127.0.0.1:0",
-        ])
+        .args(&["daemon"])
+        .args(&alone_on(root))
+        .args(&["--interval", interval, "--metrics-address", "127.0.0.1:0"])
         .spawn(&dir.path, "daemon");
-    let addr = wait_for(
-        "the daemon's metrics address",
-        Duration::from_secs(30),
-        || {
-            assert!(d.running(), "the daemon ended\n{}", d.describe());
-            let log = d.stderr_text();
-            let at = log.find("metrics served on http://")?;
-            let rest = &log[at + "metrics served on http://".len()..];
-            Some(rest.split('/').next()?.to_string())
-        },
-    );
+    let addr = metrics_address(&mut d, Duration::from_secs(30));
     (d, addr)
+}
+
+/// The address a daemon says it serves its metrics on (waiting up to `deadline`; it must not
+/// end meanwhile).
+fn metrics_address(d: &mut Background, deadline: Duration) -> String {
+    wait_for("the daemon's metrics address", deadline, || {
+        assert!(d.running(), "the daemon ended\n{}", d.describe());
+        let log = d.stderr_text();
+        let at = log.find("metrics served on http://")?;
+        let rest = &log[at + "metrics served on http://".len()..];
+        Some(rest.split('/').next()?.to_string())
+    })
 }
 
 /// GET `path` from `addr`: (status line, body). Bounded by timeouts.
@@ -400,18 +398,10 @@ fn metrics_promtool_alert_fires_on_a_node_expiring_in_3_days_and_clears_after_ru
         (out.stdout, now)
     };
     let (before, t0) = gauges();
-    certrotor(&[
-        "run",
-        "--once",
-        "--root",
-        root.to_str().unwrap(),
-        "--platform",
-        "none",
-        "--cluster",
-        "off",
-    ])
-    .run()
-    .ok();
+    certrotor(&["run", "--once"])
+        .args(&alone_on(&root))
+        .run()
+        .ok();
     let (after, t1) = gauges();
     // promtool's clock starts at 0: the node's time at each capture becomes test time 0, so
     // `time()` in the rule reads as the node's clock. Before: samples 0m..30m; after:
@@ -488,20 +478,7 @@ fn metrics_promtool_alert_fires_on_a_node_expiring_in_3_days_and_clears_after_ru
             ],
         }],
     });
-    std::fs::write(
-        dir.join("tests.yml"),
-        serde_json::to_string_pretty(&tests).unwrap(),
-    )
-    .unwrap();
-    let out = Cmd::new("sh")
-        .args(&[
-            "-c",
-            &format!(
-                "cd '{}' && promtool test rules tests.yml",
-                dir.path.display()
-            ),
-        ])
-        .run();
+    let out = promtool_test_rules(&dir, "tests.yml", &tests);
     assert!(out.status.success(), "{out}");
     assert!(out.stdout.contains("SUCCESS"), "{out}");
     // And the rule is really evaluated: the same test expecting no alert before the run fails.
@@ -514,21 +491,19 @@ fn metrics_promtool_alert_fires_on_a_node_expiring_in_3_days_and_clears_after_ru
             "alert_rule_test": [{"eval_time": "20m", "alertname": "CertificateRenewal", "exp_alerts": []}],
         }],
     });
-    std::fs::write(
-        dir.join("wrong.yml"),
-        serde_json::to_string_pretty(&wrong).unwrap(),
-    )
-    .unwrap();
-    let out = Cmd::new("sh")
-        .args(&[
-            "-c",
-            &format!(
-                "cd '{}' && promtool test rules wrong.yml",
-                dir.path.display()
-            ),
-        ])
-        .run();
+    let out = promtool_test_rules(&dir, "wrong.yml", &wrong);
     assert!(!out.status.success(), "{out}");
+}
+
+/// Writes `tests` to `name` in `dir` (next to rules.yml) and runs `promtool test rules` on it
+/// there.
+fn promtool_test_rules(dir: &TempDir, name: &str, tests: &Value) -> crate::renew_util::Output {
+    let text = serde_json::to_string_pretty(tests).unwrap();
+    std::fs::write(dir.join(name), text).unwrap();
+    let at = dir.path.display();
+    Cmd::new("sh")
+        .args(&["-c", &format!("cd '{at}' && promtool test rules {name}")])
+        .run()
 }
 
 fn labels_of(line: &str) -> BTreeMap<String, String> {

@@ -256,6 +256,15 @@ fn happy_flow(test: &str, platform: Platform, always: bool) {
     );
 }
 
+/// The run's stderr says the failpoint `name` fired.
+#[track_caller]
+fn assert_fired(out: &platform_util::Out, name: &str) {
+    assert!(
+        out.stderr.contains(&format!("CERTROTOR-FAILPOINT {name}")),
+        "the failpoint did not fire\n{out}"
+    );
+}
+
 #[test]
 fn bottlerocket_renews_reloads_etcd_live_restarts_the_rest_and_verifies() {
     happy_flow("bottlerocket-happy", Platform::Bottlerocket, false);
@@ -295,11 +304,7 @@ fn bottlerocket_rolls_back_when_etcd_refuses_the_apiservers_new_client_certifica
         ],
     );
     out.expect(3);
-    assert!(
-        out.stderr
-            .contains("CERTROTOR-FAILPOINT foreign-ca:apiserver-etcd-client"),
-        "the failpoint did not fire\n{out}"
-    );
+    assert_fired(&out, "foreign-ca:apiserver-etcd-client");
     // The refusal is etcd's own: it rejected the apiserver's client certificate.
     let etcd_log = node.pod_log("etcd");
     assert!(
@@ -475,12 +480,7 @@ fn crash_is_repaired(test: &str, platform: Platform) {
     let next = node.run_once(platform.name(), RESTART_TIMEOUT, &["--output", "json"]);
     assert_eq!(next.code, Some(0), "{next}");
     let report: serde_json::Value = serde_json::from_str(&next.stdout).unwrap();
-    let restarted: Vec<&str> = report["restarted"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["component"].as_str().unwrap())
-        .collect();
+    let restarted = crate::util::each_field(&report["restarted"], "component");
     for owed in [
         "kube-apiserver",
         "kube-controller-manager",
@@ -1006,11 +1006,7 @@ fn front_proxy_client_reloads_for_an_aggregated_api() {
         &[("CERTROTOR_FAILPOINT", "foreign-ca:front-proxy-client")],
     );
     out.expect(0);
-    assert!(
-        out.stderr
-            .contains("CERTROTOR-FAILPOINT foreign-ca:front-proxy-client"),
-        "the failpoint did not fire\n{out}"
-    );
+    assert_fired(&out, "foreign-ca:front-proxy-client");
     let kf = node.cert_sha("pki/front-proxy-client.crt");
     let t0 = std::time::Instant::now();
     let (refused, _) = wait_presented(&node, &record, &kf, "the foreign front-proxy-client");
@@ -1703,14 +1699,12 @@ fn eks_anywhere_kube_vip_on_bottlerocket_uses_super_admin_from_1_29_and_releases
         },
     );
     let rendered = std::fs::read_to_string(node.kubelet_manifest("kube-vip")).unwrap();
-    assert!(
-        rendered.contains("      path: /var/lib/kubeadm/super-admin.conf\n      type: File\n"),
-        "{rendered}"
-    );
-    assert!(
-        rendered.contains("image: public.ecr.aws/l0g8r8j6/kube-vip/kube-vip:v0.7.0"),
-        "{rendered}"
-    );
+    for want in [
+        "      path: /var/lib/kubeadm/super-admin.conf\n      type: File\n",
+        "image: public.ecr.aws/l0g8r8j6/kube-vip/kube-vip:v0.7.0",
+    ] {
+        assert!(rendered.contains(want), "{rendered}");
+    }
     wait_vip_holder(&node, "cp-1", None);
     let pid = vip_pid(&node).unwrap();
     let environ = String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/environ")).unwrap())

@@ -13,41 +13,8 @@ const K: &str = "etc/kubernetes";
 const STATE: &str = "var/lib/certrotor";
 const FAILPOINT: &str = "CERTROTOR_FAILPOINT";
 
-/// The renewable certificates of a stacked kubeadm lab node: (name, certificate or kubeconfig,
-/// its CA certificate).
-const RENEWABLE: [(&str, &str, &str); 11] = [
-    ("apiserver", "pki/apiserver.crt", "pki/ca.crt"),
-    (
-        "apiserver-kubelet-client",
-        "pki/apiserver-kubelet-client.crt",
-        "pki/ca.crt",
-    ),
-    (
-        "front-proxy-client",
-        "pki/front-proxy-client.crt",
-        "pki/front-proxy-ca.crt",
-    ),
-    ("etcd-server", "pki/etcd/server.crt", "pki/etcd/ca.crt"),
-    ("etcd-peer", "pki/etcd/peer.crt", "pki/etcd/ca.crt"),
-    (
-        "etcd-healthcheck-client",
-        "pki/etcd/healthcheck-client.crt",
-        "pki/etcd/ca.crt",
-    ),
-    (
-        "apiserver-etcd-client",
-        "pki/apiserver-etcd-client.crt",
-        "pki/etcd/ca.crt",
-    ),
-    ("admin.conf", "admin.conf", "pki/ca.crt"),
-    ("super-admin.conf", "super-admin.conf", "pki/ca.crt"),
-    (
-        "controller-manager.conf",
-        "controller-manager.conf",
-        "pki/ca.crt",
-    ),
-    ("scheduler.conf", "scheduler.conf", "pki/ca.crt"),
-];
+/// The renewable certificates of a stacked kubeadm lab node.
+const RENEWABLE: [(&str, &str, &str); 11] = KUBEADM_LEAVES;
 
 /// The files a renewal of the stacked node may write: every renewable certificate, its key,
 /// every renewable kubeconfig.
@@ -76,13 +43,6 @@ const ALL_FAILPOINTS: [&str; 9] = [
     "pruned",
 ];
 
-fn expiring_ecdsa(dir: &Path) -> PathBuf {
-    lab(
-        dir,
-        &["--expires-in", "2d", "--key-algorithm", "ecdsa-p256"],
-    )
-}
-
 fn renew(root: &Path, args: &[&str]) -> Cmd {
     certrotor(&["renew", "--root", s(root)]).args(args)
 }
@@ -105,20 +65,6 @@ fn changed(
         .filter(|(k, v)| after.get(*k) != Some(v))
         .map(|(k, _)| *k)
         .collect()
-}
-
-/// Backup ids under the state folder (complete ones), sorted.
-fn backup_ids(root: &Path) -> Vec<String> {
-    let Ok(list) = std::fs::read_dir(root.join(STATE).join("backups")) else {
-        return vec![];
-    };
-    let mut ids: Vec<String> = list
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().to_string())
-        .filter(|n| !n.starts_with('.'))
-        .collect();
-    ids.sort();
-    ids
 }
 
 /// What an interrupted transaction may leave: staging folders, the journal, incomplete backups.
@@ -611,18 +557,9 @@ fn a_certificate_not_signed_by_its_ca_is_refused() {
     let d = openssl_dir(&t, "openssl");
     // A CA with the same name as the node's front-proxy CA, but another key.
     let (ca, ca_key) = (d.join("ca.crt"), d.join("ca.key"));
-    openssl(&[
-        "req",
-        "-x509",
-        "-config",
-        s(&d.join("openssl.cnf")),
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-        "-keyout",
-        s(&ca_key),
+    let cnf = d.join("openssl.cnf");
+    let head = ["req", "-x509", "-config", s(&cnf)];
+    let rest = [
         "-subj",
         "/CN=front-proxy-ca",
         "-days",
@@ -631,7 +568,8 @@ fn a_certificate_not_signed_by_its_ca_is_refused() {
         "v3_ca",
         "-out",
         s(&ca),
-    ]);
+    ];
+    openssl(&[&head[..], &new_p256_key(s(&ca_key)), &rest].concat());
     let real_subject = x509(
         &std::fs::read(root.join(K).join("pki/front-proxy-ca.crt")).unwrap(),
         &["-subject"],
@@ -953,7 +891,7 @@ fn renewed_certificates_keep_the_kubeadm_profile() {
     for (name, file, ca) in RENEWABLE {
         let path = kdir.join(file);
         let (old, new) = (&before[name], &after[name]);
-        verify(&kdir.join(ca), new, name);
+        verify(&kdir.join(format!("pki/{ca}.crt")), new, name);
         assert_eq!(identity(old), identity(new), "{name}: identity changed");
         assert!(
             identity(new).contains("X509v3 Basic Constraints: critical\n    CA:FALSE"),

@@ -348,6 +348,24 @@ pub fn wait_for<T>(what: &str, deadline: Duration, mut f: impl FnMut() -> Option
     }
 }
 
+/// The renewable certificates of a stacked kubeadm node, in the order of `kubeadm certs
+/// check-expiration`: (name, certificate or kubeconfig under etc/kubernetes, its CA certificate
+/// under etc/kubernetes/pki without `.crt`).
+#[rustfmt::skip]
+pub const KUBEADM_LEAVES: [(&str, &str, &str); 11] = [
+    ("admin.conf", "admin.conf", "ca"),
+    ("apiserver", "pki/apiserver.crt", "ca"),
+    ("apiserver-etcd-client", "pki/apiserver-etcd-client.crt", "etcd/ca"),
+    ("apiserver-kubelet-client", "pki/apiserver-kubelet-client.crt", "ca"),
+    ("controller-manager.conf", "controller-manager.conf", "ca"),
+    ("etcd-healthcheck-client", "pki/etcd/healthcheck-client.crt", "etcd/ca"),
+    ("etcd-peer", "pki/etcd/peer.crt", "etcd/ca"),
+    ("etcd-server", "pki/etcd/server.crt", "etcd/ca"),
+    ("front-proxy-client", "pki/front-proxy-client.crt", "front-proxy-ca"),
+    ("scheduler.conf", "scheduler.conf", "ca"),
+    ("super-admin.conf", "super-admin.conf", "ca"),
+];
+
 /// `certrotor ARGS`.
 pub fn certrotor(args: &[&str]) -> Cmd {
     // Lab nodes name addresses that are not theirs: no Kubernetes Events (events.rs tests them).
@@ -364,6 +382,108 @@ pub fn s(p: &Path) -> &str {
 pub fn lab(dir: &Path, args: &[&str]) -> PathBuf {
     certrotor(&["lab", "init", s(dir)]).args(args).run().ok();
     dir.to_path_buf()
+}
+
+/// A lab node at DIR due in two days, with ECDSA keys; returns DIR.
+#[track_caller]
+pub fn expiring_ecdsa(dir: &Path) -> PathBuf {
+    lab(
+        dir,
+        &["--expires-in", "2d", "--key-algorithm", "ecdsa-p256"],
+    )
+}
+
+/// Backup ids under the node's state folder (complete ones, not `.`-hidden), sorted; none
+/// when there is no backup folder.
+pub fn backup_ids(root: &Path) -> Vec<String> {
+    let backups = root.join("var/lib/certrotor/backups");
+    let Ok(list) = std::fs::read_dir(backups) else {
+        return vec![];
+    };
+    let mut ids: Vec<String> = list
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|n| !n.starts_with('.'))
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// The flags of a one-member etcd `name` keeping its data in `data`, with `pki`'s `server.*`,
+/// `peer.*` and `ca.crt` (client certificates required on both sides), on 127.0.0.1's `client`
+/// and `peer` ports.
+pub fn one_member_etcd_args(
+    name: &str,
+    data: &Path,
+    pki: &Path,
+    client: u16,
+    peer: u16,
+) -> Vec<String> {
+    let f = |n: &str| pki.join(n).display().to_string();
+    let client_url = format!("https://127.0.0.1:{client}");
+    let peer_url = format!("https://127.0.0.1:{peer}");
+    vec![
+        "--name".into(),
+        name.into(),
+        "--data-dir".into(),
+        data.display().to_string(),
+        "--cert-file".into(),
+        f("server.crt"),
+        "--key-file".into(),
+        f("server.key"),
+        "--trusted-ca-file".into(),
+        f("ca.crt"),
+        "--client-cert-auth".into(),
+        "--peer-cert-file".into(),
+        f("peer.crt"),
+        "--peer-key-file".into(),
+        f("peer.key"),
+        "--peer-trusted-ca-file".into(),
+        f("ca.crt"),
+        "--peer-client-cert-auth".into(),
+        "--listen-client-urls".into(),
+        client_url.clone(),
+        "--advertise-client-urls".into(),
+        client_url,
+        "--listen-peer-urls".into(),
+        peer_url.clone(),
+        "--initial-advertise-peer-urls".into(),
+        peer_url.clone(),
+        "--initial-cluster".into(),
+        format!("{name}={peer_url}"),
+    ]
+}
+
+/// `lab init` flags: a node whose addresses are 127.0.0.1, with ECDSA keys.
+pub const LOOPBACK_ECDSA: [&str; 4] = [
+    "--key-algorithm",
+    "ecdsa-p256",
+    "--advertise-address",
+    "127.0.0.1",
+];
+
+/// Pass flags for a node where nothing runs: every restart and live-reload wait gives up after
+/// a second, polled every 100 ms.
+pub const SHORT_WAITS: [&str; 6] = [
+    "--restart-timeout",
+    "1s",
+    "--reload-timeout",
+    "1s",
+    "--poll-interval",
+    "100ms",
+];
+
+/// `openssl req` flags for a new unencrypted P-256 key written to `keyout`.
+pub fn new_p256_key(keyout: &str) -> [&str; 7] {
+    [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        keyout,
+    ]
 }
 
 /// `openssl ARGS`, which must succeed.

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use base64ct::{Base64Unpadded, Base64UrlUnpadded, Encoding};
 
+use crate::renew_util::LOOPBACK_ECDSA;
 use crate::util::{BIN, TestDir, walk};
 
 const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
@@ -819,19 +820,12 @@ fn refs(v: &[String]) -> Vec<&str> {
 fn no_cluster_mode_command_prints_key_material_at_any_log_level_or_format() {
     let t = TestDir::new("secrets-cluster");
     let offset = testkit::ports::offsets(1)[0].to_string();
-    let base = t.lab(
-        "x",
-        &[
-            "--topology",
-            "external-etcd",
-            "--key-algorithm",
-            "ecdsa-p256",
-            "--advertise-address",
-            "127.0.0.1",
-            "--port-offset",
-            &offset,
-        ],
-    );
+    let flags = [
+        &["--topology", "external-etcd"][..],
+        &LOOPBACK_ECDSA,
+        &["--port-offset", &offset],
+    ];
+    let base = t.lab("x", &flags.concat());
     let (etcd_root, cp) = (base.join("etcd"), base.join("control-plane"));
     let epki = etcd_root.join("etc/etcd/pki");
     let etcd = crate::hostile30::OneEtcd::start(

@@ -10,19 +10,17 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 
 use crate::renew_util::*;
+use crate::util::each_field;
 
 const STATE: &str = "var/lib/certrotor";
 const PKI: &str = "etc/kubernetes/pki";
+/// What a rollback says of a backed-up apiserver certificate that does not match its key.
+const KEY_MISMATCH: [&str; 2] = ["pki/apiserver.crt", "does not match its key"];
 
 /// A lab node `node` under a fresh folder (with a file `victim.txt` next to it) renewed once,
 /// so that it has one backup. Returns (folder, root, backup id).
 fn node_with_backup(tag: &str) -> (TempDir, PathBuf, String) {
-    let t = TempDir::new(tag);
-    let root = lab(
-        &t.join("node"),
-        &["--expires-in", "2d", "--key-algorithm", "ecdsa-p256"],
-    );
-    std::fs::write(t.join("victim.txt"), "the victim\n").unwrap();
+    let (t, root) = node_with_victim(tag);
     certrotor(&["renew", "--root", s(&root)]).run().ok();
     let ids = backup_ids(&root);
     assert_eq!(ids.len(), 1, "{ids:?}");
@@ -30,19 +28,28 @@ fn node_with_backup(tag: &str) -> (TempDir, PathBuf, String) {
     (t, root, id)
 }
 
-fn backup_ids(root: &Path) -> Vec<String> {
-    let mut ids: Vec<String> = std::fs::read_dir(root.join(STATE).join("backups"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().to_string())
-        .filter(|n| !n.starts_with('.'))
-        .collect();
-    ids.sort();
-    ids
+/// A lab node `node` (due in two days) under a fresh folder, with a file `victim.txt` next to
+/// it. Returns (folder, root).
+fn node_with_victim(tag: &str) -> (TempDir, PathBuf) {
+    let t = TempDir::new(tag);
+    let root = expiring_ecdsa(&t.join("node"));
+    std::fs::write(t.join("victim.txt"), "the victim\n").unwrap();
+    (t, root)
 }
 
 fn backup_dir(root: &Path, id: &str) -> PathBuf {
     root.join(STATE).join("backups").join(id)
+}
+
+/// The backup's copy of the PKI file `name` (`apiserver.crt`).
+fn backup_copy(root: &Path, id: &str, name: &str) -> PathBuf {
+    backup_dir(root, id).join("files").join(PKI).join(name)
+}
+
+/// Moves `folder` to `outside` and leaves a symbolic link to it in its place.
+fn link_out(folder: &Path, outside: &Path) {
+    std::fs::rename(folder, outside).unwrap();
+    std::os::unix::fs::symlink(outside, folder).unwrap();
 }
 
 fn read_manifest(root: &Path, id: &str) -> Value {
@@ -89,6 +96,23 @@ fn refused_and_unchanged(t: &TempDir, args: &[&str], words: &[&str]) -> Output {
     out
 }
 
+/// The path of the state file `name`, its folder made.
+fn state_file(root: &Path, name: &str) -> PathBuf {
+    let state = root.join(STATE);
+    std::fs::create_dir_all(&state).unwrap();
+    state.join(name)
+}
+
+/// For each (bytes, words) of `cases`: `file` holding the bytes, `args` must be refused saying
+/// the words, changing nothing.
+#[track_caller]
+fn each_refused(t: &TempDir, file: &Path, args: &[&str], cases: &[(&[u8], &[&str])]) {
+    for (bytes, words) in cases {
+        std::fs::write(file, bytes).unwrap();
+        refused_and_unchanged(t, args, words);
+    }
+}
+
 /// `certrotor backups --output json` lists backup `id` as damaged, with a problem naming `word`.
 #[track_caller]
 fn listed_damaged(root: &Path, id: &str, word: &str) {
@@ -112,6 +136,26 @@ fn listed_damaged(root: &Path, id: &str, word: &str) {
         .run()
         .ok()
         .says(&["damaged", id]);
+}
+
+/// `rollback --backup id` must be refused saying `words`, changing nothing.
+#[track_caller]
+fn rollback_refused(t: &TempDir, root: &Path, id: &str, words: &[&str]) {
+    refused_and_unchanged(t, &rollback_args(root, id), words);
+}
+
+/// `renew` must be refused saying `words`, changing nothing.
+#[track_caller]
+fn renew_refused(t: &TempDir, root: &Path, words: &[&str]) {
+    refused_and_unchanged(t, &["renew", "--root", s(root)], words);
+}
+
+/// `backups --output json`, parsed.
+fn backups_json(root: &Path) -> Value {
+    let out = certrotor(&["backups", "--root", s(root), "--output", "json"])
+        .run()
+        .ok();
+    serde_json::from_str(&out.stdout).unwrap()
 }
 
 fn rollback_args<'a>(root: &'a Path, id: &'a str) -> Vec<&'a str> {
@@ -151,13 +195,7 @@ fn manifests_are_versioned_with_size_and_sha256() {
         assert_eq!(f["size"], data.len(), "{path}");
         assert_eq!(f["sha256"], sha256(&data), "{path}");
     }
-    let list: Value = serde_json::from_str(
-        &certrotor(&["backups", "--root", s(&root), "--output", "json"])
-            .run()
-            .ok()
-            .stdout,
-    )
-    .unwrap();
+    let list = backups_json(&root);
     assert_eq!(list[0]["status"], "ok", "{list}");
     assert_eq!(list[0]["version"], 2, "{list}");
 }
@@ -209,9 +247,10 @@ fn a_manifest_naming_a_file_certrotor_does_not_renew_writes_nothing() {
     let mut m = read_manifest(&root, &id);
     entry(&mut m, &format!("{PKI}/apiserver.key"))["path"] = json!(format!("{PKI}/ca.key"));
     write_manifest(&root, &id, &m);
-    refused_and_unchanged(
+    rollback_refused(
         &t,
-        &rollback_args(&root, &id),
+        &root,
+        &id,
         &["pki/ca.key", "not a file certrotor renews"],
     );
 }
@@ -221,28 +260,18 @@ fn a_symlink_in_the_backup_pointing_out_of_the_root_writes_nothing() {
     let (t, root, id) = node_with_backup("backup-symlink");
     // The backup's copy becomes a link to a file outside the root with the same bytes, so that
     // size and SHA-256 match: only the symlink check can stop it.
-    let copy = backup_dir(&root, &id)
-        .join("files")
-        .join(PKI)
-        .join("apiserver.crt");
+    let copy = backup_copy(&root, &id, "apiserver.crt");
     let outside = t.join("outside.crt");
     std::fs::copy(&copy, &outside).unwrap();
     std::fs::remove_file(&copy).unwrap();
     std::os::unix::fs::symlink(&outside, &copy).unwrap();
-    refused_and_unchanged(
-        &t,
-        &rollback_args(&root, &id),
-        &["apiserver.crt", "symlink"],
-    );
+    rollback_refused(&t, &root, &id, &["apiserver.crt", "symlink"]);
     listed_damaged(&root, &id, "symlink");
     // A linked folder in the backup is refused as well.
     std::fs::remove_file(&copy).unwrap();
     std::fs::copy(&outside, &copy).unwrap();
-    let etcd = backup_dir(&root, &id).join("files").join(PKI).join("etcd");
-    let moved = t.join("outside-etcd");
-    std::fs::rename(&etcd, &moved).unwrap();
-    std::os::unix::fs::symlink(&moved, &etcd).unwrap();
-    refused_and_unchanged(&t, &rollback_args(&root, &id), &["etcd", "symlink"]);
+    link_out(&backup_copy(&root, &id, "etcd"), &t.join("outside-etcd"));
+    rollback_refused(&t, &root, &id, &["etcd", "symlink"]);
 }
 
 #[test]
@@ -250,84 +279,46 @@ fn a_live_folder_linked_out_of_the_root_writes_nothing() {
     let (t, root, id) = node_with_backup("live-symlink");
     // The node's etcd PKI folder is replaced by a link to a folder outside the root: restoring
     // through it would write outside the root.
-    let etcd = root.join(PKI).join("etcd");
-    let moved = t.join("outside-etcd");
-    std::fs::rename(&etcd, &moved).unwrap();
-    std::os::unix::fs::symlink(&moved, &etcd).unwrap();
-    refused_and_unchanged(
-        &t,
-        &rollback_args(&root, &id),
-        &["pki/etcd/", "outside the node root"],
-    );
+    link_out(&root.join(PKI).join("etcd"), &t.join("outside-etcd"));
+    rollback_refused(&t, &root, &id, &["pki/etcd/", "outside the node root"]);
 }
 
 #[test]
 fn a_file_missing_from_the_backup_is_refused() {
     let (t, root, id) = node_with_backup("missing");
-    std::fs::remove_file(
-        backup_dir(&root, &id)
-            .join("files")
-            .join(PKI)
-            .join("apiserver.key"),
-    )
-    .unwrap();
-    refused_and_unchanged(
-        &t,
-        &rollback_args(&root, &id),
-        &["pki/apiserver.key", "missing", "damaged"],
-    );
+    std::fs::remove_file(backup_copy(&root, &id, "apiserver.key")).unwrap();
+    rollback_refused(&t, &root, &id, &["pki/apiserver.key", "missing", "damaged"]);
     listed_damaged(&root, &id, "missing");
 }
 
 #[test]
 fn a_file_altered_after_the_backup_is_refused() {
     let (t, root, id) = node_with_backup("altered");
-    let copy = backup_dir(&root, &id)
-        .join("files")
-        .join(PKI)
-        .join("apiserver.crt");
+    let copy = backup_copy(&root, &id, "apiserver.crt");
     let original = std::fs::read(&copy).unwrap();
     // Grown: the size differs.
     let mut grown = original.clone();
     grown.extend_from_slice(b"\n");
     std::fs::write(&copy, &grown).unwrap();
-    refused_and_unchanged(
-        &t,
-        &rollback_args(&root, &id),
-        &["pki/apiserver.crt", "bytes", "altered"],
-    );
+    rollback_refused(&t, &root, &id, &["pki/apiserver.crt", "bytes", "altered"]);
     // Same size, one byte changed: the SHA-256 differs.
     let mut flipped = original.clone();
     let i = flipped.len() / 2;
     flipped[i] ^= 0x01;
     std::fs::write(&copy, &flipped).unwrap();
-    refused_and_unchanged(
-        &t,
-        &rollback_args(&root, &id),
-        &["pki/apiserver.crt", "sha-256", "altered"],
-    );
+    rollback_refused(&t, &root, &id, &["pki/apiserver.crt", "sha-256", "altered"]);
     listed_damaged(&root, &id, "SHA-256");
     // A certificate that does not match its key, with size and SHA-256 recorded to match: the
     // copy of another certificate.
     std::fs::write(&copy, &original).unwrap();
-    let other = std::fs::read(
-        backup_dir(&root, &id)
-            .join("files")
-            .join(PKI)
-            .join("front-proxy-client.crt"),
-    )
-    .unwrap();
+    let other = std::fs::read(backup_copy(&root, &id, "front-proxy-client.crt")).unwrap();
     std::fs::write(&copy, &other).unwrap();
     let mut m = read_manifest(&root, &id);
     let e = entry(&mut m, &format!("{PKI}/apiserver.crt"));
     e["sha256"] = json!(sha256(&other));
     e["size"] = json!(other.len());
     write_manifest(&root, &id, &m);
-    refused_and_unchanged(
-        &t,
-        &rollback_args(&root, &id),
-        &["pki/apiserver.crt", "does not match its key"],
-    );
+    rollback_refused(&t, &root, &id, &KEY_MISMATCH);
 }
 
 #[test]
@@ -336,9 +327,10 @@ fn a_manifest_of_an_unknown_version_is_refused() {
     let mut m = read_manifest(&root, &id);
     m["version"] = json!(99);
     write_manifest(&root, &id, &m);
-    refused_and_unchanged(
+    rollback_refused(
         &t,
-        &rollback_args(&root, &id),
+        &root,
+        &id,
         &["manifest.json", "version 99", "does not know"],
     );
     listed_damaged(&root, &id, "version 99");
@@ -349,11 +341,7 @@ fn a_manifest_of_an_unknown_version_is_refused() {
         &text[..text.len() / 2],
     )
     .unwrap();
-    refused_and_unchanged(
-        &t,
-        &rollback_args(&root, &id),
-        &["manifest.json", "not valid JSON"],
-    );
+    rollback_refused(&t, &root, &id, &["manifest.json", "not valid JSON"]);
 }
 
 fn read_manifest_raw(root: &Path, id: &str) -> Value {
@@ -373,24 +361,15 @@ fn a_version_1_manifest_is_verified_by_sha256_and_restored() {
         f.as_object_mut().unwrap().remove("size");
     }
     write_manifest(&root, &id, &m);
-    let list: Value = serde_json::from_str(
-        &certrotor(&["backups", "--root", s(&root), "--output", "json"])
-            .run()
-            .ok()
-            .stdout,
-    )
-    .unwrap();
+    let list = backups_json(&root);
     assert_eq!(list[0]["status"], "ok", "{list}");
     assert_eq!(list[0]["version"], 1, "{list}");
     assert!(list[0]["note"].as_str().unwrap().contains("version 1"));
     // Altered, it is refused.
-    let copy = backup_dir(&root, &id)
-        .join("files")
-        .join(PKI)
-        .join("apiserver.crt");
+    let copy = backup_copy(&root, &id, "apiserver.crt");
     let original = std::fs::read(&copy).unwrap();
     std::fs::write(&copy, [original.as_slice(), b"\n"].concat()).unwrap();
-    refused_and_unchanged(&t, &rollback_args(&root, &id), &["sha-256"]);
+    rollback_refused(&t, &root, &id, &["sha-256"]);
     std::fs::write(&copy, &original).unwrap();
     // Intact, it is restored: the live files are the backup's copies again.
     certrotor(&rollback_args(&root, &id))
@@ -427,12 +406,7 @@ fn a_version_1_manifest_is_verified_by_sha256_and_restored() {
 /// A node whose renewal was killed right after its journal was written: the live PKI is old,
 /// the staged files and the journal are there.
 fn interrupted(tag: &str) -> (TempDir, PathBuf) {
-    let t = TempDir::new(tag);
-    let root = lab(
-        &t.join("node"),
-        &["--expires-in", "2d", "--key-algorithm", "ecdsa-p256"],
-    );
-    std::fs::write(t.join("victim.txt"), "the victim\n").unwrap();
+    let (t, root) = node_with_victim(tag);
     certrotor(&["renew", "--root", s(&root)])
         .env("CERTROTOR_FAILPOINT", "journaled")
         .run()
@@ -449,6 +423,18 @@ fn staging_folders(root: &Path) -> usize {
             name.starts_with(".certrotor-staging-")
         })
         .count()
+}
+
+/// The journal of an interrupted node: (its path, its bytes, its JSON).
+fn read_journal(root: &Path) -> (PathBuf, Vec<u8>, Value) {
+    let journal = root.join(STATE).join("journal.json");
+    let original = std::fs::read(&journal).unwrap();
+    let j = serde_json::from_slice(&original).unwrap();
+    (journal, original, j)
+}
+
+fn write_json(path: &Path, v: &Value) {
+    std::fs::write(path, serde_json::to_vec(v).unwrap()).unwrap();
 }
 
 /// Renewing after the journal is usable again completes the interrupted transaction.
@@ -494,23 +480,13 @@ fn an_unreadable_journal_stops_recovery_and_keeps_the_staged_files() {
 #[test]
 fn a_journal_of_a_future_version_is_refused() {
     let (t, root) = interrupted("journal-future");
-    let journal = root.join(STATE).join("journal.json");
-    let original = std::fs::read(&journal).unwrap();
-    let mut j: Value = serde_json::from_slice(&original).unwrap();
+    let (journal, original, mut j) = read_journal(&root);
     j["version"] = json!(2);
-    std::fs::write(&journal, serde_json::to_vec(&j).unwrap()).unwrap();
-    refused_and_unchanged(
-        &t,
-        &["renew", "--root", s(&root)],
-        &["journal.json", "version 2", "does not know"],
-    );
+    write_json(&journal, &j);
+    renew_refused(&t, &root, &["journal.json", "version 2", "does not know"]);
     // Truncated.
     std::fs::write(&journal, &original[..original.len() / 3]).unwrap();
-    refused_and_unchanged(
-        &t,
-        &["renew", "--root", s(&root)],
-        &["journal.json", "not valid JSON"],
-    );
+    renew_refused(&t, &root, &["journal.json", "not valid JSON"]);
     std::fs::write(&journal, &original).unwrap();
     rolls_forward(&root);
 }
@@ -518,127 +494,101 @@ fn a_journal_of_a_future_version_is_refused() {
 #[test]
 fn a_journal_naming_a_path_outside_the_root_writes_nothing() {
     let (t, root) = interrupted("journal-traversal");
-    let journal = root.join(STATE).join("journal.json");
-    let original = std::fs::read(&journal).unwrap();
-    let j: Value = serde_json::from_slice(&original).unwrap();
-    // The first staged file would be renamed over `../victim.txt`.
-    let mut evil = j.clone();
-    evil["files"][0]["rel"] = json!("../victim.txt");
-    std::fs::write(&journal, serde_json::to_vec(&evil).unwrap()).unwrap();
-    refused_and_unchanged(
-        &t,
-        &["renew", "--root", s(&root)],
-        &["journal.json", "'../victim.txt'"],
-    );
-    // A staged path elsewhere than the live file's staging folder.
-    let mut evil = j.clone();
-    evil["files"][0]["staged"] = json!(format!("{STATE}/backups/x"));
-    std::fs::write(&journal, serde_json::to_vec(&evil).unwrap()).unwrap();
-    refused_and_unchanged(&t, &["renew", "--root", s(&root)], &["not a staged copy"]);
-    // A staging folder to remove that is not one.
-    let mut evil = j.clone();
-    evil["staging_dirs"][0] = json!("etc/kubernetes");
-    std::fs::write(&journal, serde_json::to_vec(&evil).unwrap()).unwrap();
-    refused_and_unchanged(
-        &t,
-        &["renew", "--root", s(&root)],
-        &["'etc/kubernetes'", "not the staging folder"],
-    );
+    let (journal, original, j) = read_journal(&root);
+    let cases: [(&str, Value, &[&str]); 3] = [
+        // The first staged file would be renamed over `../victim.txt`.
+        (
+            "/files/0/rel",
+            json!("../victim.txt"),
+            &["journal.json", "'../victim.txt'"],
+        ),
+        // A staged path elsewhere than the live file's staging folder.
+        (
+            "/files/0/staged",
+            json!(format!("{STATE}/backups/x")),
+            &["not a staged copy"],
+        ),
+        // A staging folder to remove that is not one.
+        (
+            "/staging_dirs/0",
+            json!("etc/kubernetes"),
+            &["'etc/kubernetes'", "not the staging folder"],
+        ),
+    ];
+    for (field, value, words) in cases {
+        let mut evil = j.clone();
+        *evil.pointer_mut(field).unwrap() = value;
+        write_json(&journal, &evil);
+        renew_refused(&t, &root, words);
+    }
     std::fs::write(&journal, &original).unwrap();
     rolls_forward(&root);
 }
 
 #[test]
 fn a_truncated_restart_marker_is_an_error_not_absent() {
-    let t = TempDir::new("marker");
-    let root = lab(
-        &t.join("node"),
-        &["--expires-in", "2d", "--key-algorithm", "ecdsa-p256"],
-    );
-    std::fs::write(t.join("victim.txt"), "the victim\n").unwrap();
-    let state = root.join(STATE);
-    std::fs::create_dir_all(&state).unwrap();
-    let marker = state.join("restart.json");
+    let (t, root) = node_with_victim("marker");
+    let marker = state_file(&root, "restart.json");
     let whole =
         br#"{"version":1,"platform":"kubeadm","pod":"kube-apiserver.yaml","api_socket":null}"#;
-    std::fs::write(&marker, &whole[..30]).unwrap();
-    refused_and_unchanged(
-        &t,
-        &["renew", "--root", s(&root)],
-        &[
-            "restart marker",
-            "restart.json",
-            "not valid JSON",
-            "static pod may be stopped",
-        ],
-    );
-    // A future version.
-    std::fs::write(
-        &marker,
-        br#"{"version":5,"platform":"kubeadm","pod":"kube-apiserver.yaml"}"#,
-    )
-    .unwrap();
-    refused_and_unchanged(&t, &["renew", "--root", s(&root)], &["version 5"]);
-    // A pod name that climbs out of the parked folder.
-    std::fs::write(
-        &marker,
-        br#"{"version":1,"platform":"kubeadm","pod":"../../../../victim.txt"}"#,
-    )
-    .unwrap();
-    refused_and_unchanged(
-        &t,
-        &["renew", "--root", s(&root)],
-        &["pod ../../../../victim.txt"],
-    );
-    // An unknown platform is refused, not taken for kubeadm.
-    std::fs::write(
-        &marker,
-        br#"{"version":1,"platform":"systemd","pod":"kube-apiserver.yaml"}"#,
-    )
-    .unwrap();
-    refused_and_unchanged(
-        &t,
-        &["renew", "--root", s(&root)],
-        &["platform systemd", "unknown platform"],
-    );
+    let cases: [(&[u8], &[&str]); 4] = [
+        // Truncated.
+        (
+            &whole[..30],
+            &[
+                "restart marker",
+                "restart.json",
+                "not valid JSON",
+                "static pod may be stopped",
+            ],
+        ),
+        // A future version.
+        (
+            br#"{"version":5,"platform":"kubeadm","pod":"kube-apiserver.yaml"}"#,
+            &["version 5"],
+        ),
+        // A pod name that climbs out of the parked folder.
+        (
+            br#"{"version":1,"platform":"kubeadm","pod":"../../../../victim.txt"}"#,
+            &["pod ../../../../victim.txt"],
+        ),
+        // An unknown platform is refused, not taken for kubeadm.
+        (
+            br#"{"version":1,"platform":"systemd","pod":"kube-apiserver.yaml"}"#,
+            &["platform systemd", "unknown platform"],
+        ),
+    ];
+    each_refused(&t, &marker, &["renew", "--root", s(&root)], &cases);
 }
 
 #[test]
 fn a_damaged_owed_restarts_record_stops_the_pass() {
-    let t = TempDir::new("pending");
-    let root = lab(
-        &t.join("node"),
-        &["--expires-in", "2d", "--key-algorithm", "ecdsa-p256"],
-    );
-    std::fs::write(t.join("victim.txt"), "the victim\n").unwrap();
-    let state = root.join(STATE);
-    std::fs::create_dir_all(&state).unwrap();
-    let pending = state.join("pending-restarts.json");
+    let (t, root) = node_with_victim("pending");
+    let pending = state_file(&root, "pending-restarts.json");
     let run = ["run", "--once", "--root", s(&root), "--platform", "kubeadm"];
-    std::fs::write(&pending, br#"{"version":1,"components":["kube-apiser"#).unwrap();
-    refused_and_unchanged(
-        &t,
-        &run,
-        &[
-            "owed-restarts record",
-            "pending-restarts.json",
-            "not valid JSON",
-        ],
-    );
-    std::fs::write(&pending, br#"{"version":3,"components":[]}"#).unwrap();
-    refused_and_unchanged(&t, &run, &["pending-restarts.json", "version 3"]);
-    std::fs::write(
-        &pending,
-        br#"{"version":1,"components":["kube-apiserver"],"backup_id":"../../../x"}"#,
-    )
-    .unwrap();
-    refused_and_unchanged(&t, &run, &["backup_id ../../../x"]);
-    std::fs::write(
-        &pending,
-        br#"{"version":2,"components":[],"pods":["../kube-vip.yaml"],"backup_id":null}"#,
-    )
-    .unwrap();
-    refused_and_unchanged(&t, &run, &["pods ../kube-vip.yaml"]);
+    let cases: [(&[u8], &[&str]); 4] = [
+        (
+            br#"{"version":1,"components":["kube-apiser"#,
+            &[
+                "owed-restarts record",
+                "pending-restarts.json",
+                "not valid JSON",
+            ],
+        ),
+        (
+            br#"{"version":3,"components":[]}"#,
+            &["pending-restarts.json", "version 3"],
+        ),
+        (
+            br#"{"version":1,"components":["kube-apiserver"],"backup_id":"../../../x"}"#,
+            &["backup_id ../../../x"],
+        ),
+        (
+            br#"{"version":2,"components":[],"pods":["../kube-vip.yaml"],"backup_id":null}"#,
+            &["pods ../kube-vip.yaml"],
+        ),
+    ];
+    each_refused(&t, &pending, &run, &cases);
 }
 
 /// A renewal with `--reuse-keys` backs up certificates without their keys: the backup's
@@ -646,22 +596,14 @@ fn a_damaged_owed_restarts_record_stops_the_pass() {
 #[test]
 fn a_backup_without_keys_is_checked_against_the_live_keys() {
     let t = TempDir::new("reuse-keys");
-    let root = lab(
-        &t.join("node"),
-        &["--expires-in", "2d", "--key-algorithm", "ecdsa-p256"],
-    );
+    let root = expiring_ecdsa(&t.join("node"));
     let before = snapshot(&root.join("etc/kubernetes"), &[]);
     certrotor(&["renew", "--root", s(&root), "--reuse-keys"])
         .run()
         .ok();
     let id = backup_ids(&root).pop().unwrap();
     let m = read_manifest(&root, &id);
-    let paths: Vec<&str> = m["files"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["path"].as_str().unwrap())
-        .collect();
+    let paths = each_field(&m["files"], "path");
     assert!(paths.contains(&"etc/kubernetes/pki/apiserver.crt"), "{m}");
     assert!(!paths.contains(&"etc/kubernetes/pki/apiserver.key"), "{m}");
     certrotor(&rollback_args(&root, &id)).run().ok();
@@ -675,11 +617,7 @@ fn a_backup_without_keys_is_checked_against_the_live_keys() {
     let live_key = root.join(PKI).join("apiserver.key");
     let other = std::fs::read(root.join(PKI).join("front-proxy-client.key")).unwrap();
     std::fs::write(&live_key, other).unwrap();
-    refused_and_unchanged(
-        &t,
-        &rollback_args(&root, &id),
-        &["pki/apiserver.crt", "does not match its key"],
-    );
+    rollback_refused(&t, &root, &id, &KEY_MISMATCH);
 }
 
 /// A backup folder that exists but cannot be listed is an error, never "no backups".
@@ -699,15 +637,8 @@ fn an_unlistable_backup_folder_is_an_error() {
 
 #[test]
 fn a_damaged_pass_state_stops_every_command() {
-    let t = TempDir::new("pass-state");
-    let root = lab(
-        &t.join("node"),
-        &["--expires-in", "2d", "--key-algorithm", "ecdsa-p256"],
-    );
-    std::fs::write(t.join("victim.txt"), "the victim\n").unwrap();
-    let state = root.join(STATE);
-    std::fs::create_dir_all(&state).unwrap();
-    let pass = state.join("pass.json");
+    let (t, root) = node_with_victim("pass-state");
+    let pass = state_file(&root, "pass.json");
     let commands: [&[&str]; 4] = [
         &["check", "--root", s(&root)],
         &["renew", "--root", s(&root)],
@@ -733,10 +664,7 @@ fn a_damaged_pass_state_stops_every_command() {
             &["pod ../../../../victim.txt"],
         ),
     ];
-    for (bytes, words) in cases {
-        std::fs::write(&pass, bytes).unwrap();
-        refused_and_unchanged(&t, &["renew", "--root", s(&root)], words);
-    }
+    each_refused(&t, &pass, &["renew", "--root", s(&root)], &cases);
 }
 
 /// A `run` pass killed at each step of its renewal's transaction: before the journal nothing
@@ -745,10 +673,7 @@ fn a_damaged_pass_state_stops_every_command() {
 #[test]
 fn a_pass_killed_while_writing_owes_restarts_only_if_it_renewed() {
     let t = TempDir::new("pass-kill");
-    let pristine = lab(
-        &t.join("pristine"),
-        &["--expires-in", "2d", "--key-algorithm", "ecdsa-p256"],
-    );
+    let pristine = expiring_ecdsa(&t.join("pristine"));
     for point in [
         "staged-all",
         "backed-up",

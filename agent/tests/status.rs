@@ -9,36 +9,33 @@ use std::path::Path;
 
 use serde_json::Value;
 
+use crate::renew_util::{LOOPBACK_ECDSA, SHORT_WAITS};
 use crate::util::*;
 
 /// A lab node expiring in 3 days whose ports (manifests, kubeconfigs) are all on 127.0.0.1 and
 /// shifted by `offset`, so that nothing answers there.
 fn node(t: &TestDir, offset: u16) -> std::path::PathBuf {
-    t.lab(
-        "node",
-        &[
-            "--expires-in",
-            "3d",
-            "--key-algorithm",
-            "ecdsa-p256",
-            "--advertise-address",
-            "127.0.0.1",
-            "--port-offset",
-            &offset.to_string(),
-        ],
-    )
+    let offset = offset.to_string();
+    let flags = [
+        &["--expires-in", "3d"][..],
+        &LOOPBACK_ECDSA,
+        &["--port-offset", &offset],
+    ];
+    t.lab("node", &flags.concat())
 }
 
 fn status(root: &Path, extra: &[&str]) -> Value {
-    let mut args = vec![
-        "status",
-        "--root",
-        root.to_str().unwrap(),
-        "--output",
-        "json",
-    ];
-    args.extend_from_slice(extra);
-    certrotor(&args).expect(0).json()
+    let r = root.to_str().unwrap();
+    let base = ["status", "--root", r, "--output", "json"];
+    certrotor(&[&base[..], extra].concat()).expect(0).json()
+}
+
+/// The `status` table of the node at `r` (cluster mode off), expecting exit 0.
+fn status_table(r: &str) -> String {
+    certrotor(&["status", "--root", r, "--cluster", "off"])
+        .expect(0)
+        .stdout
+        .clone()
 }
 
 /// `certrotor run --once --root <r> --platform none` and `extra`.
@@ -104,10 +101,7 @@ fn status_of_a_fresh_node_then_after_a_pass_that_renewed() {
     assert_eq!(v["owed_restarts"]["components"], serde_json::json!([]));
     assert_eq!(v["lock"]["held"], false);
     assert_eq!(v["backups"], serde_json::json!([]));
-    let table = certrotor(&["status", "--root", r, "--cluster", "off"])
-        .expect(0)
-        .stdout
-        .clone();
+    let table = status_table(r);
     assert!(table.contains("none recorded yet"), "{table}");
     assert!(table.contains("No backups"), "{table}");
     // Reading the status wrote no last-pass record.
@@ -150,12 +144,7 @@ fn status_of_a_fresh_node_then_after_a_pass_that_renewed() {
     assert_eq!(p["platform"], "none");
     assert_eq!(p["backup_id"], report["renew"]["backup_id"]);
     assert_eq!(p["new_not_after"], report["renew"]["plan"]["not_after"]);
-    let renewed: Vec<&str> = p["renewed"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_str().unwrap())
-        .collect();
+    let renewed = str_items(&p["renewed"]);
     for n in ["apiserver", "etcd-server", "admin.conf"] {
         assert!(renewed.contains(&n), "{n} not in {renewed:?}");
     }
@@ -187,10 +176,7 @@ fn status_of_a_fresh_node_then_after_a_pass_that_renewed() {
         .permissions()
         .mode();
     assert_eq!(mode & 0o777, 0o600);
-    let table = certrotor(&["status", "--root", r, "--cluster", "off"])
-        .expect(0)
-        .stdout
-        .clone();
+    let table = status_table(r);
     assert!(table.contains("renewed (run)"), "{table}");
     assert!(table.contains(p["backup_id"].as_str().unwrap()), "{table}");
 
@@ -222,7 +208,8 @@ fn status_after_a_failed_pass_and_a_failed_rollback_shows_owed_restarts() {
 
     // Platform kubeadm with nothing running: etcd never comes back, the backup is restored, and
     // the restart after the rollback fails too: every restart stays owed.
-    certrotor(&[
+    // Nothing runs: the live-reload wait (etcd) is bounded like the restarts.
+    let pass = [
         "run",
         "--once",
         "--root",
@@ -231,15 +218,8 @@ fn status_after_a_failed_pass_and_a_failed_rollback_shows_owed_restarts() {
         "kubeadm",
         "--cluster",
         "off",
-        "--restart-timeout",
-        "1s",
-        // Nothing runs: the live-reload wait (etcd) is bounded like the restarts.
-        "--reload-timeout",
-        "1s",
-        "--poll-interval",
-        "100ms",
-    ])
-    .expect(2);
+    ];
+    certrotor(&[&pass[..], &SHORT_WAITS].concat()).expect(2);
     let v = status(&root, &["--cluster", "off"]);
     let p = &v["last_pass"];
     assert_eq!(p["result"], "rollback-failed", "{p:#}");
@@ -255,28 +235,15 @@ fn status_after_a_failed_pass_and_a_failed_rollback_shows_owed_restarts() {
             .contains("after restoring backup"),
         "{p:#}"
     );
-    let owed: Vec<&str> = v["owed_restarts"]["components"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_str().unwrap())
-        .collect();
+    let owed = str_items(&v["owed_restarts"]["components"]);
     assert!(
         owed.contains(&"etcd") && owed.contains(&"kube-apiserver"),
         "{v:#}"
     );
     // The renew backup and the rollback's own backup, both verified.
-    let kinds: Vec<&str> = v["backups"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|b| b["kind"].as_str().unwrap())
-        .collect();
+    let kinds = each_field(&v["backups"], "kind");
     assert_eq!(kinds, ["rollback", "renew"], "{v:#}");
-    let table = certrotor(&["status", "--root", r, "--cluster", "off"])
-        .expect(0)
-        .stdout
-        .clone();
+    let table = status_table(r);
     assert!(table.contains("rollback-failed"), "{table}");
     assert!(table.contains("OWED RESTARTS"), "{table}");
     assert!(table.contains("kube-apiserver"), "{table}");

@@ -723,3 +723,24 @@ pub fn find_certificates(root: &Path, scratch: &Path) -> Vec<Found> {
     }
     out
 }
+
+/// The string `field` of each object in the JSON array `list` (`restarted[].component`);
+/// panics when `list` is not an array or an object's field is not a string.
+#[track_caller]
+pub fn each_field<'a>(list: &'a Value, field: &str) -> Vec<&'a str> {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x[field].as_str().unwrap())
+        .collect()
+}
+
+/// The items of the JSON array of strings `list`; panics when one is not a string.
+#[track_caller]
+pub fn str_items(list: &Value) -> Vec<&str> {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap())
+        .collect()
+}

@@ -28,23 +28,7 @@ fn free_port() -> u16 {
 fn lab(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("certrotor-verify-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let out = Command::new(env!("CARGO_BIN_EXE_certrotor"))
-        .args(["lab", "init"])
-        .arg(&dir)
-        .args([
-            "--advertise-address",
-            "127.0.0.1",
-            "--key-algorithm",
-            "ecdsa-p256",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    dir
+    crate::renew_util::lab(&dir, &crate::renew_util::LOOPBACK_ECDSA)
 }
 
 fn s_server(pki: &Path, port: u16) -> Server {

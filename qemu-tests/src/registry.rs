@@ -319,8 +319,13 @@ impl Registry {
     /// Pushes the whole index (every platform, digests preserved) as `REPOSITORY:TAG`; returns
     /// the reference by digest, `127.0.0.1:PORT/certrotor@sha256:...`.
     pub fn push(&self, index: &ImageIndex) -> Result<String> {
+        self.push_as(index, &index.tag)
+    }
+
+    /// [`Registry::push`] under another tag: `REPOSITORY:tag`.
+    pub fn push_as(&self, index: &ImageIndex, tag: &str) -> Result<String> {
         let src = format!("oci-archive:{}:{}", index.archive.display(), index.tag);
-        let dest = format!("docker://{}/{REPOSITORY}:{}", self.addr(), index.tag);
+        let dest = format!("docker://{}/{REPOSITORY}:{tag}", self.addr());
         self.skopeo(&[
             "copy",
             "--all",

@@ -148,6 +148,34 @@ impl Boot {
         Ok(s.trim_end_matches('\n').to_string())
     }
 
+    /// Fails the test unless the guest output `name` reads `want` (trailing newline trimmed),
+    /// saying `what` with the log tail.
+    #[track_caller]
+    pub fn assert_out(&self, name: &str, want: &str, what: &str) {
+        match self.read_out(name) {
+            Ok(got) => assert_eq!(got, want, "{}", self.failure(what)),
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+
+    /// Fails the test unless the guest output `name` contains each of `wants`, naming the one
+    /// missing, `what` the output is, and the output with the log tail. Returns the output.
+    #[track_caller]
+    pub fn assert_out_contains(&self, name: &str, wants: &[&str], what: &str) -> String {
+        let text = match self.read_out(name) {
+            Ok(text) => text,
+            Err(e) => panic!("{e:?}"),
+        };
+        for want in wants {
+            assert!(
+                text.contains(want),
+                "{}",
+                self.failure(&format!("no {want:?} in {what}:\n{text}"))
+            );
+        }
+        text
+    }
+
     /// Ok when the scenario script finished with rc 0; else an error with the log tail.
     pub fn expect_success(&self) -> Result<()> {
         match self.ending {

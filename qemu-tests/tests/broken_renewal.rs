@@ -26,12 +26,7 @@ fn rejected_certificate_is_rolled_back_and_reported() {
     assert_guest_checks(&b);
 
     // exit code 3, report and log
-    assert_eq!(
-        b.read_out("run.rc").unwrap(),
-        "3",
-        "{}",
-        b.failure("certrotor exit code")
-    );
+    b.assert_out("run.rc", "3", "certrotor exit code");
     let report = json(&b, "run.json");
     let rolled = &report["rolled_back"];
     assert!(
@@ -50,14 +45,11 @@ fn rejected_certificate_is_rolled_back_and_reported() {
         "{}",
         b.failure(&format!("failure: {failure}"))
     );
-    let log = b.read_out("run.log").unwrap();
-    for want in ["verification failed", "rolled back to backup"] {
-        assert!(
-            log.contains(want),
-            "{}",
-            b.failure(&format!("no {want:?} in the log:\n{log}"))
-        );
-    }
+    let log = b.assert_out_contains(
+        "run.log",
+        &["verification failed", "rolled back to backup"],
+        "the log",
+    );
     assert!(
         log.contains("CERTROTOR-FAILPOINT foreign-ca:apiserver-etcd-client"),
         "{}",

@@ -60,12 +60,7 @@ fn node_off_for_400_days_heals_itself_at_boot() {
     );
 
     // Before: every leaf, kubeconfig and both kubelet certificates expired (check exit 2).
-    assert_eq!(
-        b.read_out("check-before.rc").unwrap(),
-        "2",
-        "{}",
-        b.failure("check before")
-    );
+    b.assert_out("check-before.rc", "2", "check before");
     let before = json(&b, "check-before.json");
     let mut leaves: Vec<&str> = STACKED_LEAVES.to_vec();
     leaves.extend(KUBECONFIGS);
@@ -74,45 +69,34 @@ fn node_off_for_400_days_heals_itself_at_boot() {
     }
 
     // The bootstrap container renewed all of it, the kubelet's client certificate included.
-    assert_eq!(
-        b.read_out("bootstrap.rc").unwrap(),
-        "0",
-        "{}",
-        b.failure("bootstrap rc")
-    );
+    b.assert_out("bootstrap.rc", "0", "bootstrap rc");
     // Its default command line (empty user-data), renewed, nothing restarted (not its business:
     // no pod runs yet); its report is the table, not JSON.
-    let log = b.read_out("bootstrap.log").unwrap();
-    for want in [
-        "arguments from the container's user-data: run --once --platform none",
-        "platform none: restart etcd, kube-apiserver",
-    ] {
-        assert!(
-            log.contains(want),
-            "{}",
-            b.failure(&format!("no {want:?} in the bootstrap log:\n{log}"))
-        );
-    }
+    b.assert_out_contains(
+        "bootstrap.log",
+        &[
+            "arguments from the container's user-data: run --once --platform none",
+            "platform none: restart etcd, kube-apiserver",
+        ],
+        "the bootstrap log",
+    );
     assert_eq!(
         b.read_out("backups.txt").unwrap().lines().count(),
         1,
         "{}",
         b.failure("backups")
     );
-    let report = b.read_out("bootstrap.json").unwrap();
-    for want in [
-        "Renewed 11 certificate(s)",
-        "apiserver ",
-        "etcd-server ",
-        "Reissued kubelet-client (expired) for system:node:cp-1",
-        "Removed the expired kubelet-serving pair",
-    ] {
-        assert!(
-            report.contains(want),
-            "{}",
-            b.failure(&format!("no {want:?} in:\n{report}"))
-        );
-    }
+    b.assert_out_contains(
+        "bootstrap.json",
+        &[
+            "Renewed 11 certificate(s)",
+            "apiserver ",
+            "etcd-server ",
+            "Reissued kubelet-client (expired) for system:node:cp-1",
+            "Removed the expired kubelet-serving pair",
+        ],
+        "the bootstrap report",
+    );
     // Installed as the kubelet installs it: a new dated file, the link swapped to it.
     let link_before = b.read_out("link-before.txt").unwrap();
     let link_after = b.read_out("link-after.txt").unwrap();

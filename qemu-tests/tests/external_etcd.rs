@@ -247,12 +247,7 @@ fn etcd_node_and_control_plane_rotate_in_cluster_mode_then_by_export_and_import(
     );
 
     // control plane: imported, kube-apiserver restarted once and using the new certificate
-    assert_eq!(
-        b.read_out("import.rc").unwrap(),
-        "0",
-        "{}",
-        b.failure("import rc")
-    );
+    b.assert_out("import.rc", "0", "import rc");
     assert_eq!(
         sha_out(&b, "cp-client-sha"),
         sha_out(&b, "bundle-sha"),

@@ -376,20 +376,7 @@ fn image_index_pushed_pulled_by_digest_and_run_on_both_architectures() {
     let by_digest = reg.push(&a).unwrap();
     let push_time = t_push.elapsed();
     // c under another tag: the registry keeps both, each pulled by its own digest.
-    let c_ref = {
-        let src = format!("oci-archive:{}:{}", c.archive.display(), c.tag);
-        let dest = format!("docker://{}/certrotor:epoch-1700000000", reg.addr());
-        reg.skopeo(&[
-            "copy",
-            "--all",
-            "--preserve-digests",
-            "--dest-tls-verify=false",
-            &src,
-            &dest,
-        ])
-        .unwrap();
-        format!("{}/certrotor@{}", reg.addr(), c.digest)
-    };
+    let c_ref = reg.push_as(&c, "epoch-1700000000").unwrap();
     let raw_index = reg
         .skopeo(&[
             "inspect",

@@ -41,12 +41,7 @@ fn lose_power(loss: &Loss) -> (Scenario, Boot, Instant) {
         .unwrap();
     b1.expect_killed().unwrap();
     assert_guest_checks(&b1);
-    assert_eq!(
-        b1.read_out("checks-rc").unwrap(),
-        "0",
-        "{}",
-        b1.failure("checks")
-    );
+    b1.assert_out("checks-rc", "0", "checks");
     (sc, b1, t0)
 }
 

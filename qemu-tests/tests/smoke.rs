@@ -83,12 +83,7 @@ fn smoke_boot_container_etcd_power_loss_reboot() {
         .unwrap();
     b1.expect_killed().unwrap();
     assert_no_failed_checks(&b1);
-    assert_eq!(
-        b1.read_out("checks-rc").unwrap(),
-        "0",
-        "{}",
-        b1.failure("checks-rc")
-    );
+    b1.assert_out("checks-rc", "0", "checks-rc");
     assert_eq!(b1.read_out("image-was-present").unwrap(), "no");
     assert_eq!(b1.read_out("boot-count").unwrap(), "1");
     let mounts = b1.read_out("mounts.txt").unwrap();
@@ -117,19 +112,16 @@ fn smoke_boot_container_etcd_power_loss_reboot() {
         b1.failure("`certrotor version` in the pulled image")
     );
     // containerd holds the index under its digest, both platforms listed, and unpacked amd64's.
-    let listed = b1.read_out("image-ls.txt").unwrap();
-    for want in [
-        index.digest.as_str(),
-        "application/vnd.oci.image.index.v1+json",
-        "linux/amd64",
-        "linux/arm64",
-    ] {
-        assert!(
-            listed.contains(want),
-            "{}",
-            b1.failure(&format!("ctr images ls: no {want:?} in {listed:?}"))
-        );
-    }
+    b1.assert_out_contains(
+        "image-ls.txt",
+        &[
+            index.digest.as_str(),
+            "application/vnd.oci.image.index.v1+json",
+            "linux/amd64",
+            "linux/arm64",
+        ],
+        "ctr images ls",
+    );
     let sha = format!("certrotor-sha256={}", amd64.binary_sha256);
     assert!(
         mounts.lines().any(|l| l == sha),
@@ -162,17 +154,11 @@ fn smoke_boot_container_etcd_power_loss_reboot() {
     let b2 = sc.boot(&BootOptions::default()).unwrap();
     b2.expect_success().unwrap();
     assert_no_failed_checks(&b2);
-    assert_eq!(
-        b2.read_out("boot-count").unwrap(),
-        "2",
-        "{}",
-        b2.failure("boot counter")
-    );
-    assert_eq!(
-        b2.read_out("image-was-present").unwrap(),
+    b2.assert_out("boot-count", "2", "boot counter");
+    b2.assert_out(
+        "image-was-present",
         "yes",
-        "{}",
-        b2.failure("containerd store did not persist")
+        "containerd store did not persist",
     );
     assert_eq!(
         b2.read_out("etcd-token").unwrap(),

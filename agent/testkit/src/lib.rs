@@ -6,6 +6,7 @@
 //! - [`prereq`]: a test whose prerequisite (a tool, root) is missing FAILS, saying what to
 //!   install. It never passes silently, in CI or not.
 //! - [`wait_for`]: poll a condition with a deadline, failing with the last observation.
+//! - [`fresh_dir`]: a new empty folder per test, named after it.
 //! - [`date`]: civil dates to Unix seconds, for comparing what tools print.
 //! - [`ports`]: the one port allocator of a test process: port offsets for lab nodes.
 //! - [`k8s`]: the real Kubernetes v1.20.2 control-plane binaries and kubectl, and what
@@ -62,6 +63,19 @@ pub mod prereq {
             missing(test, &format!("root ({why})"));
         }
     }
+}
+
+/// A new empty folder `<temp dir>/<prefix>-<name>-<pid>-<n>`, `n` counting the folders of this
+/// test process (a leftover of an earlier process with the same pid is removed first).
+#[track_caller]
+pub fn fresh_dir(prefix: &str, name: &str) -> std::path::PathBuf {
+    static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let leaf = format!("{prefix}-{name}-{}-{n}", std::process::id());
+    let path = std::env::temp_dir().join(leaf);
+    let _ = std::fs::remove_dir_all(&path);
+    std::fs::create_dir_all(&path).unwrap();
+    path
 }
 
 /// Polls `probe` every `every` until it returns `Ok`; after `deadline`, fails naming `what` and
@@ -140,6 +154,15 @@ pub mod k8s {
         for name in BINARIES {
             std::os::unix::fs::symlink(dir.join(name), into.join(name)).unwrap();
         }
+    }
+
+    /// Links the control plane into `into` (see [`link_control_plane`]) and returns this
+    /// process's `PATH` with `into` first, for kubelet-sim.
+    #[track_caller]
+    pub fn path_with_control_plane(into: &Path) -> String {
+        link_control_plane(into);
+        let path = std::env::var("PATH").unwrap_or_default();
+        format!("{}:{path}", into.display())
     }
 
     /// kubectl v1.20.2: `CERTROTOR_KUBECTL`, else `kubectl` in [`bin_dir`], else the one

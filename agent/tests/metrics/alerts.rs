@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::{PROMETHEUS, get, samples};
-use crate::renew_util::{Background, Cmd, TempDir, bin, wait_for};
+use crate::renew_util::{Background, Cmd, SHORT_WAITS, TempDir, bin, wait_for};
 
 type Labels = BTreeMap<String, String>;
 
@@ -201,17 +201,7 @@ fn daemon_on(
         cmd = cmd.env(k, v);
     }
     let mut proc = cmd.spawn(dir, name);
-    let addr = wait_for(
-        "the daemon's metrics address",
-        Duration::from_secs(60),
-        || {
-            assert!(proc.running(), "the daemon ended\n{}", proc.describe());
-            let log = proc.stderr_text();
-            let at = log.find("metrics served on http://")?;
-            let rest = &log[at + "metrics served on http://".len()..];
-            Some(rest.split('/').next()?.to_string())
-        },
-    );
+    let addr = super::metrics_address(&mut proc, Duration::from_secs(60));
     Daemon { proc, addr }
 }
 
@@ -319,6 +309,17 @@ impl Capture {
     }
 
     /// The series of `name` in the last page: (labels with job and instance, value).
+    /// The labels of the series `name` of the last page.
+    fn last_labels(&self, name: &str) -> Vec<Labels> {
+        self.last(name).into_iter().map(|(l, _)| l).collect()
+    }
+
+    /// The labels of the series `name` of the last page whose value is `value`.
+    fn last_at(&self, name: &str, value: f64) -> Vec<Labels> {
+        let at = self.last(name).into_iter().filter(|(_, v)| *v == value);
+        at.map(|(l, _)| l).collect()
+    }
+
     fn last(&self, name: &str) -> Vec<(Labels, f64)> {
         samples(self.last_page())
             .into_iter()
@@ -636,17 +637,8 @@ fn promtool_sees_a_missing_alert(dir: &Path, cases: &[Case]) {
 
 /// A lab node with `args` (ECDSA keys) in `dir`.
 fn lab(dir: &TempDir, args: &[&str]) -> PathBuf {
-    let root = dir.join("node");
-    let mut all = vec![
-        "lab",
-        "init",
-        root.to_str().unwrap(),
-        "--key-algorithm",
-        "ecdsa-p256",
-    ];
-    all.extend_from_slice(args);
-    crate::renew_util::certrotor(&all).run().ok();
-    root
+    let ecdsa = ["--key-algorithm", "ecdsa-p256"];
+    crate::renew_util::lab(&dir.join("node"), &[&ecdsa[..], args].concat())
 }
 
 /// The daemon flags of the lab cases: no platform, a pass every 5 s, a 30-day window.
@@ -661,20 +653,29 @@ const LAB_DAEMON: [&str; 8] = [
     "30d",
 ];
 
+/// A lab node due in 200 days (folder `alerts-<name>`, kept by the caller) with a daemon on it
+/// (`LAB_DAEMON`), captured as `name` until `passes` passes succeeded (`what`), and `more`
+/// scrapes after.
+fn healthy_daemon(
+    name: &str,
+    what: &str,
+    passes: u32,
+    more: usize,
+) -> (TempDir, PathBuf, Capture, Daemon) {
+    let dir = TempDir::new(&format!("alerts-{name}"));
+    let root = lab(&dir, &["--expires-in", "200d"]);
+    let mut cap = Capture::new(name);
+    let mut d = daemon(&dir.path, "daemon", &root, &LAB_DAEMON, &[]);
+    let page = format!("certrotor_passes_total{{result=\"ok\"}} {passes}\n");
+    let deadline = Duration::from_secs(300);
+    cap.watch(&mut d, what, deadline, |p| p.contains(&page), more);
+    (dir, root, cap, d)
+}
+
 /// Healthy, then stopped: nothing fires while it runs (live); 15 minutes after the stop only
 /// CertrotorMetricsDown does, and the series are gone.
 fn case_healthy_then_stopped() -> Case {
-    let dir = TempDir::new("alerts-healthy");
-    let root = lab(&dir, &["--expires-in", "200d"]);
-    let mut cap = Capture::new("healthy");
-    let mut d = daemon(&dir.path, "daemon", &root, &LAB_DAEMON, &[]);
-    cap.watch(
-        &mut d,
-        "three passes",
-        Duration::from_secs(300),
-        |p| p.contains("certrotor_passes_total{result=\"ok\"} 3\n"),
-        20,
-    );
+    let (_dir, _root, mut cap, mut d) = healthy_daemon("healthy", "three passes", 3, 20);
     let stopped = cap.real_end();
     d.proc.kill();
     cap.scrape_for(&d.addr, 5);
@@ -697,17 +698,7 @@ fn case_healthy_then_stopped() -> Case {
 /// cannot read is never skipped silently), the read errors show in v3's, v4's and certrotor's
 /// families, and two intervals later no pass has succeeded.
 fn case_read_errors() -> Case {
-    let dir = TempDir::new("alerts-read");
-    let root = lab(&dir, &["--expires-in", "200d"]);
-    let mut cap = Capture::new("read-errors");
-    let mut d = daemon(&dir.path, "daemon", &root, &LAB_DAEMON, &[]);
-    cap.watch(
-        &mut d,
-        "two passes",
-        Duration::from_secs(300),
-        |p| p.contains("certrotor_passes_total{result=\"ok\"} 2\n"),
-        10,
-    );
+    let (_dir, root, mut cap, mut d) = healthy_daemon("read-errors", "two passes", 2, 10);
     let healthy_until = cap.real_end();
     std::fs::write(
         root.join("etc/kubernetes/pki/front-proxy-client.crt"),
@@ -728,12 +719,7 @@ fn case_read_errors() -> Case {
     );
     d.proc.kill();
     // What the scenario is: the two files fail, as read errors and failed passes.
-    let bad: Vec<Labels> = cap
-        .last("x509_cert_error")
-        .into_iter()
-        .filter(|(_, v)| *v == 1.0)
-        .map(|(l, _)| l)
-        .collect();
+    let bad: Vec<Labels> = cap.last_at("x509_cert_error", 1.0);
     let files: BTreeSet<&str> = bad.iter().map(|l| l["filepath"].as_str()).collect();
     assert_eq!(
         files,
@@ -744,11 +730,7 @@ fn case_read_errors() -> Case {
         "{}",
         cap.last_page()
     );
-    let source_errors: Vec<Labels> = cap
-        .last("x509_source_errors_total")
-        .into_iter()
-        .map(|(l, _)| l)
-        .collect();
+    let source_errors: Vec<Labels> = cap.last_labels("x509_source_errors_total");
     let reasons: BTreeSet<(&str, &str)> = source_errors
         .iter()
         .map(|l| (l["source_name"].as_str(), l["reason"].as_str()))
@@ -762,12 +744,7 @@ fn case_read_errors() -> Case {
         "{}",
         cap.last_page()
     );
-    let down: Vec<Labels> = cap
-        .last("x509_source_up")
-        .into_iter()
-        .filter(|(_, v)| *v == 0.0)
-        .map(|(l, _)| l)
-        .collect();
+    let down: Vec<Labels> = cap.last_at("x509_source_up", 0.0);
     assert_eq!(down.len(), 1, "{}", cap.last_page());
     assert_eq!(down[0]["source_name"], "/etc/kubernetes/scheduler.conf");
     let first = cap.first_page_step();
@@ -827,13 +804,10 @@ fn case_rollback_failed() -> Case {
             "5s",
             "--within",
             "30d",
-            "--restart-timeout",
-            "1s",
-            "--reload-timeout",
-            "1s",
-            "--poll-interval",
-            "100ms",
-        ],
+        ]
+        .into_iter()
+        .chain(SHORT_WAITS)
+        .collect::<Vec<_>>(),
         &[],
     );
     cap.watch(
@@ -861,12 +835,7 @@ fn case_rollback_failed() -> Case {
         "{}",
         cap.last_page()
     );
-    let owed: Vec<Labels> = cap
-        .last("certrotor_restarts_owed")
-        .into_iter()
-        .filter(|(_, v)| *v == 1.0)
-        .map(|(l, _)| l)
-        .collect();
+    let owed: Vec<Labels> = cap.last_at("certrotor_restarts_owed", 1.0);
     assert!(
         owed.iter().any(|l| l["component"] == "kube-apiserver"),
         "{}",
@@ -1175,11 +1144,8 @@ fn metrics_alerts_and_dashboard_on_a_real_control_plane() {
         "no restart counted\n{}",
         cap.last_page()
     );
-    let overdue: Vec<Labels> = cap
-        .last("certrotor_certificate_renewal_due_timestamp_seconds")
-        .into_iter()
-        .map(|(l, _)| l)
-        .collect();
+    let overdue: Vec<Labels> =
+        cap.last_labels("certrotor_certificate_renewal_due_timestamp_seconds");
     assert!(overdue.len() >= 10, "{}", cap.last_page());
     let mut rolled = Case::new(cap);
     let late = rolled.late();

@@ -868,19 +868,25 @@ impl Pod {
             Phase::Stopping { .. } => {}
             Phase::Idle | Phase::Waiting { .. } => {
                 self.crashes_in_a_row = 0;
-                self.phase = if self.desired.is_some() {
-                    Phase::Waiting {
-                        start_at: now + config.start_delay,
-                        after_crash: false,
-                    }
-                } else {
-                    Phase::Idle
-                };
+                self.phase = self.after_stop(config, now);
             }
         }
     }
 
     /// Sends SIGTERM to a running process; SIGKILL follows after the grace period.
+    /// The phase after a stop (or with nothing running): a start after the start delay while a
+    /// manifest is wanted, else idle.
+    fn after_stop(&self, config: &Config, now: Instant) -> Phase {
+        if self.desired.is_some() {
+            Phase::Waiting {
+                start_at: now + config.start_delay,
+                after_crash: false,
+            }
+        } else {
+            Phase::Idle
+        }
+    }
+
     fn begin_stop(&mut self, reason: &'static str, config: &Config, now: Instant) {
         match std::mem::replace(&mut self.phase, Phase::Idle) {
             Phase::Running { child, .. } => {
@@ -961,14 +967,7 @@ impl Pod {
                         self.state.name,
                         child.id()
                     ));
-                    self.phase = if self.desired.is_some() {
-                        Phase::Waiting {
-                            start_at: now + config.start_delay,
-                            after_crash: false,
-                        }
-                    } else {
-                        Phase::Idle
-                    };
+                    self.phase = self.after_stop(config, now);
                 }
                 _ => {
                     if !killed && now >= kill_at {

@@ -119,23 +119,7 @@ pub struct RunOwn {
 }
 
 /// `run`: its own flags, the renewal flags and the platform flags.
-#[derive(Debug)]
-pub struct RunCmd {
-    pub own: RunOwn,
-    pub renew: RenewFlags,
-    pub pass: PassFlags,
-}
-
-impl FromArgs for RunCmd {
-    fn from_args(command: &[&str], args: &[&str]) -> Result<Self, EarlyExit> {
-        let (own, renew, pass) = parse_joined3(command, args)?;
-        Ok(RunCmd { own, renew, pass })
-    }
-}
-
-impl SubCommand for RunCmd {
-    const COMMAND: &'static CommandInfo = <RunOwn as SubCommand>::COMMAND;
-}
+pub type RunCmd = PassCmd<RunOwn>;
 
 #[derive(FromArgs, ArgsInfo, Debug)]
 #[argh(
@@ -154,22 +138,26 @@ pub struct DaemonOwn {
 }
 
 /// `daemon`: its own flags, the renewal flags and the platform flags.
+pub type DaemonCmd = PassCmd<DaemonOwn>;
+
+/// A command that makes passes (`run`, `daemon`): its own flags `O` (which name it), the
+/// renewal flags and the platform flags.
 #[derive(Debug)]
-pub struct DaemonCmd {
-    pub own: DaemonOwn,
+pub struct PassCmd<O> {
+    pub own: O,
     pub renew: RenewFlags,
     pub pass: PassFlags,
 }
 
-impl FromArgs for DaemonCmd {
+impl<O: FromArgs + ArgsInfo> FromArgs for PassCmd<O> {
     fn from_args(command: &[&str], args: &[&str]) -> Result<Self, EarlyExit> {
         let (own, renew, pass) = parse_joined3(command, args)?;
-        Ok(DaemonCmd { own, renew, pass })
+        Ok(PassCmd { own, renew, pass })
     }
 }
 
-impl SubCommand for DaemonCmd {
-    const COMMAND: &'static CommandInfo = <DaemonOwn as SubCommand>::COMMAND;
+impl<O: FromArgs + ArgsInfo + SubCommand> SubCommand for PassCmd<O> {
+    const COMMAND: &'static CommandInfo = O::COMMAND;
 }
 #[derive(FromArgs, Debug)]
 #[argh(subcommand, name = "rollback")]

@@ -32,15 +32,7 @@ pub struct Sandbox(PathBuf);
 
 impl Sandbox {
     pub fn new(name: &str) -> Self {
-        static COUNTER: AtomicU32 = AtomicU32::new(0);
-        let path = std::env::temp_dir().join(format!(
-            "br-apisim-{name}-{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = fs::remove_dir_all(&path);
-        fs::create_dir_all(&path).expect("create sandbox");
-        Self(path)
+        Self(testkit::fresh_dir("br-apisim", name))
     }
 
     pub fn path(&self) -> &Path {

@@ -12,7 +12,6 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread;
 use std::time::{Duration, SystemTime};
 
@@ -29,15 +28,7 @@ pub struct TempDir(PathBuf);
 
 impl TempDir {
     pub fn new(name: &str) -> TempDir {
-        static COUNTER: AtomicU32 = AtomicU32::new(0);
-        let path = std::env::temp_dir().join(format!(
-            "br-pods-{name}-{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = fs::remove_dir_all(&path);
-        fs::create_dir_all(&path).unwrap();
-        TempDir(path)
+        TempDir(testkit::fresh_dir("br-pods", name))
     }
 
     pub fn path(&self) -> &Path {
@@ -247,32 +238,18 @@ impl Etcd {
             .arg(format!("--initial-advertise-peer-urls={peer}"))
             .arg(format!("--initial-cluster=node1={peer}"))
             .arg("--initial-cluster-state=new")
-            .arg(format!(
-                "--cert-file={}",
-                etcd_pki.join("server.crt").display()
-            ))
-            .arg(format!(
-                "--key-file={}",
-                etcd_pki.join("server.key").display()
-            ))
-            .arg(format!(
-                "--trusted-ca-file={}",
-                etcd_pki.join("ca.crt").display()
-            ))
             .arg("--client-cert-auth=true")
-            .arg(format!(
-                "--peer-cert-file={}",
-                etcd_pki.join("peer.crt").display()
-            ))
-            .arg(format!(
-                "--peer-key-file={}",
-                etcd_pki.join("peer.key").display()
-            ))
-            .arg(format!(
-                "--peer-trusted-ca-file={}",
-                etcd_pki.join("ca.crt").display()
-            ))
             .arg("--peer-client-cert-auth=true");
+        for (flag, file) in [
+            ("cert-file", "server.crt"),
+            ("key-file", "server.key"),
+            ("trusted-ca-file", "ca.crt"),
+            ("peer-cert-file", "peer.crt"),
+            ("peer-key-file", "peer.key"),
+            ("peer-trusted-ca-file", "ca.crt"),
+        ] {
+            command.arg(format!("--{flag}={}", etcd_pki.join(file).display()));
+        }
         let process = Proc::spawn("etcd", command, &work.join("etcd.log"));
         let client = client(
             &etcd_pki.join("ca.crt"),
