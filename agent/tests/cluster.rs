@@ -324,6 +324,7 @@ impl CpNode {
             "kube-apiserver",
             "kube-controller-manager",
             "kube-scheduler",
+            "kube-vip",
         ] {
             let p = self.root.join(format!("var/lib/kubelet-sim/{pod}.json"));
             if let Ok(b) = fs::read(&p) {
@@ -359,7 +360,8 @@ impl Stacked3 {
     /// `hostnames`: each node's kubelet-sim runs its pods under host name `cp-N` (a UTS
     /// namespace of their own, as hostNetwork pods share their node's), the etcd member's name,
     /// so that the three nodes' leader identities (`<host name>_<uuid>`) tell them apart on one
-    /// host.
+    /// host; and each node runs EKS Anywhere's kube-vip (the k8s-sim stand-in, which holds
+    /// `kube-system/plndr-cp-lock` under its host name as kube-vip does).
     fn start_with(t: &TempDir, expires_in: &str, healthy: bool, hostnames: bool) -> Stacked3 {
         let offs = offsets(3);
         let first = t.join("node-0");
@@ -376,6 +378,16 @@ impl Stacked3 {
                 &offs[0].to_string(),
             ],
         );
+        if hostnames {
+            certrotor::lab::add_kube_vip(
+                &first,
+                certrotor::lab::LabLayout::Kubeadm,
+                offs[0],
+                certrotor::lab::KubeVipShape::EksAnywhere,
+                certrotor::lab::manifests::DEFAULT_KUBERNETES_VERSION,
+            )
+            .unwrap();
+        }
         for i in 1..3 {
             copy_tree(&first, &t.join(&format!("node-{i}")));
         }
@@ -386,6 +398,9 @@ impl Stacked3 {
             .join(",");
         let bin_dir = t.join("bin");
         testkit::k8s::link_control_plane(&bin_dir);
+        if hostnames {
+            std::os::unix::fs::symlink(sibling("k8s-sim"), bin_dir.join("kube-vip")).unwrap();
+        }
         let mut nodes = Vec::new();
         for (i, off) in offs.iter().enumerate() {
             let root = t.join(&format!("node-{i}"));
@@ -2102,6 +2117,8 @@ fn a_pass_with_nothing_to_restart_takes_no_cluster_lock() {
 /// The leader Leases of kube-controller-manager and kube-scheduler (v1.20: `leases` is the
 /// default lock of both).
 const LEADER_LEASES: [&str; 2] = ["kube-controller-manager", "kube-scheduler"];
+/// kube-vip's Lease (EKS Anywhere's manifest leaves `vip_leasename` at its default).
+const VIP_LEASE: &str = "plndr-cp-lock";
 
 /// The holder of `kube-system/<name>` as node 0's apiserver gives it, once a live holder renews
 /// it (its resourceVersion moves under the same holder): which node (`cp-N`) and its identity.
@@ -2123,7 +2140,8 @@ fn live_holder(c: &Stacked3, name: &str) -> (usize, String) {
         },
     );
     let holder = read().unwrap().holder;
-    let host = holder.rsplit_once('_').map(|(h, _)| h).unwrap_or("");
+    // A leader elected by client-go is `<host name>_<uuid>`; kube-vip is its host name.
+    let host = holder.rsplit_once('_').map_or(holder.as_str(), |(h, _)| h);
     let node = (0..3)
         .find(|i| host == format!("cp-{i}"))
         .unwrap_or_else(|| panic!("Lease {name}: holder '{holder}' is none of cp-0..2"));
@@ -2141,10 +2159,12 @@ fn leaders_restart_last() {
     let t = TempDir::new("cluster-leaders");
     let c = Arc::new(Stacked3::start_with(&t, "2d", true, true));
     let holders: Vec<(usize, String)> = LEADER_LEASES.iter().map(|l| live_holder(&c, l)).collect();
+    let vip = live_holder(&c, VIP_LEASE);
     // The default --held-cert-margin: kube-apiserver and etcd reload live, so the restarts are
-    // kube-controller-manager's and kube-scheduler's.
-    let (mut passes, samples, whole, since) =
-        passes_sampled(&c, |i| c.spawn_pass_margin(i, "1", "24h", &[]));
+    // kube-controller-manager's and kube-scheduler's, and kube-vip's (admin.conf renewed).
+    let (mut passes, samples, whole, since) = passes_sampled(&c, |i| {
+        c.spawn_pass_margin(i, "1", "24h", &["--settle", "3s"])
+    });
     let reports: Vec<serde_json::Value> = passes.iter_mut().map(|p| report_of(p, 0)).collect();
     for (i, r) in reports.iter().enumerate() {
         assert_eq!(r["cluster"]["deferred"], false, "node {i}\n{r:#}");
@@ -2158,6 +2178,21 @@ fn leaders_restart_last() {
             .collect();
         restarted.sort();
         assert_eq!(restarted, LEADER_LEASES, "node {i}\n{r:#}");
+        let pods: Vec<&str> = r["restarted_pods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|x| x["pod"].as_str())
+            .collect();
+        assert_eq!(pods, ["kube-vip.yaml"], "node {i}\n{r:#}");
+        // The VIP holder knows it holds plndr-cp-lock.
+        let role = r["cluster"]["roles"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["lease"] == format!("kube-system/{VIP_LEASE}"))
+            .unwrap_or_else(|| panic!("node {i}: no Lease {VIP_LEASE} in the report\n{r:#}"));
+        assert_eq!(role["this_node"], i == vip.0, "node {i}: {role}");
         // The report names each Lease and its holder; the holder node knows it is.
         for (l, (h, holder)) in LEADER_LEASES.iter().zip(&holders) {
             let role = r["cluster"]["roles"]
@@ -2183,7 +2218,12 @@ fn leaders_restart_last() {
     // holder's restart began after every other node's restart of it ended.
     let states: Vec<_> = c.nodes.iter().map(|n| n.states()).collect();
     let mut order = vec![];
-    for (l, (h, _)) in LEADER_LEASES.iter().zip(&holders) {
+    let pods_and_leases = [("kube-vip", &vip)];
+    for (l, (h, _)) in LEADER_LEASES
+        .iter()
+        .zip(&holders)
+        .chain(pods_and_leases.iter().map(|(p, v)| (p, *v)))
+    {
         let w: Vec<(u64, u64)> = states
             .iter()
             .enumerate()
