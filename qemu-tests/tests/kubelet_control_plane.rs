@@ -393,12 +393,26 @@ fn assert_kube_vip_restarted(b: &qemu_tests::Boot, report: &serde_json::Value) -
     );
     let e = &pods[0]["evidence"];
     let pid = |s: &BTreeMap<String, String>| s["pid"].parse::<u64>().unwrap();
-    assert_eq!(
-        e["old_pids"],
-        serde_json::json!([pid(&before)]),
+    // The process certrotor stopped is the one the guest saw before the run, unless the kubelet
+    // had restarted kube-vip on its own in between (a kube-vip that misses its renew deadline
+    // exits, and under a heavily loaded TCG guest the stand-in did): then it is another, never
+    // the new one.
+    let old: Vec<u64> = e["old_pids"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|p| p.as_u64()).collect())
+        .unwrap_or_default();
+    assert!(
+        !old.is_empty() && !old.contains(&pid(&after)),
         "{}",
         fail("old pids")
     );
+    if old != [pid(&before)] {
+        eprintln!(
+            "note: kube-vip was restarted by the kubelet between the guest's snapshot (pid {}) \
+             and certrotor's stop (old pids {old:?})",
+            pid(&before)
+        );
+    }
     assert_eq!(e["new_pid"], pid(&after), "{}", fail("new pid"));
     assert!(e["probe"].is_null(), "{}", fail("a probe"));
     assert_eq!(e["lease_after"]["holder"], held.0, "{}", fail("Lease"));
