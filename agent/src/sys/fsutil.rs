@@ -97,44 +97,7 @@ pub fn resolve_in_root(root: &Path, rel: &str) -> Result<Option<PathBuf>, ReadEr
             if hops > MAX_SYMLINK_HOPS {
                 return Err(ReadError::SymlinkLoop { path: rel.into() });
             }
-            let target = fs::read_link(&candidate).map_err(|e| ReadError::Io {
-                path: rel.into(),
-                source: e,
-            })?;
-            let target_text = target.to_string_lossy().to_string();
-            let mut more = Vec::new();
-            if target.is_absolute() {
-                // The node sees absolute targets from its own root. A target that names the
-                // real location of the root itself (a link made on the host) is outside it.
-                if root != Path::new("/") && !Path::new(&target_text).starts_with(root) {
-                    let inside = root.join(target_text.trim_start_matches('/'));
-                    if fs::symlink_metadata(&inside).is_err() && Path::new(&target_text).exists() {
-                        return Err(ReadError::OutsideRoot {
-                            path: rel.into(),
-                            target: target_text,
-                        });
-                    }
-                }
-                resolved.clear();
-                push_components(&mut more, &target_text);
-            } else {
-                push_components(&mut more, &target_text);
-            }
-            // Check that relative `..` steps in the target do not climb above the root.
-            let mut depth = resolved.len() as i64;
-            for c in &more {
-                match c.as_str() {
-                    ".." => depth -= 1,
-                    "." => {}
-                    _ => depth += 1,
-                }
-                if depth < 0 {
-                    return Err(ReadError::OutsideRoot {
-                        path: rel.into(),
-                        target: target_text,
-                    });
-                }
-            }
+            let mut more = follow_link(root, rel, &candidate, &mut resolved)?;
             more.reverse();
             pending.extend(more);
         } else {
@@ -142,6 +105,57 @@ pub fn resolve_in_root(root: &Path, rel: &str) -> Result<Option<PathBuf>, ReadEr
         }
     }
     Ok(Some(join(root, &resolved)))
+}
+
+/// One symlink met by [`resolve_in_root`]: the components of its target, in order, to resolve
+/// next (an absolute target restarts from the root, so `resolved` is cleared). Refuses a target
+/// outside the root: an absolute one naming the root's real location on the host, or `..`
+/// steps climbing above it.
+fn follow_link(
+    root: &Path,
+    rel: &str,
+    candidate: &Path,
+    resolved: &mut Vec<String>,
+) -> Result<Vec<String>, ReadError> {
+    let target = fs::read_link(candidate).map_err(|e| ReadError::Io {
+        path: rel.into(),
+        source: e,
+    })?;
+    let target_text = target.to_string_lossy().to_string();
+    let mut more = Vec::new();
+    if target.is_absolute() {
+        // The node sees absolute targets from its own root. A target that names the
+        // real location of the root itself (a link made on the host) is outside it.
+        if root != Path::new("/") && !Path::new(&target_text).starts_with(root) {
+            let inside = root.join(target_text.trim_start_matches('/'));
+            if fs::symlink_metadata(&inside).is_err() && Path::new(&target_text).exists() {
+                return Err(ReadError::OutsideRoot {
+                    path: rel.into(),
+                    target: target_text,
+                });
+            }
+        }
+        resolved.clear();
+        push_components(&mut more, &target_text);
+    } else {
+        push_components(&mut more, &target_text);
+    }
+    // Check that relative `..` steps in the target do not climb above the root.
+    let mut depth = resolved.len() as i64;
+    for c in &more {
+        match c.as_str() {
+            ".." => depth -= 1,
+            "." => {}
+            _ => depth += 1,
+        }
+        if depth < 0 {
+            return Err(ReadError::OutsideRoot {
+                path: rel.into(),
+                target: target_text,
+            });
+        }
+    }
+    Ok(more)
 }
 
 /// Where a write to `rel` must land: the same real path a read of `rel` resolves to, relative
