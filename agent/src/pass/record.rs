@@ -85,67 +85,85 @@ impl LastPass {
             interval_seconds: interval.map(|d| d.as_secs()),
         };
         match result {
-            Err(e) => {
-                p.exit_code = crate::pass::outcome::for_error(e);
-                p.result = if p.exit_code == crate::pass::outcome::EXIT_LOCKED {
-                    "locked"
-                } else {
-                    "failed"
-                }
-                .into();
-                p.error = Some(e.to_string());
-            }
-            Ok(r) => {
-                p.exit_code = crate::pass::outcome::for_run(r);
-                p.renewed = renewed_names(r);
-                if !p.renewed.is_empty() {
-                    p.new_not_after = Some(r.renew.plan.not_after.clone());
-                }
-                p.backup_id = r.renew.backup_id.clone();
-                p.platform = Some(r.platform.clone());
-                p.restarted = r
-                    .restarted
-                    .iter()
-                    .map(|x| x.component.name().to_string())
-                    .chain(r.restarted_pods.iter().map(|x| x.pod.clone()))
-                    .collect();
-                let cluster = r.cluster.as_ref();
-                p.result = match &r.rolled_back {
-                    Some(rb) if rb.error.is_some() => "rollback-failed",
-                    Some(_) => "rolled-back",
-                    None if cluster.is_some_and(|c| c.deferred) => "deferred",
-                    None if p.exit_code == crate::pass::outcome::EXIT_FAILED => "failed",
-                    None if p.renewed.is_empty() => "nothing-due",
-                    None => "renewed",
-                }
-                .into();
-                if let Some(rb) = &r.rolled_back {
-                    p.rollback_reason = Some(rb.failure.clone());
-                    p.error = rb.error.clone();
-                } else if let Some(c) = cluster {
-                    p.error = c.pair_error.clone().or_else(|| c.error.clone());
-                }
-                if p.error.is_none() && !r.pod_errors.is_empty() {
-                    p.error = Some(r.pod_errors.join("; "));
-                }
-                if p.error.is_none() && !r.left_disabled.is_empty() {
-                    p.error = Some(r.left_disabled.join("; "));
-                }
-                if r.rolled_back.is_none() && r.platform != "none" {
-                    p.owed = r
-                        .components
-                        .iter()
-                        .filter(|c| !r.restarted.iter().any(|x| x.component == **c))
-                        // Reloaded live (reload.rs): served without a restart, not owed.
-                        .filter(|c| !r.reloaded.iter().any(|x| x.component == **c))
-                        .map(|c| c.name().to_string())
-                        .chain(r.owed_pods.iter().cloned())
-                        .collect();
-                }
-            }
+            Err(e) => p.record_error(e),
+            Ok(r) => p.record_report(r),
         }
         p
     }
+
+    /// A pass that returned an error: `locked` or `failed`, with the error.
+    fn record_error(&mut self, e: &OpsError) {
+        self.exit_code = crate::pass::outcome::for_error(e);
+        self.result = if self.exit_code == crate::pass::outcome::EXIT_LOCKED {
+            "locked"
+        } else {
+            "failed"
+        }
+        .into();
+        self.error = Some(e.to_string());
+    }
+
+    /// A pass that returned a report: what it renewed and restarted, its result, its error
+    /// and what it owes the next pass.
+    fn record_report(&mut self, r: &RunReport) {
+        self.exit_code = crate::pass::outcome::for_run(r);
+        self.renewed = renewed_names(r);
+        if !self.renewed.is_empty() {
+            self.new_not_after = Some(r.renew.plan.not_after.clone());
+        }
+        self.backup_id = r.renew.backup_id.clone();
+        self.platform = Some(r.platform.clone());
+        self.restarted = r
+            .restarted
+            .iter()
+            .map(|x| x.component.name().to_string())
+            .chain(r.restarted_pods.iter().map(|x| x.pod.clone()))
+            .collect();
+        let cluster = r.cluster.as_ref();
+        self.result = match &r.rolled_back {
+            Some(rb) if rb.error.is_some() => "rollback-failed",
+            Some(_) => "rolled-back",
+            None if cluster.is_some_and(|c| c.deferred) => "deferred",
+            None if self.exit_code == crate::pass::outcome::EXIT_FAILED => "failed",
+            None if self.renewed.is_empty() => "nothing-due",
+            None => "renewed",
+        }
+        .into();
+        self.record_report_error(r);
+        if r.rolled_back.is_none() && r.platform != "none" {
+            self.owed = owed_names(r);
+        }
+    }
+
+    /// The error of a pass that returned a report: the rollback's, else the cluster step's,
+    /// else the static pods', else what was left disabled.
+    fn record_report_error(&mut self, r: &RunReport) {
+        if let Some(rb) = &r.rolled_back {
+            self.rollback_reason = Some(rb.failure.clone());
+            self.error = rb.error.clone();
+        } else if let Some(c) = r.cluster.as_ref() {
+            self.error = c.pair_error.clone().or_else(|| c.error.clone());
+        }
+        if self.error.is_none() && !r.pod_errors.is_empty() {
+            self.error = Some(r.pod_errors.join("; "));
+        }
+        if self.error.is_none() && !r.left_disabled.is_empty() {
+            self.error = Some(r.left_disabled.join("; "));
+        }
+    }
+}
+
+/// What a pass that did not roll back owes the next: the components neither restarted nor
+/// reloaded live, and the static pods it could not restart.
+fn owed_names(r: &RunReport) -> Vec<String> {
+    r.components
+        .iter()
+        .filter(|c| !r.restarted.iter().any(|x| x.component == **c))
+        // Reloaded live (reload.rs): served without a restart, not owed.
+        .filter(|c| !r.reloaded.iter().any(|x| x.component == **c))
+        .map(|c| c.name().to_string())
+        .chain(r.owed_pods.iter().cloned())
+        .collect()
 }
 
 /// What a pass renewed: the plan's items when a backup was made, and the apiserver-etcd-client
