@@ -240,6 +240,38 @@ fn damaged_private_parts_are_caught_before_use() {
     }
 }
 
+/// A key whose RSA part `i` (value `v`) is damaged is refused by the quick check, in PKCS#1
+/// and PKCS#8, naming the relation and not the value, and the library agrees.
+fn refused_in_both_encodings(key: &PrivateKey, i: usize, damaged: &[u8], v: &[u8]) {
+    let pkcs8 = pkcs8::PrivateKeyInfo::new(
+        pkcs8::AlgorithmIdentifierRef {
+            oid: oid::RSA_ENCRYPTION,
+            parameters: Some(der::asn1::AnyRef::NULL),
+        },
+        damaged,
+    )
+    .to_der()
+    .unwrap();
+    for (label, der) in [("RSA PRIVATE KEY", damaged), ("PRIVATE KEY", &pkcs8[..])] {
+        let text = der::pem::encode_string(label, LineEnding::LF, der).unwrap();
+        let read = PrivateKey::read_pem(text.as_bytes()).unwrap();
+        assert_eq!(read.public_key_bits(), key.public_key_bits());
+        let err = read.check_private_parts().unwrap_err();
+        let PkiError::BadKey { detail } = &err else {
+            panic!("field {i} {label}: {err}")
+        };
+        assert!(
+            detail.contains("RSA key rejected (InconsistentComponents: "),
+            "field {i} {label}: {detail}"
+        );
+        assert!(!detail.contains(&base16ct::lower::encode_string(v)[..16]));
+        assert!(
+            read.validate().is_err(),
+            "field {i} {label}: the library agrees"
+        );
+    }
+}
+
 /// The quick check of a reused RSA key's parts (aws-lc's big numbers, as Go checks a key it
 /// loads, plus the CRT values) accepts what the library accepts and refuses each damaged
 /// part the library refuses, in both encodings, naming the relation and no value.
@@ -286,33 +318,7 @@ fn rsa_parts_checked_quickly_agree_with_the_library() {
         }
         .to_der()
         .unwrap();
-        let pkcs8 = pkcs8::PrivateKeyInfo::new(
-            pkcs8::AlgorithmIdentifierRef {
-                oid: oid::RSA_ENCRYPTION,
-                parameters: Some(der::asn1::AnyRef::NULL),
-            },
-            &damaged,
-        )
-        .to_der()
-        .unwrap();
-        for (label, der) in [("RSA PRIVATE KEY", &damaged), ("PRIVATE KEY", &pkcs8)] {
-            let text = der::pem::encode_string(label, LineEnding::LF, der).unwrap();
-            let read = PrivateKey::read_pem(text.as_bytes()).unwrap();
-            assert_eq!(read.public_key_bits(), key.public_key_bits());
-            let err = read.check_private_parts().unwrap_err();
-            let PkiError::BadKey { detail } = &err else {
-                panic!("field {i} {label}: {err}")
-            };
-            assert!(
-                detail.contains("RSA key rejected (InconsistentComponents: "),
-                "field {i} {label}: {detail}"
-            );
-            assert!(!detail.contains(&base16ct::lower::encode_string(&v)[..16]));
-            assert!(
-                read.validate().is_err(),
-                "field {i} {label}: the library agrees"
-            );
-        }
+        refused_in_both_encodings(&key, i, &damaged, &v);
     }
     // Primes swapped (the coefficient then inverts the wrong prime).
     let swapped = RsaPrivateKeyRef {
