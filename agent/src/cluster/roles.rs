@@ -159,6 +159,20 @@ pub fn read(
         .collect()
 }
 
+/// Whether a leader Lease held here could move to another control plane: this node's etcd
+/// member has peers (a stacked control plane of several nodes), or another control plane's
+/// apiserver is registered. On a single control plane the restarts keep their usual order
+/// (issue 25.4: "on a single control plane, restart them as today").
+pub fn others_may_lead(session: &Session) -> bool {
+    let stacked_peers =
+        session.node.etcd_member && session.client.members().is_ok_and(|m| m.len() > 1);
+    stacked_peers
+        || session
+            .client
+            .get_prefix(APISERVERS_PREFIX)
+            .is_ok_and(|others| !super::candidates(others, &session.node).is_empty())
+}
+
 /// Lease readers: this node's apiserver first, then the other registered ones.
 fn readers(
     root: &Path,

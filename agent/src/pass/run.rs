@@ -632,9 +632,10 @@ impl<'a> Pass<'a> {
 
     /// Under the lock: the Leases read again (leadership may have moved), and the components to
     /// restart split into those whose Lease this node does not hold (first) and those whose
-    /// Lease it holds (last). Without the lock (acting alone), all first.
+    /// Lease it holds (last). Without the lock (acting alone), or on a single control plane
+    /// (no other node a Lease could move to), all first, in the usual order.
     fn leaders_split(&mut self, locked: bool, pods: &[String]) -> (Vec<Component>, Vec<Component>) {
-        if !locked {
+        if !locked || !self.session.as_ref().is_some_and(roles::others_may_lead) {
             return (self.to_restart.clone(), vec![]);
         }
         self.publish_record(&self.to_restart.clone(), pods);
