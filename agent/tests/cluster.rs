@@ -887,12 +887,16 @@ fn stacked_rotation(test: &str, always: bool) {
             r["renew"]["backup_id"].is_string(),
             "node {i} renewed nothing\n{out}"
         );
-        let restarted: Vec<&str> = r["restarted"]
+        // Which of these a node restarts last depends on the leader Leases it read (leaders
+        // last: all three nodes share one host name here); the order between nodes is checked
+        // below from kubelet-sim's histories, and leaders_restart_last checks who goes last.
+        let mut restarted: Vec<&str> = r["restarted"]
             .as_array()
             .unwrap()
             .iter()
             .map(|x| x["component"].as_str().unwrap())
             .collect();
+        restarted.sort_unstable();
         let all = [
             "etcd",
             "kube-apiserver",
