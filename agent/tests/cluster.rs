@@ -2092,12 +2092,7 @@ fn a_pass_with_nothing_to_restart_takes_no_cluster_lock() {
     p.finish_within(PASS_BOUND);
     let r = report_of(&mut p, 0);
     assert_eq!(r["restarted"], serde_json::json!([]), "{r:#}");
-    let reloaded: Vec<&str> = r["reloaded"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|x| x["component"].as_str())
-        .collect();
+    let reloaded: Vec<&str> = crate::util::each_field(&r["reloaded"], "component");
     assert_eq!(reloaded, ["kube-apiserver"], "{r:#}");
     assert_eq!(
         r["cluster"]["waited_for"].as_array().map_or(0, Vec::len),
@@ -2174,20 +2169,10 @@ fn leaders_restart_last() {
         assert_eq!(r["cluster"]["deferred"], false, "node {i}\n{r:#}");
         assert_eq!(r["cluster"]["lock"], "acquired", "node {i}\n{r:#}");
         assert_eq!(r["owed_pods"], serde_json::json!([]), "node {i}\n{r:#}");
-        let mut restarted: Vec<&str> = r["restarted"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|x| x["component"].as_str())
-            .collect();
+        let mut restarted: Vec<&str> = crate::util::each_field(&r["restarted"], "component");
         restarted.sort();
         assert_eq!(restarted, LEADER_LEASES, "node {i}\n{r:#}");
-        let pods: Vec<&str> = r["restarted_pods"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|x| x["pod"].as_str())
-            .collect();
+        let pods: Vec<&str> = crate::util::each_field(&r["restarted_pods"], "pod");
         assert_eq!(pods, ["kube-vip.yaml"], "node {i}\n{r:#}");
         // The VIP holder knows it holds plndr-cp-lock.
         let role = r["cluster"]["roles"]
