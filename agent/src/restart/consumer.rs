@@ -234,7 +234,7 @@ impl<'a> Watch<'a> {
             gone_at = procfs::now_ticks();
             r
         };
-        let api = crate::restart::stop_and_start(
+        let api = crate::restart::stop::stop_and_start(
             root,
             platform,
             (pod, None),
