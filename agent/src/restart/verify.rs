@@ -340,7 +340,7 @@ pub fn wait_closed(
 
 fn client_config(p: &Probe) -> Result<rustls::ClientConfig, String> {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let verifier: Arc<dyn ServerCertVerifier> = match &p.ca_pem {
+    let chain = match &p.ca_pem {
         Some(ca_pem) => {
             let mut roots = rustls::RootCertStore::empty();
             for cert in CertificateDer::pem_slice_iter(ca_pem) {
@@ -349,16 +349,18 @@ fn client_config(p: &Probe) -> Result<rustls::ClientConfig, String> {
                     .add(cert)
                     .map_err(|e| format!("CA certificate: {e}"))?;
             }
-            let inner = rustls::client::WebPkiServerVerifier::builder_with_provider(
+            let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
                 Arc::new(roots),
                 provider.clone(),
-            )
-            .build()
-            .map_err(|e| format!("verifier: {e}"))?;
-            Arc::new(ChainOnly { inner })
+            );
+            Some(verifier.build().map_err(|e| format!("verifier: {e}"))?)
         }
-        None => Arc::new(AnyCert(provider.clone())),
+        None => None,
     };
+    let verifier = Arc::new(NamesIgnored {
+        chain,
+        provider: provider.clone(),
+    });
     let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?
@@ -378,53 +380,17 @@ fn client_config(p: &Probe) -> Result<rustls::ClientConfig, String> {
     }
 }
 
-/// Verifies the chain to the given CA and the handshake signatures; accepts any name.
+/// Accepts any name; checks the chain to the given CA when there is one (`chain`), else accepts
+/// any certificate (health checks of self-signed servers only); the handshake signatures are
+/// always checked with the certificate presented (so the peer holds the key of what it
+/// presents), with the provider's algorithms (what the WebPKI verifier uses too).
 #[derive(Debug)]
-struct ChainOnly {
-    inner: Arc<rustls::client::WebPkiServerVerifier>,
+struct NamesIgnored {
+    chain: Option<Arc<rustls::client::WebPkiServerVerifier>>,
+    provider: Arc<rustls::crypto::CryptoProvider>,
 }
 
-/// Accepts any server certificate but still checks the handshake signatures with it (so the
-/// peer holds the key of what it presents). Health checks of self-signed servers only.
-#[derive(Debug)]
-struct AnyCert(Arc<rustls::crypto::CryptoProvider>);
-
-impl ServerCertVerifier for AnyCert {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, TlsError> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        m: &[u8],
-        c: &CertificateDer<'_>,
-        d: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, TlsError> {
-        rustls::crypto::verify_tls12_signature(m, c, d, &self.0.signature_verification_algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        m: &[u8],
-        c: &CertificateDer<'_>,
-        d: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, TlsError> {
-        rustls::crypto::verify_tls13_signature(m, c, d, &self.0.signature_verification_algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for NamesIgnored {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -433,10 +399,10 @@ impl ServerCertVerifier for ChainOnly {
         ocsp: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, TlsError> {
-        match self
-            .inner
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
-        {
+        let Some(chain) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp, now) {
             Err(TlsError::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             )) => Ok(ServerCertVerified::assertion()),
@@ -450,7 +416,8 @@ impl ServerCertVerifier for ChainOnly {
         c: &CertificateDer<'_>,
         d: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, TlsError> {
-        self.inner.verify_tls12_signature(m, c, d)
+        let algorithms = &self.provider.signature_verification_algorithms;
+        rustls::crypto::verify_tls12_signature(m, c, d, algorithms)
     }
 
     fn verify_tls13_signature(
@@ -459,10 +426,13 @@ impl ServerCertVerifier for ChainOnly {
         c: &CertificateDer<'_>,
         d: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, TlsError> {
-        self.inner.verify_tls13_signature(m, c, d)
+        let algorithms = &self.provider.signature_verification_algorithms;
+        rustls::crypto::verify_tls13_signature(m, c, d, algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.inner.supported_verify_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
