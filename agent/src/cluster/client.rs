@@ -317,28 +317,15 @@ impl Client {
 
     /// The value of `key` and its `mod_revision`, if it exists.
     pub fn get_versioned(&self, key: &str) -> Result<Option<(Vec<u8>, i64)>, ClusterError> {
-        let v = self.post("/v3/kv/range", &json!({ "key": b64(key.as_bytes()) }))?;
-        match v
-            .get("kvs")
-            .and_then(Value::as_array)
-            .and_then(|a| a.first())
-        {
-            None => Ok(None),
-            Some(kv) => Ok(Some((
-                unb64(kv.get("value"))?,
-                int(kv.get("mod_revision")).unwrap_or(0),
-            ))),
-        }
+        Ok(self
+            .get_with_lease(key)?
+            .map(|(value, mod_revision, _)| (value, mod_revision)))
     }
 
     /// The value of `key`, its `mod_revision` and its lease (0: none), if it exists.
     pub fn get_with_lease(&self, key: &str) -> Result<Option<(Vec<u8>, i64, i64)>, ClusterError> {
         let v = self.post("/v3/kv/range", &json!({ "key": b64(key.as_bytes()) }))?;
-        match v
-            .get("kvs")
-            .and_then(Value::as_array)
-            .and_then(|a| a.first())
-        {
+        match first_kv(&v) {
             None => Ok(None),
             Some(kv) => Ok(Some((
                 unb64(kv.get("value"))?,
@@ -419,12 +406,16 @@ pub(super) fn unb64(v: Option<&Value>) -> Result<Vec<u8>, ClusterError> {
     }
 }
 
-fn first_value(range: &Value) -> Result<Option<Vec<u8>>, ClusterError> {
-    match range
+/// The first key-value of a range response, if any.
+fn first_kv(range: &Value) -> Option<&Value> {
+    range
         .get("kvs")
         .and_then(Value::as_array)
         .and_then(|a| a.first())
-    {
+}
+
+fn first_value(range: &Value) -> Result<Option<Vec<u8>>, ClusterError> {
+    match first_kv(range) {
         None => Ok(None),
         Some(kv) => unb64(kv.get("value")).map(Some),
     }

@@ -5,11 +5,9 @@
 use std::path::Path;
 
 use super::client::Access;
-use super::{ClusterError, ClusterOptions, Mode, err};
+use super::{ClusterError, ClusterOptions, Mode, err, read_rel};
 use crate::node::catalog;
 use crate::node::manifests::{Component, PodInfo};
-use crate::pki::MAX_PEM_FILE_BYTES;
-use crate::sys::fsutil;
 
 /// Who this node is, what it runs, and how it reaches etcd.
 #[derive(Debug, Clone)]
@@ -97,13 +95,7 @@ fn client_access(root: &Path, endpoints: Vec<String>) -> Result<Access, ClusterE
                 root.display()
             ))
         })?;
-    let read = |rel: &str| -> Result<Vec<u8>, ClusterError> {
-        match fsutil::read_in_root(root, rel, MAX_PEM_FILE_BYTES) {
-            Ok(Some(b)) => Ok(b),
-            Ok(None) => Err(err(format!("cluster mode: '{rel}' does not exist"))),
-            Err(e) => Err(err(format!("cluster mode: {e}"))),
-        }
-    };
+    let read = |rel: &str| read_rel(root, rel).map_err(|e| err(format!("cluster mode: {e}")));
     let key_rel = client.key_path.clone().unwrap_or_default();
     Ok(Access::new(
         endpoints,

@@ -24,7 +24,11 @@
 //! connect, wait, lock, report), `roles` (leaders and the VIP holder last).
 
 use std::fmt;
+use std::path::Path;
 use std::time::Duration;
+
+use crate::pki::MAX_PEM_FILE_BYTES;
+use crate::sys::fsutil;
 
 mod client;
 mod discover;
@@ -105,4 +109,13 @@ impl std::error::Error for ClusterError {}
 
 fn err(m: impl Into<String>) -> ClusterError {
     ClusterError(m.into())
+}
+
+/// A PEM file at `rel` inside the node's root; the error names the file.
+fn read_rel(root: &Path, rel: &str) -> Result<Vec<u8>, ClusterError> {
+    match fsutil::read_in_root(root, rel, MAX_PEM_FILE_BYTES) {
+        Ok(Some(b)) => Ok(b),
+        Ok(None) => Err(err(format!("'{rel}' does not exist"))),
+        Err(e) => Err(err(e.to_string())),
+    }
 }

@@ -7,10 +7,8 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::session::Session;
-use super::{ClusterError, PAIR_KEY, err};
+use super::{ClusterError, PAIR_KEY, err, read_rel};
 use crate::node::catalog;
-use crate::pki::MAX_PEM_FILE_BYTES;
-use crate::sys::fsutil;
 
 /// The format of [`PublishedPair`] this build writes and reads.
 const PUBLISHED_PAIR_VERSION: u32 = 1;
@@ -29,14 +27,6 @@ impl Drop for PublishedPair {
     fn drop(&mut self) {
         // Overwrite the key text before its buffer is freed.
         zeroize::Zeroize::zeroize(&mut self.key_pem);
-    }
-}
-
-fn read_rel(root: &Path, rel: &str) -> Result<Vec<u8>, ClusterError> {
-    match fsutil::read_in_root(root, rel, MAX_PEM_FILE_BYTES) {
-        Ok(Some(b)) => Ok(b),
-        Ok(None) => Err(err(format!("'{rel}' does not exist"))),
-        Err(e) => Err(err(e.to_string())),
     }
 }
 

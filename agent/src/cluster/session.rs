@@ -105,6 +105,25 @@ impl Session {
         (gates, reached)
     }
 
+    /// Runs the gates, keeps them in `report`, and answers with the failed ones (as reasons to
+    /// wait) and whether any etcd member had a leader.
+    fn check_gates(
+        &self,
+        root: &Path,
+        components: &[Component],
+        deadline: Instant,
+        report: &mut ClusterReport,
+    ) -> (Vec<String>, bool) {
+        let (gates, reached) = self.gates(root, components, deadline);
+        let failed = gates
+            .iter()
+            .filter(|g| !g.passed)
+            .map(|g| format!("gate {}: {}", g.name, g.detail))
+            .collect();
+        report.gates = gates;
+        (failed, reached)
+    }
+
     /// Waits (bounded by `opts.wait`, with jitter) until the gates pass and the lock is taken.
     /// When no etcd member had a leader during the whole wait (every member down, quorum lost,
     /// or every etcd certificate expired: the cluster is down already and restarting is the way
@@ -126,26 +145,14 @@ impl Session {
             }
         };
         loop {
-            let (gates, reached) = self.gates(root, components, deadline);
+            let (failed, reached) = self.check_gates(root, components, deadline, report);
             ever_reached |= reached;
-            report.gates = gates.clone();
-            let failed: Vec<String> = gates
-                .iter()
-                .filter(|g| !g.passed)
-                .map(|g| format!("gate {}: {}", g.name, g.detail))
-                .collect();
             if failed.is_empty() {
                 match try_lock(&self.client, &self.node.name, opts.lease_ttl) {
                     Ok(Ok(guard)) => {
                         // Check again under the lock: another holder may have just finished.
                         let again = deadline.max(Instant::now() + PROBE_TIMEOUT);
-                        let (gates, _) = self.gates(root, components, again);
-                        report.gates = gates.clone();
-                        let failed: Vec<String> = gates
-                            .iter()
-                            .filter(|g| !g.passed)
-                            .map(|g| format!("gate {}: {}", g.name, g.detail))
-                            .collect();
+                        let (failed, _) = self.check_gates(root, components, again, report);
                         if failed.is_empty() {
                             report.lock = "acquired".into();
                             report.waited_ms = started.elapsed().as_millis();
