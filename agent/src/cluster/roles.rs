@@ -77,7 +77,7 @@ pub struct LeadersLast {
 
 /// This node's names, as a Lease holder may give them.
 pub fn names(node: &NodeInfo, pods: &[(String, PodInfo)]) -> Vec<String> {
-    let mut names = vec![node.name.clone(), super::hostname()];
+    let mut names = vec![node.name.clone(), super::discover::hostname()];
     names.extend(
         pods.iter()
             .filter(|(_, p)| p.kube_vip_lease().is_some())
@@ -170,7 +170,7 @@ pub fn others_may_lead(session: &Session) -> bool {
         || session
             .client
             .get_prefix(APISERVERS_PREFIX)
-            .is_ok_and(|others| !super::candidates(others, &session.node).is_empty())
+            .is_ok_and(|others| !super::gates::candidates(others, &session.node).is_empty())
 }
 
 /// Lease readers: this node's apiserver first, then the other registered ones.
