@@ -62,12 +62,30 @@ pub fn init(level: LevelFilter, format: Format) {
     log::set_max_level(level);
 }
 
+/// Modules split out of one file (issue 28) and the tag of the file they came from: a split moves
+/// code, and leaves the log lines as they were.
+const SPLIT_FROM: [(&str, &str); 10] = [
+    ("cluster::client", "cluster"),
+    ("cluster::discover", "cluster"),
+    ("cluster::gates", "cluster"),
+    ("cluster::lock", "cluster"),
+    ("cluster::published_pair", "cluster"),
+    ("cluster::session", "cluster"),
+    ("restart::platform", "restart"),
+    ("restart::serving", "restart"),
+    ("restart::stop", "restart"),
+    ("restart::target", "restart"),
+];
+
 /// The module path without the crate name: `certrotor::pass::ops` → `ops`.
 fn short_target(target: &str) -> &str {
     // The module's own name (`certrotor::pass::ops` -> `ops`), not its folder: short, and the
     // same whichever folder the module lives in. Other crates' targets are kept whole.
     match target.strip_prefix("certrotor::") {
-        Some(path) => path.rsplit("::").next().unwrap_or(path),
+        Some(path) => match SPLIT_FROM.iter().find(|(module, _)| *module == path) {
+            Some((_, tag)) => tag,
+            None => path.rsplit("::").next().unwrap_or(path),
+        },
         None => target,
     }
 }
@@ -195,6 +213,23 @@ mod tests {
         assert_eq!(v["target"], "ops");
         assert_eq!(v["msg"], "say \"hi\"\n");
         assert_eq!(j.matches('\n').count(), 1);
+    }
+
+    /// A module split out of a file logs under that file's tag; every other module under its
+    /// own name, whatever its folder; other crates under their whole path.
+    #[test]
+    fn split_modules_keep_their_files_tag() {
+        for (target, tag) in [
+            ("certrotor::cluster::session", "cluster"),
+            ("certrotor::restart::stop", "restart"),
+            ("certrotor::cluster", "cluster"),
+            ("certrotor::cluster::roles", "roles"),
+            ("certrotor::txn::lock", "lock"),
+            ("certrotor::pass::ops", "ops"),
+            ("ureq::run", "ureq::run"),
+        ] {
+            assert_eq!(short_target(target), tag, "{target}");
+        }
     }
 
     /// Issue 30.1: dependencies never log below debug, whatever `--log-level`; certrotor's own
