@@ -804,6 +804,53 @@ pub fn copy_tree(from: &Path, to: &Path) {
     Cmd::new("cp").args(&["-a", s(from), s(to)]).run().ok();
 }
 
+/// `openssl x509 -req`: signs `csr` with `ca` and `ca_key` (a random serial) for `days` days,
+/// with the extensions of `extfile` (then `more`, e.g. `-extensions NAME`), into `out`; it must
+/// succeed.
+#[track_caller]
+pub fn sign_csr(
+    csr: &Path,
+    ca: &Path,
+    ca_key: &Path,
+    days: &str,
+    extfile: &Path,
+    more: &[&str],
+    out: &Path,
+) {
+    let head = [
+        "x509",
+        "-req",
+        "-in",
+        s(csr),
+        "-CA",
+        s(ca),
+        "-CAkey",
+        s(ca_key),
+        "-set_serial",
+        &random_serial(),
+        "-days",
+        days,
+        "-extfile",
+        s(extfile),
+    ];
+    openssl(&[&head[..], more, &["-out", s(out)]].concat());
+}
+
+/// `etcdctl` (API v3) at `endpoints` with the CA `ca` and the client pair `cert`/`key`; the
+/// caller adds its flags and its command.
+pub fn etcdctl(endpoints: &str, ca: &Path, cert: &Path, key: &Path) -> Cmd {
+    Cmd::new("etcdctl").env("ETCDCTL_API", "3").args(&[
+        "--endpoints",
+        endpoints,
+        "--cacert",
+        s(ca),
+        "--cert",
+        s(cert),
+        "--key",
+        s(key),
+    ])
+}
+
 /// A random positive serial for `openssl x509 -set_serial`, so openssl leaves no `.srl` file.
 pub fn random_serial() -> String {
     let mut b = [0u8; 8];
