@@ -973,13 +973,7 @@ fn the_static_pod_renews_a_kubeadm_node_and_the_admin_loop_reaches_every_cp_and_
     );
     let log = node.pod_log("certrotor");
     let after = node.states();
-    let status = node.certrotor(&[
-        "status",
-        "--root",
-        node.root.to_str().unwrap(),
-        "--output",
-        "json",
-    ]);
+    let status = node.on_root("status", &["--output", "json"]);
     status.expect(0);
     let last = &status.json()["last_pass"];
     assert_eq!(last["command"], json!("daemon"), "{last:#}");
