@@ -795,19 +795,12 @@ fn case_rollback_failed() -> Case {
         &dir.path,
         "daemon",
         &root,
-        &[
-            "--platform",
-            "kubeadm",
-            "--cluster",
-            "off",
-            "--interval",
-            "5s",
-            "--within",
-            "30d",
-        ]
-        .into_iter()
-        .chain(SHORT_WAITS)
-        .collect::<Vec<_>>(),
+        // LAB_DAEMON with kubeadm restarts instead of none.
+        &["--platform", "kubeadm"]
+            .into_iter()
+            .chain(LAB_DAEMON[2..].iter().copied())
+            .chain(SHORT_WAITS)
+            .collect::<Vec<_>>(),
         &[],
     );
     cap.watch(
