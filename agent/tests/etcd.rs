@@ -131,9 +131,8 @@ fn etcd_serves_and_accepts_the_renewed_certificates() {
             "etcd or etcdctl not installed (apt-get install -y etcd-server etcd-client)",
         );
     }
-    let t = TempDir::new("etcd");
-    let root = lab(
-        &t.join("node"),
+    let (t, root) = lab_in(
+        "etcd",
         &["--expires-in", "2d", "--advertise-address", "127.0.0.1"],
     );
     let pki = root.join("etc/kubernetes/pki");

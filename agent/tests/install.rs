@@ -454,18 +454,10 @@ fn merge(target: &mut Value, patch: Value) {
 
 /// TOML to JSON, as apiclient's `apply` reads its input (TOML first, then JSON).
 fn toml_or_json(input: &[u8]) -> Value {
-    let mut py = Command::new("python3")
-        .args([
-            "-c",
-            "import json, sys, tomllib; json.dump(tomllib.loads(sys.stdin.read()), sys.stdout)",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("python3 (images/setup-host.sh installs it)");
-    py.stdin.take().unwrap().write_all(input).unwrap();
-    let out = py.wait_with_output().unwrap();
+    let script =
+        "import json, sys, tomllib; json.dump(tomllib.loads(sys.stdin.read()), sys.stdout)";
+    let python = "python3 (images/setup-host.sh installs it)";
+    let out = crate::util::run_piped("python3", &["-c", script], input, python);
     if out.status.success() {
         return serde_json::from_slice(&out.stdout).unwrap();
     }

@@ -274,11 +274,7 @@ impl std::fmt::Display for Out {
 impl Out {
     /// Asserts the exit code; returns self.
     pub fn expect(&self, code: i32) -> &Out {
-        assert!(
-            !self.stderr.contains("panicked"),
-            "certrotor panicked\n{self}"
-        );
-        assert_eq!(self.code, Some(code), "unexpected exit code\n{self}");
+        crate::util::assert_exit(self, &self.stderr, self.code, code);
         self
     }
 
@@ -937,15 +933,8 @@ impl Drop for Node {
 
 /// SHA-256 fingerprint of a PEM certificate by `openssl x509`, as lower-case hex.
 pub fn fingerprint(pem: &[u8]) -> String {
-    let mut child = Command::new("openssl")
-        .args(["x509", "-noout", "-fingerprint", "-sha256"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("openssl must be installed");
-    child.stdin.take().unwrap().write_all(pem).unwrap();
-    let out = child.wait_with_output().unwrap();
+    let args = ["x509", "-noout", "-fingerprint", "-sha256"];
+    let out = crate::util::openssl(&args, Some(pem));
     let text = String::from_utf8_lossy(&out.stdout);
     let hex = text
         .trim()

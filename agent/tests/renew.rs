@@ -455,8 +455,7 @@ fn read_only_filesystem_fails_cleanly_and_the_pki_is_unchanged() {
 
 #[test]
 fn one_corrupt_pem_among_many_is_named_and_nothing_changes() {
-    let t = TempDir::new("corrupt");
-    let root = expiring_ecdsa(&t.join("node"));
+    let (_t, root) = expiring_in("corrupt");
     let bad = root.join(K).join("pki/front-proxy-client.crt");
     std::fs::write(
         &bad,
@@ -477,8 +476,7 @@ fn one_corrupt_pem_among_many_is_named_and_nothing_changes() {
 
 #[test]
 fn a_key_that_does_not_match_its_certificate_is_refused() {
-    let t = TempDir::new("mismatch");
-    let root = expiring_ecdsa(&t.join("node"));
+    let (_t, root) = expiring_in("mismatch");
     let key = openssl(&["ecparam", "-name", "prime256v1", "-genkey", "-noout"]);
     std::fs::write(root.join(K).join("pki/apiserver.key"), key).unwrap();
     refused(
@@ -518,8 +516,7 @@ fn external_lab(t: &TempDir, flags: &[&str]) {
 /// A lab node due in two days with ECDSA keys (`node` in a new test folder `tag`), and an
 /// openssl folder beside it ([`openssl_dir`]): (folder, node root, openssl folder).
 fn node_and_openssl(tag: &str) -> (TempDir, PathBuf, PathBuf) {
-    let t = TempDir::new(tag);
-    let root = expiring_ecdsa(&t.join("node"));
+    let (t, root) = expiring_in(tag);
     let d = openssl_dir(&t, "openssl");
     (t, root, d)
 }
@@ -659,8 +656,7 @@ fn a_clock_earlier_than_the_ca_is_refused() {
 
 #[test]
 fn validity_beyond_the_ca_needs_allow_beyond_ca() {
-    let t = TempDir::new("beyond");
-    let root = expiring_ecdsa(&t.join("node"));
+    let (_t, root) = expiring_in("beyond");
     // The lab CAs end about 9 years from now.
     refused(
         &root,
@@ -685,8 +681,7 @@ fn validity_beyond_the_ca_needs_allow_beyond_ca() {
 
 #[test]
 fn cert_naming_a_ca_kubelet_conf_or_an_unknown_name_is_refused() {
-    let t = TempDir::new("names");
-    let root = expiring_ecdsa(&t.join("node"));
+    let (_t, root) = expiring_in("names");
     refused(
         &root,
         &["--cert", "ca"],
@@ -1062,8 +1057,7 @@ fn etcdadm_certificates_keep_their_san_order_and_no_basic_constraints() {
 
 #[test]
 fn dry_run_prints_the_plan_and_changes_nothing() {
-    let t = TempDir::new("dry");
-    let root = expiring_ecdsa(&t.join("node"));
+    let (_t, root) = expiring_in("dry");
     let before = snapshot(&root, &[STATE]);
     let out = renew(&root, &["--dry-run"])
         .run()
@@ -1132,11 +1126,17 @@ fn selection_within_all_and_cert() {
     );
 }
 
+/// `certrotor backups --output json` of the node at `root`, which must succeed.
+#[track_caller]
+fn backups_json(root: &Path) -> serde_json::Value {
+    let out = certrotor(&["backups", "--root", s(root), "--output", "json"]).run();
+    serde_json::from_str(&out.ok().stdout).unwrap()
+}
+
 #[test]
 fn backups_retention_and_rollback() {
-    let t = TempDir::new("backups");
-    let root = lab(
-        &t.join("node"),
+    let (_t, root) = lab_in(
+        "backups",
         &["--expires-in", "365d", "--key-algorithm", "ecdsa-p256"],
     );
     let kdir = root.join(K);
@@ -1158,13 +1158,7 @@ fn backups_retention_and_rollback() {
             "backup {id}"
         );
     }
-    let list: serde_json::Value = serde_json::from_str(
-        &certrotor(&["backups", "--root", s(&root), "--output", "json"])
-            .run()
-            .ok()
-            .stdout,
-    )
-    .unwrap();
+    let list = backups_json(&root);
     assert_eq!(list.as_array().unwrap().len(), 3);
     assert!(
         list.as_array()
@@ -1182,13 +1176,7 @@ fn backups_retention_and_rollback() {
         .says(&[&format!("Restored backup {newest}")]);
     assert_same(&previous, &snapshot(&kdir, &[]), "after rollback");
     assert!(leftovers(&root).is_empty());
-    let list: serde_json::Value = serde_json::from_str(
-        &certrotor(&["backups", "--root", s(&root), "--output", "json"])
-            .run()
-            .ok()
-            .stdout,
-    )
-    .unwrap();
+    let list = backups_json(&root);
     assert_eq!(list[0]["kind"], "rollback", "{list}");
     let rollback_id = list[0]["id"].as_str().unwrap().to_string();
     // Restoring the rollback's own backup undoes the rollback.

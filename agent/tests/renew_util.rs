@@ -384,6 +384,23 @@ pub fn lab(dir: &Path, args: &[&str]) -> PathBuf {
     dir.to_path_buf()
 }
 
+/// A new test folder `tag` with a lab node `node` in it (`lab init` with `args`): (folder,
+/// node root).
+#[track_caller]
+pub fn lab_in(tag: &str, args: &[&str]) -> (TempDir, PathBuf) {
+    let t = TempDir::new(tag);
+    let root = lab(&t.join("node"), args);
+    (t, root)
+}
+
+/// A new test folder `tag` with an [`expiring_ecdsa`] node `node` in it: (folder, node root).
+#[track_caller]
+pub fn expiring_in(tag: &str) -> (TempDir, PathBuf) {
+    let t = TempDir::new(tag);
+    let root = expiring_ecdsa(&t.join("node"));
+    (t, root)
+}
+
 /// A lab node at DIR due in two days, with ECDSA keys; returns DIR.
 #[track_caller]
 pub fn expiring_ecdsa(dir: &Path) -> PathBuf {

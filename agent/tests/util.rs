@@ -142,14 +142,17 @@ impl fmt::Display for Run {
     }
 }
 
+/// Asserts that a certrotor run (`run`, shown on failure) did not panic and exited with `code`.
+#[track_caller]
+pub fn assert_exit(run: &dyn fmt::Display, stderr: &str, exit: Option<i32>, code: i32) {
+    assert!(!stderr.contains("panicked"), "certrotor panicked\n{run}");
+    assert_eq!(exit, Some(code), "unexpected exit code\n{run}");
+}
+
 impl Run {
     /// Asserts the exit code (and that nothing panicked); returns self for chaining.
     pub fn expect(&self, code: i32) -> &Run {
-        assert!(
-            !self.stderr.contains("panicked"),
-            "certrotor panicked\n{self}"
-        );
-        assert_eq!(self.code, Some(code), "unexpected exit code\n{self}");
+        assert_exit(self, &self.stderr, self.code, code);
         self
     }
 
@@ -271,16 +274,23 @@ pub fn now() -> i64 {
 
 /// Runs openssl, optionally feeding stdin.
 pub fn openssl(args: &[&str], stdin: Option<&[u8]>) -> Output {
-    let mut child = Command::new("openssl")
+    let input = stdin.unwrap_or_default();
+    run_piped("openssl", args, input, "openssl must be installed")
+}
+
+/// Runs `program args` with `input` on its stdin, to its end; `missing` is the panic when it
+/// cannot start.
+pub fn run_piped(program: &str, args: &[&str], input: &[u8], missing: &str) -> Output {
+    let mut child = Command::new(program)
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("openssl must be installed");
-    let mut input = child.stdin.take().unwrap();
-    input.write_all(stdin.unwrap_or_default()).unwrap();
-    drop(input);
+        .expect(missing);
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input).unwrap();
+    drop(stdin);
     child.wait_with_output().unwrap()
 }
 
