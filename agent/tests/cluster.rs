@@ -213,10 +213,7 @@ fn lease_ttl(c: &Client, lease: i64) -> (i64, i64) {
 }
 
 fn now_ms() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis()
+    crate::util::since_epoch().as_millis()
 }
 
 #[test]

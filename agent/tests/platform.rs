@@ -1292,10 +1292,7 @@ fn kubelet_client_pair_reloads_for_new_connections() {
     // certrotor's own pass with the failpoint.
     close_kubelet_connections(&node);
     let from = records(&record).len();
-    let started_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64;
+    let started_ms = crate::util::since_epoch().as_millis() as u64;
     let done = std::sync::atomic::AtomicBool::new(false);
     let out = std::thread::scope(|s| {
         // Each request on a new connection, so that the pair on disk is presented (a busy

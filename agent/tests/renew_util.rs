@@ -769,12 +769,7 @@ pub fn validity(pem: &[u8]) -> (i64, i64) {
 pub use testkit::date::parse_iso;
 
 /// Seconds since the epoch.
-pub fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64
-}
+pub use crate::util::now as unix_now;
 
 /// The first line of a PEM (its header).
 pub fn pem_header(pem: &[u8]) -> String {

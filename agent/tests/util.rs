@@ -264,10 +264,12 @@ pub fn strings(r: &Value, field: &str) -> Vec<String> {
 
 /// Unix seconds now.
 pub fn now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64
+    since_epoch().as_secs() as i64
+}
+
+/// The time since the Unix epoch, now.
+pub fn since_epoch() -> Duration {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap()
 }
 
 // === openssl ===

@@ -68,10 +68,7 @@ fn yaml(path: &Path) -> Value {
 }
 
 fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
+    crate::util::since_epoch().as_secs_f64()
 }
 
 /// `promtool ARGS` in `dir`: it must succeed.
