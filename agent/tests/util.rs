@@ -224,15 +224,13 @@ fn run_to_end(mut cmd: Command, command: String) -> (Run, Option<i32>) {
 
 /// `certrotor check --root <root> --output json` with extra flags, expecting `code`.
 pub fn check_json(root: &Path, extra: &[&str], code: i32) -> Value {
-    let mut args = vec![
-        "check",
-        "--root",
-        root.to_str().unwrap(),
-        "--output",
-        "json",
-    ];
-    args.extend_from_slice(extra);
+    let args = check_args(root, &[&["--output", "json"][..], extra].concat());
     certrotor(&args).expect(code).json()
+}
+
+/// The command line `check --root <root>` with `extra` flags.
+pub fn check_args<'a>(root: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
+    [&["check", "--root", root.to_str().unwrap()][..], extra].concat()
 }
 
 /// The `certificates[]` record with this name.
