@@ -115,6 +115,16 @@ section_renew() {
 # minutes; alternating A and B in rounds puts both under the same drift, where one hyperfine run
 # of A then B measured them in different minutes. The spread (10th-90th percentile) of each
 # pool goes to stderr.
+# Times command A against command B with pair_ms and prints both medians and B's time over A's
+# against the target: versus NAME_A CMD_A NAME_B CMD_B PREPARE RUNS ROUNDS WHAT TARGET.
+versus() {
+  local t c k; t=$(pair_ms "$2" "$4" "$5" "$6" "$7")
+  c=${t% *}; k=${t#* }
+  printf '%-44s %12s ms\n' "$1 (median)" "$c"
+  printf '%-44s %12s ms\n' "$3 (median)" "$k"
+  printf '%-44s %12s\n' "$8 speed-up (target >= ${9}x)" "$(ratio "$k" "$c" "$9")"
+}
+
 pair_ms() {
   local a="$1" b="$2" prepare="$3" runs="$4" rounds="${5:-1}" r
   rm -f "$WORK"/pair-*.json
@@ -182,24 +192,20 @@ YAML
   printf '%-44s %12s\n' "cores" "$cores"
 
   log "== check vs kubeadm certs check-expiration (A certrotor, B kubeadm)"
-  local t c k; t=$(pair_ms "$BIN check --root $dir" "$kubeadm --rootfs $dir certs check-expiration --config $cfg" true "$RUNS" 5)
-  c=${t% *}; k=${t#* }
+  versus "certrotor check" "$BIN check --root $dir" \
+    "kubeadm certs check-expiration" "$kubeadm --rootfs $dir certs check-expiration --config $cfg" \
+    true "$RUNS" 5 check 20
   local rc rk
   rc=$(peak_rss_kib "$BIN" check --root "$dir")
   rk=$(peak_rss_kib "$kubeadm" --rootfs "$dir" certs check-expiration --config "$cfg")
-  printf '%-44s %12s ms\n' "certrotor check (median)" "$c"
-  printf '%-44s %12s ms\n' "kubeadm certs check-expiration (median)" "$k"
-  printf '%-44s %12s\n' "check speed-up (target >= 20x)" "$(ratio "$k" "$c" 20)"
   printf '%-44s %12s KiB / %s KiB\n' "peak RSS certrotor / kubeadm" "$rc" "$rk"
   printf '%-44s %12s\n' "kubeadm/certrotor RSS (target >= 10x)" "$(ratio "$rk" "$rc" 10)"
 
   local runs=$(( RUNS < 10 ? RUNS : 10 ))
   log "== renew --all (new RSA-2048 keys) vs kubeadm certs renew all (A certrotor, B kubeadm)"
-  t=$(pair_ms "$BIN renew --root $dir --all" "$kubeadm --rootfs $dir certs renew all --config $cfg" "$fresh" "$runs" 2)
-  c=${t% *}; k=${t#* }
-  printf '%-44s %12s ms\n' "certrotor renew --all (median)" "$c"
-  printf '%-44s %12s ms\n' "kubeadm certs renew all (median)" "$k"
-  printf '%-44s %12s\n' "renew speed-up (target >= 2x)" "$(ratio "$k" "$c" 2)"
+  versus "certrotor renew --all" "$BIN renew --root $dir --all" \
+    "kubeadm certs renew all" "$kubeadm --rootfs $dir certs renew all --config $cfg" \
+    "$fresh" "$runs" 2 renew 2
   rm -rf "$dir" && cp -a "$base" "$dir"
   /usr/bin/time -f '%e %U %S' -o "$WORK/cpu" "$BIN" renew --root "$dir" --all >/dev/null 2>&1
   read -r wall user sys <"$WORK/cpu"
@@ -209,11 +215,9 @@ YAML
   log "== renew --all --reuse-keys vs kubeadm certs renew all (A certrotor, B kubeadm)"
   # Four rounds: kubeadm's renew swings by a quarter from run to run (p10-p90 ~0.7-1.1 s), so
   # with two rounds its median, and the ratio, moved by ~5% between bench runs.
-  t=$(pair_ms "$BIN renew --root $dir --all --reuse-keys" "$kubeadm --rootfs $dir certs renew all --config $cfg" "$fresh" "$runs" 4)
-  c=${t% *}; k=${t#* }
-  printf '%-44s %12s ms\n' "certrotor renew --all --reuse-keys (median)" "$c"
-  printf '%-44s %12s ms\n' "kubeadm certs renew all (median)" "$k"
-  printf '%-44s %12s\n' "--reuse-keys speed-up (target >= 50x)" "$(ratio "$k" "$c" 50)"
+  versus "certrotor renew --all --reuse-keys" "$BIN renew --root $dir --all --reuse-keys" \
+    "kubeadm certs renew all" "$kubeadm --rootfs $dir certs renew all --config $cfg" \
+    "$fresh" "$runs" 4 --reuse-keys 50
   rm -rf "$dir"
 }
 

@@ -42,26 +42,26 @@ wait_passes() {
     sleep 0.2
   done
 }
+# $REQUESTS scrapes, one after the other: their median, p99 and slowest response time.
+response_times() {
+  for _ in $(seq 1 "$REQUESTS"); do
+    curl -s -o /dev/null --max-time 10 -w '%{time_total}\n' "$URL"
+  done | sort -n | awk '{a[NR] = $1} END {
+    printf "metrics endpoint: %d requests, median %.2f ms, p99 %.2f ms, max %.2f ms\n",
+      NR, a[int(NR / 2) + 1] * 1000, a[int(NR * 0.99)] * 1000, a[NR] * 1000 }'
+}
 # Response time: an idle daemon (its pass done), as between hourly passes; then while it passes
 # back to back.
 start_daemon 1h
 wait_passes 1
 echo "idle daemon:"
-for _ in $(seq 1 "$REQUESTS"); do
-  curl -s -o /dev/null --max-time 10 -w '%{time_total}\n' "$URL"
-done | sort -n | awk '{a[NR] = $1} END {
-  printf "metrics endpoint: %d requests, median %.2f ms, p99 %.2f ms, max %.2f ms\n",
-    NR, a[int(NR / 2) + 1] * 1000, a[int(NR * 0.99)] * 1000, a[NR] * 1000 }'
+response_times
 stop_daemon
 start_daemon 1ms
 wait_passes 100
 RSS_100="$(rss)"
 echo "daemon passing back to back:"
-for _ in $(seq 1 "$REQUESTS"); do
-  curl -s -o /dev/null --max-time 10 -w '%{time_total}\n' "$URL"
-done | sort -n | awk '{a[NR] = $1} END {
-  printf "metrics endpoint: %d requests, median %.2f ms, p99 %.2f ms, max %.2f ms\n",
-    NR, a[int(NR / 2) + 1] * 1000, a[int(NR * 0.99)] * 1000, a[NR] * 1000 }'
+response_times
 wait_passes "$PASSES"
 echo "daemon RSS: $RSS_100 KiB after 100 passes, $(rss) KiB after $(passes) passes"
 echo "page: $(curl -s "$URL" | wc -c) bytes, $(curl -s "$URL" | grep -vc '^#') samples"

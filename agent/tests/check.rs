@@ -255,13 +255,7 @@ fn json_agrees_with_openssl_on_every_file_and_exit_0_when_fine() {
         assert_eq!(r["key_matches"], true, "{r:#}");
         assert_eq!(r["externally_managed"], false, "{r:#}");
     }
-    let run = certrotor(&[
-        "check",
-        "--root",
-        root.to_str().unwrap(),
-        "--warn-within",
-        "30d",
-    ]);
+    let run = certrotor(&crate::util::check_args(&root, &["--warn-within", "30d"]));
     run.expect(0);
     assert!(
         run.stdout.contains("CERTIFICATE AUTHORITY") && !run.stdout.contains("PROBLEMS"),

@@ -19,7 +19,9 @@ use certrotor::cluster::{self, Access, Client, LOCK_KEY};
 use certrotor::restart::verify::{self, Probe};
 use testbed::kubelet_sim::PodState;
 
-use crate::platform::platform_util::{RESTART_TIMEOUT, RESTART_TIMEOUT_S, pass_bound, sibling};
+use crate::platform::platform_util::{
+    KUBELET_SIM_PACE, RESTART_TIMEOUT, RESTART_TIMEOUT_S, pass_bound, sibling,
+};
 use crate::renew_util::*;
 
 /// The longest a single pass may take in these tests: a hang detector, the pass's own bound
@@ -34,6 +36,18 @@ const PASSES_DEADLINE: Duration = pass_bound(RESTART_TIMEOUT_S).saturating_mul(3
 /// controller-manager and scheduler of three nodes start together, on a 2-core machine that
 /// other tests and QEMU runs load too.
 const UP_DEADLINE: Duration = Duration::from_secs(300);
+
+/// The flags of every pass and daemon here: kubeadm restarts, quick polls, a short cluster lease.
+const PASS_FLAGS: [&str; 8] = [
+    "--platform",
+    "kubeadm",
+    "--restart-timeout",
+    RESTART_TIMEOUT,
+    "--poll-interval",
+    "100ms",
+    "--cluster-lease-ttl",
+    "4s",
+];
 
 pub(crate) use testkit::ports::{NODE_PORTS as PORTS, offsets};
 
@@ -55,15 +69,7 @@ struct Etcd3 {
 
 impl Etcd3 {
     fn start(t: &TempDir) -> Etcd3 {
-        let root = lab(
-            &t.join("pki-node"),
-            &[
-                "--advertise-address",
-                "127.0.0.1",
-                "--key-algorithm",
-                "ecdsa-p256",
-            ],
-        );
+        let root = lab(&t.join("pki-node"), &LOOPBACK_ECDSA);
         let pki = root.join("etc/kubernetes/pki");
         let f = |n: &str| pki.join("etcd").join(n).display().to_string();
         let ports: Vec<(u16, u16)> = offsets(3).iter().map(|o| (2379 + o, 2380 + o)).collect();
@@ -207,10 +213,7 @@ fn lease_ttl(c: &Client, lease: i64) -> (i64, i64) {
 }
 
 fn now_ms() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis()
+    crate::util::since_epoch().as_millis()
 }
 
 #[test]
@@ -365,19 +368,7 @@ impl Stacked3 {
     fn start_with(t: &TempDir, expires_in: &str, healthy: bool, hostnames: bool) -> Stacked3 {
         let offs = offsets(3);
         let first = t.join("node-0");
-        lab(
-            &first,
-            &[
-                "--advertise-address",
-                "127.0.0.1",
-                "--expires-in",
-                expires_in,
-                "--key-algorithm",
-                "ecdsa-p256",
-                "--port-offset",
-                &offs[0].to_string(),
-            ],
-        );
+        lab_node(&first, &[], expires_in, offs[0]);
         if hostnames {
             certrotor::lab::add_kube_vip(
                 &first,
@@ -450,7 +441,6 @@ impl Stacked3 {
             bin_dir.display(),
             std::env::var("PATH").unwrap_or_default()
         );
-        let kubelet_sim = sibling("kubelet-sim");
         for (i, n) in st.nodes.iter_mut().enumerate() {
             let hostname = format!("cp-{i}");
             let named: &[&str] = if hostnames {
@@ -459,25 +449,8 @@ impl Stacked3 {
                 &[]
             };
             n.kubelet = Some(
-                Cmd::new(&kubelet_sim)
+                kubelet_cmd(&n.root, &path)
                     .args(named)
-                    .args(&[
-                        "--manifests",
-                        s(&n.root.join("etc/kubernetes/manifests")),
-                        "--state-dir",
-                        s(&n.root.join("var/lib/kubelet-sim")),
-                        "--root",
-                        s(&n.root),
-                        "--log-dir",
-                        s(&n.root.join("var/log/pods")),
-                        "--start-delay-ms",
-                        "300",
-                        "--poll-ms",
-                        "100",
-                        "--grace-seconds",
-                        "5",
-                    ])
-                    .env("PATH", &path)
                     .spawn(&st.dir, &format!("kubelet-sim-{i}")),
             );
         }
@@ -508,6 +481,14 @@ impl Stacked3 {
         }
         st
     }
+}
+
+/// `lab init DIR` for the nodes here: `first`, then loopback addresses, ECDSA keys, leaves
+/// expiring in `expires_in` and ports shifted by `offset`.
+fn lab_node(dir: &Path, first: &[&str], expires_in: &str, offset: u16) {
+    let offset = offset.to_string();
+    let rest = ["--expires-in", expires_in, "--port-offset", &offset];
+    lab(dir, &[first, &LOOPBACK_ECDSA[..], &rest[..]].concat());
 }
 
 /// Waits until every node's kube-controller-manager and kube-scheduler answer `/healthz`.
@@ -601,20 +582,9 @@ impl Stacked3 {
             .map(|n| format!("https://127.0.0.1:{}", 2379 + n.offset))
             .collect::<Vec<_>>()
             .join(",");
-        Cmd::new("etcdctl")
-            .env("ETCDCTL_API", "3")
-            .args(&[
-                "--endpoints",
-                &eps,
-                "--cacert",
-                s(&dir.join("ca.crt")),
-                "--cert",
-                s(&dir.join("c.crt")),
-                "--key",
-                s(&dir.join("c.key")),
-                "--command-timeout",
-                "5s",
-            ])
+        let (ca, cert, key) = (dir.join("ca.crt"), dir.join("c.crt"), dir.join("c.key"));
+        etcdctl(&eps, &ca, &cert, &key)
+            .args(&["--command-timeout", "5s"])
             .args(args)
             .run()
     }
@@ -630,43 +600,19 @@ impl Stacked3 {
 
     /// A pass on node `i` with `--held-cert-margin margin`.
     fn spawn_pass_margin(&self, i: usize, tag: &str, margin: &str, extra: &[&str]) -> Background {
-        certrotor(&[
-            "run",
-            "--once",
-            "--root",
-            s(&self.nodes[i].root),
-            "--platform",
-            "kubeadm",
-            "--restart-timeout",
-            RESTART_TIMEOUT,
-            "--poll-interval",
-            "100ms",
-            "--cluster-lease-ttl",
-            "4s",
-            "--held-cert-margin",
-            margin,
-            "--output",
-            "json",
-        ])
-        .args(extra)
-        .spawn(&self.dir, &format!("pass-{tag}-node-{i}"))
+        certrotor(&["run", "--once", "--root", s(&self.nodes[i].root)])
+            .args(&PASS_FLAGS)
+            .args(&["--held-cert-margin", margin, "--output", "json"])
+            .args(extra)
+            .spawn(&self.dir, &format!("pass-{tag}-node-{i}"))
     }
 }
 
 impl Drop for Stacked3 {
     fn drop(&mut self) {
         for n in &mut self.nodes {
-            if let Some(mut k) = n.kubelet.take() {
-                // kubelet-sim stops its pods on SIGTERM.
-                let _ = std::process::Command::new("kill")
-                    .args(["-TERM", &k.pid().to_string()])
-                    .status();
-                let end = Instant::now() + Duration::from_secs(10);
-                while k.running() && Instant::now() < end {
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                k.kill();
-            }
+            // kubelet-sim stops its pods on SIGTERM.
+            stop_kubelet(&mut n.kubelet);
         }
         if std::thread::panicking() {
             eprintln!("kept for inspection: {}", self.dir.display());
@@ -1047,6 +993,11 @@ fn set_flag(manifest: &Path, flag: &str, value: &str) {
 
 /// kubelet-sim for a node root.
 pub(crate) fn kubelet_for(root: &Path, dir: &Path, tag: &str, path: &str) -> Background {
+    kubelet_cmd(root, path).spawn(dir, &format!("kubelet-sim-{tag}"))
+}
+
+/// The kubelet-sim command line for a node root, with `path` as its `PATH`.
+fn kubelet_cmd(root: &Path, path: &str) -> Cmd {
     Cmd::new(sibling("kubelet-sim"))
         .args(&[
             "--manifests",
@@ -1057,15 +1008,9 @@ pub(crate) fn kubelet_for(root: &Path, dir: &Path, tag: &str, path: &str) -> Bac
             s(root),
             "--log-dir",
             s(&root.join("var/log/pods")),
-            "--start-delay-ms",
-            "300",
-            "--poll-ms",
-            "100",
-            "--grace-seconds",
-            "5",
         ])
+        .args(&KUBELET_SIM_PACE)
         .env("PATH", path)
-        .spawn(dir, &format!("kubelet-sim-{tag}"))
 }
 
 pub(crate) fn stop_kubelet(k: &mut Option<Background>) {
@@ -1123,21 +1068,7 @@ impl External {
     fn start(t: &TempDir) -> External {
         let offs = offsets(5);
         let template = t.join("template");
-        lab(
-            &template,
-            &[
-                "--topology",
-                "external-etcd",
-                "--advertise-address",
-                "127.0.0.1",
-                "--expires-in",
-                "2d",
-                "--key-algorithm",
-                "ecdsa-p256",
-                "--port-offset",
-                &offs[0].to_string(),
-            ],
-        );
+        lab_node(&template, &["--topology", "external-etcd"], "2d", offs[0]);
         let client_url = |o: u16| format!("https://127.0.0.1:{}", 2379 + o);
         let initial = (0..3)
             .map(|i| format!("e-{i}=https://127.0.0.1:{}", 2380 + offs[i]))
@@ -1233,23 +1164,21 @@ impl External {
     }
 
     fn pass(&self, root: &Path, tag: &str) -> Background {
-        certrotor(&[
-            "run",
-            "--once",
-            "--root",
-            s(root),
-            "--platform",
-            "kubeadm",
-            "--restart-timeout",
-            RESTART_TIMEOUT,
-            "--poll-interval",
-            "100ms",
-            "--cluster-lease-ttl",
-            "4s",
-            "--output",
-            "json",
-        ])
-        .spawn(&self.dir, &format!("pass-{tag}"))
+        certrotor(&["run", "--once", "--root", s(root)])
+            .args(&PASS_FLAGS)
+            .args(&["--output", "json"])
+            .spawn(&self.dir, &format!("pass-{tag}"))
+    }
+
+    /// A pass on every control plane at once, run to the end ([`wait_passes`]); `tag` names
+    /// their logs.
+    fn cp_passes(&self, tag: &str) -> Vec<(Option<i32>, serde_json::Value, String)> {
+        let passes = self.cps.iter().enumerate();
+        wait_passes(
+            passes
+                .map(|(j, n)| self.pass(&n.root, &format!("{tag}-cp-{j}")))
+                .collect(),
+        )
     }
 
     /// The etcd client pair a control plane holds (certificate, key).
@@ -1268,21 +1197,9 @@ impl External {
         fs::write(dir.join("ca.crt"), &self.ca).unwrap();
         fs::write(dir.join("c.crt"), &self.etcd_client.0).unwrap();
         fs::write(dir.join("c.key"), &self.etcd_client.1).unwrap();
-        let out = Cmd::new("etcdctl")
-            .env("ETCDCTL_API", "3")
-            .args(&[
-                "--endpoints",
-                &format!("https://127.0.0.1:{}", 2379 + self.etcd[0].offset),
-                "--cacert",
-                s(&dir.join("ca.crt")),
-                "--cert",
-                s(&dir.join("c.crt")),
-                "--key",
-                s(&dir.join("c.key")),
-                "get",
-                cluster::PAIR_KEY,
-                "--print-value-only",
-            ])
+        let out = self
+            .etcdctl()
+            .args(&["get", cluster::PAIR_KEY, "--print-value-only"])
             .run();
         assert!(out.status.success(), "{out}");
         let v = out.stdout.trim();
@@ -1291,24 +1208,20 @@ impl External {
 
     /// Writes a value under the published pair's key (fault injection).
     fn put_published(&self, value: &str) {
-        let dir = self.dir.join("etcdctl");
-        let out = Cmd::new("etcdctl")
-            .env("ETCDCTL_API", "3")
-            .args(&[
-                "--endpoints",
-                &format!("https://127.0.0.1:{}", 2379 + self.etcd[0].offset),
-                "--cacert",
-                s(&dir.join("ca.crt")),
-                "--cert",
-                s(&dir.join("c.crt")),
-                "--key",
-                s(&dir.join("c.key")),
-                "put",
-                cluster::PAIR_KEY,
-            ])
+        let out = self
+            .etcdctl()
+            .args(&["put", cluster::PAIR_KEY])
             .stdin(value.as_bytes())
             .run();
         assert!(out.status.success(), "{out}");
+    }
+
+    /// `etcdctl` at the first etcd node with the files [`External::published`] writes.
+    fn etcdctl(&self) -> Cmd {
+        let dir = self.dir.join("etcdctl");
+        let endpoint = format!("https://127.0.0.1:{}", 2379 + self.etcd[0].offset);
+        let (ca, cert, key) = (dir.join("ca.crt"), dir.join("c.crt"), dir.join("c.key"));
+        etcdctl(&endpoint, &ca, &cert, &key)
     }
 }
 
@@ -1379,13 +1292,7 @@ fn external_etcd_pair_reaches_every_control_plane_without_a_person() {
     );
     // A control plane whose pass ran before the publication picks it up on its next pass, as
     // the daemon does.
-    let second = wait_passes(
-        x.cps
-            .iter()
-            .enumerate()
-            .map(|(j, n)| x.pass(&n.root, &format!("2-cp-{j}")))
-            .collect(),
-    );
+    let second = x.cp_passes("2");
     for (code, _, text) in &second {
         assert_eq!(*code, Some(0), "{text}");
     }
@@ -1451,13 +1358,7 @@ fn external_etcd_pair_reaches_every_control_plane_without_a_person() {
     // expiry: refused on every control plane with a clear error, nothing installed.
     let before: Vec<_> = (0..2).map(|j| x.cp_pair(j)).collect();
     x.put_published("{\"version\":1,\"cert_pem\":\"garbage\"");
-    for (code, r, text) in wait_passes(
-        x.cps
-            .iter()
-            .enumerate()
-            .map(|(j, n)| x.pass(&n.root, &format!("corrupt-cp-{j}")))
-            .collect(),
-    ) {
+    for (code, r, text) in x.cp_passes("corrupt") {
         assert_eq!(code, Some(2), "{text}");
         let e = r["cluster"]["pair_error"].as_str().unwrap_or_default();
         assert!(
@@ -1479,13 +1380,7 @@ fn external_etcd_pair_reaches_every_control_plane_without_a_person() {
         "published_at": "2026-01-01T00:00:00Z",
     });
     x.put_published(&foreign.to_string());
-    for (code, r, text) in wait_passes(
-        x.cps
-            .iter()
-            .enumerate()
-            .map(|(j, n)| x.pass(&n.root, &format!("foreign-cp-{j}")))
-            .collect(),
-    ) {
+    for (code, r, text) in x.cp_passes("foreign") {
         assert_eq!(code, Some(2), "{text}");
         let e = r["cluster"]["pair_error"].as_str().unwrap_or_default();
         assert!(
@@ -1877,25 +1772,11 @@ fn three_daemons_started_in_the_same_second_take_turns() {
     let since = now_ms();
     let mut daemons: Vec<Background> = (0..3)
         .map(|i| {
-            certrotor(&[
-                "daemon",
-                "--interval",
-                "1h",
-                "--root",
-                s(&c.nodes[i].root),
-                "--platform",
-                "kubeadm",
-                "--restart-timeout",
-                RESTART_TIMEOUT,
-                "--poll-interval",
-                "100ms",
-                "--cluster-lease-ttl",
-                "4s",
+            certrotor(&["daemon", "--interval", "1h", "--root", s(&c.nodes[i].root)])
+                .args(&PASS_FLAGS)
                 // Every component restarted, etcd members too: they take turns.
-                "--restart",
-                "always",
-            ])
-            .spawn(&c.dir, &format!("daemon-{i}"))
+                .args(&["--restart", "always"])
+                .spawn(&c.dir, &format!("daemon-{i}"))
         })
         .collect();
     let log = |d: &Background| fs::read_to_string(&d.stderr).unwrap_or_default();

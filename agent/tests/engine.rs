@@ -51,12 +51,20 @@ fn missing_prerequisite() -> Option<String> {
     None
 }
 
-/// Whether to run: always, or the test fails saying what is missing (never a silent pass).
-fn can_run(test: &str) -> bool {
+/// The test runs, or fails saying what is missing (never a silent pass).
+fn can_run(test: &str) {
     if let Some(why) = missing_prerequisite() {
         testkit::prereq::missing(test, &why);
     }
-    true
+}
+
+/// The prerequisites of `test` ([`can_run`]), then its folder `dir` and a containerd of its own
+/// there.
+fn start(test: &str, dir: &str) -> (TestDir, Containerd) {
+    can_run(test);
+    let t = TestDir::new(dir);
+    let ctd = Containerd::start(t.path());
+    (t, ctd)
 }
 
 /// The real-kubeadm image archive, built once per test binary.
@@ -249,11 +257,10 @@ fn staging_left(root: &Path) -> Vec<PathBuf> {
 
 #[test]
 fn kubeadm_engine_works_on_a_staging_copy_mounted_twice() {
-    if !can_run("kubeadm_engine_works_on_a_staging_copy_mounted_twice") {
-        return;
-    }
-    let t = TestDir::new("engine-mounts");
-    let ctd = Containerd::start(t.path());
+    let (t, ctd) = start(
+        "kubeadm_engine_works_on_a_staging_copy_mounted_twice",
+        "engine-mounts",
+    );
     let root = t.lab("node", &["--layout", "bottlerocket", "--expires-in", "3d"]);
     let r = root.to_str().unwrap();
     let pki = root.join("var/lib/kubeadm/pki");
@@ -371,11 +378,7 @@ fn a_failing_tool_is_a_clear_error_and_changes_nothing(
     flags: fn(&Containerd) -> Vec<String>,
     words: &[&str],
 ) {
-    if !can_run(test) {
-        return;
-    }
-    let t = TestDir::new(dir);
-    let ctd = Containerd::start(t.path());
+    let (t, ctd) = start(test, dir);
     let root = t.lab("node", &["--expires-in", "3d"]);
     let r = root.to_str().unwrap();
     if let Some(marker) = marker {
@@ -402,11 +405,7 @@ fn a_failing_tool_is_a_clear_error_and_changes_nothing(
 
 #[test]
 fn absent_image_and_socket_are_named() {
-    if !can_run("absent_image_and_socket_are_named") {
-        return;
-    }
-    let t = TestDir::new("engine-absent");
-    let ctd = Containerd::start(t.path());
+    let (t, ctd) = start("absent_image_and_socket_are_named", "engine-absent");
     let root = t.lab("node", &["--expires-in", "3d"]);
     let r = root.to_str().unwrap();
     let before = snapshot(&root);
@@ -446,11 +445,10 @@ fn absent_image_and_socket_are_named() {
 
 #[test]
 fn a_killed_run_leaves_a_container_that_the_next_run_removes() {
-    if !can_run("a_killed_run_leaves_a_container_that_the_next_run_removes") {
-        return;
-    }
-    let t = TestDir::new("engine-kill");
-    let ctd = Containerd::start(t.path());
+    let (t, ctd) = start(
+        "a_killed_run_leaves_a_container_that_the_next_run_removes",
+        "engine-kill",
+    );
     let root = t.lab("node", &["--expires-in", "3d"]);
     let r = root.to_str().unwrap();
     let pki = root.join("etc/kubernetes/pki");
@@ -581,11 +579,10 @@ fn v120_lab(t: &TestDir, sub: &str, flags: &[&str]) -> PathBuf {
 
 #[test]
 fn kubeadm_and_native_engines_issue_the_same_certificates() {
-    if !can_run("kubeadm_and_native_engines_issue_the_same_certificates") {
-        return;
-    }
-    let t = TestDir::new("engine-parity");
-    let ctd = Containerd::start(t.path());
+    let (t, ctd) = start(
+        "kubeadm_and_native_engines_issue_the_same_certificates",
+        "engine-parity",
+    );
     // RSA-2048 only: kubeadm v1.20 makes nothing else (see the ECDSA test below).
     for layout in ["bottlerocket", "kubeadm"] {
         let native = v120_lab(
@@ -654,11 +651,10 @@ fn kubeadm_and_native_engines_issue_the_same_certificates() {
 
 #[test]
 fn real_kubeadm_rsa_keys_on_an_ecdsa_node_are_refused_and_nothing_changes() {
-    if !can_run("real_kubeadm_rsa_keys_on_an_ecdsa_node_are_refused_and_nothing_changes") {
-        return;
-    }
-    let t = TestDir::new("engine-ecdsa");
-    let ctd = Containerd::start(t.path());
+    let (t, ctd) = start(
+        "real_kubeadm_rsa_keys_on_an_ecdsa_node_are_refused_and_nothing_changes",
+        "engine-ecdsa",
+    );
     let root = v120_lab(
         &t,
         "node",
@@ -679,11 +675,10 @@ fn real_kubeadm_rsa_keys_on_an_ecdsa_node_are_refused_and_nothing_changes() {
 
 #[test]
 fn etcdadm_output_is_validated_as_the_node_is_configured() {
-    if !can_run("etcdadm_output_is_validated_as_the_node_is_configured") {
-        return;
-    }
-    let t = TestDir::new("engine-etcdadm");
-    let ctd = Containerd::start(t.path());
+    let (t, ctd) = start(
+        "etcdadm_output_is_validated_as_the_node_is_configured",
+        "engine-etcdadm",
+    );
     t.lab(
         "lab",
         &[

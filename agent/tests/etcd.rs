@@ -59,22 +59,9 @@ impl Etcd {
 
     /// `etcdctl` with a client certificate (`base`.crt/.key) and the etcd CA.
     fn ctl(&self, ca: &Path, base: &Path, args: &[&str]) -> Output {
-        Cmd::new("etcdctl")
-            .env("ETCDCTL_API", "3")
-            .args(&[
-                "--endpoints",
-                &self.endpoint(),
-                "--cacert",
-                s(ca),
-                "--cert",
-                s(&base.with_extension("crt")),
-                "--key",
-                s(&base.with_extension("key")),
-                "--dial-timeout",
-                "2s",
-                "--command-timeout",
-                "3s",
-            ])
+        let (cert, key) = (base.with_extension("crt"), base.with_extension("key"));
+        etcdctl(&self.endpoint(), ca, &cert, &key)
+            .args(&["--dial-timeout", "2s", "--command-timeout", "3s"])
             .args(args)
             .run()
     }
@@ -144,9 +131,8 @@ fn etcd_serves_and_accepts_the_renewed_certificates() {
             "etcd or etcdctl not installed (apt-get install -y etcd-server etcd-client)",
         );
     }
-    let t = TempDir::new("etcd");
-    let root = lab(
-        &t.join("node"),
+    let (t, root) = lab_in(
+        "etcd",
         &["--expires-in", "2d", "--advertise-address", "127.0.0.1"],
     );
     let pki = root.join("etc/kubernetes/pki");
@@ -218,24 +204,15 @@ fn etcd_serves_and_accepts_the_renewed_certificates() {
         "keyUsage = critical,digitalSignature,keyEncipherment\nextendedKeyUsage = clientAuth\n",
     )
     .unwrap();
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        s(&client.with_extension("csr")),
-        "-CA",
-        s(&fca),
-        "-CAkey",
-        s(&fca_key),
-        "-set_serial",
-        &random_serial(),
-        "-days",
+    sign_csr(
+        &client.with_extension("csr"),
+        &fca,
+        &fca_key,
         "30",
-        "-extfile",
-        s(&foreign.join("client.ext")),
-        "-out",
-        s(&client.with_extension("crt")),
-    ]);
+        &foreign.join("client.ext"),
+        &[],
+        &client.with_extension("crt"),
+    );
     let out = etcd.ctl(
         &ca,
         &client,

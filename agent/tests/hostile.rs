@@ -204,18 +204,8 @@ fn deeply_nested_yaml_is_refused_at_once() {
             // A bound on work, not on time: the unbounded parser took 2.7 s (debug build) for
             // 20 KB and over an hour for 800 KB; the bounded one answers within this budget
             // of CPU time (the kernel stops a run that uses it up, and the test fails).
-            let inv = certrotor_within_cpu(
-                &[
-                    "check",
-                    "--root",
-                    root.to_str().unwrap(),
-                    "--output",
-                    "json",
-                ],
-                1,
-            )
-            .expect(2)
-            .json();
+            let args = crate::util::check_args(&root, &["--output", "json"]);
+            let inv = certrotor_within_cpu(&args, 1).expect(2).json();
             let r = record(&inv, "admin.conf");
             assert_eq!(s(r, "status"), "invalid", "{shape} {size}: {r:#}");
             let err = s(r, "error");

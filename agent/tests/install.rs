@@ -454,18 +454,10 @@ fn merge(target: &mut Value, patch: Value) {
 
 /// TOML to JSON, as apiclient's `apply` reads its input (TOML first, then JSON).
 fn toml_or_json(input: &[u8]) -> Value {
-    let mut py = Command::new("python3")
-        .args([
-            "-c",
-            "import json, sys, tomllib; json.dump(tomllib.loads(sys.stdin.read()), sys.stdout)",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("python3 (images/setup-host.sh installs it)");
-    py.stdin.take().unwrap().write_all(input).unwrap();
-    let out = py.wait_with_output().unwrap();
+    let script =
+        "import json, sys, tomllib; json.dump(tomllib.loads(sys.stdin.read()), sys.stdout)";
+    let python = "python3 (images/setup-host.sh installs it)";
+    let out = crate::util::run_piped("python3", &["-c", script], input, python);
     if out.status.success() {
         return serde_json::from_slice(&out.stdout).unwrap();
     }
@@ -973,13 +965,7 @@ fn the_static_pod_renews_a_kubeadm_node_and_the_admin_loop_reaches_every_cp_and_
     );
     let log = node.pod_log("certrotor");
     let after = node.states();
-    let status = node.certrotor(&[
-        "status",
-        "--root",
-        node.root.to_str().unwrap(),
-        "--output",
-        "json",
-    ]);
+    let status = node.on_root("status", &["--output", "json"]);
     status.expect(0);
     let last = &status.json()["last_pass"];
     assert_eq!(last["command"], json!("daemon"), "{last:#}");

@@ -123,13 +123,7 @@ fn key_encoding(path: &Path) -> String {
 }
 
 fn certrotor_check(root: &Path) -> Value {
-    let run = certrotor(&[
-        "check",
-        "--root",
-        root.to_str().unwrap(),
-        "--output",
-        "json",
-    ]);
+    let run = certrotor(&crate::util::check_args(root, &["--output", "json"]));
     assert!(
         matches!(run.code, Some(0) | Some(1)),
         "certrotor check must succeed on a kubeadm node\n{run}"

@@ -99,9 +99,8 @@ fn assert_kubelet_client(root: &Path, ca: &Path, node: &str, key_type: &str) {
 /// and removes the new file.
 #[test]
 fn expired_kubelet_client_is_reissued_linked_and_rolled_back() {
-    let t = TempDir::new("kubelet-client");
-    let root = lab(
-        &t.join("node"),
+    let (_t, root) = lab_in(
+        "kubelet-client",
         &["--expires-in", "-2d", "--key-algorithm", "ecdsa-p256"],
     );
     let ca = root.join("etc/kubernetes/pki/ca.crt");
@@ -211,9 +210,8 @@ fn expired_kubelet_client_is_reissued_linked_and_rolled_back() {
 /// the new key is RSA too; the valid serving pair stays.
 #[test]
 fn due_kubelet_client_keeps_its_key_type() {
-    let t = TempDir::new("kubelet-rsa");
-    let root = lab(
-        &t.join("node"),
+    let (_t, root) = lab_in(
+        "kubelet-rsa",
         &["--expires-in", "30d", "--key-algorithm", "rsa-2048"],
     );
     let old_target = link_target(&root);

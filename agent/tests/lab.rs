@@ -340,11 +340,7 @@ fn assert_leaf(
         f.path
     );
     let key_pem = std::fs::read_to_string(key).unwrap();
-    let header = if want_alg.starts_with("RSA") {
-        "RSA PRIVATE KEY"
-    } else {
-        "EC PRIVATE KEY"
-    };
+    let header = pem_key_label(want_alg);
     assert!(
         key_pem.contains(&format!("-----BEGIN {header}-----")),
         "{} is not {header}",
@@ -563,11 +559,7 @@ fn stacked(name: &str, layout: &str, kdir: &str, alg_flag: &str, alg: &str) {
         assert_profiles(&root, &dir.join("scratch"), &wants, &cas, alg, false);
     assert_leaf_expiry(&not_afters, before, after, 365 * DAY);
     let sa = std::fs::read_to_string(root.join(format!("{kdir}/pki/sa.key"))).unwrap();
-    let header = if alg.starts_with("RSA") {
-        "RSA PRIVATE KEY"
-    } else {
-        "EC PRIVATE KEY"
-    };
+    let header = pem_key_label(alg);
     assert!(
         sa.starts_with(&format!("-----BEGIN {header}-----")),
         "sa.key: {header}"
@@ -928,4 +920,14 @@ fn the_demo_says_only_what_holds_on_its_node() {
     }
     assert!(!out.contains("rotates its own client certificate"), "{run}");
     std::fs::remove_dir_all(&root).unwrap();
+}
+
+/// The PEM label of the lab's private keys for an algorithm (`RSA-2048`, `ECDSA-P256`, ...):
+/// PKCS#1 for RSA, SEC 1 for ECDSA, as kubeadm writes them.
+fn pem_key_label(alg: &str) -> &'static str {
+    if alg.starts_with("RSA") {
+        "RSA PRIVATE KEY"
+    } else {
+        "EC PRIVATE KEY"
+    }
 }

@@ -39,14 +39,7 @@ fn lab(dir: &TempDir, expires: &str) -> std::path::PathBuf {
 
 /// `certrotor check --root <root> --output <format>`.
 fn check_output(root: &Path, format: &str) -> crate::renew_util::Output {
-    certrotor(&[
-        "check",
-        "--root",
-        root.to_str().unwrap(),
-        "--output",
-        format,
-    ])
-    .run()
+    certrotor(&crate::util::check_args(root, &["--output", format])).run()
 }
 
 /// Pass flags: the node at `root`, nothing restarted, no cluster.

@@ -684,13 +684,7 @@ fn kubeadm_restarts_kube_vip_mounting_admin_conf() {
         assert_eq!(state["version"], 1, "{failpoint}");
         let history = before.history.len() + 2 + n;
         assert_eq!(read_state().unwrap().history.len(), history, "{failpoint}");
-        let status = node.certrotor(&[
-            "status",
-            "--root",
-            node.root.to_str().unwrap(),
-            "--cluster",
-            "off",
-        ]);
+        let status = node.on_root("status", &["--cluster", "off"]);
         assert!(status.stdout.contains("kube-vip.yaml"), "{status}");
 
         let next = node.run_once("kubeadm", "30s", &["--output", "json"]);
@@ -754,15 +748,7 @@ fn kubeadm_restarts_kube_vip_mounting_admin_conf() {
         serde_json::from_slice(&std::fs::read(&pending).unwrap()).unwrap();
     assert_eq!(owed["owed"]["pods"], serde_json::json!(["kube-vip.yaml"]));
     assert_eq!(owed["owed"]["components"], serde_json::json!([]));
-    let status = node.certrotor(&[
-        "status",
-        "--root",
-        node.root.to_str().unwrap(),
-        "--cluster",
-        "off",
-        "--output",
-        "json",
-    ]);
+    let status = node.on_root("status", &["--cluster", "off", "--output", "json"]);
     let st: serde_json::Value = serde_json::from_str(&status.stdout).unwrap();
     assert_eq!(st["last_pass"]["result"], "failed", "{status}");
     assert_eq!(
@@ -1306,10 +1292,7 @@ fn kubelet_client_pair_reloads_for_new_connections() {
     // certrotor's own pass with the failpoint.
     close_kubelet_connections(&node);
     let from = records(&record).len();
-    let started_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64;
+    let started_ms = crate::util::since_epoch().as_millis() as u64;
     let done = std::sync::atomic::AtomicBool::new(false);
     let out = std::thread::scope(|s| {
         // Each request on a new connection, so that the pair on disk is presented (a busy

@@ -45,6 +45,15 @@ enum Pki {
     New,
 }
 
+/// A pass that ended well ([`Case::run_all_restarted`]): its output and report, when the node
+/// was healthy after its start, and the poll's figures.
+struct Passed {
+    out: platform_util::Out,
+    r: Value,
+    healthy: Duration,
+    no_api: NoApiserver,
+}
+
 /// A Bottlerocket node, what it was before, and the poll of its apiserver.
 struct Case {
     node: Node,
@@ -83,6 +92,29 @@ impl Case {
         self.node.wait_all_healthy();
         let healthy = t0.elapsed();
         (out, healthy, prober.finish())
+    }
+
+    /// [`Case::run`] under the API faults `faults`: exit 0, every component renewed and
+    /// restarted ([`all_restarted`]).
+    fn run_all_restarted(&self, faults: &Value) -> Passed {
+        self.node.api_faults(faults);
+        let (out, healthy, no_api) = self.run(&[]);
+        out.expect(0);
+        let r = out.json();
+        all_restarted(&r, &out);
+        Passed {
+            out,
+            r,
+            healthy,
+            no_api,
+        }
+    }
+
+    /// The end of a case whose pass renewed everything: [`Case::healthy_end`] with the new PKI,
+    /// then the figures.
+    fn renewed_end(&self, p: Passed) {
+        self.healthy_end(Pki::New, &p.out);
+        figures(self, &p.r, p.healthy, p.no_api);
     }
 
     /// Every static pod enabled in the API, its manifest the seeded bytes, running and healthy;
@@ -185,18 +217,14 @@ fn rendered_after(node: &Node, pod: &str, after: u64) -> bool {
 fn bottlerocket_api_restart_before_the_disable_is_retried() {
     let case = Case::start("api-restart-before-the-disable");
     let node = &case.node;
-    node.api_faults(&restart_on("PATCH", "/settings", false, "before", DOWN_MS));
-    let (out, healthy, no_api) = case.run(&[]);
-    out.expect(0);
-    let r = out.json();
-    all_restarted(&r, &out);
+    let p = case.run_all_restarted(&restart_on("PATCH", "/settings", false, "before", DOWN_MS));
+    let (out, r) = (&p.out, &p.r);
     node.api_wait_event("fault", "restart before PATCH /settings");
     let first = &r["restarted"][0];
     assert!(n(&first["api_retries"]) > 0, "{out}");
     assert!(n(&first["api_unreachable_ms"]) > 0, "{out}");
     assert!(n(&r["api_retries"]) >= n(&first["api_retries"]), "{out}");
-    case.healthy_end(Pki::New, &out);
-    figures(&case, &r, healthy, no_api);
+    case.renewed_end(p);
 }
 
 /// The API restarts right after answering the commit of a change: the commit stands, the
@@ -205,11 +233,8 @@ fn lost_apply(name: &'static str, value: bool) {
     let case = Case::start(name);
     let node = &case.node;
     let fault = restart_on("POST", "/tx/commit_and_apply", value, "after", DOWN_MS);
-    node.api_faults(&fault);
-    let (out, healthy, no_api) = case.run(&[]);
-    out.expect(0);
-    let r = out.json();
-    all_restarted(&r, &out);
+    let p = case.run_all_restarted(&fault);
+    let (out, r) = (&p.out, &p.r);
     node.api_wait_event("apply-lost", &format!("applier for {}", key("etcd")));
     let up = seq_of(node, "up", "serving again");
     assert!(
@@ -222,8 +247,7 @@ fn lost_apply(name: &'static str, value: bool) {
         out.stderr.contains("re-running the API's config applier"),
         "{out}"
     );
-    case.healthy_end(Pki::New, &out);
-    figures(&case, &r, healthy, no_api);
+    case.renewed_end(p);
 }
 
 #[test]
@@ -240,16 +264,12 @@ fn bottlerocket_api_restart_right_after_the_enable_commit_loses_the_apply() {
 fn bottlerocket_api_restart_before_the_re_enable_is_retried() {
     let case = Case::start("api-restart-before-the-re-enable");
     let node = &case.node;
-    node.api_faults(&restart_on("PATCH", "/settings", true, "before", DOWN_MS));
-    let (out, healthy, no_api) = case.run(&[]);
-    out.expect(0);
-    let r = out.json();
-    all_restarted(&r, &out);
+    let p = case.run_all_restarted(&restart_on("PATCH", "/settings", true, "before", DOWN_MS));
+    let (out, r) = (&p.out, &p.r);
     node.api_wait_event("fault", "restart before PATCH /settings");
     assert!(n(&r["restarted"][0]["api_retries"]) > 0, "{out}");
     assert!(n(&r["restarted"][0]["api_unreachable_ms"]) > 0, "{out}");
-    case.healthy_end(Pki::New, &out);
-    figures(&case, &r, healthy, no_api);
+    case.renewed_end(p);
 }
 
 #[test]
@@ -263,11 +283,8 @@ fn bottlerocket_commit_never_answered_stands() {
         "no-response",
         DOWN_MS,
     );
-    node.api_faults(&fault);
-    let (out, healthy, no_api) = case.run(&[]);
-    out.expect(0);
-    let r = out.json();
-    all_restarted(&r, &out);
+    let p = case.run_all_restarted(&fault);
+    let (out, r) = (&p.out, &p.r);
     node.api_wait_event(
         "fault",
         "restart instead of answering POST /tx/commit_and_apply",
@@ -282,19 +299,15 @@ fn bottlerocket_commit_never_answered_stands() {
     assert_eq!(n(&first["committed_unanswered"]), 1, "{out}");
     // The applier the commit forked died with the API: run again once.
     assert_eq!(n(&first["reapplies"]), 1, "{out}");
-    case.healthy_end(Pki::New, &out);
-    figures(&case, &r, healthy, no_api);
+    case.renewed_end(p);
 }
 
 #[test]
 fn bottlerocket_applier_exits_1_once_is_re_run() {
     let case = Case::start("applier-exits-1-once");
     let node = &case.node;
-    node.api_faults(&json!({"applier": {"fail_next": 1}}));
-    let (out, healthy, no_api) = case.run(&[]);
-    out.expect(0);
-    let r = out.json();
-    all_restarted(&r, &out);
+    let p = case.run_all_restarted(&json!({"applier": {"fail_next": 1}}));
+    let (out, r) = (&p.out, &p.r);
     let failed = seq_of(
         node,
         "apply-failed",
@@ -303,8 +316,7 @@ fn bottlerocket_applier_exits_1_once_is_re_run() {
     assert!(rendered_after(node, "etcd", failed), "{out}");
     assert_eq!(n(&r["restarted"][0]["reapplies"]), 1, "{out}");
     assert_eq!(n(&r["reapplies"]), 1, "{out}");
-    case.healthy_end(Pki::New, &out);
-    figures(&case, &r, healthy, no_api);
+    case.renewed_end(p);
 }
 
 /// The stop of the first component never takes effect (the applier fails `fail` times, or

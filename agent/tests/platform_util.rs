@@ -67,6 +67,17 @@ pub const fn pass_bound(restart_timeout_s: u64) -> Duration {
     Duration::from_secs(60 + 600 + COMPONENTS * 90 + 2 * COMPONENTS * 2 * restart_timeout_s)
 }
 
+/// kubelet-sim's pace in these tests (shared with the cluster tests): a pod starts 300 ms after
+/// its manifest, manifests are polled every 100 ms, a stopped pod gets 5 s to exit.
+pub const KUBELET_SIM_PACE: [&str; 6] = [
+    "--start-delay-ms",
+    "300",
+    "--poll-ms",
+    "100",
+    "--grace-seconds",
+    "5",
+];
+
 /// kubectl v1.20.2 (shared with the cluster and events tests).
 pub use testkit::k8s::kubectl_path;
 
@@ -181,15 +192,8 @@ pub struct Proc {
 }
 
 impl Proc {
-    fn spawn(name: &str, mut command: Command, log: &Path) -> Proc {
-        let file = fs::File::create(log).unwrap();
-        command
-            .stdin(Stdio::null())
-            .stdout(file.try_clone().unwrap())
-            .stderr(file);
-        let child = command
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+    fn spawn(name: &str, command: Command, log: &Path) -> Proc {
+        let child = testkit::spawn_logged(name, command, log);
         Proc {
             name: name.into(),
             child,
@@ -270,11 +274,7 @@ impl std::fmt::Display for Out {
 impl Out {
     /// Asserts the exit code; returns self.
     pub fn expect(&self, code: i32) -> &Out {
-        assert!(
-            !self.stderr.contains("panicked"),
-            "certrotor panicked\n{self}"
-        );
-        assert_eq!(self.code, Some(code), "unexpected exit code\n{self}");
+        crate::util::assert_exit(self, &self.stderr, self.code, code);
         self
     }
 
@@ -396,14 +396,7 @@ impl Node {
             .arg(&node.root)
             .arg("--log-dir")
             .arg(node.log_dir())
-            .args([
-                "--start-delay-ms",
-                "300",
-                "--poll-ms",
-                "100",
-                "--grace-seconds",
-                "5",
-            ])
+            .args(KUBELET_SIM_PACE)
             .env("PATH", path);
         if let Some(h) = &options.hostname {
             kubelet.arg("--hostname").arg(h);
@@ -780,13 +773,7 @@ impl Node {
 
     /// The kinds of certrotor's backups, newest first.
     pub fn backup_kinds(&self) -> Vec<String> {
-        let out = self.certrotor(&[
-            "backups",
-            "--root",
-            self.root.to_str().unwrap(),
-            "--output",
-            "json",
-        ]);
+        let out = self.on_root("backups", &["--output", "json"]);
         out.expect(0);
         out.json()
             .as_array()
@@ -862,6 +849,12 @@ impl Node {
             cmd,
             &self.dir.join("background-run.log"),
         )
+    }
+
+    /// Runs `certrotor COMMAND --root ROOT EXTRA` on this node.
+    pub fn on_root(&self, command: &str, extra: &[&str]) -> Out {
+        let root = self.root.to_str().unwrap();
+        self.certrotor(&[&[command, "--root", root][..], extra].concat())
     }
 
     /// Runs certrotor with a deadline.
@@ -940,15 +933,8 @@ impl Drop for Node {
 
 /// SHA-256 fingerprint of a PEM certificate by `openssl x509`, as lower-case hex.
 pub fn fingerprint(pem: &[u8]) -> String {
-    let mut child = Command::new("openssl")
-        .args(["x509", "-noout", "-fingerprint", "-sha256"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("openssl must be installed");
-    child.stdin.take().unwrap().write_all(pem).unwrap();
-    let out = child.wait_with_output().unwrap();
+    let args = ["x509", "-noout", "-fingerprint", "-sha256"];
+    let out = crate::util::openssl(&args, Some(pem));
     let text = String::from_utf8_lossy(&out.stdout);
     let hex = text
         .trim()

@@ -122,6 +122,7 @@ fn check_serials(root: &Path, context: &str) -> BTreeMap<String, String> {
 
 /// The pristine state of a node, to compare recovered nodes with.
 struct Pristine {
+    root: PathBuf,
     tree: Snapshot,
     certs: BTreeMap<&'static str, Vec<u8>>,
     serials: BTreeMap<String, String>,
@@ -130,10 +131,22 @@ struct Pristine {
 impl Pristine {
     fn of(root: &Path) -> Pristine {
         Pristine {
+            root: root.to_path_buf(),
             tree: snapshot(root, &[STATE]),
             certs: certs(root),
             serials: check_serials(root, "pristine"),
         }
+    }
+
+    /// A lab node due in two days with ECDSA keys, at `pristine` in `t`.
+    fn expiring(t: &TempDir) -> Pristine {
+        Pristine::of(&expiring_ecdsa(&t.join("pristine")))
+    }
+
+    /// A copy of the pristine node at `root`; returns `root`.
+    fn copy(&self, root: PathBuf) -> PathBuf {
+        copy_tree(&self.root, &root);
+        root
     }
 
     /// Asserts that `root` holds a whole PKI, old (`new == false`) or new, with nothing lost,
@@ -243,14 +256,12 @@ impl Pristine {
 #[test]
 fn crash_at_every_failpoint_leaves_the_pki_wholly_old_or_wholly_new() {
     let t = TempDir::new("walk");
-    let pristine_root = expiring_ecdsa(&t.join("pristine"));
-    let pristine = Pristine::of(&pristine_root);
+    let pristine = Pristine::expiring(&t);
     let mut seen = BTreeSet::new();
     let mut n = 1usize;
     loop {
         assert!(n < 200, "renew never completed");
-        let root = t.join(&format!("n{n}"));
-        copy_tree(&pristine_root, &root);
+        let root = pristine.copy(t.join(&format!("n{n}")));
         let out = renew(&root, &[]).env(FAILPOINT, &n.to_string()).run();
         if out.code() == Some(0) {
             pristine.assert_whole(&root, true, &format!("after the complete run #{n}\n{out}"));
@@ -308,12 +319,10 @@ fn crash_at_every_failpoint_leaves_the_pki_wholly_old_or_wholly_new() {
 #[test]
 fn a_killed_renew_is_completed_or_discarded_by_the_next_renew() {
     let t = TempDir::new("next-renew");
-    let pristine_root = expiring_ecdsa(&t.join("pristine"));
-    let pristine = Pristine::of(&pristine_root);
+    let pristine = Pristine::expiring(&t);
 
     // Killed while staging: the next renew discards the staging folders and renews.
-    let root = t.join("staged");
-    copy_tree(&pristine_root, &root);
+    let root = pristine.copy(t.join("staged"));
     renew(&root, &[])
         .env(FAILPOINT, "staged-all")
         .run()
@@ -326,8 +335,7 @@ fn a_killed_renew_is_completed_or_discarded_by_the_next_renew() {
 
     // Killed half-way through the renames: the next renew completes the transaction, and
     // then finds nothing due.
-    let root = t.join("renamed");
-    copy_tree(&pristine_root, &root);
+    let root = pristine.copy(t.join("renamed"));
     renew(&root, &[])
         .env(FAILPOINT, "renamed")
         .run()
@@ -351,16 +359,14 @@ fn a_killed_renew_is_completed_or_discarded_by_the_next_renew() {
 #[test]
 fn crash_recovery_with_rsa_keys() {
     let t = TempDir::new("rsa-crash");
-    let pristine_root = lab(&t.join("pristine"), &["--expires-in", "2d"]);
-    let pristine = Pristine::of(&pristine_root);
+    let pristine = Pristine::of(&lab(&t.join("pristine"), &["--expires-in", "2d"]));
     for (point, new) in [
         ("backup-file", false),
         ("journaled", true),
         ("renamed", true),
         ("staging-removed", true),
     ] {
-        let root = t.join(point);
-        copy_tree(&pristine_root, &root);
+        let root = pristine.copy(t.join(point));
         let out = renew(&root, &[])
             .env(FAILPOINT, point)
             .run()
@@ -449,8 +455,7 @@ fn read_only_filesystem_fails_cleanly_and_the_pki_is_unchanged() {
 
 #[test]
 fn one_corrupt_pem_among_many_is_named_and_nothing_changes() {
-    let t = TempDir::new("corrupt");
-    let root = expiring_ecdsa(&t.join("node"));
+    let (_t, root) = expiring_in("corrupt");
     let bad = root.join(K).join("pki/front-proxy-client.crt");
     std::fs::write(
         &bad,
@@ -471,8 +476,7 @@ fn one_corrupt_pem_among_many_is_named_and_nothing_changes() {
 
 #[test]
 fn a_key_that_does_not_match_its_certificate_is_refused() {
-    let t = TempDir::new("mismatch");
-    let root = expiring_ecdsa(&t.join("node"));
+    let (_t, root) = expiring_in("mismatch");
     let key = openssl(&["ecparam", "-name", "prime256v1", "-genkey", "-noout"]);
     std::fs::write(root.join(K).join("pki/apiserver.key"), key).unwrap();
     refused(
@@ -502,11 +506,23 @@ fn openssl_dir(t: &TempDir, name: &str) -> PathBuf {
     d
 }
 
-/// Issues `cn` (client auth, new P-256 key) with `ca`/`ca_key` into `out.crt`/`out.key`.
-fn openssl_client(d: &Path, cn: &str, ca: &Path, ca_key: &Path, out: &Path) {
-    let cnf = d.join("openssl.cnf");
-    let key = out.with_extension("key");
-    let csr = d.join(format!("{cn}.csr"));
+/// An external-etcd lab due in two days under `lab` in `t` (`lab/control-plane`, `lab/etcd`),
+/// with `flags`.
+fn external_lab(t: &TempDir, flags: &[&str]) {
+    let topology = ["--expires-in", "2d", "--topology", "external-etcd"];
+    lab(&t.join("lab"), &[&topology[..], flags].concat());
+}
+
+/// A lab node due in two days with ECDSA keys (`node` in a new test folder `tag`), and an
+/// openssl folder beside it ([`openssl_dir`]): (folder, node root, openssl folder).
+fn node_and_openssl(tag: &str) -> (TempDir, PathBuf, PathBuf) {
+    let (t, root) = expiring_in(tag);
+    let d = openssl_dir(&t, "openssl");
+    (t, root, d)
+}
+
+/// A new P-256 key at `key` and its request for `/CN=cn` at `csr` ([`request`]).
+fn p256_request(cnf: &Path, key: &Path, cn: &str, csr: &Path) {
     openssl(&[
         "ecparam",
         "-name",
@@ -514,47 +530,57 @@ fn openssl_client(d: &Path, cn: &str, ca: &Path, ca_key: &Path, out: &Path) {
         "-genkey",
         "-noout",
         "-out",
-        s(&key),
+        s(key),
     ]);
+    request(cnf, key, cn, csr);
+}
+
+/// `openssl req -new` with the configuration `cnf`: a request for `/CN=cn` with `key` at `csr`.
+fn request(cnf: &Path, key: &Path, cn: &str, csr: &Path) {
     openssl(&[
         "req",
         "-new",
         "-config",
-        s(&cnf),
+        s(cnf),
         "-key",
-        s(&key),
+        s(key),
         "-subj",
         &format!("/CN={cn}"),
         "-out",
-        s(&csr),
+        s(csr),
     ]);
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        s(&csr),
-        "-CA",
-        s(ca),
-        "-CAkey",
-        s(ca_key),
-        "-set_serial",
-        &random_serial(),
-        "-days",
+}
+
+/// Replaces the node's front-proxy client with one the CA `(certificate, key)` issues; a
+/// renewal is then refused (exit 2), saying each of the `|`-separated `says`.
+#[track_caller]
+fn front_proxy_client_refused(root: &Path, d: &Path, (ca, ca_key): (&Path, &Path), says: &str) {
+    let client = root.join(K).join("pki/front-proxy-client.crt");
+    openssl_client(d, "front-proxy-client", ca, ca_key, &client);
+    let words: Vec<&str> = says.split('|').collect();
+    refused(root, &[], 2, &words);
+}
+
+/// Issues `cn` (client auth, new P-256 key) with `ca`/`ca_key` into `out.crt`/`out.key`.
+fn openssl_client(d: &Path, cn: &str, ca: &Path, ca_key: &Path, out: &Path) {
+    let cnf = d.join("openssl.cnf");
+    let key = out.with_extension("key");
+    let csr = d.join(format!("{cn}.csr"));
+    p256_request(&cnf, &key, cn, &csr);
+    sign_csr(
+        &csr,
+        ca,
+        ca_key,
         "30",
-        "-extfile",
-        s(&cnf),
-        "-extensions",
-        "client",
-        "-out",
-        s(&out.with_extension("crt")),
-    ]);
+        &cnf,
+        &["-extensions", "client"],
+        &out.with_extension("crt"),
+    );
 }
 
 #[test]
 fn a_certificate_not_signed_by_its_ca_is_refused() {
-    let t = TempDir::new("foreign");
-    let root = expiring_ecdsa(&t.join("node"));
-    let d = openssl_dir(&t, "openssl");
+    let (_t, root, d) = node_and_openssl("foreign");
     // A CA with the same name as the node's front-proxy CA, but another key.
     let (ca, ca_key) = (d.join("ca.crt"), d.join("ca.key"));
     let cnf = d.join("openssl.cnf");
@@ -578,23 +604,8 @@ fn a_certificate_not_signed_by_its_ca_is_refused() {
         x509(&std::fs::read(&ca).unwrap(), &["-subject"]),
         real_subject
     );
-    openssl_client(
-        &d,
-        "front-proxy-client",
-        &ca,
-        &ca_key,
-        &root.join(K).join("pki/front-proxy-client.crt"),
-    );
-    refused(
-        &root,
-        &[],
-        2,
-        &[
-            "front-proxy-client",
-            "not signed by CA 'front-proxy-ca'",
-            "nothing was changed",
-        ],
-    );
+    let says = "front-proxy-client|not signed by CA 'front-proxy-ca'|nothing was changed";
+    front_proxy_client_refused(&root, &d, (&ca, &ca_key), says);
 }
 
 #[test]
@@ -602,9 +613,7 @@ fn a_clock_earlier_than_the_ca_is_refused() {
     // openssl 3.0 has no `req -not_before`, and faketime is not always there: `openssl ca
     // -selfsign -startdate` makes a front-proxy CA valid from three years on, which then
     // signs the node's front-proxy client. The system clock is thus earlier than the CA.
-    let t = TempDir::new("clock");
-    let root = expiring_ecdsa(&t.join("node"));
-    let d = openssl_dir(&t, "openssl");
+    let (_t, root, d) = node_and_openssl("clock");
     let cnf = d.join("openssl.cnf");
     let pki = root.join(K).join("pki");
     let (ca, ca_key) = (
@@ -612,27 +621,7 @@ fn a_clock_earlier_than_the_ca_is_refused() {
         pki.join("front-proxy-ca.key"),
     );
     let year = 1970 + unix_now() / 31_556_952 + 3;
-    openssl(&[
-        "ecparam",
-        "-name",
-        "prime256v1",
-        "-genkey",
-        "-noout",
-        "-out",
-        s(&ca_key),
-    ]);
-    openssl(&[
-        "req",
-        "-new",
-        "-config",
-        s(&cnf),
-        "-key",
-        s(&ca_key),
-        "-subj",
-        "/CN=front-proxy-ca",
-        "-out",
-        s(&d.join("ca.csr")),
-    ]);
+    p256_request(&cnf, &ca_key, "front-proxy-ca", &d.join("ca.csr"));
     Cmd::new("openssl")
         .args(&[
             "ca",
@@ -661,30 +650,13 @@ fn a_clock_earlier_than_the_ca_is_refused() {
         nb > unix_now() + 365 * 86400,
         "the CA should start in the future"
     );
-    openssl_client(
-        &d,
-        "front-proxy-client",
-        &ca,
-        &ca_key,
-        &pki.join("front-proxy-client.crt"),
-    );
-    refused(
-        &root,
-        &[],
-        2,
-        &[
-            "front-proxy-ca",
-            "not valid before",
-            "clock",
-            "nothing was changed",
-        ],
-    );
+    let says = "front-proxy-ca|not valid before|clock|nothing was changed";
+    front_proxy_client_refused(&root, &d, (&ca, &ca_key), says);
 }
 
 #[test]
 fn validity_beyond_the_ca_needs_allow_beyond_ca() {
-    let t = TempDir::new("beyond");
-    let root = expiring_ecdsa(&t.join("node"));
+    let (_t, root) = expiring_in("beyond");
     // The lab CAs end about 9 years from now.
     refused(
         &root,
@@ -709,8 +681,7 @@ fn validity_beyond_the_ca_needs_allow_beyond_ca() {
 
 #[test]
 fn cert_naming_a_ca_kubelet_conf_or_an_unknown_name_is_refused() {
-    let t = TempDir::new("names");
-    let root = expiring_ecdsa(&t.join("node"));
+    let (_t, root) = expiring_in("names");
     refused(
         &root,
         &["--cert", "ca"],
@@ -744,17 +715,7 @@ fn cert_naming_a_ca_kubelet_conf_or_an_unknown_name_is_refused() {
 #[test]
 fn cert_naming_an_externally_managed_certificate_is_refused() {
     let t = TempDir::new("external");
-    lab(
-        &t.join("lab"),
-        &[
-            "--expires-in",
-            "2d",
-            "--topology",
-            "external-etcd",
-            "--key-algorithm",
-            "ecdsa-p256",
-        ],
-    );
+    external_lab(&t, &["--key-algorithm", "ecdsa-p256"]);
     let cp = t.join("lab/control-plane");
     refused(
         &cp,
@@ -782,10 +743,8 @@ fn cert_naming_an_externally_managed_certificate_is_refused() {
 #[test]
 fn a_held_lock_makes_a_second_run_give_up_with_exit_4() {
     let t = TempDir::new("lock");
-    let pristine_root = expiring_ecdsa(&t.join("pristine"));
-    let pristine = Pristine::of(&pristine_root);
-    let root = t.join("node");
-    copy_tree(&pristine_root, &root);
+    let pristine = Pristine::expiring(&t);
+    let root = pristine.copy(t.join("node"));
     let mut first = renew(&root, &[])
         .env(FAILPOINT, "journaled")
         .env("CERTROTOR_FAILPOINT_ACTION", "pause")
@@ -1030,17 +989,7 @@ fn renewed_certificates_keep_the_kubeadm_profile() {
 #[test]
 fn etcdadm_certificates_keep_their_san_order_and_no_basic_constraints() {
     let t = TempDir::new("etcdadm");
-    lab(
-        &t.join("lab"),
-        &[
-            "--expires-in",
-            "2d",
-            "--topology",
-            "external-etcd",
-            "--advertise-address",
-            "192.168.7.9",
-        ],
-    );
+    external_lab(&t, &["--advertise-address", "192.168.7.9"]);
     let root = t.join("lab/etcd");
     let pki = root.join("etc/etcd/pki");
     // A server certificate whose SANs are not in kubeadm's order, as etcdadm may write them.
@@ -1057,36 +1006,21 @@ fn etcdadm_certificates_keep_their_san_order_and_no_basic_constraints() {
         .args(&["genrsa", "-traditional", "-out", s(&key), "2048"])
         .run()
         .ok();
-    openssl(&[
-        "req",
-        "-new",
-        "-config",
-        s(&d.join("openssl.cnf")),
-        "-key",
-        s(&key),
-        "-subj",
-        "/CN=cp-1-etcd",
-        "-out",
-        s(&d.join("server.csr")),
-    ]);
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        s(&d.join("server.csr")),
-        "-CA",
-        s(&pki.join("ca.crt")),
-        "-CAkey",
-        s(&pki.join("ca.key")),
-        "-set_serial",
-        &random_serial(),
-        "-days",
+    request(
+        &d.join("openssl.cnf"),
+        &key,
+        "cp-1-etcd",
+        &d.join("server.csr"),
+    );
+    sign_csr(
+        &d.join("server.csr"),
+        &pki.join("ca.crt"),
+        &pki.join("ca.key"),
         "1",
-        "-extfile",
-        s(&d.join("server.ext")),
-        "-out",
-        s(&pki.join("server.crt")),
-    ]);
+        &d.join("server.ext"),
+        &[],
+        &pki.join("server.crt"),
+    );
     let files = [
         "server",
         "peer",
@@ -1123,8 +1057,7 @@ fn etcdadm_certificates_keep_their_san_order_and_no_basic_constraints() {
 
 #[test]
 fn dry_run_prints_the_plan_and_changes_nothing() {
-    let t = TempDir::new("dry");
-    let root = expiring_ecdsa(&t.join("node"));
+    let (_t, root) = expiring_in("dry");
     let before = snapshot(&root, &[STATE]);
     let out = renew(&root, &["--dry-run"])
         .run()
@@ -1193,11 +1126,17 @@ fn selection_within_all_and_cert() {
     );
 }
 
+/// `certrotor backups --output json` of the node at `root`, which must succeed.
+#[track_caller]
+fn backups_json(root: &Path) -> serde_json::Value {
+    let out = certrotor(&["backups", "--root", s(root), "--output", "json"]).run();
+    serde_json::from_str(&out.ok().stdout).unwrap()
+}
+
 #[test]
 fn backups_retention_and_rollback() {
-    let t = TempDir::new("backups");
-    let root = lab(
-        &t.join("node"),
+    let (_t, root) = lab_in(
+        "backups",
         &["--expires-in", "365d", "--key-algorithm", "ecdsa-p256"],
     );
     let kdir = root.join(K);
@@ -1219,13 +1158,7 @@ fn backups_retention_and_rollback() {
             "backup {id}"
         );
     }
-    let list: serde_json::Value = serde_json::from_str(
-        &certrotor(&["backups", "--root", s(&root), "--output", "json"])
-            .run()
-            .ok()
-            .stdout,
-    )
-    .unwrap();
+    let list = backups_json(&root);
     assert_eq!(list.as_array().unwrap().len(), 3);
     assert!(
         list.as_array()
@@ -1243,13 +1176,7 @@ fn backups_retention_and_rollback() {
         .says(&[&format!("Restored backup {newest}")]);
     assert_same(&previous, &snapshot(&kdir, &[]), "after rollback");
     assert!(leftovers(&root).is_empty());
-    let list: serde_json::Value = serde_json::from_str(
-        &certrotor(&["backups", "--root", s(&root), "--output", "json"])
-            .run()
-            .ok()
-            .stdout,
-    )
-    .unwrap();
+    let list = backups_json(&root);
     assert_eq!(list[0]["kind"], "rollback", "{list}");
     let rollback_id = list[0]["id"].as_str().unwrap().to_string();
     // Restoring the rollback's own backup undoes the rollback.

@@ -384,6 +384,23 @@ pub fn lab(dir: &Path, args: &[&str]) -> PathBuf {
     dir.to_path_buf()
 }
 
+/// A new test folder `tag` with a lab node `node` in it (`lab init` with `args`): (folder,
+/// node root).
+#[track_caller]
+pub fn lab_in(tag: &str, args: &[&str]) -> (TempDir, PathBuf) {
+    let t = TempDir::new(tag);
+    let root = lab(&t.join("node"), args);
+    (t, root)
+}
+
+/// A new test folder `tag` with an [`expiring_ecdsa`] node `node` in it: (folder, node root).
+#[track_caller]
+pub fn expiring_in(tag: &str) -> (TempDir, PathBuf) {
+    let t = TempDir::new(tag);
+    let root = expiring_ecdsa(&t.join("node"));
+    (t, root)
+}
+
 /// A lab node at DIR due in two days, with ECDSA keys; returns DIR.
 #[track_caller]
 pub fn expiring_ecdsa(dir: &Path) -> PathBuf {
@@ -752,12 +769,7 @@ pub fn validity(pem: &[u8]) -> (i64, i64) {
 pub use testkit::date::parse_iso;
 
 /// Seconds since the epoch.
-pub fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64
-}
+pub use crate::util::now as unix_now;
 
 /// The first line of a PEM (its header).
 pub fn pem_header(pem: &[u8]) -> String {
@@ -802,6 +814,53 @@ pub fn free_port() -> u16 {
 #[track_caller]
 pub fn copy_tree(from: &Path, to: &Path) {
     Cmd::new("cp").args(&["-a", s(from), s(to)]).run().ok();
+}
+
+/// `openssl x509 -req`: signs `csr` with `ca` and `ca_key` (a random serial) for `days` days,
+/// with the extensions of `extfile` (then `more`, e.g. `-extensions NAME`), into `out`; it must
+/// succeed.
+#[track_caller]
+pub fn sign_csr(
+    csr: &Path,
+    ca: &Path,
+    ca_key: &Path,
+    days: &str,
+    extfile: &Path,
+    more: &[&str],
+    out: &Path,
+) {
+    let head = [
+        "x509",
+        "-req",
+        "-in",
+        s(csr),
+        "-CA",
+        s(ca),
+        "-CAkey",
+        s(ca_key),
+        "-set_serial",
+        &random_serial(),
+        "-days",
+        days,
+        "-extfile",
+        s(extfile),
+    ];
+    openssl(&[&head[..], more, &["-out", s(out)]].concat());
+}
+
+/// `etcdctl` (API v3) at `endpoints` with the CA `ca` and the client pair `cert`/`key`; the
+/// caller adds its flags and its command.
+pub fn etcdctl(endpoints: &str, ca: &Path, cert: &Path, key: &Path) -> Cmd {
+    Cmd::new("etcdctl").env("ETCDCTL_API", "3").args(&[
+        "--endpoints",
+        endpoints,
+        "--cacert",
+        s(ca),
+        "--cert",
+        s(cert),
+        "--key",
+        s(key),
+    ])
 }
 
 /// A random positive serial for `openssl x509 -set_serial`, so openssl leaves no `.srl` file.

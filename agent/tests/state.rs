@@ -595,8 +595,7 @@ fn a_damaged_owed_restarts_record_stops_the_pass() {
 /// certificates are checked against the live keys, and restored.
 #[test]
 fn a_backup_without_keys_is_checked_against_the_live_keys() {
-    let t = TempDir::new("reuse-keys");
-    let root = expiring_ecdsa(&t.join("node"));
+    let (t, root) = expiring_in("reuse-keys");
     let before = snapshot(&root.join("etc/kubernetes"), &[]);
     certrotor(&["renew", "--root", s(&root), "--reuse-keys"])
         .run()

@@ -142,14 +142,17 @@ impl fmt::Display for Run {
     }
 }
 
+/// Asserts that a certrotor run (`run`, shown on failure) did not panic and exited with `code`.
+#[track_caller]
+pub fn assert_exit(run: &dyn fmt::Display, stderr: &str, exit: Option<i32>, code: i32) {
+    assert!(!stderr.contains("panicked"), "certrotor panicked\n{run}");
+    assert_eq!(exit, Some(code), "unexpected exit code\n{run}");
+}
+
 impl Run {
     /// Asserts the exit code (and that nothing panicked); returns self for chaining.
     pub fn expect(&self, code: i32) -> &Run {
-        assert!(
-            !self.stderr.contains("panicked"),
-            "certrotor panicked\n{self}"
-        );
-        assert_eq!(self.code, Some(code), "unexpected exit code\n{self}");
+        assert_exit(self, &self.stderr, self.code, code);
         self
     }
 
@@ -221,15 +224,13 @@ fn run_to_end(mut cmd: Command, command: String) -> (Run, Option<i32>) {
 
 /// `certrotor check --root <root> --output json` with extra flags, expecting `code`.
 pub fn check_json(root: &Path, extra: &[&str], code: i32) -> Value {
-    let mut args = vec![
-        "check",
-        "--root",
-        root.to_str().unwrap(),
-        "--output",
-        "json",
-    ];
-    args.extend_from_slice(extra);
+    let args = check_args(root, &[&["--output", "json"][..], extra].concat());
     certrotor(&args).expect(code).json()
+}
+
+/// The command line `check --root <root>` with `extra` flags.
+pub fn check_args<'a>(root: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
+    [&["check", "--root", root.to_str().unwrap()][..], extra].concat()
 }
 
 /// The `certificates[]` record with this name.
@@ -261,26 +262,35 @@ pub fn strings(r: &Value, field: &str) -> Vec<String> {
 
 /// Unix seconds now.
 pub fn now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64
+    since_epoch().as_secs() as i64
+}
+
+/// The time since the Unix epoch, now.
+pub fn since_epoch() -> Duration {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap()
 }
 
 // === openssl ===
 
 /// Runs openssl, optionally feeding stdin.
 pub fn openssl(args: &[&str], stdin: Option<&[u8]>) -> Output {
-    let mut child = Command::new("openssl")
+    let input = stdin.unwrap_or_default();
+    run_piped("openssl", args, input, "openssl must be installed")
+}
+
+/// Runs `program args` with `input` on its stdin, to its end; `missing` is the panic when it
+/// cannot start.
+pub fn run_piped(program: &str, args: &[&str], input: &[u8], missing: &str) -> Output {
+    let mut child = Command::new(program)
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("openssl must be installed");
-    let mut input = child.stdin.take().unwrap();
-    input.write_all(stdin.unwrap_or_default()).unwrap();
-    drop(input);
+        .expect(missing);
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input).unwrap();
+    drop(stdin);
     child.wait_with_output().unwrap()
 }
 

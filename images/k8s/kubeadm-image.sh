@@ -28,22 +28,5 @@ kubeadm=$bindir/kubeadm
 "$kubeadm" version -o short | grep -qx 'v1.20.2' || die "$kubeadm is not kubeadm v1.20.2"
 ! ldd "$kubeadm" > /dev/null 2>&1 || die "$kubeadm is not static (build it with images/k8s/build.sh)"
 
-standin=$here/../kubeadm-standin
-busybox=""
-for b in /bin/busybox /usr/bin/busybox; do
-    [ -x "$b" ] && busybox=$b && break
-done
-[ -n "$busybox" ] || die "busybox-static is not installed (apt-get install busybox-static)"
-! ldd "$busybox" > /dev/null 2>&1 || die "$busybox is not static (install busybox-static)"
-openssl=/usr/bin/openssl
-[ -x "$openssl" ] || die "openssl is not installed"
-
-set -- "$kubeadm" "$out" --name "$name" --dest /opt/bin/kubeadm \
-    --add "$standin/etcdadm:/opt/bin/etcdadm" --add "$standin/kubeadm:/opt/bin/kubeadm-standin" \
-    --add "$standin/standin-lib.sh:/opt/bin/standin-lib.sh" \
-    --add "$busybox:/bin/sh" --add "$openssl:/usr/bin/openssl"
-for lib in $(ldd "$openssl" | sed -n 's/.*=> \(\/[^ ]*\) .*/\1/p; s/^[[:space:]]*\(\/[^ ]*\) .*/\1/p' | sort -u); do
-    set -- "$@" --add "$lib:$lib"
-done
-[ ! -e /usr/lib/ssl/openssl.cnf ] || set -- "$@" --add "/usr/lib/ssl/openssl.cnf:/usr/lib/ssl/openssl.cnf"
-exec "$here/../oci-image.sh" "$@" --entrypoint /opt/bin/kubeadm
+# The rest of the image (the doubles, busybox, openssl) is the stand-in image's.
+exec "$here/../kubeadm-standin/build.sh" "$out" --name "$name" --kubeadm "$kubeadm"

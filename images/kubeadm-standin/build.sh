@@ -5,14 +5,24 @@
 # the libraries `ldd` lists. No docker, no network: Debian packages busybox-static, openssl and
 # python3 only. Deterministic for the same host packages.
 #
-# Usage: images/kubeadm-standin/build.sh OUT.tar [--name REF]
+# Usage: images/kubeadm-standin/build.sh OUT.tar [--name REF] [--kubeadm PATH]
 #   default REF: localhost/certrotor-kubeadm-standin:test
+#   --kubeadm PATH: PATH (a static binary) is /opt/bin/kubeadm and the kubeadm stand-in moves to
+#   /opt/bin/kubeadm-standin (images/k8s/kubeadm-image.sh, with the real kubeadm).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
-out=${1:?usage: build.sh OUT.tar [--name REF]}
+usage="build.sh OUT.tar [--name REF] [--kubeadm PATH]"
+out=${1:?usage: $usage}
 shift
 name=localhost/certrotor-kubeadm-standin:test
-[ "${1:-}" != --name ] || name=${2:?--name needs a value}
+kubeadm=""
+while [ $# -gt 0 ]; do
+    case $1 in
+        --name) name=${2:?--name needs a value}; shift 2 ;;
+        --kubeadm) kubeadm=${2:?--kubeadm needs a value}; shift 2 ;;
+        *) echo "build.sh: unknown argument $1 (usage: $usage)" >&2; exit 64 ;;
+    esac
+done
 
 busybox=""
 for b in /bin/busybox /usr/bin/busybox; do
@@ -24,8 +34,14 @@ ldd "$busybox" > /dev/null 2>&1 &&
 openssl=/usr/bin/openssl
 [ -x "$openssl" ] || { echo "build.sh: openssl is not installed" >&2; exit 1; }
 
-set -- "$here/kubeadm" "$out" --name "$name" --dest /opt/bin/kubeadm \
-    --add "$here/etcdadm:/opt/bin/etcdadm" --add "$here/standin-lib.sh:/opt/bin/standin-lib.sh" \
+if [ -n "$kubeadm" ]; then
+    set -- "$kubeadm" "$out" --name "$name" --dest /opt/bin/kubeadm \
+        --add "$here/etcdadm:/opt/bin/etcdadm" --add "$here/kubeadm:/opt/bin/kubeadm-standin"
+else
+    set -- "$here/kubeadm" "$out" --name "$name" --dest /opt/bin/kubeadm \
+        --add "$here/etcdadm:/opt/bin/etcdadm"
+fi
+set -- "$@" --add "$here/standin-lib.sh:/opt/bin/standin-lib.sh" \
     --add "$busybox:/bin/sh" --add "$openssl:/usr/bin/openssl"
 # The dynamic loader and libraries openssl needs, at the paths ldd prints.
 for lib in $(ldd "$openssl" | sed -n 's/.*=> \(\/[^ ]*\) .*/\1/p; s/^[[:space:]]*\(\/[^ ]*\) .*/\1/p' | sort -u); do

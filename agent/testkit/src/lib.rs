@@ -7,6 +7,8 @@
 //!   install. It never passes silently, in CI or not.
 //! - [`wait_for`]: poll a condition with a deadline, failing with the last observation.
 //! - [`fresh_dir`]: a new empty folder per test, named after it.
+//! - [`spawn_logged`], [`assert_succeeded`]: a child with its output in a log file; a command
+//!   that must have succeeded, failing with what it printed.
 //! - [`date`]: civil dates to Unix seconds, for comparing what tools print.
 //! - [`ports`]: the one port allocator of a test process: port offsets for lab nodes.
 //! - [`k8s`]: the real Kubernetes v1.20.2 control-plane binaries and kubectl, and what
@@ -76,6 +78,36 @@ pub fn fresh_dir(prefix: &str, name: &str) -> std::path::PathBuf {
     let _ = std::fs::remove_dir_all(&path);
     std::fs::create_dir_all(&path).unwrap();
     path
+}
+
+/// Starts `command` (named `name` in the panic if it cannot start) with an empty stdin and its
+/// stdout and stderr written to a new file `log`.
+#[track_caller]
+pub fn spawn_logged(
+    name: &str,
+    mut command: std::process::Command,
+    log: &std::path::Path,
+) -> std::process::Child {
+    let file = std::fs::File::create(log).unwrap();
+    command
+        .stdin(std::process::Stdio::null())
+        .stdout(file.try_clone().unwrap())
+        .stderr(file);
+    command
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {name}: {e}"))
+}
+
+/// Asserts that `what` (a command that ran to its end) succeeded; the failure shows its stdout
+/// and stderr.
+#[track_caller]
+pub fn assert_succeeded(what: &str, out: &std::process::Output) {
+    assert!(
+        out.status.success(),
+        "{what}: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Polls `probe` every `every` until it returns `Ok`; after `deadline`, fails naming `what` and
@@ -212,11 +244,9 @@ pub mod k8s {
             .stdin(Stdio::null())
             .output()
             .expect("kubectl runs");
-        assert!(
-            out.status.success(),
-            "kubectl create clusterrolebinding kubeadm:cluster-admins: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+        crate::assert_succeeded(
+            "kubectl create clusterrolebinding kubeadm:cluster-admins",
+            &out,
         );
     }
 }

@@ -68,10 +68,7 @@ fn yaml(path: &Path) -> Value {
 }
 
 fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64()
+    crate::util::since_epoch().as_secs_f64()
 }
 
 /// `promtool ARGS` in `dir`: it must succeed.
@@ -795,19 +792,12 @@ fn case_rollback_failed() -> Case {
         &dir.path,
         "daemon",
         &root,
-        &[
-            "--platform",
-            "kubeadm",
-            "--cluster",
-            "off",
-            "--interval",
-            "5s",
-            "--within",
-            "30d",
-        ]
-        .into_iter()
-        .chain(SHORT_WAITS)
-        .collect::<Vec<_>>(),
+        // LAB_DAEMON with kubeadm restarts instead of none.
+        &["--platform", "kubeadm"]
+            .into_iter()
+            .chain(LAB_DAEMON[2..].iter().copied())
+            .chain(SHORT_WAITS)
+            .collect::<Vec<_>>(),
         &[],
     );
     cap.watch(

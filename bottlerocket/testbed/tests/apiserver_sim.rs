@@ -25,10 +25,16 @@ use bottlerocket::{ApiClient, ApiError};
 use serde_json::{Value, json};
 use testbed::base64;
 
+/// A new sandbox `name` with an API server started in it (default flags).
+fn started(name: &str) -> (Sandbox, Sim) {
+    let sandbox = Sandbox::new(name);
+    let sim = Sim::start(&sandbox, &[]);
+    (sandbox, sim)
+}
+
 #[test]
 fn pending_changes_are_isolated_per_transaction() {
-    let sandbox = Sandbox::new("isolation");
-    let sim = Sim::start(&sandbox, &[]);
+    let (_sandbox, sim) = started("isolation");
     let api = sim.client();
 
     api.patch_settings("certrotor-a", &json!({"motd": "from a"}))
@@ -77,8 +83,7 @@ fn pending_changes_are_isolated_per_transaction() {
 
 #[test]
 fn commit_returns_every_pending_key_even_unchanged_ones() {
-    let sandbox = Sandbox::new("no-diff");
-    let sim = Sim::start(&sandbox, &[]);
+    let (_sandbox, sim) = started("no-diff");
     let api = sim.client();
     let live_motd = api.settings().expect("settings")["motd"].clone();
 
@@ -97,8 +102,7 @@ fn commit_returns_every_pending_key_even_unchanged_ones() {
 
 #[test]
 fn empty_commit_is_a_422_that_keeps_the_server_message() {
-    let sandbox = Sandbox::new("empty-commit");
-    let sim = Sim::start(&sandbox, &[]);
+    let (_sandbox, sim) = started("empty-commit");
     let api = sim.client();
 
     let never_used = api
@@ -127,8 +131,7 @@ fn empty_commit_is_a_422_that_keeps_the_server_message() {
 
 #[test]
 fn unknown_key_is_a_400_that_keeps_the_server_message_and_stages_nothing() {
-    let sandbox = Sandbox::new("unknown-key");
-    let sim = Sim::start(&sandbox, &[]);
+    let (_sandbox, sim) = started("unknown-key");
     let api = sim.client();
 
     let error = api
@@ -318,8 +321,7 @@ fn a_stale_socket_is_replaced_and_the_new_one_is_group_only() {
 
 #[test]
 fn concurrent_clients_each_commit_their_own_transaction() {
-    let sandbox = Sandbox::new("concurrent");
-    let sim = Sim::start(&sandbox, &[]);
+    let (sandbox, sim) = started("concurrent");
     let socket = sandbox.socket();
     let workers: Vec<_> = (0..8)
         .map(|index| {
@@ -355,8 +357,7 @@ fn concurrent_clients_each_commit_their_own_transaction() {
 
 #[test]
 fn status_codes_bodies_and_content_types_are_those_of_v1_20_5() {
-    let sandbox = Sandbox::new("codes");
-    let sim = Sim::start(&sandbox, &[]);
+    let (sandbox, sim) = started("codes");
     let api = sim.client();
     let socket = sandbox.socket();
     let exchange = |method: &str, target: &str, body: &str| {
@@ -446,8 +447,7 @@ fn keypair_is_served_only_when_asked_for() {
 
 #[test]
 fn json_key_order_changes_between_calls() {
-    let sandbox = Sandbox::new("order");
-    let sim = Sim::start(&sandbox, &[]);
+    let (sandbox, sim) = started("order");
     let api = sim.client();
     for tx in ["a", "b", "c", "d"] {
         api.patch_settings(tx, &json!({"motd": tx})).expect("patch");
@@ -481,8 +481,7 @@ fn json_key_order_changes_between_calls() {
 
 #[test]
 fn a_body_of_several_mib_drops_the_connection_without_an_answer() {
-    let sandbox = Sandbox::new("big-body");
-    let sim = Sim::start(&sandbox, &[]);
+    let (_sandbox, sim) = started("big-body");
     let api = sim.client();
     let huge = json!({"motd": "x".repeat(5 << 20)});
     let error = api.patch_settings("big", &huge).expect_err("dropped");
@@ -498,8 +497,7 @@ fn a_body_of_several_mib_drops_the_connection_without_an_answer() {
 
 #[test]
 fn os_has_a_semver_version_id() {
-    let sandbox = Sandbox::new("os");
-    let sim = Sim::start(&sandbox, &[]);
+    let (_sandbox, sim) = started("os");
     let os = sim.client().os().expect("os");
     let version = os["version_id"].as_str().expect("version_id");
     let parts: Vec<&str> = version.split('.').collect();
@@ -553,8 +551,7 @@ fn every_apply_rewrites_every_enabled_manifest_and_apply_keys_reruns_it() {
 
 #[test]
 fn commit_of_an_unknown_transaction_is_422_for_both_commit_routes() {
-    let sandbox = Sandbox::new("unknown-tx");
-    let sim = Sim::start(&sandbox, &[]);
+    let (_sandbox, sim) = started("unknown-tx");
     let api = sim.client();
     for error in [
         api.commit("never").expect_err("commit"),

@@ -14,6 +14,7 @@ mod apisim;
 
 use std::fs;
 use std::io;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use apisim::{APISERVER_MANIFEST, ETCD_MANIFEST, Sandbox, Sim, path_str, wait_until};
@@ -22,6 +23,23 @@ use serde_json::json;
 
 fn refused(error: &ApiError) -> bool {
     matches!(error, ApiError::Connect { source, .. } if source.kind() == io::ErrorKind::ConnectionRefused)
+}
+
+/// A [`node`] whose API server restarts (down 3 s) at `when` a `method path` request sets a
+/// static pod's `enabled` to `value`; with the path of kube-apiserver's manifest.
+fn node_restarting_on(
+    name: &str,
+    (method, path): (&str, &str),
+    value: bool,
+    when: &str,
+) -> (Sandbox, Sim, PathBuf) {
+    let (sandbox, sim) = node(name, &[]);
+    let manifest = sandbox.manifest("kube-apiserver");
+    sim.set_faults(&json!({"restarts": [{
+        "method": method, "path": path,
+        "sets": "settings.kubernetes.static-pods.*.enabled", "value": value,
+        "when": when, "down_ms": 3000}]}));
+    (sandbox, sim, manifest)
 }
 
 /// A node with two static pods, both enabled and rendered.
@@ -146,13 +164,13 @@ fn an_api_restart_does_not_re_render_static_pods_only_a_boot_does() {
 
 #[test]
 fn a_restart_right_after_the_commit_loses_the_apply_and_apply_keys_recovers_it() {
-    let (sandbox, sim) = node("lost-apply", &[]);
+    let (_sandbox, sim, manifest) = node_restarting_on(
+        "lost-apply",
+        ("POST", "/tx/commit_and_apply"),
+        false,
+        "after",
+    );
     let api = sim.client();
-    let manifest = sandbox.manifest("kube-apiserver");
-    sim.set_faults(&json!({"restarts": [{
-        "method": "POST", "path": "/tx/commit_and_apply",
-        "sets": "settings.kubernetes.static-pods.*.enabled", "value": false,
-        "when": "after", "down_ms": 3000}]}));
 
     let tx = unique_tx_name("certrotor");
     api.set_static_pod_enabled(&tx, "kube-apiserver", false)
@@ -257,13 +275,9 @@ fn a_failing_applier_changes_no_manifest_while_every_call_succeeds() {
 
 #[test]
 fn a_restart_before_the_re_enable_drops_the_patch_and_refuses_until_up() {
-    let (sandbox, sim) = node("before-enable", &[]);
+    let (_sandbox, sim, manifest) =
+        node_restarting_on("before-enable", ("PATCH", "/settings"), true, "before");
     let api = sim.client();
-    let manifest = sandbox.manifest("kube-apiserver");
-    sim.set_faults(&json!({"restarts": [{
-        "method": "PATCH", "path": "/settings",
-        "sets": "settings.kubernetes.static-pods.*.enabled", "value": true,
-        "when": "before", "down_ms": 3000}]}));
 
     // The disable is not affected.
     let tx = unique_tx_name("certrotor");
@@ -302,17 +316,27 @@ fn a_restart_before_the_re_enable_drops_the_patch_and_refuses_until_up() {
     sim.stop();
 }
 
-#[test]
-fn a_commit_that_is_never_answered_stands() {
-    let (sandbox, sim) = node("no-response", &[]);
+/// A [`node`] (folder `when`) whose API server restarts (down 300 ms) `when` a commit comes in,
+/// and a transaction disabling `pod` committed there: (sandbox, sim, transaction, the commit's
+/// error).
+fn disable_committed_under_restart(when: &str, pod: &str) -> (Sandbox, Sim, String, ApiError) {
+    let (sandbox, sim) = node(&format!("{when}-commit"), &[]);
     let api = sim.client();
     sim.set_faults(&json!({"restarts": [{
-        "method": "POST", "path": "/tx/commit_and_apply", "when": "no-response",
+        "method": "POST", "path": "/tx/commit_and_apply", "when": when,
         "down_ms": 300}]}));
     let tx = unique_tx_name("certrotor");
-    api.set_static_pod_enabled(&tx, "etcd", false)
-        .expect("stage");
-    let error = api.commit_and_apply(&tx).expect_err("no answer");
+    api.set_static_pod_enabled(&tx, pod, false).expect("stage");
+    let error = api
+        .commit_and_apply(&tx)
+        .expect_err("a commit met by the restart must fail");
+    (sandbox, sim, tx, error)
+}
+
+#[test]
+fn a_commit_that_is_never_answered_stands() {
+    let (sandbox, sim, tx, error) = disable_committed_under_restart("no-response", "etcd");
+    let api = sim.client();
     assert!(matches!(error, ApiError::Io { .. }), "{error:?}");
     assert!(error.may_have_taken_effect(), "{error:?}");
     sim.wait_event("apply-lost", "etcd.enabled");
@@ -332,15 +356,8 @@ fn a_commit_that_is_never_answered_stands() {
 fn a_commit_dropped_before_it_is_handled_leaves_the_transaction_pending() {
     // Issue 26, point 3: the disable stays pending under its transaction name across the API
     // restart, and would be committed by whoever commits that name next.
-    let (sandbox, sim) = node("failed-commit", &[]);
+    let (sandbox, sim, tx, error) = disable_committed_under_restart("before", "kube-apiserver");
     let api = sim.client();
-    sim.set_faults(&json!({"restarts": [{
-        "method": "POST", "path": "/tx/commit_and_apply", "when": "before",
-        "down_ms": 300}]}));
-    let tx = unique_tx_name("certrotor");
-    api.set_static_pod_enabled(&tx, "kube-apiserver", false)
-        .expect("stage");
-    let error = api.commit_and_apply(&tx).expect_err("dropped");
     assert!(error.is_transient(), "{error:?}");
     sim.wait_up();
     assert_eq!(api.list_tx().expect("list"), std::slice::from_ref(&tx));

@@ -7,7 +7,7 @@
 mod support;
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use support::*;
@@ -42,6 +42,14 @@ fn admin_client(pki: &Path) -> ureq::tls::TlsConfig {
     )
 }
 
+/// A new test folder `name` and the PKI [`generate_pki`] writes in it: (folder, PKI folder).
+fn with_pki(name: &str) -> (TempDir, PathBuf) {
+    let dir = TempDir::new(name);
+    let pki = dir.path().join("pki");
+    generate_pki(&pki);
+    (dir, pki)
+}
+
 /// Starts an apiserver that must fail, and returns its log after checking exit code 1.
 fn expect_start_failure(dir: &Path, pki: &Path, extra: &[String], env: &[(&str, &str)]) -> String {
     let mut process = apiserver(dir, pki, free_port(), "https://127.0.0.1:1", extra, env);
@@ -57,9 +65,7 @@ fn apiserver_readyz_follows_etcd() {
     if !etcd_available("apiserver_readyz_follows_etcd") {
         return;
     }
-    let dir = TempDir::new("readyz");
-    let pki = dir.path().join("pki");
-    generate_pki(&pki);
+    let (dir, pki) = with_pki("readyz");
     let mut etcd = Etcd::start(dir.path(), &pki);
     let port = free_port();
     let _apiserver = apiserver(dir.path(), &pki, port, &etcd.url, &[], &[]);
@@ -103,9 +109,7 @@ fn apiserver_readyz_follows_etcd() {
 
 #[test]
 fn apiserver_requires_client_certificate_signed_by_client_ca() {
-    let dir = TempDir::new("client-auth");
-    let pki = dir.path().join("pki");
-    generate_pki(&pki);
+    let (dir, pki) = with_pki("client-auth");
     let port = free_port();
     let _apiserver = apiserver(dir.path(), &pki, port, "https://127.0.0.1:1", &[], &[]);
     let livez = format!("https://127.0.0.1:{port}/livez");
@@ -137,9 +141,7 @@ fn apiserver_requires_client_certificate_signed_by_client_ca() {
 
 #[test]
 fn apiserver_refuses_to_start_with_mismatched_key() {
-    let dir = TempDir::new("mismatch");
-    let pki = dir.path().join("pki");
-    generate_pki(&pki);
+    let (dir, pki) = with_pki("mismatch");
     let key = pki.join("other-apiserver.key");
     let log = expect_start_failure(
         dir.path(),
@@ -158,9 +160,7 @@ fn apiserver_refuses_to_start_with_mismatched_key() {
 
 #[test]
 fn apiserver_refuses_to_start_with_expired_or_missing_certificate() {
-    let dir = TempDir::new("expired");
-    let pki = dir.path().join("pki");
-    generate_pki(&pki);
+    let (dir, pki) = with_pki("expired");
     let cert = pki.join("expired-client.crt");
     let log = expect_start_failure(
         dir.path(),
@@ -192,9 +192,7 @@ fn apiserver_refuses_to_start_with_expired_or_missing_certificate() {
 
 #[test]
 fn apiserver_reject_switch_refuses_newer_serving_certificate() {
-    let dir = TempDir::new("reject");
-    let pki = dir.path().join("pki");
-    generate_pki(&pki);
+    let (dir, pki) = with_pki("reject");
     let log = expect_start_failure(
         dir.path(),
         &pki,
@@ -267,9 +265,7 @@ fn controller_manager_and_scheduler_healthz_follow_apiserver() {
     if !etcd_available("controller_manager_and_scheduler_healthz_follow_apiserver") {
         return;
     }
-    let dir = TempDir::new("kcm");
-    let pki = dir.path().join("pki");
-    generate_pki(&pki);
+    let (dir, pki) = with_pki("kcm");
     let _etcd = Etcd::start(dir.path(), &pki);
     let api_port = free_port();
     let mut apiserver = apiserver(dir.path(), &pki, api_port, &_etcd.url, &[], &[]);
@@ -340,9 +336,7 @@ fn controller_manager_and_scheduler_healthz_follow_apiserver() {
 
 #[test]
 fn scheduler_refuses_kubeconfig_with_mismatched_or_expired_client_certificate() {
-    let dir = TempDir::new("kubeconfig-bad");
-    let pki = dir.path().join("pki");
-    generate_pki(&pki);
+    let (dir, pki) = with_pki("kubeconfig-bad");
     for (cert, key, expected) in [
         (
             "client.crt",

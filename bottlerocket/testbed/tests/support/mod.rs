@@ -10,7 +10,7 @@
 use std::fs;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, SystemTime};
@@ -80,15 +80,8 @@ pub struct Proc {
 }
 
 impl Proc {
-    pub fn spawn(name: &str, mut command: Command, log: &Path) -> Proc {
-        let file = fs::File::create(log).unwrap();
-        command
-            .stdin(Stdio::null())
-            .stdout(file.try_clone().unwrap())
-            .stderr(file);
-        let child = command
-            .spawn()
-            .unwrap_or_else(|error| panic!("failed to start {name}: {error}"));
+    pub fn spawn(name: &str, command: Command, log: &Path) -> Proc {
+        let child = testkit::spawn_logged(name, command, log);
         Proc {
             name: name.to_string(),
             child,
@@ -199,12 +192,7 @@ openssl verify -CAfile front-proxy-ca.crt front-proxy-client.crt
         .arg(dir)
         .output()
         .expect("openssl must be installed");
-    assert!(
-        output.status.success(),
-        "PKI generation failed: {}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    testkit::assert_succeeded("PKI generation failed", &output);
 }
 
 /// The real etcd must be installed: without it the test fails saying what to install.
