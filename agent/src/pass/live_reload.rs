@@ -6,7 +6,7 @@
 use std::time::Instant;
 
 use crate::node::manifests::Component;
-use crate::pass::run::Pass;
+use crate::pass::run::{LOG_TARGET, Pass};
 use crate::restart::api::ApiStats;
 use crate::restart::reload::{self, Action};
 use crate::restart::{self, Reloaded, Restarted};
@@ -108,6 +108,7 @@ impl Pass<'_> {
         match restart::wait_verified(self.root, t, &self.opts.restart) {
             Ok(served_sha256) => {
                 log::info!(
+                    target: LOG_TARGET,
                     "{} was started again by recovery on its renewed files",
                     c.name()
                 );
@@ -122,7 +123,7 @@ impl Pass<'_> {
                 true
             }
             Err(e) => {
-                log::warn!("{e}; restarting it");
+                log::warn!(target: LOG_TARGET, "{e}; restarting it");
                 false
             }
         }
