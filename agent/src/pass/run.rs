@@ -5,24 +5,30 @@
 //! in the order [`run_once`] calls them; the pass's state between steps is persisted by
 //! [`crate::pass::state`] (planned → committing → written → restarting → done), so that a crash
 //! at any step is finished by the next command.
+//!
+//! What the steps call lives beside this file, in the order the pass needs it:
+//! [`crate::pass::live_reload`] (which components reload by themselves, which restart),
+//! [`crate::pass::leaders_last`] (cluster mode: this node's restart record, leaders last),
+//! [`crate::pass::rollback`] (restarts verified one at a time, and the automatic rollback),
+//! [`crate::pass::pods`] (the other static pods that mount a renewed file), and
+//! [`crate::pass::run_report`] (what the pass reports).
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Instant;
 
-use serde::Serialize;
-
-use crate::cluster::roles::{self, LeadersLast, RecordGuard, Role};
+use crate::cluster::roles::RecordGuard;
 use crate::cluster::{self, ClusterOptions, ClusterReport, Session};
 use crate::node::manifests::{Component, Consumer};
 use crate::pass::ensure::{self, Ensure};
 use crate::pass::import::{self, ImportReport};
 use crate::pass::ops::{self, OpsError, Recovered, RenewReport, WriteOptions};
+use crate::pass::pods::consumers_of;
+use crate::pass::rollback::{restart_after_rollback, restart_verified_after};
 use crate::pass::state::{PassState, Restarts};
 use crate::renew::{Plan, Policy};
-use crate::restart::api::{ApiStats, DiscardedTx};
-use crate::restart::reload::{self, Action, ComponentVersion};
-use crate::restart::{self, Platform, Reloaded, RestartOptions, Restarted, StopRecord};
+use crate::restart::reload::ComponentVersion;
+use crate::restart::{self, Platform, Reloaded, RestartOptions, Restarted};
 use crate::sys::clock;
 use crate::txn;
 
@@ -37,63 +43,12 @@ pub struct RunOptions {
     pub cluster: ClusterOptions,
 }
 
-/// What one pass did.
-#[derive(Debug, Clone, Serialize)]
-pub struct RunReport {
-    pub renew: RenewReport,
-    pub platform: String,
-    /// Components that read renewed files.
-    pub components: Vec<Component>,
-    /// Components that served their renewed files without a restart (see `reload`).
-    pub reloaded: Vec<Reloaded>,
-    /// The version of each component the reload decision used, and where it was read.
-    pub versions: Vec<ComponentVersion>,
-    /// What the reload decision says about files reloaded without a restart that nothing
-    /// probes (front-proxy-client), or that open connections keep (apiserver-kubelet-client).
-    pub reload_notes: Vec<String>,
-    /// Components restarted, each with its reason.
-    pub restarted: Vec<Restarted>,
-    /// Other static pods that mount a renewed file (from their manifests), and why they need a
-    /// restart.
-    pub other_consumers: Vec<Consumer>,
-    /// Those restarted and healthy again.
-    pub restarted_pods: Vec<restart::RestartedPod>,
-    /// Those that could not be restarted or did not come back healthy: a person must look.
-    pub pod_errors: Vec<String>,
-    /// Of those, the pods that stay owed to the next pass (the pass state): their restart was
-    /// attempted and failed, so the next pass restarts them again.
-    pub owed_pods: Vec<String>,
-    /// Set when verification failed and the backup was restored.
-    pub rolled_back: Option<RolledBack>,
-    /// Cluster mode: the lock, the gates and what was waited for.
-    pub cluster: Option<ClusterReport>,
-    /// External etcd: the published apiserver-etcd-client pair this pass installed.
-    pub import: Option<ImportReport>,
-    /// Bottlerocket: certrotor transactions an interrupted run left pending in the API,
-    /// discarded before the pass began.
-    pub discarded_transactions: Vec<DiscardedTx>,
-    /// Static pods found stopped at the end of the pass (a start that failed) and started
-    /// again: owed to the next pass.
-    pub re_enabled: Vec<String>,
-    /// Static pods that could not be started again at the end of the pass: a person must look
-    /// (the next certrotor command tries again).
-    pub left_disabled: Vec<String>,
-    /// What the pass's Bottlerocket API calls met, in total (recovery, restarts, rollback, the
-    /// last step): retries, re-applies of the config applier, time the API was unreachable.
-    #[serde(flatten)]
-    pub api: ApiStats,
-    pub duration_ms: u128,
-}
+pub use crate::pass::rollback::{RolledBack, restart_verified};
+pub use crate::pass::run_report::RunReport;
 
-/// What an automatic rollback did.
-#[derive(Debug, Clone, Serialize)]
-pub struct RolledBack {
-    pub failure: String,
-    pub backup_id: String,
-    pub restarted: Vec<Restarted>,
-    /// The rollback itself failed: a person must look.
-    pub error: Option<String>,
-}
+/// The log target of every line the pass writes, wherever the code that writes it lives
+/// (`[run]` in text logs, `"target": "run"` in JSON ones, which log shippers filter on).
+pub(super) const LOG_TARGET: &str = "certrotor::pass::run";
 
 /// check → renew what is due → restart one at a time → verify; roll back by itself when
 /// verification fails.
@@ -111,40 +66,40 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, OpsError> {
 }
 
 /// A pass in progress: what the steps share.
-struct Pass<'a> {
-    root: &'a Path,
-    opts: &'a RunOptions,
-    platform: Platform,
+pub(super) struct Pass<'a> {
+    pub(super) root: &'a Path,
+    pub(super) opts: &'a RunOptions,
+    pub(super) platform: Platform,
     /// Cluster mode: the session opened before the renewal (its client pair may be renewed).
-    session: Option<Session>,
+    pub(super) session: Option<Session>,
     /// Cluster mode: this node's restart record in etcd, deleted when dropped.
-    restart_record: Option<RecordGuard>,
-    cluster: Option<ClusterReport>,
-    import: Option<ImportReport>,
+    pub(super) restart_record: Option<RecordGuard>,
+    pub(super) cluster: Option<ClusterReport>,
+    pub(super) import: Option<ImportReport>,
     /// The persisted state; untouched on platform `none`, which restarts nothing.
-    state: PassState,
+    pub(super) state: PassState,
     /// What earlier passes owed when this one began.
-    owed_before: Restarts,
-    renewed: RenewReport,
+    pub(super) owed_before: Restarts,
+    pub(super) renewed: RenewReport,
     /// Components whose files changed or whose restart was owed, and the other static pods.
-    work: Restarts,
-    other_consumers: Vec<Consumer>,
-    reloaded: Vec<Reloaded>,
-    versions: Vec<ComponentVersion>,
-    reload_notes: Vec<String>,
+    pub(super) work: Restarts,
+    pub(super) other_consumers: Vec<Consumer>,
+    pub(super) reloaded: Vec<Reloaded>,
+    pub(super) versions: Vec<ComponentVersion>,
+    pub(super) reload_notes: Vec<String>,
     /// Verified without a restart: started again by recovery on the renewed files.
-    recovered_restarts: Vec<Restarted>,
-    to_restart: Vec<Component>,
-    reasons: BTreeMap<Component, String>,
-    restarted: Vec<Restarted>,
-    restarted_pods: Vec<restart::RestartedPod>,
-    pod_errors: Vec<String>,
-    owed_pods: Vec<String>,
-    rolled_back: Option<RolledBack>,
+    pub(super) recovered_restarts: Vec<Restarted>,
+    pub(super) to_restart: Vec<Component>,
+    pub(super) reasons: BTreeMap<Component, String>,
+    pub(super) restarted: Vec<Restarted>,
+    pub(super) restarted_pods: Vec<restart::RestartedPod>,
+    pub(super) pod_errors: Vec<String>,
+    pub(super) owed_pods: Vec<String>,
+    pub(super) rolled_back: Option<RolledBack>,
     /// What recovery did before the pass began.
-    recovered: Recovered,
+    pub(super) recovered: Recovered,
     /// What the last step did.
-    ensured: Ensure,
+    pub(super) ensured: Ensure,
 }
 
 impl<'a> Pass<'a> {
@@ -354,121 +309,6 @@ impl<'a> Pass<'a> {
         Ok(())
     }
 
-    /// Live reload ([`reload`]): a component whose renewed files all reload by themselves is
-    /// waited for until it serves them; one started again by recovery on the renewed files is
-    /// verified; the others, and one that did not reload within the bound, are restarted, each
-    /// with its reason.
-    fn decide_reloads(&mut self, names: &[String]) {
-        // Pods that cannot be listed: versions only from flags, the others unknown (restart).
-        let pods = restart::pods(&self.platform).unwrap_or_default();
-        self.versions = reload::versions(&pods, &self.opts.restart.reload.versions);
-        let held = self.held_certificates();
-        for c in self.work.components.clone() {
-            if self.verified_after_recovery(c) {
-                continue;
-            }
-            let action = if self.owed_before.components.contains(&c) {
-                Action::Restart {
-                    because: "an earlier pass renewed its files and did not finish restarting it"
-                        .into(),
-                }
-            } else {
-                let ctx = reload::Context {
-                    mode: self.opts.restart.mode,
-                    version: self.versions.iter().find(|v| v.component == c),
-                    held: &held,
-                    now: clock::now(),
-                    margin: self.opts.restart.reload.held_cert_margin,
-                };
-                let d = reload::decide(c, names, &ctx);
-                self.reload_notes.extend(d.notes);
-                d.action
-            };
-            let reason = match action {
-                Action::Restart { because } => because,
-                Action::WaitLive => match self.wait_live(c, names) {
-                    Ok(r) => {
-                        self.reloaded.push(r);
-                        continue;
-                    }
-                    Err(reason) => reason,
-                },
-            };
-            self.reasons.insert(c, reason);
-            self.to_restart.push(c);
-        }
-    }
-
-    /// The renewed certificates' NotAfter before this pass renewed them, by catalog name (for
-    /// the reload decision: what open connections may still present).
-    fn held_certificates(&self) -> Vec<(String, i64)> {
-        let plan = &self.renewed.plan;
-        let planned_at = plan.not_before_unix + crate::renew::BACKDATE;
-        plan.items
-            .iter()
-            .filter_map(|i| Some((i.name.clone(), planned_at + i.residual_seconds?)))
-            .collect()
-    }
-
-    /// Waits for `c` to serve its renewed files by itself (and, for a client pair it reloads,
-    /// checks that the server it is for accepts it: [`restart::pairs`]); the reason to restart
-    /// it otherwise.
-    fn wait_live(&self, c: Component, names: &[String]) -> Result<Reloaded, String> {
-        let targets = restart::targets(self.root, &self.platform, &[c], &self.opts.restart)
-            .map_err(|e| format!("it could not be probed for a live reload: {e}"))?;
-        let pods = restart::pods(&self.platform).unwrap_or_default();
-        restart::pairs::check_renewed(self.root, c, names, &pods, self.opts.restart.poll)?;
-        targets
-            .first()
-            .and_then(|t| restart::wait_reloaded(self.root, t, &self.opts.restart))
-            .ok_or_else(|| {
-                format!(
-                    "it did not serve its renewed certificate within {} s",
-                    self.opts.restart.reload_timeout.as_secs()
-                )
-            })
-    }
-
-    /// Whether `c` was started again by recovery after its files were renewed and now serves
-    /// them: then it counts as restarted, and is not restarted again.
-    fn verified_after_recovery(&mut self, c: Component) -> bool {
-        if self.state.started_by_recovery.is_empty() {
-            return false;
-        }
-        let Ok(targets) = restart::targets(self.root, &self.platform, &[c], &self.opts.restart)
-        else {
-            return false;
-        };
-        let Some(t) = targets.first() else {
-            return false;
-        };
-        if !self.state.started_by_recovery.contains(&t.pod) {
-            return false;
-        }
-        let t0 = Instant::now();
-        match restart::wait_verified(self.root, t, &self.opts.restart) {
-            Ok(served_sha256) => {
-                log::info!(
-                    "{} was started again by recovery on its renewed files",
-                    c.name()
-                );
-                self.recovered_restarts.push(Restarted {
-                    component: c,
-                    pod: t.pod.clone(),
-                    unavailable_ms: t0.elapsed().as_millis(),
-                    served_sha256,
-                    reason: "it was started again by recovery, on its renewed files".into(),
-                    api: ApiStats::default(),
-                });
-                true
-            }
-            Err(e) => {
-                log::warn!("{e}; restarting it");
-                false
-            }
-        }
-    }
-
     /// Restarts what is due, under the cluster lock in cluster mode: the components one at a
     /// time, verified (rolled back when one fails), then the other static pods.
     fn restart(&mut self) -> Result<(), OpsError> {
@@ -585,65 +425,6 @@ impl<'a> Pass<'a> {
         guard
     }
 
-    /// Cluster mode: writes (or rewrites) this node's restart record, `components` and `pods`
-    /// with the leader Leases it holds among them ([`roles`]); a failure is only a warning
-    /// (leaders then see no record of this node).
-    fn publish_record(&mut self, components: &[Component], pods: &[String]) {
-        let Some(session) = &self.session else {
-            return;
-        };
-        let listed = restart::pods(&self.platform).unwrap_or_default();
-        let roles = roles::read(self.root, session, &listed, (components, pods));
-        let rec = roles::record(components, pods, &roles);
-        let written = match &self.restart_record {
-            Some(g) => g.update(&rec),
-            None => {
-                let c = &self.opts.cluster;
-                roles::publish(session, &rec, c.lease_ttl.min(c.wait))
-                    .map(|g| self.restart_record = Some(g))
-            }
-        };
-        if let Err(e) = written {
-            log::warn!("cluster mode: writing this node's restart record: {e}");
-        }
-        // The report keeps every Lease seen, each as last read.
-        let seen = &mut self.cluster.get_or_insert_with(Default::default).roles;
-        seen.retain(|r| !roles.iter().any(|n| n.lease == r.lease));
-        seen.extend(roles);
-        seen.sort_by(|a, b| a.lease.cmp(&b.lease));
-    }
-
-    /// The leader Leases last read.
-    fn roles(&self) -> &[Role] {
-        self.cluster.as_ref().map_or(&[], |c| &c.roles)
-    }
-
-    /// Those this node holds, of `components` and `pods`.
-    fn held(&self, components: &[Component], pods: &[String]) -> Vec<Role> {
-        let of = |r: &Role| {
-            components.iter().any(|c| c.name() == r.restarts) || pods.contains(&r.restarts)
-        };
-        self.roles()
-            .iter()
-            .filter(|r| r.this_node && of(r))
-            .cloned()
-            .collect()
-    }
-
-    /// Under the lock: the Leases read again (leadership may have moved), and the components to
-    /// restart split into those whose Lease this node does not hold (first) and those whose
-    /// Lease it holds (last). Without the lock (acting alone), or on a single control plane
-    /// (no other node a Lease could move to), all first, in the usual order.
-    fn leaders_split(&mut self, locked: bool, pods: &[String]) -> (Vec<Component>, Vec<Component>) {
-        if !locked || !self.session.as_ref().is_some_and(roles::others_may_lead) {
-            return (self.to_restart.clone(), vec![]);
-        }
-        self.publish_record(&self.to_restart.clone(), pods);
-        let roles = self.roles();
-        let held = |c: &Component| roles.iter().any(|r| r.this_node && r.restarts == c.name());
-        self.to_restart.iter().partition(|c| !held(c))
-    }
-
     /// Restarts `components` (in order), verified; `before`, restarted earlier in this pass, is
     /// restarted again too if a failure rolls back.
     fn restart_components(
@@ -664,140 +445,6 @@ impl<'a> Pass<'a> {
             self.opts,
             &mut record,
         )
-    }
-
-    /// Leaders last ([`roles`]): this node holds a leader Lease; while another node still has
-    /// to restart a component of a Lease this node holds, without holding it, the lock is
-    /// released and taken again after a jittered pause, for at most `--leader-wait`; then it
-    /// proceeds. `false`: the lock could not be taken again (what remains stays owed).
-    fn leaders_last(
-        &mut self,
-        lock: &mut Option<cluster::LockGuard>,
-        last: &[Component],
-        pods: &[String],
-    ) -> bool {
-        let started = Instant::now();
-        let c = &self.opts.cluster;
-        let bound = c.leader_wait.min(c.wait);
-        self.publish_record(last, pods);
-        let mut ll = LeadersLast::default();
-        loop {
-            let roles = self.held(last, pods);
-            ll.held = roles
-                .iter()
-                .map(|r| {
-                    format!(
-                        "{} ({}, holder {})",
-                        r.restarts,
-                        r.lease,
-                        r.holder.as_deref().unwrap_or("")
-                    )
-                })
-                .collect();
-            let Some(s) = self.session.as_ref().filter(|_| !ll.held.is_empty()) else {
-                break;
-            };
-            let who = roles::blockers(&s.client, &s.node.name, &roles)
-                .unwrap_or_else(|e| vec![format!("the restart records could not be read: {e}")]);
-            if who.is_empty() {
-                break;
-            }
-            let why = format!("leaders last: {}", who.join("; "));
-            if started.elapsed() >= bound {
-                log::warn!(
-                    "cluster mode: leaders last: waited {} s (--leader-wait); proceeding: {why}",
-                    bound.as_secs()
-                );
-                ll.bound_reached = true;
-                break;
-            }
-            if ll.waited_for.last() != Some(&why) {
-                log::info!("cluster mode: waiting: {why}");
-                ll.waited_for.push(why);
-            }
-            // Release the lock, let the others take it, take it again.
-            *lock = None;
-            std::thread::sleep(cluster::jitter_between(
-                std::time::Duration::from_millis(500),
-                std::time::Duration::from_millis(2000),
-            ));
-            let waited_before = self.cluster.as_ref().map_or(0, |c| c.waited_ms);
-            let again = cluster::before_restart(
-                self.root,
-                self.session.as_ref(),
-                last,
-                &self.opts.cluster,
-                &mut self.cluster,
-            );
-            if let Some(c) = self.cluster.as_mut() {
-                c.waited_ms += waited_before;
-            }
-            match again {
-                Ok(g) => *lock = g,
-                Err(()) => return false,
-            }
-            self.publish_record(last, pods);
-        }
-        ll.waited_ms = started.elapsed().as_millis();
-        if !ll.held.is_empty() {
-            self.cluster
-                .get_or_insert_with(Default::default)
-                .leaders_last = Some(ll);
-        }
-        true
-    }
-
-    /// One restart per consumer pod, even when it mounts several renewed files; with the pods
-    /// an earlier pass still owes.
-    fn pods_to_restart(&self) -> Vec<Consumer> {
-        let mut pods: Vec<Consumer> = Vec::new();
-        for c in &self.other_consumers {
-            match pods.iter_mut().find(|p| p.pod == c.pod) {
-                Some(p) => {
-                    p.file = format!("{}, {}", p.file, c.file);
-                    p.reason = format!("{}; {}", p.reason, c.reason);
-                }
-                None => pods.push(c.clone()),
-            }
-        }
-        for pod in &self.owed_before.pods {
-            if self.work.pods.contains(pod) && !pods.iter().any(|p| &p.pod == pod) {
-                pods.push(Consumer {
-                    pod: pod.clone(),
-                    file: String::new(),
-                    single_file: false,
-                    reason: format!(
-                        "an earlier pass renewed a file that static pod '{pod}' mounts and did \
-                         not finish restarting it"
-                    ),
-                });
-            }
-        }
-        pods.retain(|p| !self.state.started_by_recovery.contains(&p.pod));
-        pods
-    }
-
-    /// The other consumers, one at a time, each verified by its health.
-    fn restart_pods(&mut self, pods: &[Consumer]) {
-        let mut record = self.state.recorder(self.root);
-        for c in pods {
-            match restart::restart_pod(
-                self.root,
-                &self.platform,
-                c,
-                &self.opts.restart,
-                &mut record,
-            ) {
-                Ok(r) => self.restarted_pods.push(r),
-                Err(e) => {
-                    log::error!("{e}");
-                    if e.owed {
-                        self.owed_pods.push(c.pod.clone());
-                    }
-                    self.pod_errors.push(e.to_string());
-                }
-            }
-        }
     }
 
     /// Done, or rolled back to a consistent state: nothing is owed any more, but for the pods
@@ -829,271 +476,4 @@ impl<'a> Pass<'a> {
             self.ensured = ensure::all_enabled(self.root, &mut self.state, &self.opts.restart);
         }
     }
-
-    fn report(self, started: Instant) -> RunReport {
-        let mut api = self.recovered.api;
-        api.add(&self.state.this_process.api);
-        let mut restarted = self.recovered_restarts;
-        restarted.extend(self.restarted);
-        RunReport {
-            renew: self.renewed,
-            platform: self.platform.name().into(),
-            components: self.work.components,
-            reloaded: self.reloaded,
-            restarted,
-            versions: self.versions,
-            reload_notes: self.reload_notes,
-            other_consumers: self.other_consumers,
-            restarted_pods: self.restarted_pods,
-            pod_errors: self.pod_errors,
-            owed_pods: self.owed_pods,
-            rolled_back: self.rolled_back,
-            cluster: self.cluster,
-            import: self.import,
-            discarded_transactions: self.recovered.discarded,
-            re_enabled: self.ensured.re_enabled,
-            left_disabled: self.ensured.left_disabled,
-            api,
-            duration_ms: started.elapsed().as_millis(),
-        }
-    }
-}
-
-/// The static pods other than the four components that mount one of `files` (paths relative
-/// to `root`), from their manifests; none when the pods cannot be listed (a warning).
-fn consumers_of(root: &Path, platform: &Platform, files: &[String]) -> Vec<Consumer> {
-    if files.is_empty() || matches!(platform, Platform::None) {
-        return vec![];
-    }
-    match restart::pods(platform) {
-        Ok(pods) => crate::node::manifests::other_consumers(root, &pods, files),
-        Err(e) => {
-            log::warn!("cannot list the static pods that mount renewed files: {e}");
-            vec![]
-        }
-    }
-}
-
-/// Restarts `components` one at a time (each with its reason) and verifies each; when one
-/// fails, restores `backup_id`, restarts again what was restarted and the one that failed, and
-/// checks that the previous certificates are served.
-pub fn restart_verified(
-    root: &Path,
-    platform: &Platform,
-    (components, reasons): (&[Component], &BTreeMap<Component, String>),
-    backup_id: &str,
-    opts: &RunOptions,
-    record: &mut dyn StopRecord,
-) -> (Vec<Restarted>, Option<RolledBack>) {
-    restart_verified_after(
-        root,
-        platform,
-        (components, reasons, &[]),
-        backup_id,
-        opts,
-        record,
-    )
-}
-
-/// [`restart_verified`], after `before` was restarted in the same pass (leaders last: what this
-/// node holds no leader Lease for): a rollback restarts those again too.
-fn restart_verified_after(
-    root: &Path,
-    platform: &Platform,
-    (components, reasons, before): (&[Component], &BTreeMap<Component, String>, &[Restarted]),
-    backup_id: &str,
-    opts: &RunOptions,
-    record: &mut dyn StopRecord,
-) -> (Vec<Restarted>, Option<RolledBack>) {
-    // Probes read the renewed client certificates, so targets are built after the change.
-    let outcome = restart::targets(root, platform, components, &opts.restart)
-        .map(|mut targets| {
-            for t in &mut targets {
-                if let Some(r) = reasons.get(&t.component) {
-                    t.reason = r.clone();
-                }
-            }
-            targets
-        })
-        .map_err(|error| (vec![], restart::Failed::other(error)))
-        .and_then(|targets| restart::restart_all(root, platform, &targets, &opts.restart, record));
-    match outcome {
-        Ok(done) => (done, None),
-        Err((done, failed)) => {
-            let mut all: Vec<Restarted> = before.to_vec();
-            all.extend(done.iter().cloned());
-            let mut every: Vec<Component> = before.iter().map(|r| r.component).collect();
-            every.extend(components.iter().copied());
-            let rolled = roll_back(
-                root,
-                platform,
-                (&every, &all, &failed),
-                backup_id,
-                opts,
-                record,
-            );
-            (done, Some(rolled))
-        }
-    }
-}
-
-/// The rollback rule of the reload table ([`reload::restart_after_rollback`]): after `rolled`
-/// restored `names`, restarts a component that took them by itself but may keep the renewed
-/// pair on open connections (kube-apiserver before 1.27 and apiserver-kubelet-client).
-fn restart_after_rollback(
-    root: &Path,
-    platform: &Platform,
-    (names, versions): (&[String], &[ComponentVersion]),
-    opts: &RunOptions,
-    rolled: &mut RolledBack,
-    record: &mut dyn StopRecord,
-) {
-    for c in Component::ALL {
-        if rolled.error.is_some() || rolled.restarted.iter().any(|r| r.component == c) {
-            continue;
-        }
-        let version = versions.iter().find(|v| v.component == c);
-        let Some(why) = reload::restart_after_rollback(c, names, version) else {
-            continue;
-        };
-        let restarted = restart::targets(root, platform, &[c], &opts.restart)
-            .map(|mut targets| {
-                for t in &mut targets {
-                    t.reason = why.clone();
-                }
-                targets
-            })
-            .map_err(|e| (vec![], restart::Failed::other(e)))
-            .and_then(|t| restart::restart_all(root, platform, &t, &opts.restart, record));
-        match restarted {
-            Ok(done) => rolled.restarted.extend(done),
-            Err((done, failed)) => {
-                rolled.restarted.extend(done);
-                rolled.error = Some(format!(
-                    "after restoring backup {}: {}",
-                    rolled.backup_id, failed.error
-                ));
-            }
-        }
-    }
-}
-
-/// After a failed verification: restores `backup_id` and restarts again, with the old files,
-/// what was restarted and the component that failed; a component whose stop never took effect
-/// still runs with the files it started with, so it is verified, not restarted.
-fn roll_back(
-    root: &Path,
-    platform: &Platform,
-    (components, done, failed): (&[Component], &[Restarted], &restart::Failed),
-    backup_id: &str,
-    opts: &RunOptions,
-    record: &mut dyn StopRecord,
-) -> RolledBack {
-    let error = &failed.error;
-    log::warn!("verification failed: {error}; restoring the previous certificates");
-    let mut rolled = RolledBack {
-        failure: error.to_string(),
-        backup_id: backup_id.to_string(),
-        restarted: vec![],
-        error: None,
-    };
-    if let Err(e) = ops::rollback_locked(root, Some(backup_id), &opts.write) {
-        rolled.error = Some(format!("restoring backup {backup_id} failed: {e}"));
-        return rolled;
-    }
-    let restarted = restart_again(
-        root,
-        platform,
-        (components, done, failed),
-        backup_id,
-        opts,
-        record,
-    );
-    match restarted {
-        Ok(back) => {
-            log::warn!(
-                "rolled back to backup {backup_id}; the previous certificates are served again"
-            );
-            rolled.restarted = back;
-        }
-        Err((back, f)) => {
-            rolled.restarted = back;
-            rolled.error = Some(format!("after restoring backup {backup_id}: {}", f.error));
-        }
-    }
-    rolled
-}
-
-/// After the restore: restarts again what was restarted and the component that failed (all of
-/// them when the failure names none); verifies, instead, a failed component whose stop never
-/// took effect.
-fn restart_again(
-    root: &Path,
-    platform: &Platform,
-    (components, done, failed): (&[Component], &[Restarted], &restart::Failed),
-    backup_id: &str,
-    opts: &RunOptions,
-    record: &mut dyn StopRecord,
-) -> Result<Vec<Restarted>, (Vec<Restarted>, restart::Failed)> {
-    let mut again: Vec<Component> = done.iter().map(|r| r.component).collect();
-    let mut unstopped = None;
-    match failed.error.component {
-        Some(c) if failed.never_stopped && !again.contains(&c) => unstopped = Some(c),
-        Some(c) => again.push(c),
-        None => again = components.to_vec(),
-    }
-    again.sort();
-    again.dedup();
-    let targets = restart::targets(root, platform, &again, &opts.restart).map(|mut targets| {
-        for t in &mut targets {
-            t.reason = format!("backup {backup_id} was restored");
-        }
-        targets
-    });
-    let mut back = targets
-        .map_err(|e| (vec![], restart::Failed::other(e)))
-        .and_then(|t| restart::restart_all(root, platform, &t, &opts.restart, record))?;
-    if let Some(c) = unstopped {
-        match verify_unstopped(root, platform, c, backup_id, &opts.restart) {
-            Ok(r) => back.push(r),
-            Err(e) => return Err((back, restart::Failed::other(e))),
-        }
-    }
-    Ok(back)
-}
-
-/// After the restore: verifies `c`, whose stop never took effect (it kept the files it started
-/// with, the restored ones), instead of restarting it.
-fn verify_unstopped(
-    root: &Path,
-    platform: &Platform,
-    c: Component,
-    backup_id: &str,
-    opts: &RestartOptions,
-) -> Result<Restarted, restart::RestartError> {
-    let targets = restart::targets(root, platform, &[c], opts)?;
-    let Some(t) = targets.first() else {
-        return Err(restart::RestartError {
-            component: Some(c),
-            message: "no restart target".into(),
-        });
-    };
-    let served_sha256 = restart::wait_verified(root, t, opts)?;
-    log::warn!(
-        "{} was never stopped (its stop did not take effect): verified it serves the files of \
-         backup {backup_id}, not restarted",
-        c.name()
-    );
-    Ok(Restarted {
-        component: c,
-        pod: t.pod.clone(),
-        // It never stopped serving.
-        unavailable_ms: 0,
-        served_sha256,
-        reason: format!(
-            "backup {backup_id} was restored; its stop had not taken effect, so it was verified, \
-             not restarted"
-        ),
-        api: ApiStats::default(),
-    })
 }
