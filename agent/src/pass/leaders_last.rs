@@ -9,7 +9,7 @@ use std::time::Instant;
 use crate::cluster;
 use crate::cluster::roles::{self, LeadersLast, Role};
 use crate::node::manifests::Component;
-use crate::pass::run::{LOG_TARGET, Pass};
+use crate::pass::run::Pass;
 use crate::restart;
 
 impl Pass<'_> {
@@ -32,7 +32,7 @@ impl Pass<'_> {
             }
         };
         if let Err(e) = written {
-            log::warn!(target: LOG_TARGET, "cluster mode: writing this node's restart record: {e}");
+            log::warn!("cluster mode: writing this node's restart record: {e}");
         }
         // The report keeps every Lease seen, each as last read.
         let seen = &mut self.cluster.get_or_insert_with(Default::default).roles;
@@ -115,7 +115,6 @@ impl Pass<'_> {
             let why = format!("leaders last: {}", who.join("; "));
             if started.elapsed() >= bound {
                 log::warn!(
-                    target: LOG_TARGET,
                     "cluster mode: leaders last: waited {} s (--leader-wait); proceeding: {why}",
                     bound.as_secs()
                 );
@@ -123,7 +122,7 @@ impl Pass<'_> {
                 break;
             }
             if ll.waited_for.last() != Some(&why) {
-                log::info!(target: LOG_TARGET, "cluster mode: waiting: {why}");
+                log::info!("cluster mode: waiting: {why}");
                 ll.waited_for.push(why);
             }
             // Release the lock, let the others take it, take it again.

@@ -6,7 +6,7 @@
 use std::time::Instant;
 
 use crate::node::manifests::Component;
-use crate::pass::run::{LOG_TARGET, Pass};
+use crate::pass::run::Pass;
 use crate::restart::api::ApiStats;
 use crate::restart::reload::{self, Action};
 use crate::restart::{self, Reloaded, Restarted};
@@ -108,7 +108,6 @@ impl Pass<'_> {
         match restart::wait_verified(self.root, t, &self.opts.restart) {
             Ok(served_sha256) => {
                 log::info!(
-                    target: LOG_TARGET,
                     "{} was started again by recovery on its renewed files",
                     c.name()
                 );
@@ -123,7 +122,7 @@ impl Pass<'_> {
                 true
             }
             Err(e) => {
-                log::warn!(target: LOG_TARGET, "{e}; restarting it");
+                log::warn!("{e}; restarting it");
                 false
             }
         }

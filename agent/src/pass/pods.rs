@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use crate::node::manifests::Consumer;
-use crate::pass::run::{LOG_TARGET, Pass};
+use crate::pass::run::Pass;
 use crate::restart::{self, Platform};
 
 impl Pass<'_> {
@@ -52,7 +52,7 @@ impl Pass<'_> {
             ) {
                 Ok(r) => self.restarted_pods.push(r),
                 Err(e) => {
-                    log::error!(target: LOG_TARGET, "{e}");
+                    log::error!("{e}");
                     if e.owed {
                         self.owed_pods.push(c.pod.clone());
                     }
@@ -72,7 +72,7 @@ pub(super) fn consumers_of(root: &Path, platform: &Platform, files: &[String]) -
     match restart::pods(platform) {
         Ok(pods) => crate::node::manifests::other_consumers(root, &pods, files),
         Err(e) => {
-            log::warn!(target: LOG_TARGET, "cannot list the static pods that mount renewed files: {e}");
+            log::warn!("cannot list the static pods that mount renewed files: {e}");
             vec![]
         }
     }

@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::node::manifests::Component;
 use crate::pass::ops;
-use crate::pass::run::{LOG_TARGET, RunOptions};
+use crate::pass::run::RunOptions;
 use crate::restart::api::ApiStats;
 use crate::restart::reload::{self, ComponentVersion};
 use crate::restart::{self, Platform, RestartOptions, Restarted, StopRecord};
@@ -127,7 +127,7 @@ fn roll_back(
     record: &mut dyn StopRecord,
 ) -> RolledBack {
     let error = &failed.error;
-    log::warn!(target: LOG_TARGET, "verification failed: {error}; restoring the previous certificates");
+    log::warn!("verification failed: {error}; restoring the previous certificates");
     let mut rolled = RolledBack {
         failure: error.to_string(),
         backup_id: backup_id.to_string(),
@@ -149,7 +149,6 @@ fn roll_back(
     match restarted {
         Ok(back) => {
             log::warn!(
-                target: LOG_TARGET,
                 "rolled back to backup {backup_id}; the previous certificates are served again"
             );
             rolled.restarted = back;
@@ -234,7 +233,6 @@ fn verify_unstopped(
     };
     let served_sha256 = restart::wait_verified(root, t, opts)?;
     log::warn!(
-        target: LOG_TARGET,
         "{} was never stopped (its stop did not take effect): verified it serves the files of \
          backup {backup_id}, not restarted",
         c.name()

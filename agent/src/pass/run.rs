@@ -46,10 +46,6 @@ pub struct RunOptions {
 pub use crate::pass::rollback::{RolledBack, restart_verified};
 pub use crate::pass::run_report::RunReport;
 
-/// The log target of every line the pass writes, wherever the code that writes it lives
-/// (`[run]` in text logs, `"target": "run"` in JSON ones, which log shippers filter on).
-pub(super) const LOG_TARGET: &str = "certrotor::pass::run";
-
 /// check → renew what is due → restart one at a time → verify; roll back by itself when
 /// verification fails.
 pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, OpsError> {
