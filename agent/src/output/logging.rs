@@ -64,13 +64,18 @@ pub fn init(level: LevelFilter, format: Format) {
 
 /// Modules split out of one file (issue 28) and the tag of the file they came from: a split moves
 /// code, and leaves the log lines as they were.
-const SPLIT_FROM: [(&str, &str); 10] = [
+const SPLIT_FROM: [(&str, &str); 15] = [
     ("cluster::client", "cluster"),
     ("cluster::discover", "cluster"),
     ("cluster::gates", "cluster"),
     ("cluster::lock", "cluster"),
     ("cluster::published_pair", "cluster"),
     ("cluster::session", "cluster"),
+    ("pass::leaders_last", "run"),
+    ("pass::live_reload", "run"),
+    ("pass::pods", "run"),
+    ("pass::rollback", "run"),
+    ("pass::run_report", "run"),
     ("restart::platform", "restart"),
     ("restart::serving", "restart"),
     ("restart::stop", "restart"),
@@ -222,6 +227,7 @@ mod tests {
         for (target, tag) in [
             ("certrotor::cluster::session", "cluster"),
             ("certrotor::restart::stop", "restart"),
+            ("certrotor::pass::rollback", "run"),
             ("certrotor::cluster", "cluster"),
             ("certrotor::cluster::roles", "roles"),
             ("certrotor::txn::lock", "lock"),
