@@ -16,8 +16,9 @@
 //!
 //! A node's names ([`names`]): its etcd member name (kubeadm names the member after the node),
 //! its host name (`os.Hostname()`, what kube-controller-manager and kube-scheduler put before
-//! `_<uuid>` in `holderIdentity`; hostNetwork pods share the node's), and kube-vip's
-//! `vip_nodename`. A Lease that cannot be read is reported, and taken as held by no one.
+//! `_<uuid>` in `holderIdentity`; hostNetwork pods share the node's; a Bottlerocket host container
+//! has a UTS namespace of its own but host-ctr sets no host name in it, so it reads the node's
+//! as it was when the container started), and kube-vip's `vip_nodename`. A Lease that cannot be read is reported, and taken as held by no one.
 
 use std::path::Path;
 use std::sync::Arc;
