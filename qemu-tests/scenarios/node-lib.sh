@@ -329,6 +329,18 @@ node_readyz_start() {
   NODE_READYZ_PID=$!
 }
 node_readyz_stop() { kill "$NODE_READYZ_PID" 2> /dev/null; wait "$NODE_READYZ_PID" 2> /dev/null; true; }
+# node_load_start FILE   every 5 s, "<uptime> <MemAvailable kB> <1-min load>" -> $E2E_OUT/FILE:
+# what the guest had to spare while certrotor ran (a starved or swapping guest explains a slow
+# restart); node_load_stop
+node_load_start() {
+  ( while :; do
+      echo "$(e2e_uptime) $(awk '/^MemAvailable:/ {print $2}' /proc/meminfo) $(cut -d' ' -f1 /proc/loadavg)" \
+        >> "$E2E_OUT/$1"
+      sleep 5
+    done ) &
+  NODE_LOAD_PID=$!
+}
+node_load_stop() { kill "$NODE_LOAD_PID" 2> /dev/null; wait "$NODE_LOAD_PID" 2> /dev/null; true; }
 
 # ---- the real kubelet (qemu-tests/tests/kubelet_control_plane.rs) ----------------------------
 # node_cri_containerd   restarts containerd as Bottlerocket's kubelet-facing one (its CRI plugin

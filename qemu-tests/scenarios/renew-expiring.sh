@@ -114,6 +114,7 @@ if [ $KUBE_VIP = 1 ]; then
     e2e_wait_for $NODE_UP_S node_vip_lease vip-lease-before
 fi
 node_readyz_start / 0 readyz.txt
+node_load_start guest-load.txt
 e2e_check "etcd put before renewal" node_etcdctl / 0 put /e2e/before "$(cat "$E2E_SHARE/token")"
 node_pki_sums pki-before.sha /
 node_served served-before.txt / 0
@@ -140,6 +141,7 @@ if [ $KUBE_VIP = 1 ]; then
     e2e_wait_for $NODE_START_S node_vip_lease_written vip-lease-after vip-lease-again
 fi
 node_readyz_stop
+node_load_stop
 node_kubectl_after /
 e2e_save etcd-after "$(node_etcdctl / 0 get --print-value-only /e2e/before)"
 node_pki_sums pki-after.sha /
