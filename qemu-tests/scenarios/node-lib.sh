@@ -329,6 +329,18 @@ node_readyz_start() {
   NODE_READYZ_PID=$!
 }
 node_readyz_stop() { kill "$NODE_READYZ_PID" 2> /dev/null; wait "$NODE_READYZ_PID" 2> /dev/null; true; }
+# node_load_start FILE   every 5 s, "<uptime> <MemAvailable kB> <1-min load>" -> $E2E_OUT/FILE:
+# what the guest had to spare while certrotor ran (a starved or swapping guest explains a slow
+# restart); node_load_stop
+node_load_start() {
+  ( while :; do
+      echo "$(e2e_uptime) $(awk '/^MemAvailable:/ {print $2}' /proc/meminfo) $(cut -d' ' -f1 /proc/loadavg)" \
+        >> "$E2E_OUT/$1"
+      sleep 5
+    done ) &
+  NODE_LOAD_PID=$!
+}
+node_load_stop() { kill "$NODE_LOAD_PID" 2> /dev/null; wait "$NODE_LOAD_PID" 2> /dev/null; true; }
 
 # ---- the real kubelet (qemu-tests/tests/kubelet_control_plane.rs) ----------------------------
 # node_cri_containerd   restarts containerd as Bottlerocket's kubelet-facing one (its CRI plugin
@@ -432,4 +444,60 @@ node_apiexec() {
   _target=$1; shift
   _id=apiexec-$(tr -dc 'A-Za-z0-9' < /dev/urandom | head -c 16)
   env -i TERM=screen "$(command -v ctr)" -a "$NODE_HC" task exec --exec-id "$_id" "$_target" "$@"
+}
+
+# ---- EKS Anywhere's kube-vip under the real kubelet (qemu-tests/tests/kubelet_control_plane.rs)
+# `lab init --kube-vip eks-anywhere` writes it: no probe, admin.conf (/var/lib/kubeadm) mounted as
+# a single file at /etc/kubernetes/admin.conf. The kubelet runs it as a runc container from an
+# OCI image of k8s-sim's `kube-vip manager` stand-in (entrypoint /kube-vip; $E2E_SHARE/cp-images)
+# with its own mount namespace; it reads that kubeconfig once at start and holds the Lease
+# kube-system/plndr-cp-lock through the real apiserver.
+# node_kubeconfig_cert_sha FILE   SHA-256 of the DER client certificate embedded in a kubeconfig
+# (what the stand-in logs it read: "read client certificate sha256 ...")
+node_kubeconfig_cert_sha() {
+  sed -n 's/^ *client-certificate-data: *//p' "$1" | head -n1 | openssl base64 -d -A |
+    openssl x509 -outform der | sha256sum | cut -c1-64
+}
+# node_vip_lease NAME   kube-system/plndr-cp-lock read with kubectl v1.20.2 (admin.conf on disk):
+# "<holder> <resourceVersion> <renewTime>" -> $E2E_OUT/NAME; fails while no one holds it
+node_vip_lease() {
+  node_kubectl / get lease plndr-cp-lock --namespace=kube-system \
+    -o jsonpath='{.spec.holderIdentity} {.metadata.resourceVersion} {.spec.renewTime}' \
+    > "$E2E_OUT/$1.tmp" 2> /dev/null || return 1
+  [ -n "$(cut -d' ' -f1 "$E2E_OUT/$1.tmp")" ] || return 1
+  mv "$E2E_OUT/$1.tmp" "$E2E_OUT/$1"
+}
+# node_vip_lease_written FROM NAME   the Lease, written (another resourceVersion, a holder) since
+# it was saved in $E2E_OUT/FROM -> $E2E_OUT/NAME
+node_vip_lease_written() {
+  node_vip_lease "$2" && [ "$(cut -d' ' -f2 "$E2E_OUT/$2")" != "$(cut -d' ' -f2 "$E2E_OUT/$1")" ]
+}
+# node_vip_step DESCRIPTION CMD...   e2e_check, and the guest seconds it took appended to
+# $E2E_OUT/kube-vip-steps.txt ("<seconds> <description>"): what kube-vip adds to the boot
+node_vip_step() {
+  _vt0=$(e2e_uptime)
+  e2e_check "$@"
+  echo "$(awk "BEGIN{print $(e2e_uptime) - $_vt0}") $1" >> "$E2E_OUT/kube-vip-steps.txt"
+}
+# node_vip_snapshot PREFIX   what the node shows of its kube-vip -> $E2E_OUT/PREFIX-kube-vip.txt
+# ("key value" lines: its pid, its parent's comm, its containerd task (container id, image,
+# runtime), the SHA-256 of the admin.conf its mount namespace shows and of the node's file, the
+# client certificate's in the node's file, the mount's root in its mountinfo) and its container
+# logs -> $E2E_OUT/PREFIX-kube-vip.log
+node_vip_snapshot() {
+  _vp=$(pidof kube-vip | cut -d' ' -f1)
+  _vpp=$(awk '/^PPid:/ {print $2}' "/proc/${_vp:-0}/status" 2> /dev/null)
+  _vc=$(ctr -n k8s.io tasks ls 2> /dev/null | awk -v p="${_vp:-none}" '$2 == p {print $1}')
+  {
+    echo "pid ${_vp:-none}"
+    echo "count $(pidof kube-vip | wc -w)"
+    echo "parent $(cat "/proc/${_vpp:-0}/comm" 2> /dev/null || echo none)"
+    echo "task ${_vc:-none} $(ctr -n k8s.io containers ls 2> /dev/null | awk -v c="${_vc:-none}" '$1 == c {print $2, $3}')"
+    echo "mounted $(sha256sum < "/proc/${_vp:-0}/root/etc/kubernetes/admin.conf" 2> /dev/null | cut -c1-64)"
+    echo "node $(sha256sum < /var/lib/kubeadm/admin.conf | cut -c1-64)"
+    echo "node-cert $(node_kubeconfig_cert_sha /var/lib/kubeadm/admin.conf)"
+    echo "mount-root $(awk '$5 == "/etc/kubernetes/admin.conf" {print $4}' "/proc/${_vp:-0}/mountinfo" 2> /dev/null)"
+  } > "$E2E_OUT/$1-kube-vip.txt"
+  cat /var/log/pods/*kube-vip*/kube-vip/*.log > "$E2E_OUT/$1-kube-vip.log" 2> /dev/null
+  true
 }

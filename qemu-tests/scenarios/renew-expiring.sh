@@ -17,6 +17,12 @@
 #   instead of kubelet-sim; the pids of the components are saved before and after, and what the
 #   kubelet made of the Bottlerocket API's rendering (static-pods.txt, the runc tasks' commands,
 #   the CRI containers) before the renewal.
+# * `kube-vip` (with `real-kubelet`; issue 25.6): the lab also writes EKS Anywhere's kube-vip
+#   (`lab init --kube-vip eks-anywhere`: no probe, admin.conf mounted as a single file), which
+#   the real kubelet runs from `cp-images/kube-vip.tar` (k8s-sim's `kube-vip manager` stand-in);
+#   it holds kube-system/plndr-cp-lock through the real apiserver. What the node shows of it
+#   (node_vip_snapshot, node_vip_lease) is saved before the renewal and after it, and the Lease
+#   once more when it has been written again after the restart.
 # * `kubeadm.oci.tar` (the kubeadm engine, issues 6 and 27.3): the node is made as kubeadm v1.20.2
 #   makes it (RSA-2048 keys); the image sits where Bottlerocket keeps EKS Anywhere's
 #   kubeadm-bootstrap image (a real host-containerd, namespace default; the API names it in
@@ -39,6 +45,8 @@ if [ -f "$E2E_SHARE/real-kubelet" ]; then
   e2e_check "containerd with its CRI plugin, pause imported" node_cri_containerd
   e2e_check "control-plane images imported into k8s.io" node_cp_images
 fi
+KUBE_VIP=0 LAB_VIP=""
+if [ -f "$E2E_SHARE/kube-vip" ]; then KUBE_VIP=1 LAB_VIP="--kube-vip eks-anywhere"; fi
 e2e_check "certrotor image imported" node_image
 KUBEADM=0
 if [ -f "$E2E_SHARE/kubeadm.oci.tar" ]; then
@@ -64,9 +72,11 @@ fi
 if [ $KUBEADM = 1 ]; then
   # a node as kubeadm v1.20.2 makes it: RSA-2048 keys (ECDSA came with kubeadm 1.31)
   NODE_KEY_ALG=rsa-2048
-  e2e_check "lab node (RSA, expires in 2d)" node_lab / --expires-in 2d
+  # shellcheck disable=SC2086 # LAB_VIP: lab init's words
+  e2e_check "lab node (RSA, expires in 2d)" node_lab / --expires-in 2d $LAB_VIP
 else
-  e2e_check "lab node (expires in 2d)" node_lab / --expires-in 2d
+  # shellcheck disable=SC2086 # LAB_VIP: lab init's words
+  e2e_check "lab node (expires in 2d)" node_lab / --expires-in 2d $LAB_VIP
 fi
 node_real_cp /
 if [ -f "$E2E_SHARE/kubeadm.oci.tar" ]; then
@@ -83,6 +93,9 @@ else
   node_kubelet / node
 fi
 e2e_check "control plane healthy before" node_wait_healthy / 0
+if [ $KUBE_VIP = 1 ]; then
+  node_vip_step "kube-vip's container running" e2e_wait_for $NODE_START_S pidof kube-vip
+fi
 if [ $REAL_KUBELET = 1 ]; then
   node_pids pids-before.txt
   # what the real kubelet made of the API's rendering: one sandbox (the real pause) and one
@@ -95,7 +108,13 @@ if [ $REAL_KUBELET = 1 ]; then
   done
 fi
 node_configmap_before /
+if [ $KUBE_VIP = 1 ]; then
+  # it acquires the Lease once admin.conf's group is bound (node_configmap_before)
+  node_vip_step "kube-vip holds kube-system/plndr-cp-lock" \
+    e2e_wait_for $NODE_UP_S node_vip_lease vip-lease-before
+fi
 node_readyz_start / 0 readyz.txt
+node_load_start guest-load.txt
 e2e_check "etcd put before renewal" node_etcdctl / 0 put /e2e/before "$(cat "$E2E_SHARE/token")"
 node_pki_sums pki-before.sha /
 node_served served-before.txt / 0
@@ -103,6 +122,11 @@ node_served served-before.txt / 0
 # The restart bound follows from this boot's own first start of the control plane.
 RT=$(node_restart_timeout)
 e2e_save restart-timeout "$RT"
+if [ $KUBE_VIP = 1 ]; then
+  node_vip_step "kube-vip's Lease written again before the renewal" \
+    e2e_wait_for $NODE_START_S node_vip_lease_written vip-lease-before vip-lease-held
+  node_vip_step "kube-vip seen before the renewal" node_vip_snapshot before
+fi
 # the default `--restart live`, spelled out (issue 11)
 node_certrotor --superpowered certrotor run \
   "run --once --platform bottlerocket --restart-timeout $RT --reload-timeout $RT --poll-interval 200ms --restart live --output json"
@@ -110,7 +134,14 @@ e2e_check "certrotor run exit 0" [ "$(cat "$E2E_OUT/run.rc")" = 0 ]
 
 e2e_check "control plane healthy after" node_wait_healthy / 0
 if [ $REAL_KUBELET = 1 ]; then node_pids pids-after.txt; fi
+if [ $KUBE_VIP = 1 ]; then
+  node_vip_step "kube-vip seen after the renewal" node_vip_snapshot after
+  node_vip_step "kube-vip's Lease read after the renewal" node_vip_lease vip-lease-after
+  node_vip_step "kube-vip's Lease written again after the renewal" \
+    e2e_wait_for $NODE_START_S node_vip_lease_written vip-lease-after vip-lease-again
+fi
 node_readyz_stop
+node_load_stop
 node_kubectl_after /
 e2e_save etcd-after "$(node_etcdctl / 0 get --print-value-only /e2e/before)"
 node_pki_sums pki-after.sha /

@@ -5,7 +5,8 @@
 //! * `CERTROTOR_BIN` — a static `certrotor` binary to use as is (no cargo build); the
 //!   power-loss scenario needs one built with `--features failpoints`.
 //! * `BR_SIM_DIR`    — a directory holding the static test doubles the VM runs (`apiserver-sim`,
-//!   `kubelet-sim`); each one found there goes into the image. Without it the
+//!   `kubelet-sim`); each one found there goes into the image (`k8s-sim`, also looked for there,
+//!   only into a scenario's OCI image). Without it the
 //!   harness builds the `testbed` crate's binaries (`bottlerocket/testbed`) and takes those that exist.
 //! * `QEMU_TESTS_RUST_TARGET` — target triple for the static builds (default: musl, falling
 //!   back to `x86_64-unknown-linux-gnu` with `+crt-static` when the musl target is missing).
@@ -44,8 +45,13 @@ pub const K8S_PAUSE: &str = "pause";
 /// kubectl v1.20.2 unpacked by `images/setup-host.sh`.
 pub const DEFAULT_KUBECTL: &str = testkit::k8s::DEFAULT_KUBECTL;
 
-/// Names of the Bottlerocket test doubles built from the `testbed` crate.
+/// Names of the Bottlerocket test doubles built from the `testbed` crate that go into the VM
+/// image.
 pub const SIM_NAMES: [&str; 2] = ["apiserver-sim", "kubelet-sim"];
+
+/// Test doubles of the `testbed` crate that scenarios pack into OCI images for the real kubelet
+/// (k8s-sim's kube-vip stand-in), not into the VM image; found beside [`SIM_NAMES`].
+pub const OCI_SIM_NAMES: [&str; 1] = ["k8s-sim"];
 
 /// The VM's certrotor has the test-only failpoints (the power-loss scenario stops it at one);
 /// the shipped build (`agent/build-static.sh`) does not.
@@ -59,7 +65,7 @@ const GNU: &str = "x86_64-unknown-linux-gnu";
 pub struct Binaries {
     /// The static `certrotor` binary.
     pub certrotor: PathBuf,
-    /// The test doubles that were found, by name (`apiserver-sim`, ...).
+    /// The test doubles that were found, by name (`apiserver-sim`, ..., `k8s-sim`).
     pub sims: BTreeMap<String, PathBuf>,
     /// Why some test doubles are missing (empty when all were found).
     pub sims_note: String,
@@ -241,7 +247,7 @@ fn binaries() -> Result<Binaries> {
     let mut sims = BTreeMap::new();
     let mut notes = Vec::new();
     if let Some(dir) = paths::path_from_env("BR_SIM_DIR") {
-        for n in SIM_NAMES {
+        for n in SIM_NAMES.into_iter().chain(OCI_SIM_NAMES) {
             let p = dir.join(n);
             if p.is_file() {
                 sims.insert(n.to_string(), p);
@@ -256,7 +262,7 @@ fn binaries() -> Result<Binaries> {
         };
         match cargo_build_static(&t, &["-p", "testbed", "--bins"], "build test doubles") {
             Ok(dir) => {
-                for n in SIM_NAMES {
+                for n in SIM_NAMES.into_iter().chain(OCI_SIM_NAMES) {
                     let p = dir.join(n);
                     if p.is_file() {
                         sims.insert(n.to_string(), p);
@@ -327,7 +333,11 @@ fn build_images(bins: &Binaries) -> Result<Images> {
     c.arg(&script).arg(&out);
     c.arg("--add")
         .arg(format!("{}:/usr/bin/certrotor", bins.certrotor.display()));
-    for (name, p) in &bins.sims {
+    for (name, p) in bins
+        .sims
+        .iter()
+        .filter(|(n, _)| SIM_NAMES.contains(&n.as_str()))
+    {
         c.arg("--add")
             .arg(format!("{}:/usr/bin/{name}", p.display()));
     }

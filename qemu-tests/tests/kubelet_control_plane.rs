@@ -21,6 +21,18 @@
 //! renewal: the static-pod folder holds exactly the pods the Bottlerocket API rendered, every
 //! running runc task is a sandbox running the real pause or a component, one sandbox per pod,
 //! and containerd's CRI lists one `k8s.gcr.io/pause:3.2` sandbox container per pod.
+//!
+//! EKS Anywhere's kube-vip on the same boot (issue 25.6): the lab writes it as EKS Anywhere
+//! renders it for Bottlerocket (`lab init --kube-vip eks-anywhere`: no probe, admin.conf mounted
+//! as a single file at `/etc/kubernetes/admin.conf`), the real kubelet runs it as a runc
+//! container from an OCI image of the static k8s-sim `kube-vip manager` stand-in, which reads
+//! that kubeconfig once at start and holds `kube-system/plndr-cp-lock` through the real
+//! apiserver. Asserted from what the guest saw, beside certrotor's report: before the renewal
+//! its process (a runc container under a containerd shim) read the node's admin.conf and holds
+//! the Lease; certrotor renewed admin.conf and restarted kube-vip through the Bottlerocket API,
+//! reporting the probe-less evidence; afterwards a new process of another container runs, its
+//! mount shows the renewed file (SHA-256 through `/proc/PID/root`), it read the renewed
+//! certificate, and the Lease is written again.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -46,10 +58,45 @@ fn pids(b: &qemu_tests::Boot, name: &str) -> BTreeMap<String, (String, String)> 
         .collect()
 }
 
+/// The image EKS Anywhere's kube-vip manifest names (`certrotor::lab::manifests::
+/// EKS_ANYWHERE_KUBE_VIP_IMAGE`): the stand-in is packed under that name, so that the kubelet
+/// finds it (`imagePullPolicy: IfNotPresent`, and the VM has no registry).
+const KUBE_VIP_IMAGE: &str =
+    "public.ecr.aws/l0g8r8j6/kube-vip/kube-vip:v0.7.0-eks-a-v0.19.0-dev-build.30";
+
+/// The static pods of the node: the control plane and kube-vip.
+const NODE_PODS: [&str; 5] = [
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kube-vip",
+];
+
+/// `key value...` lines (`node_vip_snapshot`).
+fn keyed(b: &qemu_tests::Boot, name: &str) -> BTreeMap<String, String> {
+    b.read_out(name)
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            Some((k.to_string(), v.trim().to_string()))
+        })
+        .collect()
+}
+
+/// `node_vip_lease`: (holder, resourceVersion, renewTime).
+fn lease(b: &qemu_tests::Boot, name: &str) -> (String, String, String) {
+    let mut l = triples(b, name);
+    assert_eq!(l.len(), 1, "{}", b.failure(&format!("{name}: {l:?}")));
+    l.remove(0)
+}
+
 #[test]
 fn real_kubelet_runs_the_control_plane_certrotor_restarts_through_it() {
     let (mut sc, t0) = real_cp_scenario("kubelet-control-plane");
     sc.write_share("real-kubelet", b"yes\n").unwrap();
+    sc.write_share("kube-vip", b"eks-anywhere\n").unwrap();
     // The images, named as the lab's manifests name them (kubeadm v1.20.2's).
     let share = sc.share_dir();
     std::fs::create_dir_all(share.join("cp-images")).unwrap();
@@ -67,6 +114,15 @@ fn real_kubelet_runs_the_control_plane_certrotor_restarts_through_it() {
         )
         .unwrap();
     }
+    // EKS Anywhere's kube-vip: the static k8s-sim at the image's entrypoint `/kube-vip` (the
+    // manifest has `args: [manager]` and no command).
+    oci_image(
+        sc.artifacts().bins.sim("k8s-sim").unwrap(),
+        "/kube-vip",
+        KUBE_VIP_IMAGE,
+        &share.join("cp-images/kube-vip.tar"),
+    )
+    .unwrap();
     // Debian's etcd is linked against the C library: the image carries it.
     oci_image_with(
         Path::new("/usr/bin/etcd"),
@@ -90,6 +146,8 @@ fn real_kubelet_runs_the_control_plane_certrotor_restarts_through_it() {
         &mut sc,
         &BootOptions {
             smp: Some(2),
+            // the control plane, kube-vip, the kubelet and containerd left 1.8 GiB of it
+            // available (the guest's samples, "guest during the pass")
             mem_mib: Some(2560),
             ..BootOptions::default()
         },
@@ -104,7 +162,7 @@ fn real_kubelet_runs_the_control_plane_certrotor_restarts_through_it() {
     rendered.sort_unstable();
     assert_eq!(
         rendered,
-        PODS,
+        NODE_PODS,
         "{}",
         b.failure("the Bottlerocket API's rendering")
     );
@@ -112,10 +170,10 @@ fn real_kubelet_runs_the_control_plane_certrotor_restarts_through_it() {
     let mut comms: Vec<&str> = comms.lines().collect();
     comms.sort_unstable();
     // (a process's comm is its name's first 15 bytes: kube-controller)
-    let mut expected: Vec<&str> = PODS
+    let mut expected: Vec<&str> = NODE_PODS
         .iter()
         .map(|p| &p[..p.len().min(15)])
-        .chain(["pause"; 4])
+        .chain(["pause"; NODE_PODS.len()])
         .collect();
     expected.sort_unstable();
     assert_eq!(
@@ -127,7 +185,7 @@ fn real_kubelet_runs_the_control_plane_certrotor_restarts_through_it() {
     let containers = b.read_out("containers.txt").unwrap();
     assert_eq!(
         containers.matches("k8s.gcr.io/pause:3.2").count(),
-        4,
+        NODE_PODS.len(),
         "{}",
         b.failure(&format!(
             "CRI containers (one pause sandbox per pod):\n{containers}"
@@ -177,6 +235,7 @@ fn real_kubelet_runs_the_control_plane_certrotor_restarts_through_it() {
         b.failure("reloaded")
     );
     assert_kubectl_after(&b, &sc);
+    let vip = assert_kube_vip_restarted(&b, &report);
 
     let mut f = real_cp_figures(
         "a under the real kubelet (containerd CRI, runc)",
@@ -192,5 +251,215 @@ fn real_kubelet_runs_the_control_plane_certrotor_restarts_through_it() {
         kubelet.matches("ttrpc: closed").count(),
         kubelet.matches("CrashLoopBackOff").count()
     ));
+    f.line(vip);
+    // What kube-vip adds to the boot besides its restart in the pass: the guest's own steps.
+    let steps = b.read_out("kube-vip-steps.txt").unwrap_or_default();
+    let seconds: f64 = steps
+        .lines()
+        .filter_map(|l| l.split_whitespace().next()?.parse::<f64>().ok())
+        .sum();
+    f.line(format!(
+        "kube-vip's own guest steps: {seconds:.1} s ({})",
+        steps.lines().collect::<Vec<_>>().join("; ")
+    ));
+    // What the guest had to spare from the readiness poll's start to its end (node_load_start).
+    let load = b.read_out("guest-load.txt").unwrap_or_default();
+    let samples: Vec<(u64, f64)> = load
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace().skip(1);
+            Some((w.next()?.parse().ok()?, w.next()?.parse().ok()?))
+        })
+        .collect();
+    f.line(format!(
+        "guest during the pass: {} samples, MemAvailable min {} MiB, 1-min load max {:.2}",
+        samples.len(),
+        samples.iter().map(|s| s.0).min().unwrap_or(0) / 1024,
+        samples.iter().map(|s| s.1).fold(0.0, f64::max)
+    ));
     f.finish(&sc, t0);
+}
+
+/// EKS Anywhere's kube-vip before and after the renewal, from the guest's own evidence
+/// (`node_vip_snapshot`, `node_vip_lease`, the container logs) and certrotor's report; returns
+/// the figures line.
+fn assert_kube_vip_restarted(b: &qemu_tests::Boot, report: &serde_json::Value) -> String {
+    let (before, after) = (
+        keyed(b, "before-kube-vip.txt"),
+        keyed(b, "after-kube-vip.txt"),
+    );
+    let pki_before = sums(b, "pki-before.sha");
+    let pki_after = sums(b, "pki-after.sha");
+    let admin = "var/lib/kubeadm/admin.conf";
+    // One kube-vip process each time, a runc container of the kubelet's containerd (its parent
+    // a shim, its task in k8s.io from the manifest's image), its mount showing the node's file.
+    for (when, s, pki) in [
+        ("before", &before, &pki_before),
+        ("after", &after, &pki_after),
+    ] {
+        let fail = |what: &str| b.failure(&format!("kube-vip {when} the renewal: {what}: {s:?}"));
+        assert!(
+            s["pid"] != "none" && s["count"] == "1",
+            "{}",
+            fail("process")
+        );
+        assert!(
+            s["parent"].starts_with("containerd-shim"),
+            "{}",
+            fail("parent")
+        );
+        let task: Vec<&str> = s["task"].split_whitespace().collect();
+        assert!(
+            task.len() == 3 && task[1] == KUBE_VIP_IMAGE && task[2].contains("runc"),
+            "{}",
+            fail("containerd task (id, image, runtime)")
+        );
+        assert_eq!(s.get("node"), pki.get(admin), "{}", fail("the node's file"));
+        assert_eq!(s["mounted"], s["node"], "{}", fail("the file at its mount"));
+        assert!(
+            !s["mount-root"].is_empty() && !s["mount-root"].ends_with("//deleted"),
+            "{}",
+            fail("its single-file mount")
+        );
+    }
+    assert_ne!(
+        before["node"],
+        after["node"],
+        "{}",
+        b.failure("admin.conf not renewed")
+    );
+    assert_ne!(
+        before["node-cert"],
+        after["node-cert"],
+        "{}",
+        b.failure("admin.conf's client certificate not renewed")
+    );
+    assert_ne!(
+        before["pid"],
+        after["pid"],
+        "{}",
+        b.failure("kube-vip was not restarted")
+    );
+    assert_ne!(
+        before["task"],
+        after["task"],
+        "{}",
+        b.failure("kube-vip runs in the same container")
+    );
+    // What each process read (the stand-in logs the client certificate of the kubeconfig it
+    // read once at start) and that the first one acquired the Lease.
+    let read = |c: &str| format!("read client certificate sha256 {c}");
+    let log_before = b.read_out("before-kube-vip.log").unwrap();
+    assert!(
+        log_before.contains(&read(&before["node-cert"]))
+            && !log_before.contains(&read(&after["node-cert"]))
+            && log_before.contains("successfully acquired lease kube-system/plndr-cp-lock"),
+        "{}",
+        b.failure(&format!(
+            "kube-vip's log before the renewal (old certificate {}):\n{log_before}",
+            before["node-cert"]
+        ))
+    );
+    let log_after = b.read_out("after-kube-vip.log").unwrap();
+    assert!(
+        log_after.contains(&read(&after["node-cert"])),
+        "{}",
+        b.failure(&format!(
+            "kube-vip's log after the renewal (renewed certificate {}):\n{log_after}",
+            after["node-cert"]
+        ))
+    );
+    // The Lease: held and renewed before; after the restart (the old process gone: one
+    // kube-vip runs, another pid) written again, twice, by the same holder.
+    let held = lease(b, "vip-lease-before");
+    let renewed = lease(b, "vip-lease-held");
+    let (after_run, again) = (lease(b, "vip-lease-after"), lease(b, "vip-lease-again"));
+    for (what, l) in [
+        ("renewed before", &renewed),
+        ("after", &after_run),
+        ("again", &again),
+    ] {
+        assert_eq!(
+            l.0,
+            held.0,
+            "{}",
+            b.failure(&format!("Lease holder {what}"))
+        );
+    }
+    assert!(
+        held.1 != renewed.1 && after_run.1 != renewed.1 && again.1 != after_run.1,
+        "{}",
+        b.failure(&format!(
+            "Lease resourceVersions: {held:?} {renewed:?} {after_run:?} {again:?}"
+        ))
+    );
+
+    // certrotor's report: kube-vip restarted through the API with the probe-less evidence,
+    // naming the processes the guest saw.
+    let pods = report["restarted_pods"].as_array().unwrap_or_else(|| {
+        panic!(
+            "{}",
+            b.failure(&format!("no restarted_pods in the report: {report}"))
+        )
+    });
+    let fail = |what: &str| b.failure(&format!("report: {what}: {pods:?}"));
+    assert!(
+        pods.len() == 1 && pods[0]["pod"] == "kube-vip",
+        "{}",
+        fail("restarted pods")
+    );
+    let e = &pods[0]["evidence"];
+    let pid = |s: &BTreeMap<String, String>| s["pid"].parse::<u64>().unwrap();
+    // The process certrotor stopped is the one the guest saw before the run, unless the kubelet
+    // had restarted kube-vip on its own in between (a kube-vip that misses its renew deadline
+    // exits, and under a heavily loaded TCG guest the stand-in did): then it is another, never
+    // the new one.
+    let old: Vec<u64> = e["old_pids"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|p| p.as_u64()).collect())
+        .unwrap_or_default();
+    assert!(
+        !old.is_empty() && !old.contains(&pid(&after)),
+        "{}",
+        fail("old pids")
+    );
+    if old != [pid(&before)] {
+        eprintln!(
+            "note: kube-vip was restarted by the kubelet between the guest's snapshot (pid {}) \
+             and certrotor's stop (old pids {old:?})",
+            pid(&before)
+        );
+    }
+    assert_eq!(e["new_pid"], pid(&after), "{}", fail("new pid"));
+    assert!(e["probe"].is_null(), "{}", fail("a probe"));
+    assert_eq!(e["lease_after"]["holder"], held.0, "{}", fail("Lease"));
+    assert!(
+        e["lease"]
+            .as_str()
+            .is_some_and(|l| l.contains("kube-system/plndr-cp-lock written after new process")),
+        "{}",
+        fail("Lease evidence")
+    );
+    let new_mount = format!("new pid {}: /etc/kubernetes/admin.conf is ", pid(&after));
+    assert!(
+        e["mounts"]
+            .as_array()
+            .is_some_and(|m| m
+                .iter()
+                .any(|l| l.as_str().is_some_and(|l| l.starts_with(&new_mount)
+                    && l.ends_with("reads the content on the node now")))),
+        "{}",
+        fail("the new process's mount")
+    );
+    assert_eq!(
+        report["pod_errors"],
+        serde_json::json!([]),
+        "{}",
+        fail("pod errors")
+    );
+    format!(
+        "kube-vip (EKS Anywhere, no probe, runc): stop request .. verified {} ms (settle \
+         included, alive {} ms); new process {} ms after the old exited; {}",
+        pods[0]["unavailable_ms"], e["alive_for_ms"], e["started_after_stop_ms"], e["summary"]
+    )
 }

@@ -112,6 +112,11 @@ pub fn sums(b: &Boot, name: &str) -> BTreeMap<String, String> {
 
 /// `node_served` output: (component, served sha, file sha).
 pub fn served(b: &Boot, name: &str) -> Vec<(String, String, String)> {
+    triples(b, name)
+}
+
+/// Lines of three words the guest saved as `name` (a line of another length fails the test).
+pub fn triples(b: &Boot, name: &str) -> Vec<(String, String, String)> {
     b.read_out(name)
         .unwrap()
         .lines()
