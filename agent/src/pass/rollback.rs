@@ -60,7 +60,13 @@ pub(super) fn restart_verified_after(
 ) -> (Vec<Restarted>, Option<RolledBack>) {
     // Probes read the renewed client certificates, so targets are built after the change.
     let reason = |c: Component| reasons.get(&c).cloned();
-    let outcome = restart_with(root, platform, components, reason, &opts.restart, record);
+    let outcome = restart_with(
+        root,
+        platform,
+        (components, reason, true),
+        &opts.restart,
+        record,
+    );
     match outcome {
         Ok(done) => (done, None),
         Err((done, failed)) => {
@@ -101,7 +107,7 @@ pub(super) fn restart_after_rollback(
             continue;
         };
         let reason = |_| Some(why.clone());
-        let restarted = restart_with(root, platform, &[c], reason, &opts.restart, record);
+        let restarted = restart_with(root, platform, (&[c], reason, false), &opts.restart, record);
         match restarted {
             Ok(done) => rolled.restarted.extend(done),
             Err((done, failed)) => {
@@ -182,7 +188,13 @@ fn restart_again(
     again.sort();
     again.dedup();
     let reason = |_| Some(format!("backup {backup_id} was restored"));
-    let mut back = restart_with(root, platform, &again, reason, &opts.restart, record)?;
+    let mut back = restart_with(
+        root,
+        platform,
+        (&again, reason, false),
+        &opts.restart,
+        record,
+    )?;
     if let Some(c) = unstopped {
         match verify_unstopped(root, platform, c, backup_id, &opts.restart) {
             Ok(r) => back.push(r),
@@ -193,12 +205,12 @@ fn restart_again(
 }
 
 /// Restarts `components` one at a time, each verified, with the reason `reason` gives it (the
-/// target's own when `None`); none when one of them cannot be targeted.
+/// target's own when `None`); none when one of them cannot be targeted. `expect_up`: a forward
+/// restart (each was up before the pass), not one after a rollback ([`restart::Target`]).
 fn restart_with(
     root: &Path,
     platform: &Platform,
-    components: &[Component],
-    reason: impl Fn(Component) -> Option<String>,
+    (components, reason, expect_up): (&[Component], impl Fn(Component) -> Option<String>, bool),
     opts: &RestartOptions,
     record: &mut dyn StopRecord,
 ) -> Result<Vec<Restarted>, (Vec<Restarted>, restart::Failed)> {
@@ -208,6 +220,7 @@ fn restart_with(
                 if let Some(r) = reason(t.component) {
                     t.reason = r;
                 }
+                t.expect_up = expect_up;
             }
             targets
         })

@@ -24,6 +24,10 @@ pub struct Target {
     pub served_file: Option<String>,
     /// Why it is restarted (printed: "restarted because ...").
     pub reason: String,
+    /// Whether it was up before the pass changed anything (a forward restart): one whose port
+    /// is closed when its turn comes is then starting again by itself, and is waited for before
+    /// it is stopped. False after a rollback: a component the renewal broke is not waited for.
+    pub expect_up: bool,
 }
 
 /// The components that read these renewed certificates, in restart order.
@@ -76,6 +80,7 @@ pub fn targets(
             probe,
             served_file,
             reason: "its files changed".into(),
+            expect_up: true,
         });
     }
     Ok(out)

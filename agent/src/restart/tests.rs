@@ -87,3 +87,29 @@ fn ensure_enabled_starts_a_parked_pod_and_leaves_a_running_one_alone() {
     assert!(stats.is_clean());
     fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A component whose port is closed when its turn comes (starting again by itself) is waited
+/// for before it is stopped, so that its stop can be seen.
+#[test]
+fn a_component_starting_again_by_itself_is_waited_for_before_it_is_stopped() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    drop(listener);
+    let opts = options(PathBuf::from("/nonexistent"), Duration::from_secs(60));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let server = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        let l = std::net::TcpListener::bind(address).unwrap();
+        // Held until the test has looked.
+        rx.recv().unwrap();
+        drop(l);
+    });
+    wait_up("kube-scheduler", address, &opts);
+    let up = std::net::TcpStream::connect(address).is_ok();
+    tx.send(()).unwrap();
+    server.join().unwrap();
+    assert!(
+        up,
+        "wait_up returned before anything accepted connections on {address}"
+    );
+}

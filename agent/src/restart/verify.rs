@@ -323,16 +323,38 @@ pub fn wait_closed(
     timeout: Duration,
     poll: Duration,
 ) -> Result<(), ProbeError> {
+    wait_port(address, false, timeout, poll).map_err(|secs| {
+        ProbeError(format!(
+            "{address} still accepts connections after {secs}s: the old process did not stop"
+        ))
+    })
+}
+
+/// Waits until something accepts TCP connections on `address` (a component starting again).
+pub fn wait_open(address: SocketAddr, timeout: Duration, poll: Duration) -> Result<(), ProbeError> {
+    wait_port(address, true, timeout, poll).map_err(|secs| {
+        ProbeError(format!(
+            "nothing accepts connections on {address} after {secs}s"
+        ))
+    })
+}
+
+/// Polls `address` until accepting connections is `open`; `Err(seconds waited)` past `timeout`.
+fn wait_port(
+    address: SocketAddr,
+    open: bool,
+    timeout: Duration,
+    poll: Duration,
+) -> Result<(), u64> {
     let start = Instant::now();
     loop {
-        if TcpStream::connect_timeout(&address, poll.max(Duration::from_millis(100))).is_err() {
+        let accepts =
+            TcpStream::connect_timeout(&address, poll.max(Duration::from_millis(100))).is_ok();
+        if accepts == open {
             return Ok(());
         }
         if start.elapsed() >= timeout {
-            return Err(ProbeError(format!(
-                "{address} still accepts connections after {}s: the old process did not stop",
-                timeout.as_secs()
-            )));
+            return Err(timeout.as_secs());
         }
         std::thread::sleep(poll);
     }
