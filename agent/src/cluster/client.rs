@@ -16,6 +16,16 @@ use super::{ClusterError, err};
 /// Largest gateway response read.
 const MAX_RESPONSE: u64 = 4 * 1024 * 1024;
 
+/// Bound on connecting to an etcd member (or the apiserver, for Events), the TLS handshake with
+/// client authentication included. 5 s rather than etcdctl's 2 s: an unattended agent on a node
+/// whose CPUs are busy must not give up on a member that is only slow (measured: on a 2-core
+/// machine at load 40 two handshakes in a row with a local etcd took over 2 s, and the pass lost
+/// its publication). A member that is down refuses at once whatever the bound.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Bound on one whole request, connection included.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How this node reaches etcd: endpoints, the etcd CA and a client pair it holds.
 #[derive(Clone)]
 pub struct Access {
@@ -124,8 +134,8 @@ impl Client {
             &access.ca_pem,
             &access.cert_pem,
             &access.key_pem,
-            Duration::from_secs(2),
-            Duration::from_secs(5),
+            CONNECT_TIMEOUT,
+            REQUEST_TIMEOUT,
         )
         .map_err(|e| {
             err(format!(

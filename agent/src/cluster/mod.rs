@@ -40,7 +40,7 @@ mod session;
 #[cfg(test)]
 mod tests;
 
-pub use client::{Access, Client, Member, mtls_agent};
+pub use client::{Access, CONNECT_TIMEOUT, Client, Member, REQUEST_TIMEOUT, mtls_agent};
 pub use discover::{NodeInfo, discover};
 pub use gates::{Gate, apiserver_gate, apiserver_gate_until, etcd_gate};
 pub use lock::{Holder, LockGuard, holder_text, keep_alive, try_lock};

@@ -15,7 +15,6 @@
 //! changes the pass's result.
 
 use std::path::Path;
-use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -258,8 +257,8 @@ pub fn post(root: &Path, admin: &str, event: &Event) -> Result<String, String> {
         &ca,
         &cert,
         &key,
-        Duration::from_secs(2),
-        Duration::from_secs(5),
+        crate::cluster::CONNECT_TIMEOUT,
+        crate::cluster::REQUEST_TIMEOUT,
     );
     zeroize::Zeroize::zeroize(&mut key);
     let agent = agent.map_err(|e| format!("'{admin}': {e}"))?;
