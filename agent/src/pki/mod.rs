@@ -261,25 +261,24 @@ mod fuzz {
         for runs in 0..RUNS {
             let which = rng.below(seeds.len());
             let input = mutate(&mut rng, seeds[which]);
-            let mut texts = Vec::new();
-            if let Err(e) = PrivateKey::from_pem(&input) {
-                texts.push(e.to_string());
-            }
-            if let Err(e) = KeyPublic::read_pem(&input) {
-                texts.push(e.to_string());
-            }
-            if let Err(e) = PrivateKey::read_pem(&input).and_then(|k| k.check_private_parts()) {
-                texts.push(e.to_string());
-            }
-            if let Err(e) = Cert::from_pem(&input) {
-                texts.push(e.to_string());
-            }
-            if let Err(e) = Cert::from_der(&input) {
-                texts.push(e.to_string());
-            }
-            if let Err(e) = Kubeconfig::parse(&input).and_then(|k| k.credentials()) {
-                texts.push(e.to_string());
-            }
+            // The error text of every reader that refuses the input.
+            let texts: Vec<String> = [
+                PrivateKey::from_pem(&input).err().map(|e| e.to_string()),
+                KeyPublic::read_pem(&input).err().map(|e| e.to_string()),
+                PrivateKey::read_pem(&input)
+                    .and_then(|k| k.check_private_parts())
+                    .err()
+                    .map(|e| e.to_string()),
+                Cert::from_pem(&input).err().map(|e| e.to_string()),
+                Cert::from_der(&input).err().map(|e| e.to_string()),
+                Kubeconfig::parse(&input)
+                    .and_then(|k| k.credentials())
+                    .err()
+                    .map(|e| e.to_string()),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
             let _ = PodInfo::parse(&input);
             for text in &texts {
                 for f in &secrets {
