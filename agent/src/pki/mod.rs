@@ -209,6 +209,11 @@ mod fuzz {
         v
     }
 
+    /// The error text of a reader's refusal, if it refused.
+    fn refusal<T, E: std::fmt::Display>(read: Result<T, E>) -> Option<String> {
+        read.err().map(|e| e.to_string())
+    }
+
     fn body_fragments(pem: &str) -> Vec<String> {
         let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
         body.as_bytes()
@@ -263,18 +268,12 @@ mod fuzz {
             let input = mutate(&mut rng, seeds[which]);
             // The error text of every reader that refuses the input.
             let texts: Vec<String> = [
-                PrivateKey::from_pem(&input).err().map(|e| e.to_string()),
-                KeyPublic::read_pem(&input).err().map(|e| e.to_string()),
-                PrivateKey::read_pem(&input)
-                    .and_then(|k| k.check_private_parts())
-                    .err()
-                    .map(|e| e.to_string()),
-                Cert::from_pem(&input).err().map(|e| e.to_string()),
-                Cert::from_der(&input).err().map(|e| e.to_string()),
-                Kubeconfig::parse(&input)
-                    .and_then(|k| k.credentials())
-                    .err()
-                    .map(|e| e.to_string()),
+                refusal(PrivateKey::from_pem(&input)),
+                refusal(KeyPublic::read_pem(&input)),
+                refusal(PrivateKey::read_pem(&input).and_then(|k| k.check_private_parts())),
+                refusal(Cert::from_pem(&input)),
+                refusal(Cert::from_der(&input)),
+                refusal(Kubeconfig::parse(&input).and_then(|k| k.credentials())),
             ]
             .into_iter()
             .flatten()
