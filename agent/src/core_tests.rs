@@ -29,32 +29,14 @@ fn entry(name: &str, kind: Kind, ca: Option<&str>, renewable: bool) -> Entry {
 
 fn record(e: &Entry, status: Status, residual: Option<i64>) -> Record {
     Record {
-        name: e.name.clone(),
-        path: e.path.clone(),
-        cert_path: None,
-        key_path: e.key_path.clone(),
-        kind: e.kind,
-        layout: "kubeadm".into(),
-        subject: None,
-        issuer: None,
-        serial: None,
         not_before: Some(crate::sys::clock::rfc3339(NOW - 300 * DAY)),
         not_after: residual.map(|r| crate::sys::clock::rfc3339(NOW + r)),
         residual_seconds: residual,
         ca: e.ca.clone(),
-        externally_managed: false,
-        dns_names: vec![],
-        ip_addresses: vec![],
-        key_usage: vec![],
-        ext_key_usage: vec![],
-        public_key: None,
-        key_matches: None,
-        chain_ok: None,
-        renewable: e.renewable,
         status,
         error: (status == Status::Invalid).then(|| "damaged".to_string()),
         not_after_unix: residual.map(|r| NOW + r),
-        warnings: Vec::new(),
+        ..Record::blank(e)
     }
 }
 
@@ -112,6 +94,14 @@ fn policy() -> Policy {
     }
 }
 
+/// The default policy for the certificates named `name` only (`--cert NAME`).
+fn only(name: &str) -> Policy {
+    Policy {
+        names: vec![name.into()],
+        ..policy()
+    }
+}
+
 fn names(plan: &renew::Plan) -> Vec<(&str, Reason)> {
     plan.items
         .iter()
@@ -150,15 +140,7 @@ fn plan_all_and_named() {
         "every renewable certificate, never the CA"
     );
     assert!(all.items.iter().all(|i| i.name != "ca"));
-    let named = renew::plan(
-        &inventory(Status::Ok),
-        &Policy {
-            names: vec!["front-proxy-client".into()],
-            ..policy()
-        },
-        NOW,
-    )
-    .unwrap();
+    let named = renew::plan(&inventory(Status::Ok), &only("front-proxy-client"), NOW).unwrap();
     assert_eq!(names(&named), [("front-proxy-client", Reason::Named)]);
 }
 
@@ -169,22 +151,8 @@ fn plan_refuses_cas_unknown_names_invalid_files_and_passing_the_ca() {
         assert!(e.contains(words), "want '{words}' in: {e}");
     };
     let inv = inventory(Status::Ok);
-    refuse(
-        &inv,
-        Policy {
-            names: vec!["ca".into()],
-            ..policy()
-        },
-        "certrotor never renews CAs",
-    );
-    refuse(
-        &inv,
-        Policy {
-            names: vec!["nope".into()],
-            ..policy()
-        },
-        "no such certificate",
-    );
+    refuse(&inv, only("ca"), "certrotor never renews CAs");
+    refuse(&inv, only("nope"), "no such certificate");
     refuse(
         &inventory(Status::Invalid),
         Policy {
@@ -228,15 +196,7 @@ fn plan_skips_a_missing_required_file_unless_named() {
             .iter()
             .any(|s| s.name == "etcd-server" && s.why == "missing")
     );
-    let e = renew::plan(
-        &inventory(Status::Missing),
-        &Policy {
-            names: vec!["etcd-server".into()],
-            ..policy()
-        },
-        NOW,
-    )
-    .unwrap_err();
+    let e = renew::plan(&inventory(Status::Missing), &only("etcd-server"), NOW).unwrap_err();
     assert!(e.to_string().contains("does not exist"), "{e}");
 }
 

@@ -213,17 +213,27 @@ fn rendered_after(node: &Node, pod: &str, after: u64) -> bool {
         .any(|e| n(&e["seq"]) > after)
 }
 
-#[test]
-fn bottlerocket_api_restart_before_the_disable_is_retried() {
-    let case = Case::start("api-restart-before-the-disable");
-    let node = &case.node;
-    let p = case.run_all_restarted(&restart_on("PATCH", "/settings", false, "before", DOWN_MS));
-    let (out, r) = (&p.out, &p.r);
-    node.api_wait_event("fault", "restart before PATCH /settings");
-    let first = &r["restarted"][0];
+/// The API restarts before the PATCH that sets the first pod's `enabled` to `value`: the pass
+/// retries it, and its first restart records the retries and the time without the API.
+fn retried_patch(name: &'static str, value: bool) -> (Case, Passed) {
+    let case = Case::start(name);
+    let p = case.run_all_restarted(&restart_on("PATCH", "/settings", value, "before", DOWN_MS));
+    let (out, first) = (&p.out, &p.r["restarted"][0]);
+    case.node
+        .api_wait_event("fault", "restart before PATCH /settings");
     assert!(n(&first["api_retries"]) > 0, "{out}");
     assert!(n(&first["api_unreachable_ms"]) > 0, "{out}");
-    assert!(n(&r["api_retries"]) >= n(&first["api_retries"]), "{out}");
+    (case, p)
+}
+
+#[test]
+fn bottlerocket_api_restart_before_the_disable_is_retried() {
+    let (case, p) = retried_patch("api-restart-before-the-disable", false);
+    let (out, r) = (&p.out, &p.r);
+    assert!(
+        n(&r["api_retries"]) >= n(&r["restarted"][0]["api_retries"]),
+        "{out}"
+    );
     case.renewed_end(p);
 }
 
@@ -262,13 +272,7 @@ fn bottlerocket_api_restart_right_after_the_enable_commit_loses_the_apply() {
 
 #[test]
 fn bottlerocket_api_restart_before_the_re_enable_is_retried() {
-    let case = Case::start("api-restart-before-the-re-enable");
-    let node = &case.node;
-    let p = case.run_all_restarted(&restart_on("PATCH", "/settings", true, "before", DOWN_MS));
-    let (out, r) = (&p.out, &p.r);
-    node.api_wait_event("fault", "restart before PATCH /settings");
-    assert!(n(&r["restarted"][0]["api_retries"]) > 0, "{out}");
-    assert!(n(&r["restarted"][0]["api_unreachable_ms"]) > 0, "{out}");
+    let (case, p) = retried_patch("api-restart-before-the-re-enable", true);
     case.renewed_end(p);
 }
 
@@ -424,20 +428,9 @@ fn bottlerocket_stale_marker_after_a_failed_stop_claims_nothing() {
 /// Starts `run --once --restart always` and kills it once `ready` holds.
 fn killed_run(node: &Node, what: &str, ready: impl Fn() -> bool) {
     let mut run = node.spawn_run_once_args("bottlerocket", &["--restart", "always"]);
-    wait_for(
-        what,
-        Duration::from_secs(240),
-        Duration::from_millis(2),
-        || {
-            if let Some(status) = run.exited() {
-                panic!(
-                    "certrotor exited ({status}) before {what}:\n{}",
-                    run.log_text()
-                );
-            }
-            ready().then_some(()).ok_or_else(|| "not yet".to_string())
-        },
-    );
+    run.wait_while_running(what, what, Duration::from_secs(240), || {
+        ready().then_some(()).ok_or_else(|| "not yet".to_string())
+    });
     run.kill();
 }
 

@@ -210,6 +210,26 @@ impl Proc {
         self.child.try_wait().unwrap()
     }
 
+    /// Polls `ready` every 2 ms until it holds (at most `deadline`, see [`wait_for`]), panicking
+    /// with this certrotor run's log if the run exits first, `before` naming what it has not done.
+    pub fn wait_while_running<T>(
+        &mut self,
+        what: &str,
+        before: &str,
+        deadline: Duration,
+        mut ready: impl FnMut() -> Result<T, String>,
+    ) -> T {
+        wait_for(what, deadline, Duration::from_millis(2), || {
+            if let Some(status) = self.exited() {
+                panic!(
+                    "certrotor exited ({status}) before {before}:\n{}",
+                    self.log_text()
+                );
+            }
+            ready()
+        })
+    }
+
     /// SIGKILL and reap.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

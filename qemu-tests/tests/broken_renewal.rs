@@ -16,14 +16,11 @@ use common::*;
 
 #[test]
 fn rejected_certificate_is_rolled_back_and_reported() {
-    let (mut sc, t0) = scenario(
+    let (mut sc, t0) = k8s_scenario(
         "broken-renewal",
         include_str!("../scenarios/broken-renewal.sh"),
     );
-    sc.artifacts().bins.require_k8s().unwrap();
-    let b = sc.boot(&real_cp_boot()).unwrap();
-    b.expect_success().unwrap();
-    assert_guest_checks(&b);
+    let b = boot_checked(&mut sc, &real_cp_boot());
 
     // exit code 3, report and log
     b.assert_out("run.rc", "3", "certrotor exit code");

@@ -41,14 +41,11 @@ use common::*;
 
 #[test]
 fn etcd_node_and_control_plane_rotate_in_cluster_mode_then_by_export_and_import() {
-    let (mut sc, t0) = scenario(
+    let (mut sc, t0) = k8s_scenario(
         "external-etcd",
         include_str!("../scenarios/external-etcd.sh"),
     );
-    sc.artifacts().bins.require_k8s().unwrap();
-    let b = sc.boot(&real_cp_boot()).unwrap();
-    b.expect_success().unwrap();
-    assert_guest_checks(&b);
+    let b = boot_checked(&mut sc, &real_cp_boot());
 
     // ---- phase 1: cluster mode, no person
     // The etcd node renewed, restarted etcd under the cluster lock and published the pair.

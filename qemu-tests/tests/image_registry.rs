@@ -90,6 +90,14 @@ fn blob(layout: &Path, digest: &str) -> Vec<u8> {
     data
 }
 
+/// `skopeo ARGS --raw --tls-verify=false docker://REFERENCE` against `reg`: the raw bytes it
+/// reads (an index, a manifest or, with `--config`, a config).
+fn inspect_raw(reg: &Registry, args: &[&str], reference: &str) -> Vec<u8> {
+    let target = format!("docker://{reference}");
+    let all: Vec<&str> = [args, &["--raw", "--tls-verify=false", &target]].concat();
+    reg.skopeo(&all).unwrap().stdout
+}
+
 fn json(data: &[u8], what: &str) -> Value {
     serde_json::from_slice(data).unwrap_or_else(|e| panic!("{what} is not JSON: {e}"))
 }
@@ -377,15 +385,7 @@ fn image_index_pushed_pulled_by_digest_and_run_on_both_architectures() {
     let push_time = t_push.elapsed();
     // c under another tag: the registry keeps both, each pulled by its own digest.
     let c_ref = reg.push_as(&c, "epoch-1700000000").unwrap();
-    let raw_index = reg
-        .skopeo(&[
-            "inspect",
-            "--raw",
-            "--tls-verify=false",
-            &format!("docker://{by_digest}"),
-        ])
-        .unwrap()
-        .stdout;
+    let raw_index = inspect_raw(&reg, &["inspect"], &by_digest);
     assert_eq!(
         digest_of(&raw_index),
         a.digest,
@@ -398,15 +398,7 @@ fn image_index_pushed_pulled_by_digest_and_run_on_both_architectures() {
     );
     assert_eq!(index["schemaVersion"], 2);
     assert_annotations(&index["annotations"], &want, "index");
-    let raw_c = reg
-        .skopeo(&[
-            "inspect",
-            "--raw",
-            "--tls-verify=false",
-            &format!("docker://{c_ref}"),
-        ])
-        .unwrap()
-        .stdout;
+    let raw_c = inspect_raw(&reg, &["inspect"], &c_ref);
     assert_annotations(&json(&raw_c, "index c")["annotations"], &want_c, "index c");
     let tags = reg
         .skopeo(&[
@@ -508,20 +500,18 @@ fn image_index_pushed_pulled_by_digest_and_run_on_both_architectures() {
         );
         // The registry picks this platform's config from the index, as a node of that
         // architecture does.
-        let picked = reg
-            .skopeo(&[
+        let picked = inspect_raw(
+            &reg,
+            &[
                 "--override-arch",
                 arch,
                 "--override-os",
                 "linux",
                 "inspect",
                 "--config",
-                "--raw",
-                "--tls-verify=false",
-                &format!("docker://{by_digest}"),
-            ])
-            .unwrap()
-            .stdout;
+            ],
+            &by_digest,
+        );
         assert_eq!(
             picked, raw_config,
             "{plat}: config chosen through the index"

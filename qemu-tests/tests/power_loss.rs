@@ -29,10 +29,9 @@ struct Loss {
 /// Boot 1: a healthy node, certrotor stopped at the failpoint, QEMU killed there. Returns the
 /// scenario (its disk as the power loss left it), boot 1 and when the test began.
 fn lose_power(loss: &Loss) -> (Scenario, Boot, Instant) {
-    let (mut sc, t0) = scenario(loss.name, include_str!("../scenarios/power-loss.sh"));
+    let (mut sc, t0) = k8s_scenario(loss.name, include_str!("../scenarios/power-loss.sh"));
     sc.write_share("failpoint", loss.failpoint.as_bytes())
         .unwrap();
-    sc.artifacts().bins.require_k8s().unwrap();
     let b1 = sc
         .boot(&BootOptions {
             kill_at: Some(format!("CERTROTOR-FAILPOINT {} (", loss.failpoint)),
@@ -51,9 +50,7 @@ fn recover(sc: &mut Scenario, loss: &Loss, bootstrap: bool, b1: &Boot, t0: Insta
     let before = sums(b1, "pki-before.sha");
     sc.write_share("bootstrap", if bootstrap { b"yes" } else { b"no" })
         .unwrap();
-    let b2 = sc.boot(&real_cp_boot()).unwrap();
-    b2.expect_success().unwrap();
-    assert_guest_checks(&b2);
+    let b2 = boot_checked(sc, &real_cp_boot());
 
     // the power loss hit where intended: live files untouched before the journal, some
     // replaced after it

@@ -69,6 +69,41 @@ pub struct Record {
     pub not_after_unix: Option<i64>,
 }
 
+impl Record {
+    /// The record of `entry` before anything is read: what the catalog says, no facts, status
+    /// OK, no error.
+    pub fn blank(entry: &Entry) -> Record {
+        Record {
+            name: entry.name.clone(),
+            path: entry.path.clone(),
+            cert_path: None,
+            key_path: entry.key_path.clone(),
+            kind: entry.kind,
+            layout: entry.layout.to_string(),
+            subject: None,
+            issuer: None,
+            serial: None,
+            not_before: None,
+            not_after: None,
+            residual_seconds: None,
+            ca: None,
+            externally_managed: false,
+            dns_names: vec![],
+            ip_addresses: vec![],
+            key_usage: vec![],
+            ext_key_usage: vec![],
+            public_key: None,
+            key_matches: None,
+            chain_ok: None,
+            renewable: entry.renewable,
+            status: Status::Ok,
+            error: None,
+            warnings: Vec::new(),
+            not_after_unix: None,
+        }
+    }
+}
+
 /// A key pair that is not a certificate (`sa.key`/`sa.pub`).
 #[derive(Debug, Clone, Serialize)]
 pub struct KeyRecord {
@@ -263,32 +298,10 @@ fn fill_facts(r: &mut Record, facts: CertFacts, now: i64) -> (i64, i64) {
 /// say.
 fn blank_record(entry: &Entry, item: &Loaded) -> Record {
     Record {
-        name: entry.name.clone(),
-        path: entry.path.clone(),
         cert_path: item.cert_path.clone(),
-        key_path: entry.key_path.clone(),
-        kind: entry.kind,
-        layout: entry.layout.to_string(),
-        subject: None,
-        issuer: None,
-        serial: None,
-        not_before: None,
-        not_after: None,
-        residual_seconds: None,
-        ca: None,
-        externally_managed: false,
-        dns_names: vec![],
-        ip_addresses: vec![],
-        key_usage: vec![],
-        ext_key_usage: vec![],
-        public_key: None,
-        key_matches: None,
-        chain_ok: None,
-        renewable: entry.renewable,
-        status: Status::Ok,
         error: item.error.clone(),
         warnings: item.warnings.clone(),
-        not_after_unix: None,
+        ..Record::blank(entry)
     }
 }
 

@@ -209,6 +209,11 @@ mod fuzz {
         v
     }
 
+    /// The error text of a reader's refusal, if it refused.
+    fn refusal<T, E: std::fmt::Display>(read: Result<T, E>) -> Option<String> {
+        read.err().map(|e| e.to_string())
+    }
+
     fn body_fragments(pem: &str) -> Vec<String> {
         let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
         body.as_bytes()
@@ -261,25 +266,18 @@ mod fuzz {
         for runs in 0..RUNS {
             let which = rng.below(seeds.len());
             let input = mutate(&mut rng, seeds[which]);
-            let mut texts = Vec::new();
-            if let Err(e) = PrivateKey::from_pem(&input) {
-                texts.push(e.to_string());
-            }
-            if let Err(e) = KeyPublic::read_pem(&input) {
-                texts.push(e.to_string());
-            }
-            if let Err(e) = PrivateKey::read_pem(&input).and_then(|k| k.check_private_parts()) {
-                texts.push(e.to_string());
-            }
-            if let Err(e) = Cert::from_pem(&input) {
-                texts.push(e.to_string());
-            }
-            if let Err(e) = Cert::from_der(&input) {
-                texts.push(e.to_string());
-            }
-            if let Err(e) = Kubeconfig::parse(&input).and_then(|k| k.credentials()) {
-                texts.push(e.to_string());
-            }
+            // The error text of every reader that refuses the input.
+            let texts: Vec<String> = [
+                refusal(PrivateKey::from_pem(&input)),
+                refusal(KeyPublic::read_pem(&input)),
+                refusal(PrivateKey::read_pem(&input).and_then(|k| k.check_private_parts())),
+                refusal(Cert::from_pem(&input)),
+                refusal(Cert::from_der(&input)),
+                refusal(Kubeconfig::parse(&input).and_then(|k| k.credentials())),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
             let _ = PodInfo::parse(&input);
             for text in &texts {
                 for f in &secrets {

@@ -87,6 +87,22 @@ pub fn assert_guest_checks(b: &Boot) {
     );
 }
 
+/// [`scenario`] for a guest script that runs the Kubernetes v1.20.2 binaries built on the host
+/// (`images/k8s/build.sh`): a missing build fails here, before any boot.
+pub fn k8s_scenario(name: &str, script: &str) -> (Scenario, Instant) {
+    let (sc, t0) = scenario(name, script);
+    sc.artifacts().bins.require_k8s().unwrap();
+    (sc, t0)
+}
+
+/// Boots `sc` with `opts`: the guest script must finish with success and every guest check pass.
+pub fn boot_checked(sc: &mut Scenario, opts: &BootOptions) -> Boot {
+    let b = sc.boot(opts).unwrap();
+    b.expect_success().unwrap();
+    assert_guest_checks(&b);
+    b
+}
+
 /// A JSON file the guest saved.
 pub fn json(b: &Boot, name: &str) -> Value {
     let text = b.read_out(name).unwrap();
@@ -316,9 +332,7 @@ pub fn renew_expiring_node_boot(
     sc: &mut Scenario,
     opts: &BootOptions,
 ) -> (Boot, Value, BTreeMap<String, String>) {
-    let b = sc.boot(opts).unwrap();
-    b.expect_success().unwrap();
-    assert_guest_checks(&b);
+    let b = boot_checked(sc, opts);
     let (report, before) = assert_renewal(&b, sc, "", &KUBECONFIGS);
     (b, report, before)
 }
@@ -467,9 +481,7 @@ pub fn real_cp_boot() -> BootOptions {
 /// Scenario a's script (`renew-expiring.sh`: the real kube-apiserver, controller-manager and
 /// scheduler v1.20.2) in the default `--restart live`.
 pub fn real_cp_scenario(name: &str) -> (Scenario, Instant) {
-    let (sc, t0) = scenario(name, include_str!("../../scenarios/renew-expiring.sh"));
-    sc.artifacts().bins.require_k8s().unwrap();
-    (sc, t0)
+    k8s_scenario(name, include_str!("../../scenarios/renew-expiring.sh"))
 }
 
 /// The real pause (v1.20.2's pause.c, packed without docker) in the share as `pause.tar`, named
