@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use certrotor::cluster::{self, Access, Client, LOCK_KEY};
 use certrotor::restart::verify::{self, Probe};
+use certrotor::sys::clock::{Clock, SystemClock};
 use testbed::kubelet_sim::PodState;
 
 use crate::platform::platform_util::{
@@ -233,17 +234,23 @@ fn gateway_lock_and_gate_on_a_real_three_member_cluster() {
 
     // Exclusion: A holds, B is told who.
     let ttl = Duration::from_secs(3);
-    let held = cluster::try_lock(&a, "node-a", ttl).unwrap().unwrap();
-    let refused = cluster::try_lock(&b, "node-b", ttl).unwrap();
+    let held = cluster::try_lock(&a, "node-a", ttl, SystemClock.now())
+        .unwrap()
+        .unwrap();
+    let refused = cluster::try_lock(&b, "node-b", ttl, SystemClock.now()).unwrap();
     let who = refused.as_ref().err().cloned().unwrap_or_default();
     assert!(who.contains("node-a"), "B took a held lock: {who:?}");
     // The lease is refreshed: still held after twice the TTL.
     std::thread::sleep(ttl * 2);
     assert!(!held.lost());
-    assert!(cluster::try_lock(&b, "node-b", ttl).unwrap().is_err());
+    assert!(
+        cluster::try_lock(&b, "node-b", ttl, SystemClock.now())
+            .unwrap()
+            .is_err()
+    );
     // Release: B gets it at once.
     drop(held);
-    let b_held = cluster::try_lock(&b, "node-b", ttl)
+    let b_held = cluster::try_lock(&b, "node-b", ttl, SystemClock.now())
         .unwrap()
         .expect("B gets the released lock");
     drop(b_held);
@@ -262,7 +269,11 @@ fn gateway_lock_and_gate_on_a_real_three_member_cluster() {
         granted == 3 && (0..=3).contains(&left),
         "dead holder's lease: {granted} s granted, {left} s left"
     );
-    assert!(cluster::try_lock(&b, "node-b", ttl).unwrap().is_err());
+    assert!(
+        cluster::try_lock(&b, "node-b", ttl, SystemClock.now())
+            .unwrap()
+            .is_err()
+    );
     assert_eq!(
         key_lease(&a, LOCK_KEY),
         Some(lease),
@@ -271,7 +282,11 @@ fn gateway_lock_and_gate_on_a_real_three_member_cluster() {
     let got = wait_for(
         "the dead holder's lease to expire",
         Duration::from_secs(120),
-        || cluster::try_lock(&b, "node-b", ttl).unwrap().ok(),
+        || {
+            cluster::try_lock(&b, "node-b", ttl, SystemClock.now())
+                .unwrap()
+                .ok()
+        },
     );
     assert_eq!(
         lease_ttl(&a, lease).1,
@@ -288,7 +303,11 @@ fn gateway_lock_and_gate_on_a_real_three_member_cluster() {
     assert!(gate.detail.contains("'m2'"), "{gate:?}");
     assert!(gate.detail.contains(&etcd.endpoint(2)), "{gate:?}");
     // The lock still works with quorum, through any member.
-    drop(cluster::try_lock(&a, "node-a", ttl).unwrap().unwrap());
+    drop(
+        cluster::try_lock(&a, "node-a", ttl, SystemClock.now())
+            .unwrap()
+            .unwrap(),
+    );
     etcd.start_member(2);
     wait_gate(&a, "m2 back");
 

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use certrotor::sys::clock::{Clock, SystemClock};
 use serde_json::{Value, json};
 
 use crate::renew_util::{
@@ -1697,6 +1698,7 @@ impl GateNode {
         certrotor::cluster::Session {
             node: self.info(),
             client: Arc::new(self.etcd.client()),
+            clock: SystemClock::shared(),
         }
     }
 
@@ -1783,8 +1785,9 @@ fn issue30_7_the_apiserver_gate_probes_registrations_in_parallel() {
         n.register(&format!("silent-{i}"), &a.to_string());
     }
     let (root, info, client) = (n.root.clone(), n.info(), n.etcd.client());
-    let gate =
-        std::thread::spawn(move || certrotor::cluster::apiserver_gate(&client, &root, &info));
+    let gate = std::thread::spawn(move || {
+        certrotor::cluster::apiserver_gate(&client, &root, &info, SystemClock.now())
+    });
     let end = Instant::now() + Duration::from_secs(120);
     while !gate.is_finished() {
         assert!(Instant::now() < end, "the gate did not end within 120 s");
@@ -1837,7 +1840,7 @@ fn issue30_7_a_trickling_registration_cannot_stall_the_cluster_wait() {
     let root = n.root.clone();
     let opts = certrotor::cluster::ClusterOptions {
         wait: Duration::from_secs(3),
-        ..Default::default()
+        ..certrotor::cluster::ClusterOptions::new(SystemClock::shared())
     };
     let worker = std::thread::spawn(move || {
         let mut report = certrotor::cluster::ClusterReport::default();
@@ -1874,7 +1877,8 @@ fn issue30_7_a_registration_of_this_nodes_own_address_is_not_another_apiserver()
     let _own = n.serve_own(&t);
     n.register("renamed-me", &n.own.to_string());
     n.register("this-node", &n.own.to_string());
-    let g = certrotor::cluster::apiserver_gate(&n.etcd.client(), &n.root, &n.info());
+    let g =
+        certrotor::cluster::apiserver_gate(&n.etcd.client(), &n.root, &n.info(), SystemClock.now());
     assert!(
         !g.passed || g.detail.contains("no other control plane"),
         "this node's own apiserver counted as another one: {g:?}"
@@ -1994,6 +1998,7 @@ fn issue30_8_a_published_pair_of_an_unknown_version_is_refused() {
             access: etcd.access(),
         },
         client: Arc::new(etcd.client()),
+        clock: SystemClock::shared(),
     };
     client
         .put(certrotor::cluster::PAIR_KEY, value(1).as_bytes(), 0)
@@ -2030,7 +2035,9 @@ fn issue30_8_a_lock_key_without_a_lease_does_not_block_for_ever() {
             0,
         )
         .unwrap();
-    match certrotor::cluster::try_lock(&client, "me", Duration::from_secs(3)).unwrap() {
+    match certrotor::cluster::try_lock(&client, "me", Duration::from_secs(3), SystemClock.now())
+        .unwrap()
+    {
         Ok(guard) => drop(guard),
         Err(holder) => panic!("a lock key without a lease blocks for ever (held by {holder})"),
     }
@@ -2053,7 +2060,7 @@ fn issue30_8_the_lock_holders_text_is_escaped() {
             .unwrap(),
         None
     );
-    let who = certrotor::cluster::try_lock(&client, "me", ttl)
+    let who = certrotor::cluster::try_lock(&client, "me", ttl, SystemClock.now())
         .unwrap()
         .expect_err("the lock is held");
     assert!(who.contains("FORGED"), "{who}");

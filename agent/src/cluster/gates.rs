@@ -86,9 +86,9 @@ pub(super) fn etcd_gate_for(client: &Client, own: Option<&str>) -> (Gate, bool) 
 }
 
 /// Another control plane's kube-apiserver answers `/readyz` (passes where there is none),
-/// within the probe timeout.
-pub fn apiserver_gate(client: &Client, root: &Path, node: &NodeInfo) -> Gate {
-    apiserver_gate_until(client, root, node, Instant::now() + PROBE_TIMEOUT)
+/// within the probe timeout. `now` (Unix seconds) dates the registrations' age.
+pub fn apiserver_gate(client: &Client, root: &Path, node: &NodeInfo, now: i64) -> Gate {
+    apiserver_gate_until(client, root, node, Instant::now() + PROBE_TIMEOUT, now)
 }
 
 /// Time given to one `/readyz` probe, handshake and answer together.
@@ -106,6 +106,7 @@ pub fn apiserver_gate_until(
     root: &Path,
     node: &NodeInfo,
     deadline: Instant,
+    now: i64,
 ) -> Gate {
     let name = "another-apiserver-ready".to_string();
     let Some(template) = readyz_probe(root) else {
@@ -147,7 +148,7 @@ pub fn apiserver_gate_until(
             };
         }
     };
-    let candidates = candidates(others, node);
+    let candidates = candidates(others, node, now);
     if candidates.is_empty() {
         return Gate {
             name,
@@ -170,11 +171,12 @@ pub fn apiserver_gate_until(
 }
 
 /// The other control planes' registrations worth probing: not this node's (by name or by
-/// address), updated within [`REGISTRATION_MAX_AGE`], each address once, the most recently
-/// updated first, at most [`MAX_PROBED`].
+/// address), updated within [`REGISTRATION_MAX_AGE`] of `now`, each address once, the most
+/// recently updated first, at most [`MAX_PROBED`].
 pub(super) fn candidates(
     others: Vec<(String, Vec<u8>)>,
     node: &NodeInfo,
+    now: i64,
 ) -> Vec<std::net::SocketAddr> {
     let me = format!("{APISERVERS_PREFIX}{}", node.name);
     let mut candidates: Vec<(i64, std::net::SocketAddr)> = Vec::new();
@@ -187,7 +189,7 @@ pub(super) fn candidates(
         };
         // A control plane that has not run a pass for a week is taken as gone.
         let updated = v.get("updated_unix").and_then(Value::as_i64).unwrap_or(0);
-        if crate::sys::clock::now() - updated > REGISTRATION_MAX_AGE {
+        if now - updated > REGISTRATION_MAX_AGE {
             continue;
         }
         let Some(addr) = v

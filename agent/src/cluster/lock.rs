@@ -70,17 +70,19 @@ pub fn holder_text(value: &[u8]) -> String {
     crate::sys::text::escape_controls(&text).into_owned()
 }
 
-/// Tries once to take the lock. `Ok(Err(holder))`: another node holds it.
+/// Tries once to take the lock, stamped `now` (Unix seconds). `Ok(Err(holder))`: another node
+/// holds it.
 pub fn try_lock(
     client: &Arc<Client>,
     node: &str,
     ttl: Duration,
+    now: i64,
 ) -> Result<Result<LockGuard, String>, ClusterError> {
     let lease = client.grant(ttl)?;
     let holder = Holder {
         node: node.to_string(),
         pid: std::process::id(),
-        since: crate::sys::clock::rfc3339(crate::sys::clock::now()),
+        since: crate::sys::clock::rfc3339(now),
     };
     let value = serde_json::to_vec(&holder).map_err(|e| err(e.to_string()))?;
     match client.create(LOCK_KEY, &value, lease) {

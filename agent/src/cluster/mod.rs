@@ -28,6 +28,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::pki::MAX_PEM_FILE_BYTES;
+use crate::sys::clock::SharedClock;
 use crate::sys::fsutil;
 
 mod client;
@@ -81,16 +82,20 @@ pub struct ClusterOptions {
     /// `--leader-wait`: how long a node holding a leader Lease waits for the other nodes to
     /// restart their followers first ([`roles`]); at most `wait`.
     pub leader_wait: Duration,
+    /// The date for registrations, lock stamps and the pair's age, handed down by the edge.
+    pub clock: SharedClock,
 }
 
-impl Default for ClusterOptions {
-    fn default() -> Self {
+impl ClusterOptions {
+    /// The defaults, reading the date from `clock`.
+    pub fn new(clock: SharedClock) -> Self {
         ClusterOptions {
             mode: Mode::Auto,
             endpoints: vec![],
             wait: Duration::from_secs(600),
             lease_ttl: Duration::from_secs(15),
             leader_wait: Duration::from_secs(300),
+            clock,
         }
     }
 }

@@ -48,7 +48,7 @@ pub fn publish_if_due(
     else {
         return Ok(None);
     };
-    let now = crate::sys::clock::now();
+    let now = s.clock.now();
     let cert_pem = read_rel(root, &entry.path)?;
     let cert = Cert::from_pem(&cert_pem).map_err(|e| err(format!("'{}': {e}", entry.path)))?;
     if cert.not_after() - now <= within {

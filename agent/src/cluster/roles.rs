@@ -171,7 +171,9 @@ pub fn others_may_lead(session: &Session) -> bool {
         || session
             .client
             .get_prefix(APISERVERS_PREFIX)
-            .is_ok_and(|others| !super::gates::candidates(others, &session.node).is_empty())
+            .is_ok_and(|others| {
+                !super::gates::candidates(others, &session.node, session.clock.now()).is_empty()
+            })
 }
 
 /// Lease readers: this node's apiserver first, then the other registered ones.
@@ -236,8 +238,9 @@ pub fn publish(
     Ok(guard)
 }
 
-/// A record of what remains: `components` and `pods`, with the Leases of `roles` this node holds.
-pub fn record(components: &[Component], pods: &[String], roles: &[Role]) -> Record {
+/// A record of what remains: `components` and `pods`, with the Leases of `roles` this node holds,
+/// stamped `now` (Unix seconds).
+pub fn record(components: &[Component], pods: &[String], roles: &[Role], now: i64) -> Record {
     Record {
         components: components.iter().map(|c| c.name().to_string()).collect(),
         pods: pods.to_vec(),
@@ -246,7 +249,7 @@ pub fn record(components: &[Component], pods: &[String], roles: &[Role]) -> Reco
             .filter(|r| r.this_node)
             .map(|r| r.lease.clone())
             .collect(),
-        since: crate::sys::clock::rfc3339(crate::sys::clock::now()),
+        since: crate::sys::clock::rfc3339(now),
         pid: std::process::id(),
     }
 }
@@ -295,6 +298,9 @@ fn blocked_by(node: &str, roles: &[Role], records: &[(String, Record)]) -> Vec<S
 mod tests {
     use super::*;
 
+    /// The instant the records below are stamped at (2026-11-22T14:13:34Z).
+    const NOW: i64 = 1_795_356_814;
+
     fn role(lease: &str, restarts: &str, this_node: bool) -> Role {
         Role {
             lease: lease.into(),
@@ -319,7 +325,9 @@ mod tests {
             &[Component::KubeControllerManager, Component::KubeScheduler],
             &["kube-vip".into()],
             &roles,
+            NOW,
         );
+        assert_eq!(r.since, "2026-11-22T14:13:34Z");
         assert_eq!(r.roles, ["kube-system/kube-scheduler"]);
         assert_eq!(r.components, ["kube-controller-manager", "kube-scheduler"]);
         assert_eq!(r.pods, ["kube-vip"]);
@@ -337,14 +345,15 @@ mod tests {
             role(sched, "kube-scheduler", false),
         ];
         let both = [Component::KubeControllerManager, Component::KubeScheduler];
-        let follower = record(&both, &[], &[]);
-        let other_leader_before = record(&both, &[], &[role(sched, "kube-scheduler", true)]);
+        let follower = record(&both, &[], &[], NOW);
+        let other_leader_before = record(&both, &[], &[role(sched, "kube-scheduler", true)], NOW);
         let other_leader_after = record(
             &[Component::KubeScheduler],
             &[],
             &[role(sched, "kube-scheduler", true)],
+            NOW,
         );
-        let me = record(&both, &[], &mine);
+        let me = record(&both, &[], &mine, NOW);
         let w = blocked_by(
             "cp-0",
             &mine,
@@ -367,7 +376,7 @@ mod tests {
         // cp-0's scheduler (cp-0 holds no scheduler Lease; it restarts it first).
         assert!(blocked_by("cp-0", &mine, &[("cp-1".into(), other_leader_after)]).is_empty());
         let theirs = [role(sched, "kube-scheduler", true)];
-        let me_after = record(&[Component::KubeControllerManager], &[], &mine);
+        let me_after = record(&[Component::KubeControllerManager], &[], &mine, NOW);
         assert!(blocked_by("cp-1", &theirs, &[("cp-0".into(), me_after)]).is_empty());
         // A node with no Lease never waits.
         assert!(

@@ -15,6 +15,7 @@ use super::gates::{Gate, PROBE_TIMEOUT, apiserver_gate_until, etcd_gate_for};
 use super::lock::{LockGuard, try_lock};
 use super::{APISERVERS_PREFIX, ClusterError, ClusterOptions, Mode, err, roles};
 use crate::node::manifests::{Component, PodInfo};
+use crate::sys::clock::SharedClock;
 
 /// The cluster part of a pass report.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -45,10 +46,11 @@ pub struct ClusterReport {
     pub leaders_last: Option<roles::LeadersLast>,
 }
 
-/// A connected node: its identity and client.
+/// A connected node: its identity, client, and the clock its options carried.
 pub struct Session {
     pub node: NodeInfo,
     pub client: Arc<Client>,
+    pub clock: SharedClock,
 }
 
 impl Session {
@@ -63,11 +65,16 @@ impl Session {
             return Ok(None);
         };
         let client = Arc::new(Client::new(&node.access)?);
-        let s = Session { node, client };
+        let clock = opts.clock.clone();
+        let s = Session {
+            node,
+            client,
+            clock,
+        };
         // Best effort: learn every member's endpoint, register the apiserver.
         let _ = s.client.members();
         if let Some(addr) = s.node.apiserver {
-            let now = crate::sys::clock::now();
+            let now = s.clock.now();
             let value = json!({
                 "endpoint": addr.to_string(),
                 "updated": crate::sys::clock::rfc3339(now),
@@ -100,6 +107,7 @@ impl Session {
                 root,
                 &self.node,
                 deadline,
+                self.clock.now(),
             ));
         }
         (gates, reached)
@@ -148,7 +156,12 @@ impl Session {
             let (failed, reached) = self.check_gates(root, components, deadline, report);
             ever_reached |= reached;
             if failed.is_empty() {
-                match try_lock(&self.client, &self.node.name, opts.lease_ttl) {
+                match try_lock(
+                    &self.client,
+                    &self.node.name,
+                    opts.lease_ttl,
+                    self.clock.now(),
+                ) {
                     Ok(Ok(guard)) => {
                         // Check again under the lock: another holder may have just finished.
                         let again = deadline.max(Instant::now() + PROBE_TIMEOUT);

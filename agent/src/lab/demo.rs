@@ -9,7 +9,7 @@ use crate::pass::ops::{self, WriteOptions};
 use crate::pass::outcome;
 use crate::pki::KeyAlgorithm;
 use crate::renew::Policy;
-use crate::sys::clock::{self, DAY};
+use crate::sys::clock::{DAY, SharedClock, YEAR};
 
 /// Why the demo stopped.
 #[derive(Debug)]
@@ -38,14 +38,14 @@ impl std::error::Error for DemoError {
     }
 }
 
-/// Runs the demo; removes the lab node afterwards unless `keep`.
-pub fn run(keep: bool) -> Result<(), DemoError> {
+/// Runs the demo at the time `clock` says; removes the lab node afterwards unless `keep`.
+pub fn run(keep: bool, clock: &SharedClock) -> Result<(), DemoError> {
     let dir = std::env::temp_dir().join(format!(
         "certrotor-demo-{}-{}",
         std::process::id(),
-        clock::now()
+        clock.now()
     ));
-    let result = story(&dir);
+    let result = story(&dir, clock);
     if keep {
         println!("\nThe lab node is kept at {}", dir.display());
     } else {
@@ -54,8 +54,8 @@ pub fn run(keep: bool) -> Result<(), DemoError> {
     result
 }
 
-fn story(dir: &std::path::Path) -> Result<(), DemoError> {
-    let now = clock::now();
+fn story(dir: &std::path::Path, clock: &SharedClock) -> Result<(), DemoError> {
+    let now = clock.now();
     let opts = LabOptions {
         layout: LabLayout::Bottlerocket,
         topology: Topology::Stacked,
@@ -86,15 +86,15 @@ fn story(dir: &std::path::Path) -> Result<(), DemoError> {
         all: false,
         names: vec![],
         reuse_keys: false,
-        validity: clock::YEAR,
+        validity: YEAR,
         allow_beyond_ca: false,
     };
     println!(
         "\n3. certrotor renew --root {}   (what is due within 90 days, in one transaction)\n",
         dir.display()
     );
-    let report =
-        ops::renew(dir, &policy, false, &WriteOptions::default()).map_err(DemoError::Renew)?;
+    let report = ops::renew(dir, &policy, false, &WriteOptions::new(clock.clone()))
+        .map_err(DemoError::Renew)?;
     for item in &report.plan.items {
         println!(
             "   renewed {:<26} signer {:<15} ({})",
@@ -119,7 +119,7 @@ fn story(dir: &std::path::Path) -> Result<(), DemoError> {
         "\n4. certrotor check --root {}   (residual times jump to a year)\n",
         dir.display()
     );
-    let after = inventory::take(dir, clock::now(), 30 * DAY);
+    let after = inventory::take(dir, clock.now(), 30 * DAY);
     print!("{}", report::table(&after));
     println!("\n   check exits {}.", outcome::for_inventory(&after));
     for cert in after.certificates.iter().filter(|c| c.status != Status::Ok) {

@@ -101,6 +101,7 @@ mod tests {
     use super::*;
     use crate::node::inventory::{self};
     use crate::pass::run::RunReport;
+    use crate::sys::clock::{Clock, SystemClock};
     use std::path::PathBuf;
     use std::time::Duration;
 
@@ -258,7 +259,7 @@ mod tests {
         let root =
             std::env::temp_dir().join(format!("certrotor-metrics-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
-        let opts = crate::lab::LabOptions::for_tests(crate::sys::clock::now());
+        let opts = crate::lab::LabOptions::for_tests(SystemClock.now());
         crate::lab::init(&root, &opts).unwrap();
         root
     }
@@ -275,7 +276,7 @@ mod tests {
     #[test]
     fn sources_and_read_failures_as_enix_v3_and_v4_name_them() {
         let root = lab_node("sources");
-        let now = crate::sys::clock::now();
+        let now = SystemClock.now();
         let (page, failures) = certificate_read(&root, &inventory::take(&root, now, 0), now);
         assert!(failures.is_empty(), "{failures:?}");
         let errors = lines_of(&page, "x509_cert_error");
@@ -295,7 +296,7 @@ mod tests {
         std::fs::write(pki.join("front-proxy-client.crt"), "garbage").unwrap();
         std::fs::write(root.join("etc/kubernetes/scheduler.conf"), "garbage").unwrap();
         std::fs::remove_file(pki.join("etcd/peer.crt")).unwrap();
-        let shared = Shared::new(&root);
+        let shared = Shared::new(&root, SystemClock::shared());
         let _ = shared.page();
         let page = shared.page();
         for line in [
@@ -332,7 +333,7 @@ mod tests {
     #[test]
     fn restarts_owed_and_renewal_due_dates() {
         let root = lab_node("due");
-        let shared = Shared::new(&root);
+        let shared = Shared::new(&root, SystemClock::shared());
         let page = shared.page();
         let owed = lines_of(&page, "certrotor_restarts_owed");
         assert_eq!(owed.len(), 4, "{page}");
@@ -346,7 +347,7 @@ mod tests {
         let due = lines_of(&page, "certrotor_certificate_renewal_due_timestamp_seconds");
         assert!(due.len() >= 10, "{page}");
         assert!(!due.iter().any(|x| x.contains("ca.crt")), "{page}");
-        let now = crate::sys::clock::now();
+        let now = SystemClock.now();
         let inv = inventory::take(&root, now, 0);
         let apiserver = inv.record("apiserver").unwrap().not_after_unix.unwrap();
         let want = format!(

@@ -83,7 +83,7 @@ pub struct StatusReport {
 }
 
 /// Options of `status`.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct StatusOptions {
     /// `--within`: overrides the last pass's renewal window.
     pub within: Option<i64>,
@@ -133,7 +133,7 @@ impl From<OpsError> for StatusError {
 /// does), and never waits for the lock.
 pub fn status(root: &Path, opts: &StatusOptions) -> Result<StatusReport, StatusError> {
     crate::pass::ops::recover_before_reading(root)?;
-    let now = clock::now();
+    let now = opts.cluster.clock.now();
     let last_pass = read_last_pass(root).map_err(StatusError::LastPass)?;
     let (within, within_from) = match (opts.within, &last_pass) {
         (Some(w), _) => (w, "--within"),

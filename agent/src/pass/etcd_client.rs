@@ -112,8 +112,9 @@ fn refuse(what: impl Into<String>) -> EtcdClientError {
     }
 }
 
-/// The bundle `export` writes: the certificate, then its key.
-pub fn export(root: &Path) -> Result<Vec<u8>, EtcdClientError> {
+/// The bundle `export` writes: the certificate, then its key. `now`: Unix seconds, from the
+/// edge's clock (an expired certificate is refused).
+pub fn export(root: &Path, now: i64) -> Result<Vec<u8>, EtcdClientError> {
     crate::pass::ops::recover_before_reading(root)
         .map_err(|e| EtcdClientError::Recover(Box::new(e)))?;
     let layouts = catalog::detect(root);
@@ -146,7 +147,7 @@ pub fn export(root: &Path) -> Result<Vec<u8>, EtcdClientError> {
             cert: entry.path.clone(),
         });
     }
-    if cert.not_after() <= crate::sys::clock::now() {
+    if cert.not_after() <= now {
         return Err(EtcdClientError::Expired {
             path: entry.path.clone(),
         });
@@ -222,10 +223,11 @@ fn check_identity(cert: &Cert, installed: Option<&Cert>) -> Result<(), EtcdClien
 
 /// The bundle's pair, checked for installation on the external-etcd control plane under `root`:
 /// signed by its etcd CA, key matching, clientAuth, the apiserver's etcd client identity, valid
-/// now. With the layout it goes to and the time it was checked at.
+/// at `now`. With the layout it goes to and the time it was checked at.
 fn checked_pair(
     root: &Path,
     bundle: &[u8],
+    now: i64,
 ) -> Result<(Cert, PrivateKey, catalog::Layout, i64), EtcdClientError> {
     let cert = Cert::from_pem(bundle).map_err(refused("the bundle"))?;
     let key = PrivateKey::from_pem(bundle).map_err(refused("the bundle's key"))?;
@@ -258,7 +260,6 @@ fn checked_pair(
         })
         .and_then(|b| Cert::from_pem(&b).ok());
     check_identity(&cert, installed.as_ref())?;
-    let now = crate::sys::clock::now();
     if cert.not_after() <= now || cert.not_before() > now + 300 {
         return Err(refuse(format!(
             "the bundle's certificate is not valid now ({} .. {})",
@@ -331,7 +332,7 @@ pub fn install(
     opts: &WriteOptions,
     before_journal: &mut dyn FnMut(&str) -> std::io::Result<()>,
 ) -> Result<(Vec<String>, String), EtcdClientError> {
-    let (cert, key, layout, now) = checked_pair(root, bundle)?;
+    let (cert, key, layout, now) = checked_pair(root, bundle, opts.clock.now())?;
     let changes = install_changes(root, &layout, &cert, &key)?;
     let outcome = txn::apply_with(
         root,

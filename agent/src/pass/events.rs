@@ -22,6 +22,7 @@ use crate::node::catalog;
 use crate::node::kubeconfig::{Kubeconfig, Source};
 use crate::pass::record::LastPass;
 use crate::pki::{Cert, MAX_PEM_FILE_BYTES};
+use crate::sys::clock::Clock;
 use crate::sys::fsutil;
 
 /// The reason of a pass that renewed what was due.
@@ -120,8 +121,9 @@ fn bounded(mut s: String) -> String {
 /// not theirs.
 pub const ENV_OFF: &str = "CERTROTOR_EVENTS";
 
-/// After a pass: posts its Event on a control-plane node; logs a warning when that fails.
-pub fn after_pass(root: &Path, pass: &LastPass) {
+/// After a pass: posts its Event on a control-plane node, dated by `clock`; logs a warning when
+/// that fails.
+pub fn after_pass(root: &Path, pass: &LastPass, clock: &dyn Clock) {
     let Some(event) = for_pass(pass) else {
         return;
     };
@@ -133,7 +135,7 @@ pub fn after_pass(root: &Path, pass: &LastPass) {
         log::debug!("no admin.conf under the root: not a control plane, no Kubernetes Event");
         return;
     };
-    match post(root, &admin, &event) {
+    match post(root, &admin, &event, clock.now()) {
         Ok(node) => log::info!("posted Kubernetes Event {} on node {node}", event.reason),
         Err(e) => log::warn!(
             "could not post the Kubernetes Event {} ({e}); the pass's result stands",
@@ -230,9 +232,9 @@ pub fn body(node: &str, event: &Event, now: i64, nanos: u128) -> Value {
     })
 }
 
-/// Posts `event` on this node with `admin` (a kubeconfig relative to the root). Returns the node
-/// name.
-pub fn post(root: &Path, admin: &str, event: &Event) -> Result<String, String> {
+/// Posts `event` on this node with `admin` (a kubeconfig relative to the root), dated `now` (Unix
+/// seconds). Returns the node name.
+pub fn post(root: &Path, admin: &str, event: &Event, now: i64) -> Result<String, String> {
     let bytes = match fsutil::read_in_root(root, admin, MAX_PEM_FILE_BYTES) {
         Ok(Some(b)) => zeroize::Zeroizing::new(b),
         Ok(None) => return Err(format!("'{admin}' does not exist")),
@@ -266,12 +268,8 @@ pub fn post(root: &Path, admin: &str, event: &Event) -> Result<String, String> {
     let since_epoch = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
-    let body = body(
-        &node,
-        event,
-        crate::sys::clock::now(),
-        since_epoch.as_nanos(),
-    );
+    // The name's suffix only has to be unique (client-go's `name.UnixNano`), not a date.
+    let body = body(&node, event, now, since_epoch.as_nanos());
     let url = format!(
         "{}/api/v1/namespaces/default/events",
         server.trim_end_matches('/')

@@ -22,7 +22,7 @@ impl Pass<'_> {
         };
         let listed = restart::pods(&self.platform).unwrap_or_default();
         let roles = roles::read(self.root, session, &listed, (components, pods));
-        let rec = roles::record(components, pods, &roles);
+        let rec = roles::record(components, pods, &roles, session.clock.now());
         let written = match &self.restart_record {
             Some(g) => g.update(&rec),
             None => {

@@ -10,7 +10,6 @@ use crate::pass::run::Pass;
 use crate::restart::api::ApiStats;
 use crate::restart::reload::{self, Action};
 use crate::restart::{self, Reloaded, Restarted};
-use crate::sys::clock;
 
 impl Pass<'_> {
     /// Live reload ([`reload`]): a component whose renewed files all reload by themselves is
@@ -36,7 +35,7 @@ impl Pass<'_> {
                     mode: self.opts.restart.mode,
                     version: self.versions.iter().find(|v| v.component == c),
                     held: &held,
-                    now: clock::now(),
+                    now: self.opts.write.clock.now(),
                     margin: self.opts.restart.reload.held_cert_margin,
                 };
                 let d = reload::decide(c, names, &ctx);

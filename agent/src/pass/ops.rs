@@ -10,7 +10,7 @@ use crate::node::inventory;
 use crate::renew::{self, Plan, Policy};
 use crate::restart::api::{ApiStats, DiscardedTx};
 use crate::restart::{self, PlatformChoice, RestartOptions};
-use crate::sys::clock;
+use crate::sys::clock::SharedClock;
 use crate::txn::{self, Lock, Recovery, TxnError};
 
 use std::fmt;
@@ -22,14 +22,18 @@ pub struct WriteOptions {
     pub retention: usize,
     /// Who issues the new certificates (`--engine`).
     pub engine: crate::renew::engine::Engine,
+    /// The date for new certificates, backups and records, handed down by the edge.
+    pub clock: SharedClock,
 }
 
-impl Default for WriteOptions {
-    fn default() -> Self {
+impl WriteOptions {
+    /// The defaults, reading the date from `clock`.
+    pub fn new(clock: SharedClock) -> Self {
         WriteOptions {
             lock_timeout: Duration::from_secs(60),
             retention: txn::DEFAULT_RETENTION,
             engine: crate::renew::engine::Engine::Native,
+            clock,
         }
     }
 }
@@ -320,7 +324,7 @@ pub fn renew(
     opts: &WriteOptions,
 ) -> Result<RenewReport, OpsError> {
     let started = std::time::Instant::now();
-    let now = clock::now();
+    let now = opts.clock.now();
     if dry_run {
         // A plan writes nothing, so it also works on a read-only node.
         recover_before_reading(root)?;
@@ -382,7 +386,7 @@ pub fn write_renewal(
     let mut changes = Vec::new();
     if !report.plan.items.is_empty() {
         let crate::renew::engine::Output { issued, validity } =
-            crate::renew::engine::issue(root, &report.plan, &opts.engine)
+            crate::renew::engine::issue(root, &report.plan, &opts.engine, &*opts.clock)
                 .map_err(OpsError::Issue)?;
         renew::validate_with(&issued, &report.plan, validity).map_err(OpsError::Invalid)?;
         // Test-only (feature `failpoints`): CERTROTOR_FAILPOINT=foreign-ca:NAME breaks a
@@ -432,7 +436,7 @@ pub fn rollback_locked(
         root,
         &changes,
         "rollback",
-        clock::now(),
+        opts.clock.now(),
         opts.retention.max(2),
     )?;
     Ok((id, outcome))

@@ -199,12 +199,12 @@ pub fn run_pass(
     opts: &RunOptions,
     interval: Option<Duration>,
 ) -> Result<RunReport, OpsError> {
-    let started = clock::now();
+    let started = opts.write.clock.now();
     let result = crate::pass::run::run_once(root, opts);
     if opts.dry_run {
         return result;
     }
-    let pass = LastPass::of(&result, opts, started, clock::now(), interval);
+    let pass = LastPass::of(&result, opts, started, opts.write.clock.now(), interval);
     let dir = txn::state_dir(root);
     let written = crate::sys::fsutil::create_dir_all_mode(&dir, 0o700)
         .and_then(|()| state::write(&last_pass_path(root), &pass));
@@ -214,6 +214,6 @@ pub fn run_pass(
             last_pass_path(root).display()
         );
     }
-    crate::pass::events::after_pass(root, &pass);
+    crate::pass::events::after_pass(root, &pass, &*opts.write.clock);
     result
 }

@@ -29,7 +29,6 @@ use crate::pass::state::{PassState, Restarts};
 use crate::renew::{Plan, Policy};
 use crate::restart::reload::ComponentVersion;
 use crate::restart::{self, Platform, Reloaded, RestartOptions, Restarted};
-use crate::sys::clock;
 use crate::txn;
 
 /// Options of `run` and `daemon`.
@@ -190,7 +189,7 @@ impl<'a> Pass<'a> {
     /// Plans the renewal; records the restarts it will owe before any file changes (every
     /// component that will need one must be restartable); writes it in one transaction.
     fn renew(&mut self) -> Result<(), OpsError> {
-        let now = clock::now();
+        let now = self.opts.write.clock.now();
         let mut report = ops::plan_renewal(self.root, &self.opts.policy, self.opts.dry_run, now)?;
         if !self.opts.dry_run && report.has_work() {
             if self.restarts() {

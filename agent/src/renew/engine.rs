@@ -44,7 +44,7 @@ use crate::node::catalog::{Flavor, Kind};
 use crate::node::kubeconfig::{Kubeconfig, Source};
 use crate::pki::{Cert, MAX_PEM_FILE_BYTES, PrivateKey};
 use crate::renew::{self, IdentityCheck, IssueError, Issued, Item, Plan, ValidityCheck};
-use crate::sys::clock;
+use crate::sys::clock::Clock;
 use crate::sys::fsutil;
 
 /// containerd's socket on a Kubernetes node.
@@ -130,15 +130,21 @@ pub struct Output {
     pub validity: ValidityCheck,
 }
 
-/// Issues every planned certificate with `engine`. Nothing live is touched.
-pub fn issue(root: &Path, plan: &Plan, engine: &Engine) -> Result<Output, IssueError> {
+/// Issues every planned certificate with `engine`. Nothing live is touched. `clock` dates
+/// the window in which kubeadm chose its validity.
+pub fn issue(
+    root: &Path,
+    plan: &Plan,
+    engine: &Engine,
+    clock: &dyn Clock,
+) -> Result<Output, IssueError> {
     match engine {
         Engine::Native => Ok(Output {
             issued: renew::issue_all(root, plan)?,
             validity: ValidityCheck::Planned,
         }),
         Engine::Kubeadm(opts) => {
-            let started = clock::now();
+            let started = clock.now();
             let clock_started = Instant::now();
             let issued = kubeadm_issue(root, plan, opts)?;
             log::info!(
@@ -150,7 +156,7 @@ pub fn issue(root: &Path, plan: &Plan, engine: &Engine) -> Result<Output, IssueE
                 issued,
                 validity: ValidityCheck::ToolChosen {
                     started,
-                    finished: clock::now(),
+                    finished: clock.now(),
                 },
             })
         }

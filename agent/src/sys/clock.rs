@@ -1,9 +1,13 @@
 //! Time as certrotor prints and parses it: durations (`30d`, `8760h`, `-2d`), RFC 3339
 //! timestamps, and kubeadm's `check-expiration` formats.
 //!
-//! Nothing here reads the clock except [`now`]; everything else takes Unix seconds, so policy code
-//! can be tested at any instant.
+//! Nothing here reads the clock except [`SystemClock`]; everything else takes Unix seconds. The
+//! library never reads the date itself: it asks the [`Clock`] it was handed by the edge (the
+//! binary passes a [`SystemClock`]), so tests can pin any instant with a [`ManualClock`].
 
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Seconds in a day.
@@ -11,11 +15,61 @@ pub const DAY: i64 = 86_400;
 /// A year as kubeadm counts one (365 days).
 pub const YEAR: i64 = 365 * DAY;
 
-/// The current time as Unix seconds.
-pub fn now() -> i64 {
-    match SystemTime::now().duration_since(UNIX_EPOCH) {
-        Ok(d) => d.as_secs() as i64,
-        Err(e) => -(e.duration().as_secs() as i64),
+/// Where the library gets the current date: Unix seconds. Durations and deadlines are measured
+/// with [`std::time::Instant`], not with this.
+pub trait Clock: Send + Sync + fmt::Debug {
+    /// The current time as Unix seconds.
+    fn now(&self) -> i64;
+}
+
+/// A clock shared by the options that travel down from the edge.
+pub type SharedClock = Arc<dyn Clock>;
+
+/// The system's wall clock: the only reader of the date in certrotor.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl SystemClock {
+    /// The system clock as a [`SharedClock`].
+    pub fn shared() -> SharedClock {
+        Arc::new(SystemClock)
+    }
+}
+
+impl Clock for SystemClock {
+    fn now(&self) -> i64 {
+        match SystemTime::now().duration_since(UNIX_EPOCH) {
+            Ok(d) => d.as_secs() as i64,
+            Err(e) => -(e.duration().as_secs() as i64),
+        }
+    }
+}
+
+/// A clock that says what it was set to: tests pin an instant, then [`set`](Self::set) or
+/// [`advance`](Self::advance) it.
+#[derive(Debug, Default)]
+pub struct ManualClock(AtomicI64);
+
+impl ManualClock {
+    /// A clock standing at `now` (Unix seconds).
+    pub fn at(now: i64) -> ManualClock {
+        ManualClock(AtomicI64::new(now))
+    }
+
+    /// Moves the clock to `now`.
+    pub fn set(&self, now: i64) {
+        self.0.store(now, Ordering::SeqCst);
+    }
+
+    /// Moves the clock `secs` seconds forward (backward when negative).
+    pub fn advance(&self, secs: i64) {
+        self.0.fetch_add(secs, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> i64 {
+        self.0.load(Ordering::SeqCst)
     }
 }
 
@@ -190,6 +244,20 @@ pub fn human_duration(secs: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn manual_clock_says_what_it_was_set_to() {
+        let clock = ManualClock::at(1_795_356_814);
+        assert_eq!(clock.now(), 1_795_356_814);
+        clock.advance(DAY);
+        assert_eq!(clock.now(), 1_795_356_814 + DAY);
+        clock.set(0);
+        assert_eq!(clock.now(), 0);
+        assert!(
+            SystemClock.now() > 1_700_000_000,
+            "the system clock reads the date"
+        );
+    }
 
     #[test]
     fn durations_parse() {

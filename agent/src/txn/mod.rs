@@ -302,7 +302,7 @@ mod hostile_tests {
     fn a_failed_rename_rolls_the_transaction_back() {
         let root = std::env::temp_dir().join(format!("certrotor-undo-{}", std::process::id()));
         let _ = fs::remove_dir_all(&root);
-        let now = crate::sys::clock::now();
+        let now = crate::sys::clock::Clock::now(&crate::sys::clock::SystemClock);
         crate::lab::init(&root, &LabOptions::for_tests(now)).unwrap();
         let pki = "etc/kubernetes/pki/etcd";
         let rels = [format!("{pki}/peer.key"), format!("{pki}/peer.crt")];

@@ -18,7 +18,7 @@ use certrotor::renew::Policy;
 use certrotor::renew::engine::{Engine, KubeadmOptions};
 use certrotor::restart::reload::{DEFAULT_RELOAD_TIMEOUT, RestartMode};
 use certrotor::restart::{PlatformChoice, RestartOptions};
-use certrotor::sys::clock;
+use certrotor::sys::clock::{SharedClock, SystemClock, YEAR};
 
 use crate::args::{
     BackupsCmd, CheckCmd, Command, DaemonCmd, EtcdClientCmd, EtcdClientSub, EtcdExportCmd,
@@ -107,28 +107,30 @@ pub fn main(mut args: Vec<String>) -> ExitCode {
 
 /// `first_boot_allowed`: a bootstrap container's `run --once` from its user-data, which exits 0
 /// on a node's very first boot (see [`first_boot_note`]).
+/// The edge: the one place the system clock is chosen; every command reads the date from it.
 fn run(top: Top, first_boot_allowed: bool) -> Result<u8, CliError> {
+    let clock = SystemClock::shared();
     match top.command {
-        Command::Check(c) => check(c),
+        Command::Check(c) => check(c, &clock),
         Command::Lab(LabCmd {
             command: LabSub::Init(c),
-        }) => lab_init(c),
-        Command::Renew(c) => renew(c),
-        Command::Rollback(c) => rollback(c),
+        }) => lab_init(c, &clock),
+        Command::Renew(c) => renew(c, &clock),
+        Command::Rollback(c) => rollback(c, &clock),
         Command::Backups(c) => backups(c),
         Command::EtcdClient(EtcdClientCmd {
             command: EtcdClientSub::Export(c),
-        }) => etcd_export(c),
+        }) => etcd_export(c, &clock),
         Command::EtcdClient(EtcdClientCmd {
             command: EtcdClientSub::Import(c),
-        }) => etcd_import(c),
-        Command::Run(c) => run_cmd(c, first_boot_allowed),
-        Command::Daemon(c) => daemon_cmd(c),
+        }) => etcd_import(c, &clock),
+        Command::Run(c) => run_cmd(c, first_boot_allowed, &clock),
+        Command::Daemon(c) => daemon_cmd(c, &clock),
         Command::Demo(c) => {
-            certrotor::lab::demo::run(c.keep).map_err(CliError::Demo)?;
+            certrotor::lab::demo::run(c.keep, &clock).map_err(CliError::Demo)?;
             Ok(outcome::EXIT_OK)
         }
-        Command::Status(c) => status_cmd(c),
+        Command::Status(c) => status_cmd(c, &clock),
         Command::Version(_) => {
             println!("certrotor {}", env!("CARGO_PKG_VERSION"));
             Ok(outcome::EXIT_OK)
@@ -159,10 +161,10 @@ fn render<T: serde::Serialize>(
     })
 }
 
-fn check(c: CheckCmd) -> Result<u8, CliError> {
+fn check(c: CheckCmd, clock: &SharedClock) -> Result<u8, CliError> {
     let root = root_flag(c.root)?;
     certrotor::pass::ops::recover_before_reading(&root)?;
-    let now = clock::now();
+    let now = clock.now();
     let inv = inventory::take(&root, now, c.warn_within);
     match c.output {
         CheckOutput::Plain(f) => print!("{}", render(f, &inv, report::table)?),
@@ -180,7 +182,7 @@ fn check(c: CheckCmd) -> Result<u8, CliError> {
     Ok(code)
 }
 
-fn lab_init(c: LabInitCmd) -> Result<u8, CliError> {
+fn lab_init(c: LabInitCmd, clock: &SharedClock) -> Result<u8, CliError> {
     let opts = LabOptions {
         layout: c.layout,
         topology: c.topology,
@@ -191,7 +193,7 @@ fn lab_init(c: LabInitCmd) -> Result<u8, CliError> {
         cluster_name: "kubernetes".into(),
         port_offset: c.port_offset,
         kubernetes_version: c.kubernetes_version,
-        now: clock::now(),
+        now: clock.now(),
     };
     let summary = lab::init(&c.dir, &opts).map_err(CliError::Lab)?;
     if let Some(shape) = c.kube_vip {
@@ -276,11 +278,16 @@ fn engine(f: &RenewFlags, api_socket: PathBuf) -> Result<Engine, CliError> {
     }
 }
 
-fn write_options(f: &RenewFlags, api_socket: PathBuf) -> Result<WriteOptions, CliError> {
+fn write_options(
+    f: &RenewFlags,
+    api_socket: PathBuf,
+    clock: &SharedClock,
+) -> Result<WriteOptions, CliError> {
     Ok(WriteOptions {
         lock_timeout: f.lock_timeout,
         retention: f.retention,
         engine: engine(f, api_socket)?,
+        clock: clock.clone(),
     })
 }
 
@@ -298,22 +305,23 @@ fn restart_options(p: &PassFlags) -> RestartOptions {
     }
 }
 
-fn run_options(f: &RenewFlags, p: &PassFlags) -> Result<RunOptions, CliError> {
+fn run_options(f: &RenewFlags, p: &PassFlags, clock: &SharedClock) -> Result<RunOptions, CliError> {
     Ok(RunOptions {
         policy: policy(f)?,
         dry_run: f.dry_run,
-        write: write_options(f, p.api_socket.clone())?,
-        cluster: p.cluster_options(),
+        write: write_options(f, p.api_socket.clone(), clock)?,
+        cluster: p.cluster_options(clock),
         restart: restart_options(p),
     })
 }
 
-fn renew(c: RenewCmd) -> Result<u8, CliError> {
+fn renew(c: RenewCmd, clock: &SharedClock) -> Result<u8, CliError> {
     let f = c.renew;
     let policy = policy(&f)?;
     let opts = write_options(
         &f,
         PathBuf::from(certrotor::node::catalog::paths::API_SOCKET),
+        clock,
     )?;
     let root = root_flag(f.root)?;
     let done = certrotor::pass::ops::renew(&root, &policy, f.dry_run, &opts)?;
@@ -324,10 +332,10 @@ fn renew(c: RenewCmd) -> Result<u8, CliError> {
     Ok(outcome::EXIT_OK)
 }
 
-fn rollback(c: RollbackCmd) -> Result<u8, CliError> {
+fn rollback(c: RollbackCmd, clock: &SharedClock) -> Result<u8, CliError> {
     let opts = WriteOptions {
         lock_timeout: c.lock_timeout,
-        ..WriteOptions::default()
+        ..WriteOptions::new(clock.clone())
     };
     let root = root_flag(c.root)?;
     let (id, done) = certrotor::pass::ops::rollback(&root, c.backup.as_deref(), &opts)?;
@@ -353,7 +361,7 @@ fn backups(c: BackupsCmd) -> Result<u8, CliError> {
     Ok(outcome::EXIT_OK)
 }
 
-fn etcd_export(c: EtcdExportCmd) -> Result<u8, CliError> {
+fn etcd_export(c: EtcdExportCmd, clock: &SharedClock) -> Result<u8, CliError> {
     use std::io::IsTerminal;
     if c.out == "-" && !c.to_terminal && std::io::stdout().is_terminal() {
         return Err(CliError::usage(
@@ -362,7 +370,7 @@ fn etcd_export(c: EtcdExportCmd) -> Result<u8, CliError> {
         ));
     }
     let root = root_flag(c.root)?;
-    let bundle = certrotor::pass::etcd_client::export(&root)?;
+    let bundle = certrotor::pass::etcd_client::export(&root, clock.now())?;
     if c.out == "-" {
         use std::io::Write;
         std::io::stdout()
@@ -383,20 +391,20 @@ fn etcd_export(c: EtcdExportCmd) -> Result<u8, CliError> {
     Ok(outcome::EXIT_OK)
 }
 
-fn etcd_import(c: EtcdImportCmd) -> Result<u8, CliError> {
+fn etcd_import(c: EtcdImportCmd, clock: &SharedClock) -> Result<u8, CliError> {
     let opts = RunOptions {
         policy: Policy {
             within: 0,
             all: false,
             names: vec![],
             reuse_keys: false,
-            validity: clock::YEAR,
+            validity: YEAR,
             allow_beyond_ca: false,
         },
         dry_run: false,
         write: WriteOptions {
             lock_timeout: c.lock_timeout,
-            ..WriteOptions::default()
+            ..WriteOptions::new(clock.clone())
         },
         restart: RestartOptions {
             platform: c.platform,
@@ -413,7 +421,7 @@ fn etcd_import(c: EtcdImportCmd) -> Result<u8, CliError> {
         // The old pair may have expired, so etcd may be out of reach: an import acts alone.
         cluster: certrotor::cluster::ClusterOptions {
             mode: certrotor::cluster::Mode::Off,
-            ..Default::default()
+            ..certrotor::cluster::ClusterOptions::new(clock.clone())
         },
     };
     let root = root_flag(c.root)?;
@@ -441,14 +449,14 @@ fn etcd_import(c: EtcdImportCmd) -> Result<u8, CliError> {
     Ok(outcome::for_import(&done))
 }
 
-fn run_cmd(c: RunCmd, first_boot_allowed: bool) -> Result<u8, CliError> {
+fn run_cmd(c: RunCmd, first_boot_allowed: bool, clock: &SharedClock) -> Result<u8, CliError> {
     if !c.own.once {
         return Err(CliError::usage(
             "'run' needs --once; use 'certrotor daemon' to run repeatedly",
         ));
     }
     let f = c.renew;
-    let opts = run_options(&f, &c.pass)?;
+    let opts = run_options(&f, &c.pass, clock)?;
     let root = root_flag(f.root)?;
     if first_boot_allowed && let Some(note) = first_boot_note(&root) {
         log::info!("{note}");
@@ -474,9 +482,9 @@ fn run_cmd(c: RunCmd, first_boot_allowed: bool) -> Result<u8, CliError> {
     Ok(outcome::for_run(&done))
 }
 
-fn daemon_cmd(c: DaemonCmd) -> Result<u8, CliError> {
+fn daemon_cmd(c: DaemonCmd, clock: &SharedClock) -> Result<u8, CliError> {
     let f = c.renew;
-    let opts = run_options(&f, &c.pass)?;
+    let opts = run_options(&f, &c.pass, clock)?;
     let root = root_flag(f.root)?;
     // A closed stderr (the reader of a pipe gone) must not end the daemon: without SIGPIPE a
     // failed write returns EPIPE, which the logger drops. The daemon prints nothing on stdout.
@@ -494,26 +502,26 @@ fn daemon_cmd(c: DaemonCmd) -> Result<u8, CliError> {
         certrotor::pass::daemon::daemon(&root, &opts, c.own.interval);
         return Ok(outcome::EXIT_OK);
     };
-    let shared = certrotor::output::metrics::Shared::new(&root);
+    let shared = certrotor::output::metrics::Shared::new(&root, clock.clone());
     shared.update(|m| m.schedule(c.own.interval, opts.policy.within));
     let bound = certrotor::output::metrics::serve(addr, std::sync::Arc::clone(&shared))
         .map_err(|source| CliError::Metrics { addr, source })?;
     log::info!("metrics served on http://{bound}/metrics");
     certrotor::pass::daemon::daemon_observed(&root, &opts, c.own.interval, &mut |result, took| {
-        shared.update(|m| m.record_pass(result, clock::now(), took));
+        shared.update(|m| m.record_pass(result, clock.now(), took));
     });
     Ok(outcome::EXIT_OK)
     // --- end metrics ---
 }
 
-fn status_cmd(c: StatusCmd) -> Result<u8, CliError> {
+fn status_cmd(c: StatusCmd, clock: &SharedClock) -> Result<u8, CliError> {
     let root = root_flag(c.root)?;
     let opts = certrotor::output::status::StatusOptions {
         within: c.within,
         cluster: certrotor::cluster::ClusterOptions {
             mode: c.cluster,
             endpoints: c.etcd_endpoint.concat(),
-            ..Default::default()
+            ..certrotor::cluster::ClusterOptions::new(clock.clone())
         },
         restart: Some(RestartOptions {
             platform: PlatformChoice::Auto,

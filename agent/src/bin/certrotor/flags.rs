@@ -13,7 +13,7 @@ use argh::{ArgsInfo, EarlyExit, FromArgs};
 use certrotor::cluster::ClusterOptions;
 use certrotor::node::manifests::{Component, Version};
 use certrotor::restart::PlatformChoice;
-use certrotor::sys::clock;
+use certrotor::sys::clock::{self, SharedClock};
 
 use crate::values::{
     EngineChoice, cluster_mode, component_version, endpoint, engine_choice, etcd_endpoints,
@@ -194,14 +194,15 @@ impl PassFlags {
         }
     }
 
-    /// The cluster-mode flags as the library's options.
-    pub fn cluster_options(&self) -> ClusterOptions {
+    /// The cluster-mode flags as the library's options, dated by `clock`.
+    pub fn cluster_options(&self, clock: &SharedClock) -> ClusterOptions {
         ClusterOptions {
             mode: self.cluster,
             endpoints: self.etcd_endpoint.concat(),
             wait: self.cluster_wait,
             lease_ttl: self.cluster_lease_ttl,
             leader_wait: self.leader_wait,
+            clock: clock.clone(),
         }
     }
 }
@@ -347,9 +348,10 @@ mod tests {
         assert_eq!(c.renew.within, 30 * clock::DAY);
         assert_eq!(c.renew.cert, ["apiserver", "admin.conf"]);
         assert_eq!(c.pass.platform, PlatformChoice::None);
-        assert_eq!(c.pass.cluster_options().wait, Duration::from_secs(5));
+        let clock = clock::SystemClock::shared();
+        assert_eq!(c.pass.cluster_options(&clock).wait, Duration::from_secs(5));
         assert_eq!(
-            c.pass.cluster_options().endpoints,
+            c.pass.cluster_options(&clock).endpoints,
             ["https://127.0.0.1:2379"]
         );
         // Defaults come from each group.

@@ -4,27 +4,31 @@
 
 use super::*;
 use crate::node::inventory::{self};
+use crate::sys::clock::SharedClock;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// What the server reads: the node root (for fresh certificate gauges) and the counters.
+/// What the server reads: the node root (for fresh certificate gauges), the counters, and the
+/// clock the gauges are read at.
 #[derive(Debug)]
 pub struct Shared {
     pub root: PathBuf,
     pub counters: Mutex<Counters>,
+    pub clock: SharedClock,
 }
 
 impl Shared {
-    pub fn new(root: &Path) -> Arc<Shared> {
+    pub fn new(root: &Path, clock: SharedClock) -> Arc<Shared> {
         Arc::new(Shared {
             root: root.to_path_buf(),
             counters: Mutex::new(Counters {
-                started_unix: Some(crate::sys::clock::now()),
+                started_unix: Some(clock.now()),
                 ..Counters::default()
             }),
+            clock,
         })
     }
 
@@ -37,7 +41,7 @@ impl Shared {
     pub fn page(&self) -> String {
         let mut counters = Counters::default();
         self.update(|c| counters = c.clone());
-        let now = crate::sys::clock::now();
+        let now = self.clock.now();
         let inv = inventory::take(&self.root, now, 0);
         let (mut page, failures) = certificate_read(&self.root, &inv, now);
         self.update(|c| c.count_read_failures(&failures));
