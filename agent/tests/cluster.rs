@@ -1049,8 +1049,8 @@ fn tls_ok(port: u16, path: &str, ca: &[u8], pair: &(Vec<u8>, Vec<u8>)) -> bool {
     probe_state(port, path, ca, pair).1
 }
 
-/// (answered at all, healthy). A member that answers without a leader (an election) is up but
-/// not healthy; one that does not answer is down.
+/// (up, healthy). A member that answers without a leader (an election), or does not answer in
+/// time, is up but not healthy; one that accepts no connection is down.
 pub(crate) fn probe_state(
     port: u16,
     path: &str,
@@ -1067,7 +1067,13 @@ pub(crate) fn probe_state(
     };
     match verify::probe(&p) {
         Ok(o) => (true, o.healthy()),
-        Err(_) => (false, false),
+        // Down means nothing accepts connections (the process stopped), not a probe that ran
+        // out of time on a busy machine: a member starved of CPU still accepts (the kernel
+        // answers), and counts as up but not healthy.
+        Err(_) => (
+            std::net::TcpStream::connect_timeout(&p.address, Duration::from_secs(2)).is_ok(),
+            false,
+        ),
     }
 }
 
