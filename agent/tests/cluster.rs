@@ -1049,15 +1049,18 @@ fn tls_ok(port: u16, path: &str, ca: &[u8], pair: &(Vec<u8>, Vec<u8>)) -> bool {
     probe_state(port, path, ca, pair).1
 }
 
-/// (up, healthy). A member that answers without a leader (an election), or does not answer in
-/// time, is up but not healthy; one that accepts no connection is down.
+/// (answered at all, healthy). A member that answers without a leader (an election) is up but
+/// not healthy; one that does not answer is down. "Does not answer" is not a probe that ran out
+/// of time on a busy machine: when the first probe (2 s) fails while something still accepts
+/// connections on the port, it is asked once more with a longer bound (10 s), and only what
+/// fails that too (a refused certificate fails at once again) is down.
 pub(crate) fn probe_state(
     port: u16,
     path: &str,
     ca: &[u8],
     pair: &(Vec<u8>, Vec<u8>),
 ) -> (bool, bool) {
-    let p = Probe {
+    let mut p = Probe {
         address: SocketAddr::from(([127, 0, 0, 1], port)),
         path: path.into(),
         ca_pem: Some(ca.to_vec()),
@@ -1065,15 +1068,14 @@ pub(crate) fn probe_state(
         client_key_pem: Some(pair.1.clone()),
         timeout: Duration::from_secs(2),
     };
-    match verify::probe(&p) {
+    let mut answer = verify::probe(&p);
+    if answer.is_err() && std::net::TcpStream::connect_timeout(&p.address, p.timeout).is_ok() {
+        p.timeout = Duration::from_secs(10);
+        answer = verify::probe(&p);
+    }
+    match answer {
         Ok(o) => (true, o.healthy()),
-        // Down means nothing accepts connections (the process stopped), not a probe that ran
-        // out of time on a busy machine: a member starved of CPU still accepts (the kernel
-        // answers), and counts as up but not healthy.
-        Err(_) => (
-            std::net::TcpStream::connect_timeout(&p.address, Duration::from_secs(2)).is_ok(),
-            false,
-        ),
+        Err(_) => (false, false),
     }
 }
 
