@@ -28,7 +28,7 @@
 //!   then run by kubelet-sim beside the real control plane v1.20.2 (etcd, kube-apiserver,
 //!   controller-manager, scheduler): it renews, restarts the control plane one component at a
 //!   time, and never itself. The uninstall block runs on a node whose backups hold keys.
-//! - `exec` runs in the QEMU scenario `qemu-tests/tests/renew_expiring.rs` (engine_kubeadm merged into it).
+//! - `exec` runs in the QEMU scenario `qemu-tests/tests/kubelet_control_plane.rs` (renew_expiring and engine_kubeadm merged into it).
 
 use std::collections::BTreeMap;
 use std::fs;

@@ -409,7 +409,7 @@ node_pids() {
   done > "$E2E_OUT/$1"
 }
 
-# ---- Bottlerocket's host-containerd (qemu-tests/tests/renew_expiring.rs) ------------------
+# ---- Bottlerocket's host-containerd (qemu-tests/tests/kubelet_control_plane.rs) ------------------
 # NODE_HC: host-containerd's socket. node_host_containerd starts a second, real containerd the
 # way Bottlerocket runs host-containerd for host and bootstrap containers (bottlerocket-api.md
 # §3.1, Bottlerocket's host-containerd config: its own root, state and socket, CRI off), beside

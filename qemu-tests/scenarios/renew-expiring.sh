@@ -1,5 +1,6 @@
 #!/bin/sh
-# Scenario a (qemu-tests/tests/renew_expiring.rs): a stacked control-plane node whose leaf
+# Scenario a (qemu-tests/tests/kubelet_control_plane.rs, which selects every variant below in
+# its one boot): a stacked control-plane node whose leaf
 # certificates expire in 2 days; certrotor, as a superpowered host container given `run --once`
 # as arguments (node_certrotor; a host container's user-data is `daemon`), renews, reloads etcd
 # and kube-apiserver live (`--restart live`; kube-apiserver v1.20.2 re-reads its leaf

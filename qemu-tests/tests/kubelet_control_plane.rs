@@ -33,6 +33,17 @@
 //! reporting the probe-less evidence; afterwards a new process of another container runs, its
 //! mount shows the renewed file (SHA-256 through `/proc/PID/root`), it read the renewed
 //! certificate, and the Lease is written again.
+//!
+//! Scenario a under kubelet-sim (`renew_expiring`, its own boot before) is merged here with every
+//! assertion it made (`common/scenario_a.rs`): the live-mode pass (each reload with its time,
+//! every restart with a live-mode reason, one backup holding the old files, the one-off command
+//! taken as arguments, `/readyz` ready when polling began and at its end); then, on the same
+//! boot, the node renewed again by the real kubeadm v1.20.2 through certrotor's kubeadm engine,
+//! its image found where Bottlerocket keeps EKS Anywhere's `kubeadm-bootstrap` image (a real
+//! host-containerd; the node made as kubeadm v1.20.2 makes it, RSA-2048); certrotor's first boot
+//! before any PKI; and the daemon as a host container in host-containerd running each
+//! `apiclient exec` line of `bottlerocket/packaging/README.md`. Where it said "started once by
+//! kubelet-sim", the real kubelet's pids say it here (the same process before and after).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -93,7 +104,7 @@ fn lease(b: &qemu_tests::Boot, name: &str) -> (String, String, String) {
 }
 
 #[test]
-fn real_kubelet_runs_the_control_plane_certrotor_restarts_through_it() {
+fn real_kubelet_runs_the_control_plane_certrotor_renews_natively_then_with_the_kubeadm_engine() {
     let (mut sc, t0) = real_cp_scenario("kubelet-control-plane");
     sc.write_share("real-kubelet", b"yes\n").unwrap();
     sc.write_share("kube-vip", b"eks-anywhere\n").unwrap();
@@ -141,17 +152,20 @@ fn real_kubelet_runs_the_control_plane_certrotor_restarts_through_it() {
         &share.join("cp-images/etcd.tar"),
     )
     .unwrap();
+    let exec_lines = add_bottlerocket_extras(&sc);
 
-    let (b, report, _before) = renew_expiring_node_boot(
+    let (b, report, before) = renew_expiring_node_boot(
         &mut sc,
         &BootOptions {
             smp: Some(2),
-            // the control plane, kube-vip, the kubelet and containerd left 1.8 GiB of it
-            // available (the guest's samples, "guest during the pass")
-            mem_mib: Some(2560),
+            // the control plane, kube-vip, the kubelet and containerd left 1.8 GiB of 2.5 GiB
+            // available (the guest's samples, "guest during the pass"); host-containerd and the
+            // kubeadm engine's container come on top
+            mem_mib: Some(3072),
             ..BootOptions::default()
         },
     );
+    let live = assert_live_pass(&b, &report, &before);
 
     // What the real kubelet made of the API's rendering, before the renewal: the static-pod
     // folder holds exactly the rendered pods; each pod is a sandbox (the real pause) and its
@@ -237,10 +251,23 @@ fn real_kubelet_runs_the_control_plane_certrotor_restarts_through_it() {
     assert_kubectl_after(&b, &sc);
     let vip = assert_kube_vip_restarted(&b, &report);
 
+    // ---- the second pass, by the real kubeadm (certrotor's kubeadm engine); then what a new
+    // node's first boot showed before any PKI, and the install page's `apiclient exec` lines
+    let kubeadm_report = assert_kubeadm_pass(&b, &sc);
+    assert_first_boot(&b);
+    assert_readme_exec(&b, &exec_lines, &kubeadm_report);
+
     let mut f = real_cp_figures(
         "a under the real kubelet (containerd CRI, runc)",
         &b,
         &report,
+        None,
+    );
+    f.line(live);
+    f.unavailability(
+        &b,
+        "host container run --once --engine kubeadm",
+        &kubeadm_report,
         None,
     );
     // What the real kubelet said of the pods certrotor gave back (ARCHITECTURE.md, "Doubles

@@ -10,6 +10,10 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Instant;
 
+mod scenario_a;
+#[allow(unused_imports)] // not every scenario boots scenario a's node
+pub use scenario_a::*;
+
 /// The image reference `node-lib.sh` runs (`NODE_IMG`).
 pub const IMAGE_REF: &str = "localhost/certrotor:e2e";
 
