@@ -508,6 +508,7 @@ fn lab_node(dir: &Path, first: &[&str], expires_in: &str, offset: u16) {
     let offset = offset.to_string();
     let rest = ["--expires-in", expires_in, "--port-offset", &offset];
     lab(dir, &[first, &LOOPBACK_ECDSA[..], &rest[..]].concat());
+    testkit::k8s::cut_apiserver_start_up_under(dir);
 }
 
 /// Waits until every node's kube-controller-manager and kube-scheduler answer `/healthz`.

@@ -61,6 +61,7 @@ fn a_renewal_posts_a_node_event_that_kubectl_shows_and_a_down_apiserver_changes_
             &off.to_string(),
         ],
     );
+    testkit::k8s::cut_apiserver_start_up_under(&root);
     let bin_dir = t.join("bin");
     // The real kube-apiserver, kube-controller-manager and kube-scheduler v1.20.2.
     let path = testkit::k8s::path_with_control_plane(&bin_dir);

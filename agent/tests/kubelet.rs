@@ -316,6 +316,7 @@ fn renewed_kubelet_credentials_are_accepted_by_the_real_apiserver() {
     for m in ["kube-controller-manager.yaml", "kube-scheduler.yaml"] {
         fs::remove_file(root.join("etc/kubernetes/manifests").join(m)).unwrap();
     }
+    testkit::k8s::cut_apiserver_start_up_under(&root);
     let bin_dir = t.join("bin");
     let path = testkit::k8s::path_with_control_plane(&bin_dir);
     let mut kubelet = Some(crate::cluster::kubelet_for(&root, &t.path, "kl", &path));

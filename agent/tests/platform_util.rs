@@ -394,6 +394,7 @@ impl Node {
         ];
         lab.extend(options.lab.iter().map(String::as_str));
         node.certrotor(&lab).expect(0);
+        testkit::k8s::cut_apiserver_start_up_under(&node.root);
         if platform == Platform::Bottlerocket {
             let mut pods = PODS.to_vec();
             if options.kube_vip {

@@ -188,6 +188,77 @@ pub mod k8s {
         }
     }
 
+    /// The start-up cuts of the tests' real kube-apiserver, the ones the QEMU scenarios use
+    /// (`qemu-tests/scenarios/node-lib.sh`, `NODE_FAST_APISERVER`): no API priority and
+    /// fairness, no watch cache, no profiling, only the API groups the control plane and the
+    /// tests use. None of them touches what the tests prove (how the apiserver loads, reloads
+    /// and serves its certificates and authenticates its clients); they cut the CPU time each
+    /// start costs, on a suite that starts hundreds (ARCHITECTURE.md, "Tests").
+    pub const APISERVER_CUTS: [&str; 4] = [
+        "--enable-priority-and-fairness=false",
+        "--profiling=false",
+        "--watch-cache=false",
+        "--runtime-config=api/all=false,api/v1=true,rbac.authorization.k8s.io/v1=true,\
+         authentication.k8s.io/v1=true,authorization.k8s.io/v1=true,coordination.k8s.io/v1=true,\
+         scheduling.k8s.io/v1=true,storage.k8s.io/v1=true,policy/v1beta1=true,\
+         events.k8s.io/v1=true,apps/v1=true,certificates.k8s.io/v1=true,\
+         apiregistration.k8s.io/v1=true,node.k8s.io/v1=true,admissionregistration.k8s.io/v1=true,\
+         networking.k8s.io/v1=true,discovery.k8s.io/v1beta1=true,apiextensions.k8s.io/v1=true",
+    ];
+
+    /// Adds [`APISERVER_CUTS`] to the kube-apiserver manifest `manifest` (as kubeadm and `lab
+    /// init` write it: `    - kube-apiserver` then one flag a line), before anything reads it
+    /// (apiserver-sim seeds its settings from it; certrotor recognises the process by the
+    /// manifest's command line).
+    #[track_caller]
+    pub fn cut_apiserver_start_up(manifest: &Path) {
+        let text = std::fs::read_to_string(manifest)
+            .unwrap_or_else(|e| panic!("{}: {e}", manifest.display()));
+        let line = "    - kube-apiserver\n";
+        assert!(
+            text.matches(line).count() == 1,
+            "{}: no single `{}` line",
+            manifest.display(),
+            line.trim()
+        );
+        let cuts: String = APISERVER_CUTS
+            .iter()
+            .map(|f| format!("    - {f}\n"))
+            .collect();
+        std::fs::write(manifest, text.replacen(line, &format!("{line}{cuts}"), 1))
+            .unwrap_or_else(|e| panic!("{}: {e}", manifest.display()));
+    }
+
+    /// [`cut_apiserver_start_up`] on every kube-apiserver manifest under `dir` (a node's root,
+    /// or a folder of nodes' roots: `lab init --topology external-etcd`), in a `manifests`
+    /// folder of the kubeadm layout or Bottlerocket's. Panics when there is none.
+    #[track_caller]
+    pub fn cut_apiserver_start_up_under(dir: &Path) {
+        fn walk(dir: &Path, found: &mut Vec<PathBuf>) {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                return;
+            };
+            for e in entries.flatten() {
+                let path = e.path();
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    walk(&path, found);
+                } else if path.ends_with("manifests/kube-apiserver.yaml") {
+                    found.push(path);
+                }
+            }
+        }
+        let mut found = Vec::new();
+        walk(dir, &mut found);
+        assert!(
+            !found.is_empty(),
+            "{}: no kube-apiserver manifest",
+            dir.display()
+        );
+        for m in found {
+            cut_apiserver_start_up(&m);
+        }
+    }
+
     /// Links the control plane into `into` (see [`link_control_plane`]) and returns this
     /// process's `PATH` with `into` first, for kubelet-sim.
     #[track_caller]
