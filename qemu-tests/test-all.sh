@@ -60,6 +60,25 @@ fi
 export CERTROTOR_K8S_BIN
 ls -l "$CERTROTOR_K8S_BIN"
 
+# Cargo's target folder is a cache outside the clone, rebuilt when absent: a fresh clone reuses
+# the dependencies the run before it compiled and compiles its own crates again (cargo keys
+# a path crate's artifacts by its path and its sources' times, and a clone's files are newer
+# than anything built before it). A folder that outgrew 20 GiB is emptied first.
+if [ -z "${CARGO_TARGET_DIR:-}" ]; then
+  if [ "$(id -u)" = 0 ]; then
+    CARGO_TARGET_DIR=/var/cache/certrotor/cargo-target
+  else
+    CARGO_TARGET_DIR=${XDG_CACHE_HOME:-$HOME/.cache}/certrotor/cargo-target
+  fi
+fi
+export CARGO_TARGET_DIR
+mkdir -p "$CARGO_TARGET_DIR"
+if [ "$(du -sm "$CARGO_TARGET_DIR" | cut -f1)" -gt 20480 ]; then
+  echo "test-all: $CARGO_TARGET_DIR holds over 20 GiB: emptied" >&2
+  rm -rf "$CARGO_TARGET_DIR" && mkdir -p "$CARGO_TARGET_DIR"
+fi
+echo "cargo target folder (cache): $CARGO_TARGET_DIR"
+
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 rustup target add x86_64-unknown-linux-musl >/dev/null 2>&1 || true
 rustup target add aarch64-unknown-linux-musl >/dev/null 2>&1 || true
