@@ -12,7 +12,9 @@
 # after; the real apiserver's /readyz is polled (100 ms between probes) while certrotor runs
 # (readyz.txt).
 #
-# Share files that select a variant (one boot each):
+# Share files that select a variant; kubelet_control_plane.rs sets every one of them in its one
+# boot (without `real-kubelet` the pods run under kubelet-sim, which no scenario boots any more:
+# that branch is kept for running the script by hand):
 # * `real-kubelet` (qemu-tests/tests/kubelet_control_plane.rs): the static pods run under the
 #   real kubelet v1.20.2 with containerd's CRI and runc, from OCI images of the real binaries,
 #   instead of kubelet-sim; the pids of the components are saved before and after, and what the

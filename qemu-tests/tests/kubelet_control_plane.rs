@@ -261,7 +261,6 @@ fn real_kubelet_runs_the_control_plane_certrotor_renews_natively_then_with_the_k
         "a under the real kubelet (containerd CRI, runc)",
         &b,
         &report,
-        None,
     );
     f.line(live);
     f.unavailability(

@@ -320,6 +320,27 @@ pub mod k8s {
             &out,
         );
     }
+
+    #[cfg(test)]
+    mod tests {
+        /// The host tests and the QEMU scenarios start the same apiserver: node-lib.sh's
+        /// `NODE_FAST_APISERVER` holds exactly [`super::APISERVER_CUTS`], in order.
+        #[test]
+        fn apiserver_cuts_are_the_qemu_scenarios_cuts() {
+            let lib = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../qemu-tests/scenarios/node-lib.sh");
+            let text = std::fs::read_to_string(&lib).unwrap();
+            let line = text
+                .lines()
+                .find_map(|l| l.strip_prefix("NODE_FAST_APISERVER=\""))
+                .and_then(|l| l.strip_suffix('"'))
+                .unwrap_or_else(|| {
+                    panic!("{}: no NODE_FAST_APISERVER=\"...\" line", lib.display())
+                });
+            let shell: Vec<&str> = line.split_whitespace().collect();
+            assert_eq!(shell, super::APISERVER_CUTS, "{}", lib.display());
+        }
+    }
 }
 
 pub mod ports {

@@ -501,18 +501,14 @@ pub fn add_pause_image(sc: &Scenario) {
 }
 
 /// Figures of a scenario-a run: the boot, how long the control plane took to be healthy, and
-/// each component's unavailability in certrotor's pass (`prefix`: kubelet-sim's state files).
-pub fn real_cp_figures(name: &str, b: &Boot, report: &Value, prefix: Option<&str>) -> Figures {
+/// each component's unavailability in certrotor's pass (as the report gives it: the real kubelet
+/// keeps no kubelet-sim state files).
+pub fn real_cp_figures(name: &str, b: &Boot, report: &Value) -> Figures {
     let mut f = Figures::new(name);
     f.boot(b);
     if let Ok(t) = b.read_out("healthy-times.txt") {
         f.line(format!("control plane healthy after (s): {t}"));
     }
-    f.unavailability(
-        b,
-        "host container run --once --restart live",
-        report,
-        prefix,
-    );
+    f.unavailability(b, "host container run --once --restart live", report, None);
     f
 }
