@@ -106,9 +106,10 @@ fi
 step "cargo test (agent, bottlerocket; certrotor built with its test-only failpoints)"
 # The integration tests run the binary and crash it at failpoints: it must have them (a crash
 # test against a binary without them fails, naming the feature).
-# Four tests at a time on two cores: most of an integration test's time is spent waiting (a
-# component reloading, a restart verified, a lease expiring), and every wait is a bound on a
-# condition, not a sleep, so the tests hold under CPU contention (they pass at load 12-17).
+# Four tests at a time on two cores: the suite keeps both cores about 90 % busy (the real
+# apiserver, etcd and certrotor's debug binary), and four tests fill the gaps while some wait
+# for a component to reload or restart. Every wait is a bound on a condition, not a sleep, so
+# the tests hold under CPU contention (they pass at load 12-17).
 bounded 40 cargo test --locked --features certrotor/failpoints -- --test-threads=4
 
 step "static build (musl, under 4 MiB, no failpoint code: checked by build-static.sh)"

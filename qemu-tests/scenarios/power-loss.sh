@@ -3,7 +3,9 @@
 # The static pods are the REAL kube-apiserver (with the start-up cuts of node_fast_apiserver),
 # controller-manager and scheduler v1.20.2 and Debian's etcd, under kubelet-sim.
 # Boot 1: a healthy stacked node (certificates expire in 2 days), a ConfigMap written with
-#   kubectl; certrotor runs as a
+#   kubectl. With share/broken-first = yes, scenario e first (qemu-tests/tests/power_loss.rs,
+#   `a_rejected_renewal_*`): a renewal that breaks for real and rolls back (below). Then certrotor
+#   runs as a
 #   superpowered host container with CERTROTOR_FAILPOINT=$(cat share/failpoint) and
 #   CERTROTOR_FAILPOINT_ACTION=pause: at that step of the transaction it prints
 #   "CERTROTOR-FAILPOINT <name> (#N)" (copied to the console) and waits; the harness kills QEMU.
@@ -17,6 +19,33 @@
 # control plane (node_restart_timeout; NODE_UP_S when it runs before any)
 hc() { echo "run --once --platform bottlerocket --restart-timeout $(node_restart_timeout) --poll-interval 200ms --restart always --output json"; }
 
+# Scenario e: a renewal that breaks for real. certrotor renews with the test-only failpoint
+# CERTROTOR_FAILPOINT=foreign-ca:apiserver-etcd-client: after validation, the apiserver's etcd
+# client pair is re-signed by a throwaway CA, so the real etcd refuses the real apiserver after
+# its restart. certrotor restarts etcd, fails to bring kube-apiserver back, restores the backup,
+# restarts again and exits 3. The node must serve the old, still valid certificates, and kubectl
+# reads back the ConfigMap written before. Outputs: broken-* (and etcd-rejections.txt).
+broken_renewal() {
+  node_pki_sums broken-pki-before.sha /
+  node_served broken-served-before.txt / 0
+  # The failed renewal waits its whole restart timeout for the apiserver that cannot reach etcd
+  # before it rolls back, so the bound is twice this boot's first start of the control plane (at
+  # least 120 s), not three times: the rollback's restarts bring the same components up again on
+  # the same host, which took that long the first time, cold.
+  node_certrotor --superpowered certrotor broken \
+    "run --once --platform bottlerocket --restart-timeout $(node_restart_timeout 2 120) --poll-interval 200ms --restart always --output json" \
+    --env CERTROTOR_FAILPOINT=foreign-ca:apiserver-etcd-client
+  e2e_check "control plane healthy after the rollback" node_wait_healthy / 0
+  node_kubectl_after / restored broken-
+  node_pki_sums broken-pki-after.sha /
+  node_served broken-served-after.txt / 0
+  node_check broken-check-after /
+  node_save_state / broken-state
+  # what the real etcd said of the foreign-signed client certificate
+  grep -h "rejected connection" /var/log/pods/etcd.log > "$E2E_OUT/etcd-rejections.txt"
+  ls /var/lib/certrotor/backups > "$E2E_OUT/broken-backups.txt" 2>&1
+}
+
 if [ "$E2E_BOOT" = 1 ]; then
   e2e_check "certrotor image imported" node_image
   e2e_check "lab node (expires in 2d)" node_lab / --expires-in 2d
@@ -26,7 +55,9 @@ if [ "$E2E_BOOT" = 1 ]; then
   e2e_check "control plane healthy before" node_wait_healthy / 0
   node_configmap_before /
   e2e_check "etcd put before renewal" node_etcdctl / 0 put /e2e/before "$(cat "$E2E_SHARE/token")"
+  [ "$(cat "$E2E_SHARE/broken-first" 2> /dev/null)" = yes ] && broken_renewal
   node_pki_sums pki-before.sha /
+  ls /var/lib/certrotor/backups > "$E2E_OUT/backups-before-loss.txt" 2>&1
   e2e_finish; echo "$?" > "$E2E_OUT/checks-rc"; sync
   fp=$(cat "$E2E_SHARE/failpoint")
   node_certrotor --superpowered certrotor run "$(hc)" \

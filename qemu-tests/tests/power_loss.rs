@@ -8,6 +8,14 @@
 //! back a ConfigMap written in boot 1, before the interrupted renewal.
 //! The two losses mid-swap (recovered with and without a bootstrap container) share their boot 1:
 //! the scenario forks after it, each branch a copy-on-write overlay of the disk the loss left.
+//! Scenario e shares a boot 1 with the power loss before the journal: before the interrupted
+//! renewal, a renewal that breaks for real on the same real control plane. certrotor renews with
+//! the test-only failpoint `foreign-ca:apiserver-etcd-client`: after validation the apiserver's
+//! etcd client pair is re-signed by a throwaway CA (its key still matching), so after the
+//! apiserver's restart the real etcd refuses it and the apiserver never becomes ready. certrotor
+//! sees kube-apiserver fail, restores the backup, restarts again and exits 3 with a report and a
+//! log saying so. The node is left serving the old, still valid certificates, healthy, and
+//! kubectl with the restored admin.conf reads back the ConfigMap written before.
 //! Guest side: `qemu-tests/scenarios/power-loss.sh`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -26,11 +34,14 @@ struct Loss {
     rolls_forward: bool,
 }
 
-/// Boot 1: a healthy node, certrotor stopped at the failpoint, QEMU killed there. Returns the
-/// scenario (its disk as the power loss left it), boot 1 and when the test began.
-fn lose_power(loss: &Loss) -> (Scenario, Boot, Instant) {
+/// Boot 1: a healthy node, (`broken_first`: scenario e's rejected renewal, rolled back,) certrotor
+/// stopped at the failpoint, QEMU killed there. Returns the scenario (its disk as the power loss
+/// left it), boot 1 and when the test began.
+fn lose_power(loss: &Loss, broken_first: bool) -> (Scenario, Boot, Instant) {
     let (mut sc, t0) = k8s_scenario(loss.name, include_str!("../scenarios/power-loss.sh"));
     sc.write_share("failpoint", loss.failpoint.as_bytes())
+        .unwrap();
+    sc.write_share("broken-first", if broken_first { b"yes" } else { b"no" })
         .unwrap();
     let b1 = sc
         .boot(&BootOptions {
@@ -107,10 +118,15 @@ fn recover(sc: &mut Scenario, loss: &Loss, bootstrap: bool, b1: &Boot, t0: Insta
         "{}",
         b2.failure(&format!("leftovers next to the PKI:\n{dirs}"))
     );
+    // the renewal's backup, beside any a run before the power loss left
+    let earlier = b1.read_out("backups-before-loss.txt").unwrap();
+    let backups = b2.read_out("backups.txt").unwrap();
     assert!(
-        !b2.read_out("backups.txt").unwrap().is_empty(),
+        backups.lines().any(|l| !earlier.lines().any(|e| e == l)),
         "{}",
-        b2.failure("no backup")
+        b2.failure(&format!(
+            "no new backup: {backups:?} (before the power loss: {earlier:?})"
+        ))
     );
 
     // served = files, etcd data intact, the real apiserver answers the renewed admin.conf
@@ -157,15 +173,111 @@ fn figures(f: &mut Figures, b2: &Boot, bootstrap: bool) {
     f.unavailability(b2, "boot 2 host container run --once", &r, Some("state"));
 }
 
+/// Scenario e on boot 1 (a renewal the real etcd rejects, rolled back by certrotor), then the
+/// power loss before the journal, undone at boot 2.
 #[test]
-fn power_loss_before_the_journal_is_undone() {
+fn a_rejected_renewal_is_rolled_back_then_a_power_loss_before_the_journal_is_undone() {
     let loss = Loss {
         name: "power-loss-backed-up",
         failpoint: "backed-up",
         rolls_forward: false,
     };
-    let (mut sc, b1, t0) = lose_power(&loss);
+    let (mut sc, b1, t0) = lose_power(&loss, true);
+    assert_rejected_renewal_rolled_back(&b1, &sc);
     recover(&mut sc, &loss, true, &b1, t0);
+}
+
+/// Scenario e's assertions on its boot's `broken-*` outputs.
+fn assert_rejected_renewal_rolled_back(b: &Boot, sc: &Scenario) {
+    // exit code 3, report and log
+    b.assert_out("broken.rc", "3", "certrotor exit code");
+    let report = json(b, "broken.json");
+    let rolled = &report["rolled_back"];
+    assert!(
+        rolled.is_object(),
+        "{}",
+        b.failure(&format!("no rollback in the report: {report}"))
+    );
+    assert!(
+        rolled["error"].is_null(),
+        "{}",
+        b.failure(&format!("rollback failed: {rolled}"))
+    );
+    let failure = rolled["failure"].as_str().unwrap_or_default();
+    assert!(
+        failure.contains("kube-apiserver"),
+        "{}",
+        b.failure(&format!("failure: {failure}"))
+    );
+    let log = b.assert_out_contains(
+        "broken.log",
+        &["verification failed", "rolled back to backup"],
+        "the log",
+    );
+    assert!(
+        log.contains("CERTROTOR-FAILPOINT foreign-ca:apiserver-etcd-client"),
+        "{}",
+        b.failure(&format!("the failpoint did not fire:\n{log}"))
+    );
+    // The failure is real: Debian's etcd refused the foreign-signed client certificate.
+    let rejections = b.read_out("etcd-rejections.txt").unwrap_or_default();
+    assert!(
+        rejections.contains("unknown authority") || rejections.contains("bad certificate"),
+        "{}",
+        b.failure(&format!(
+            "etcd never refused the apiserver's client certificate: the test proves nothing\n{rejections}"
+        ))
+    );
+
+    // every file is back as it was, the old certificates are served and still valid
+    let before = sums(b, "broken-pki-before.sha");
+    let after = sums(b, "broken-pki-after.sha");
+    assert_eq!(
+        before,
+        after,
+        "{}",
+        b.failure("the PKI differs from before the run")
+    );
+    assert_kubectl_after_as(b, sc, "broken-");
+    let old = assert_served_equals_files(b, "broken-served-before.txt");
+    let now = assert_served_equals_files(b, "broken-served-after.txt");
+    assert_eq!(old, now, "{}", b.failure("served certificates changed"));
+    let check = json(b, "broken-check-after.json");
+    for n in STACKED_LEAVES {
+        let c = cert(&check, n);
+        let residual = c["residual_seconds"].as_i64().unwrap_or(0);
+        assert!(
+            residual > 86_400 && residual <= 2 * 86_400,
+            "{}",
+            b.failure(&format!("{n}: not the old 2-day certificate: {c}"))
+        );
+        assert_eq!(
+            c["status"],
+            "expiring",
+            "{}",
+            b.failure(&format!("{n}: {c}"))
+        );
+    }
+    // the renewal's backup stays for the operator, next to the rollback's own (a rollback is
+    // itself a transaction)
+    let backups = b.read_out("broken-backups.txt").unwrap();
+    let id = rolled["backup_id"].as_str().unwrap_or("?");
+    assert!(
+        backups.lines().any(|l| l == id) && backups.lines().count() == 2,
+        "{}",
+        b.failure(&format!("backups: {backups:?}, renewal backup {id}"))
+    );
+
+    let mut f = Figures::new("e broken-renewal (power-loss-backed-up, boot 1)");
+    f.boot(b);
+    f.unavailability(
+        b,
+        "renewal (until the failure)",
+        &report,
+        Some("broken-state"),
+    );
+    f.unavailability(b, "rollback restarts", rolled, None);
+    f.finish_to(sc, "figures-e.txt");
 }
 
 /// One power loss mid-swap, recovered two ways from the same disk (the scenario forks after
@@ -180,7 +292,7 @@ fn power_loss_mid_swap_is_completed_with_and_without_a_bootstrap_container() {
         failpoint: "renamed",
         rolls_forward: true,
     };
-    let (mut sc, b1, t0) = lose_power(&loss);
+    let (mut sc, b1, t0) = lose_power(&loss, false);
     let mut host_only = sc.fork("power-loss-renamed-no-bootstrap").unwrap();
     recover(&mut sc, &loss, true, &b1, t0);
     recover(&mut host_only, &loss, false, &b1, Instant::now());

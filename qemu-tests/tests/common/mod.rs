@@ -259,7 +259,7 @@ pub fn pod_history(state: &Value) -> (usize, u64, Option<i64>) {
     (h.len(), state["restarts"].as_u64().unwrap_or(u64::MAX), gap)
 }
 
-/// Figures of one scenario: printed and appended to `<work dir>/figures.txt`.
+/// Figures of one scenario: printed and written to `<work dir>/figures.txt`.
 pub struct Figures {
     text: String,
 }
@@ -323,8 +323,14 @@ impl Figures {
 
     pub fn finish(mut self, sc: &Scenario, t0: Instant) {
         self.line(format!("wall time {:.1}s", t0.elapsed().as_secs_f64()));
+        self.finish_to(sc, "figures.txt");
+    }
+
+    /// Prints the figures and writes them to `file` in the scenario's folder (a scenario that
+    /// shares its boot with another keeps its own file).
+    pub fn finish_to(self, sc: &Scenario, file: &str) {
         eprint!("{}", self.text);
-        std::fs::write(sc.dir().join("figures.txt"), &self.text).unwrap();
+        std::fs::write(sc.dir().join(file), &self.text).unwrap();
     }
 }
 
