@@ -24,6 +24,7 @@ use crate::platform::platform_util::{
     KUBELET_SIM_PACE, RESTART_TIMEOUT, RESTART_TIMEOUT_S, pass_bound, sibling,
 };
 use crate::renew_util::*;
+use crate::util::each_field;
 
 /// The longest a single pass may take in these tests: a hang detector, the pass's own bound
 /// (`pass_bound`) with the restart timeout the passes get.
@@ -856,12 +857,7 @@ fn stacked_rotation(test: &str, always: bool) {
         // Which of these a node restarts last depends on the leader Leases it read (leaders
         // last: all three nodes share one host name here); the order between nodes is checked
         // below from kubelet-sim's histories, and leaders_restart_last checks who goes last.
-        let mut restarted: Vec<&str> = r["restarted"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x["component"].as_str().unwrap())
-            .collect();
+        let mut restarted = each_field(&r["restarted"], "component");
         restarted.sort_unstable();
         let all = [
             "etcd",
@@ -869,12 +865,7 @@ fn stacked_rotation(test: &str, always: bool) {
             "kube-controller-manager",
             "kube-scheduler",
         ];
-        let reloaded: Vec<&str> = r["reloaded"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x["component"].as_str().unwrap())
-            .collect();
+        let reloaded = each_field(&r["reloaded"], "component");
         if always {
             assert_eq!(restarted, all, "node {i}\n{out}");
             assert!(reloaded.is_empty(), "node {i}\n{out}");
@@ -1436,13 +1427,7 @@ fn fingerprint_of(pem: &[u8]) -> String {
 /// touched), the three others were restarted, each with its reason.
 #[track_caller]
 fn live_pass(r: &serde_json::Value, what: &str) {
-    let names = |k: &str| -> Vec<String> {
-        r[k].as_array()
-            .unwrap_or_else(|| panic!("{what}: no {k}: {r:#}"))
-            .iter()
-            .map(|x| x["component"].as_str().unwrap().to_string())
-            .collect()
-    };
+    let names = |k: &str| each_field(&r[k], "component");
     assert_eq!(
         names("restarted"),
         [
@@ -1677,12 +1662,7 @@ fn killing_the_lock_holder_mid_restart_lets_the_others_proceed_after_the_lease()
     let mut next = c.spawn_pass(victim, "2", &[]);
     next.finish_within(PASS_BOUND);
     let r = report_of(&mut next, 0);
-    let restarted: Vec<&str> = r["restarted"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x["component"].as_str().unwrap())
-        .collect();
+    let restarted = each_field(&r["restarted"], "component");
     assert!(
         restarted.contains(&"kube-controller-manager") && restarted.contains(&"kube-scheduler"),
         "{r:#}"
@@ -2001,7 +1981,7 @@ fn a_pass_with_nothing_to_restart_takes_no_cluster_lock() {
     p.finish_within(PASS_BOUND);
     let r = report_of(&mut p, 0);
     assert_eq!(r["restarted"], serde_json::json!([]), "{r:#}");
-    let reloaded: Vec<&str> = crate::util::each_field(&r["reloaded"], "component");
+    let reloaded: Vec<&str> = each_field(&r["reloaded"], "component");
     assert_eq!(reloaded, ["kube-apiserver"], "{r:#}");
     assert_eq!(
         r["cluster"]["waited_for"].as_array().map_or(0, Vec::len),
@@ -2078,10 +2058,10 @@ fn leaders_restart_last() {
         assert_eq!(r["cluster"]["deferred"], false, "node {i}\n{r:#}");
         assert_eq!(r["cluster"]["lock"], "acquired", "node {i}\n{r:#}");
         assert_eq!(r["owed_pods"], serde_json::json!([]), "node {i}\n{r:#}");
-        let mut restarted: Vec<&str> = crate::util::each_field(&r["restarted"], "component");
+        let mut restarted: Vec<&str> = each_field(&r["restarted"], "component");
         restarted.sort();
         assert_eq!(restarted, LEADER_LEASES, "node {i}\n{r:#}");
-        let pods: Vec<&str> = crate::util::each_field(&r["restarted_pods"], "pod");
+        let pods: Vec<&str> = each_field(&r["restarted_pods"], "pod");
         assert_eq!(pods, ["kube-vip.yaml"], "node {i}\n{r:#}");
         // The VIP holder knows it holds plndr-cp-lock.
         let role = r["cluster"]["roles"]

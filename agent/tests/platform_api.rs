@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use super::platform_util::{
     self, NoApiserver, Node, PODS, Platform, Prober, RESTART_TIMEOUT, Served, figure, wait_for,
 };
-use super::{files_now, served_now};
+use super::{components, files_now, served_now};
 
 const ENABLED: &str = "settings.kubernetes.static-pods.*.enabled";
 /// How long the real API server is away when systemd restarts it (`RestartSec=5`).
@@ -167,22 +167,13 @@ impl Case {
     }
 }
 
-/// The components of a report's list, in order.
-fn components(list: &Value) -> Vec<&str> {
-    list.as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["component"].as_str().unwrap())
-        .collect()
-}
-
 fn n(v: &Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
 
 /// The pass renewed and restarted all four, verified, with nothing left over.
 fn all_restarted(r: &Value, out: &platform_util::Out) {
-    assert_eq!(components(&r["restarted"]), PODS, "{out}");
+    assert_eq!(components(r, "restarted"), PODS, "{out}");
     assert!(r["rolled_back"].is_null(), "{out}");
     assert_eq!(r["left_disabled"], json!([]), "{out}");
     assert_eq!(r["re_enabled"], json!([]), "{out}");
@@ -341,13 +332,15 @@ fn stop_never_took_effect(
     let r = out.json();
     let rb = &r["rolled_back"];
     let failure = rb["failure"].as_str().unwrap();
-    for words in [
-        "etcd",
-        "config applier (thar-be-settings running /usr/bin/static-pods)",
-        "journalctl -u apiserver",
-    ] {
-        assert!(failure.contains(words), "{words}: {failure}\n{out}");
-    }
+    assert_mentions(
+        failure,
+        &[
+            "etcd",
+            "config applier (thar-be-settings running /usr/bin/static-pods)",
+            "journalctl -u apiserver",
+        ],
+        &out,
+    );
     assert!(
         rb["restarted"][0]["reason"]
             .as_str()
@@ -358,7 +351,7 @@ fn stop_never_took_effect(
     if applier_mended {
         assert!(rb["error"].is_null(), "{out}");
         assert_eq!(
-            components(&rb["restarted"]),
+            components(rb, "restarted"),
             ["etcd", "kube-apiserver"],
             "{out}"
         );
@@ -366,14 +359,16 @@ fn stop_never_took_effect(
         assert!(why.contains("apiserver-kubelet-client"), "{why}\n{out}");
     } else {
         let error = rb["error"].as_str().unwrap();
-        for words in [
-            "kube-apiserver",
-            "config applier",
-            "journalctl -u apiserver",
-        ] {
-            assert!(error.contains(words), "{words}: {error}\n{out}");
-        }
-        assert_eq!(components(&rb["restarted"]), ["etcd"], "{out}");
+        assert_mentions(
+            error,
+            &[
+                "kube-apiserver",
+                "config applier",
+                "journalctl -u apiserver",
+            ],
+            &out,
+        );
+        assert_eq!(components(rb, "restarted"), ["etcd"], "{out}");
     }
     assert_eq!(r["restarted"], json!([]), "{out}");
     // The stop's re-applies, and the rollback's restart's while the applier still fails.
@@ -381,6 +376,14 @@ fn stop_never_took_effect(
     assert_eq!(n(&r["reapplies"]), stops * MAX_REAPPLIES as u64, "{out}");
     figures(case, &r, healthy, no_api);
     (out, r)
+}
+
+/// Asserts that `text` (a field of `out`'s report) contains each of `words`.
+#[track_caller]
+fn assert_mentions(text: &str, words: &[&str], out: &platform_util::Out) {
+    for words in words {
+        assert!(text.contains(words), "{words}: {text}\n{out}");
+    }
 }
 
 #[test]
@@ -453,7 +456,7 @@ fn next_pass_finishes(case: &Case, t0: Instant, prober: Prober) {
     next.expect(0);
     let r = next.json();
     assert!(r["renew"]["backup_id"].is_null(), "nothing was due: {next}");
-    assert_eq!(components(&r["restarted"]), PODS, "{next}");
+    assert_eq!(components(&r, "restarted"), PODS, "{next}");
     let etcd = &r["restarted"][0];
     assert!(
         etcd["reason"]

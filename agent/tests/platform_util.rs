@@ -796,11 +796,9 @@ impl Node {
     pub fn backup_kinds(&self) -> Vec<String> {
         let out = self.on_root("backups", &["--output", "json"]);
         out.expect(0);
-        out.json()
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|b| b["kind"].as_str().unwrap().to_string())
+        crate::util::each_field(&out.json(), "kind")
+            .into_iter()
+            .map(String::from)
             .collect()
     }
 

@@ -128,30 +128,20 @@ fn stacked_etcd(p: &ManifestParams<'_>) -> ((String, String), String) {
     let pki = "/etc/kubernetes/pki";
     let client = ports::ETCD_CLIENT + off;
     let peer = ports::ETCD_PEER + off;
-    let listen = listen_client_urls(adv, client);
-    let cmd: Vec<String> = vec![
-        "etcd".into(),
-        format!("--advertise-client-urls={}", url(adv, client)),
-        format!("--cert-file={pki}/etcd/server.crt"),
-        "--client-cert-auth=true".into(),
-        "--data-dir=/var/lib/etcd".into(),
-        format!("--initial-advertise-peer-urls={}", url(adv, peer)),
-        format!("--initial-cluster={}={}", p.node_name, url(adv, peer)),
-        format!("--key-file={pki}/etcd/server.key"),
-        format!("--listen-client-urls={listen}"),
-        format!(
-            "--listen-metrics-urls=http://127.0.0.1:{}",
-            ports::ETCD_METRICS + off
-        ),
-        format!("--listen-peer-urls={}", url(adv, peer)),
-        format!("--name={}", p.node_name),
-        format!("--peer-cert-file={pki}/etcd/peer.crt"),
-        "--peer-client-cert-auth=true".into(),
-        format!("--peer-key-file={pki}/etcd/peer.key"),
-        format!("--peer-trusted-ca-file={pki}/etcd/ca.crt"),
-        "--snapshot-count=10000".into(),
-        format!("--trusted-ca-file={pki}/etcd/ca.crt"),
-    ];
+    let cmd = etcd_command(
+        p.node_name,
+        adv,
+        (client, peer),
+        &format!("{pki}/etcd"),
+        "/var/lib/etcd",
+        &[
+            format!(
+                "--listen-metrics-urls=http://127.0.0.1:{}",
+                ports::ETCD_METRICS + off
+            ),
+            "--snapshot-count=10000".into(),
+        ],
+    );
     let host_pki = format!("{k}/pki/etcd");
     let manifest = (
         "etcd.yaml".to_string(),
@@ -280,6 +270,39 @@ fn listen_client_urls(ip: IpAddr, client: u16) -> String {
     listen.join(",")
 }
 
+/// The command line of a one-member etcd at `ip` (`(client, peer)` ports) with its certificates
+/// in `certs` and its data in `data_dir`: the flags kubeadm and etcdadm both write, and `extra`
+/// ones, sorted by name as both tools write them.
+fn etcd_command(
+    member: &str,
+    ip: IpAddr,
+    (client, peer): (u16, u16),
+    certs: &str,
+    data_dir: &str,
+    extra: &[String],
+) -> Vec<String> {
+    let mut flags: Vec<String> = vec![
+        format!("--advertise-client-urls={}", url(ip, client)),
+        format!("--cert-file={certs}/server.crt"),
+        "--client-cert-auth=true".into(),
+        format!("--data-dir={data_dir}"),
+        format!("--initial-advertise-peer-urls={}", url(ip, peer)),
+        format!("--initial-cluster={member}={}", url(ip, peer)),
+        format!("--key-file={certs}/server.key"),
+        format!("--listen-client-urls={}", listen_client_urls(ip, client)),
+        format!("--listen-peer-urls={}", url(ip, peer)),
+        format!("--name={member}"),
+        format!("--peer-cert-file={certs}/peer.crt"),
+        "--peer-client-cert-auth=true".into(),
+        format!("--peer-key-file={certs}/peer.key"),
+        format!("--peer-trusted-ca-file={certs}/ca.crt"),
+        format!("--trusted-ca-file={certs}/ca.crt"),
+    ];
+    flags.extend_from_slice(extra);
+    flags.sort();
+    std::iter::once("etcd".to_string()).chain(flags).collect()
+}
+
 /// The etcd manifest of an etcdadm node run by the kubelet (`--init-system kubelet`).
 pub fn etcdadm_etcd(
     etcd_pki_dir: &str,
@@ -290,26 +313,8 @@ pub fn etcdadm_etcd(
 ) -> (String, String) {
     let client = ports::ETCD_CLIENT + port_offset;
     let peer = ports::ETCD_PEER + port_offset;
-    let listen = listen_client_urls(ip, client);
     let pki = "/etc/etcd/pki";
-    let cmd: Vec<String> = vec![
-        "etcd".into(),
-        format!("--advertise-client-urls={}", url(ip, client)),
-        format!("--cert-file={pki}/server.crt"),
-        "--client-cert-auth=true".into(),
-        "--data-dir=/var/lib/etcd/data".into(),
-        format!("--initial-advertise-peer-urls={}", url(ip, peer)),
-        format!("--initial-cluster={member}={}", url(ip, peer)),
-        format!("--key-file={pki}/server.key"),
-        format!("--listen-client-urls={listen}"),
-        format!("--listen-peer-urls={}", url(ip, peer)),
-        format!("--name={member}"),
-        format!("--peer-cert-file={pki}/peer.crt"),
-        "--peer-client-cert-auth=true".into(),
-        format!("--peer-key-file={pki}/peer.key"),
-        format!("--peer-trusted-ca-file={pki}/ca.crt"),
-        format!("--trusted-ca-file={pki}/ca.crt"),
-    ];
+    let cmd = etcd_command(member, ip, (client, peer), pki, "/var/lib/etcd/data", &[]);
     let host = format!("/{}", etcd_pki_dir.trim_start_matches('/'));
     (
         "etcd.yaml".into(),

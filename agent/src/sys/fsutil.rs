@@ -498,15 +498,12 @@ pub use write::{
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sys::tmpdir::TmpDir;
     use std::collections::BTreeSet;
     use std::os::unix::fs::symlink;
 
-    fn tmp(name: &str) -> PathBuf {
-        let d =
-            std::env::temp_dir().join(format!("certrotor-fsutil-{name}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        fs::create_dir_all(&d).unwrap();
-        d
+    fn tmp(name: &str) -> TmpDir {
+        TmpDir::new("fsutil", name)
     }
 
     #[test]
@@ -521,7 +518,7 @@ mod tests {
             .collect();
         let mut batch = SyncBatch {
             files,
-            dirs: BTreeSet::from([d.clone()]),
+            dirs: BTreeSet::from([d.to_path_buf()]),
         };
         batch.sync().unwrap();
         let missing = d.join("missing");
@@ -529,7 +526,6 @@ mod tests {
         let (path, err) = batch.sync().unwrap_err();
         assert_eq!(path, missing);
         assert_eq!(err.kind(), io::ErrorKind::NotFound);
-        fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]

@@ -10,3 +10,5 @@ pub mod par;
 pub mod procfs;
 pub mod state;
 pub mod text;
+#[cfg(test)]
+pub(crate) mod tmpdir;

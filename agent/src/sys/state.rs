@@ -409,12 +409,10 @@ pub fn read_no_symlinks(base: &Path, rel: &str, limit: u64) -> Result<Vec<u8>, S
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sys::tmpdir::TmpDir;
 
-    fn tmp(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("certrotor-state-{name}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        fs::create_dir_all(&d).unwrap();
-        d
+    fn tmp(name: &str) -> TmpDir {
+        TmpDir::new("state", name)
     }
 
     #[derive(Debug, serde::Serialize, serde::Deserialize, PartialEq)]
