@@ -295,7 +295,7 @@ fn bottlerocket_rolls_back_when_etcd_refuses_the_apiservers_new_client_certifica
     // etcd restarts and verifies with the new certificates; kube-apiserver cannot reach etcd.
     let out = node.run_once_env(
         "bottlerocket",
-        "60s",
+        &node.failing_restart_timeout(),
         &[],
         &[
             ("CERTROTOR_FAILPOINT", "foreign-ca:apiserver-etcd-client"),
@@ -594,7 +594,7 @@ fn kubeadm_restarts_kube_vip_mounting_admin_conf() {
         },
     );
     let before = read_state().unwrap();
-    let out = node.run_once("kubeadm", "30s", &["--output", "json"]);
+    let out = node.run_once("kubeadm", RESTART_TIMEOUT, &["--output", "json"]);
     out.expect(0);
     let r = out.json();
     let c = r["other_consumers"].as_array().unwrap();
@@ -619,7 +619,7 @@ fn kubeadm_restarts_kube_vip_mounting_admin_conf() {
     );
 
     // admin.conf alone: no component reads it, kube-vip alone is restarted.
-    let text = node.run_once("kubeadm", "30s", &["--cert", "admin.conf"]);
+    let text = node.run_once("kubeadm", RESTART_TIMEOUT, &["--cert", "admin.conf"]);
     text.expect(0);
     assert!(
         text.stdout.contains("kube-vip.yaml")
@@ -681,7 +681,7 @@ fn kubeadm_restarts_kube_vip_mounting_admin_conf() {
         let status = node.on_root("status", &["--cluster", "off"]);
         assert!(status.stdout.contains("kube-vip.yaml"), "{status}");
 
-        let next = node.run_once("kubeadm", "30s", &["--output", "json"]);
+        let next = node.run_once("kubeadm", RESTART_TIMEOUT, &["--output", "json"]);
         next.expect(0);
         let r = next.json();
         assert!(r["renew"]["backup_id"].is_null(), "nothing was due\n{next}");
@@ -757,7 +757,7 @@ fn kubeadm_restarts_kube_vip_mounting_admin_conf() {
     );
     // Mended: the next pass renews nothing and restarts kube-vip, healthy, and owes nothing.
     std::fs::write(&manifest, &good).unwrap();
-    let next = node.run_once("kubeadm", "30s", &["--output", "json"]);
+    let next = node.run_once("kubeadm", RESTART_TIMEOUT, &["--output", "json"]);
     next.expect(0);
     let r = next.json();
     assert!(r["renew"]["backup_id"].is_null(), "nothing was due\n{next}");
@@ -1802,7 +1802,7 @@ fn eks_anywhere_kube_vip_restarted(
 
     let out = node.run_once(
         platform.name(),
-        "60s",
+        RESTART_TIMEOUT,
         &["--cert", conf_name, "--settle", "3s", "--output", "json"],
     );
     out.expect(0);
@@ -1890,7 +1890,7 @@ fn eks_anywhere_kube_vip_without_probe_is_restarted_through_the_api_and_verified
     std::os::unix::fs::symlink(&target, &program).unwrap();
     let next = node.run_once(
         "bottlerocket",
-        "60s",
+        RESTART_TIMEOUT,
         &["--within", "1h", "--settle", "1s", "--output", "json"],
     );
     next.expect(0);

@@ -339,6 +339,9 @@ pub struct Node {
     kubelet: Option<Proc>,
     api: Option<Proc>,
     runs: AtomicU32,
+    /// How long the control plane took to be healthy at the start (kubelet-sim started to every
+    /// pod healthy): what a restart costs on this machine, now.
+    up: Duration,
 }
 
 impl Node {
@@ -369,6 +372,7 @@ impl Node {
             kubelet: None,
             api: None,
             runs: AtomicU32::new(0),
+            up: Duration::ZERO,
         };
         let bin = node.dir.join("bin");
         testkit::k8s::link_control_plane(&bin);
@@ -436,9 +440,20 @@ impl Node {
             kubelet,
             &node.dir.join("kubelet-sim.log"),
         ));
+        let started = std::time::Instant::now();
         node.wait_all_healthy();
+        node.up = started.elapsed();
         node.grant_cluster_admins();
         node
+    }
+
+    /// The `--restart-timeout` of a run whose restart must fail (a component that cannot come up
+    /// waits out the whole bound) and whose rollback's restarts must then succeed within the
+    /// same bound: twice this node's first start, at least 60 s, as the QEMU scenarios'
+    /// `node_restart_timeout 2 120`. A loaded machine's slow start lengthens the bound instead
+    /// of failing the rollback.
+    pub fn failing_restart_timeout(&self) -> String {
+        format!("{}s", (2 * self.up.as_secs() + 1).max(60))
     }
 
     /// What `kubeadm init` (v1.29 and later, whose layout the lab writes) does once the apiserver
