@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::node::carrier::Carrier;
 use crate::node::catalog::{self, Entry, Kind, Layout};
 use crate::node::inventory::load::{Loaded, load};
 use crate::node::inventory::service_account::service_account;
@@ -101,6 +102,11 @@ impl Record {
             warnings: Vec::new(),
             not_after_unix: None,
         }
+    }
+
+    /// Where its certificate and key live.
+    pub fn carrier(&self) -> Carrier<'_> {
+        Carrier::of(self.kind, &self.path, self.key_path.as_deref())
     }
 }
 
@@ -222,7 +228,8 @@ fn record(
     } else if entry.kind == Kind::Ca {
         r.externally_managed = item.key.is_none() && !item.key_present;
     }
-    if entry.kind == Kind::Kubeconfig && entry.renewable && item.cert_path.is_some() {
+    let names_a_file = Carrier::of_entry(entry).kubeconfig().is_some() && item.cert_path.is_some();
+    if entry.renewable && names_a_file {
         // certrotor replaces embedded credentials only; a kubeconfig naming files is renewed by
         // renewing those files with whatever made them.
         r.renewable = false;
