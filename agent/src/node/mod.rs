@@ -5,6 +5,8 @@
 
 pub mod carrier;
 pub mod catalog;
+mod discovered;
+pub use discovered::Node;
 pub mod files;
 pub mod inventory;
 pub mod kubeconfig;

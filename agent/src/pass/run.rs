@@ -19,6 +19,7 @@ use std::time::Instant;
 
 use crate::cluster::roles::RecordGuard;
 use crate::cluster::{self, ClusterOptions, ClusterReport, Session};
+use crate::node::Node;
 use crate::node::manifests::{Component, Consumer};
 use crate::pass::ensure::{self, Ensure};
 use crate::pass::import::{self, ImportReport};
@@ -63,6 +64,10 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, OpsError> {
 /// A pass in progress: what the steps share.
 pub(super) struct Pass<'a> {
     pub(super) root: &'a Path,
+    /// The node, found once the recovery before the pass is done (it may have put files back).
+    /// The pass's own writes (an installed pair, the renewal) replace files the node already
+    /// has: what detection sees stays the same.
+    pub(super) node: Node,
     pub(super) opts: &'a RunOptions,
     pub(super) platform: Platform,
     /// Cluster mode: the session opened before the renewal (its client pair may be renewed).
@@ -127,6 +132,7 @@ impl<'a> Pass<'a> {
         }
         Ok(Pass {
             root,
+            node: Node::discover(root),
             opts,
             platform,
             session,
@@ -190,7 +196,7 @@ impl<'a> Pass<'a> {
     /// component that will need one must be restartable); writes it in one transaction.
     fn renew(&mut self) -> Result<(), OpsError> {
         let now = self.opts.write.clock.now();
-        let mut report = ops::plan_renewal(self.root, &self.opts.policy, self.opts.dry_run, now)?;
+        let mut report = ops::plan_renewal(&self.node, &self.opts.policy, self.opts.dry_run, now)?;
         if !self.opts.dry_run && report.has_work() {
             if self.restarts() {
                 self.record_plan(&report.plan)?;
