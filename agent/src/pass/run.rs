@@ -182,7 +182,7 @@ impl<'a> Pass<'a> {
         }
         if let Some(session) = &self.session {
             self.import = import::published(
-                self.root,
+                &self.node,
                 &self.platform,
                 session,
                 self.opts,
@@ -229,7 +229,7 @@ impl<'a> Pass<'a> {
     fn record_plan(&mut self, plan: &Plan) -> Result<(), OpsError> {
         let names: Vec<String> = plan.items.iter().map(|i| i.name.clone()).collect();
         let components = restart::components_for(&names);
-        restart::targets(self.root, &self.platform, &components, &self.opts.restart)
+        restart::targets(&self.node, &self.platform, &components, &self.opts.restart)
             .map_err(OpsError::NotRestartable)?;
         // The other static pods that mount a file about to be renewed (kube-vip and
         // admin.conf); narrowed after the renewal to those that mount a file written.
@@ -369,7 +369,7 @@ impl<'a> Pass<'a> {
                 None => vec![],
             };
             restart_after_rollback(
-                self.root,
+                &self.node,
                 &self.platform,
                 (&names, &self.versions),
                 self.opts,
@@ -439,7 +439,7 @@ impl<'a> Pass<'a> {
         }
         let mut record = self.state.recorder(self.root);
         restart_verified_after(
-            self.root,
+            &self.node,
             &self.platform,
             (components, &self.reasons, before),
             backup_id,
