@@ -3,6 +3,7 @@
 use std::fmt;
 
 use crate::lab::{self, LabLayout, LabOptions, Topology};
+use crate::node::Node;
 use crate::node::inventory::{self, Status};
 use crate::output::report;
 use crate::pass::ops::{self, WriteOptions};
@@ -75,7 +76,9 @@ fn story(dir: &std::path::Path, clock: &SharedClock) -> Result<(), DemoError> {
     );
     lab::init(dir, &opts).map_err(DemoError::Lab)?;
     println!("2. certrotor check --root {}\n", dir.display());
-    let inv = inventory::take(dir, now, 30 * DAY);
+    // Found after `lab init` made the node's files; renewing below keeps the same files.
+    let node = Node::discover(dir);
+    let inv = inventory::take(&node, now, 30 * DAY);
     print!("{}", report::table(&inv));
     println!(
         "\n   check exits {} (1: something expires within 30 days).",
@@ -119,7 +122,7 @@ fn story(dir: &std::path::Path, clock: &SharedClock) -> Result<(), DemoError> {
         "\n4. certrotor check --root {}   (residual times jump to a year)\n",
         dir.display()
     );
-    let after = inventory::take(dir, clock.now(), 30 * DAY);
+    let after = inventory::take(&node, clock.now(), 30 * DAY);
     print!("{}", report::table(&after));
     println!("\n   check exits {}.", outcome::for_inventory(&after));
     for cert in after.certificates.iter().filter(|c| c.status != Status::Ok) {

@@ -7,6 +7,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use crate::node::carrier::Carrier;
 use crate::node::catalog;
 use crate::sys::state::{check_inside_root, check_relative};
 
@@ -36,15 +37,18 @@ impl NodeFiles {
                 continue;
             }
             known.insert(entry.path.clone());
-            match (&entry.kind, &entry.key_path) {
-                (catalog::Kind::Kubeconfig, _) => {
-                    kubeconfigs.insert(entry.path.clone());
+            match Carrier::of_entry(&entry) {
+                Carrier::Kubeconfig { path } => {
+                    kubeconfigs.insert(path.to_string());
                 }
-                (_, Some(key)) => {
-                    known.insert(key.clone());
-                    pairs.push((entry.path.clone(), key.clone()));
+                Carrier::Pair {
+                    cert,
+                    key: Some(key),
+                } => {
+                    known.insert(key.to_string());
+                    pairs.push((cert.to_string(), key.to_string()));
                 }
-                (_, None) => {}
+                Carrier::Pair { key: None, .. } => {}
             }
         }
         for layout in &layouts {

@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::node::Node;
+use crate::node::carrier::Carrier;
 use crate::node::catalog::{self, Entry, Kind, Layout};
 use crate::node::inventory::load::{Loaded, load};
 use crate::node::inventory::service_account::service_account;
@@ -102,6 +104,11 @@ impl Record {
             not_after_unix: None,
         }
     }
+
+    /// Where its certificate and key live.
+    pub fn carrier(&self) -> Carrier<'_> {
+        Carrier::of(self.kind, &self.path, self.key_path.as_deref())
+    }
 }
 
 /// A key pair that is not a certificate (`sa.key`/`sa.pub`).
@@ -168,15 +175,16 @@ pub fn default_root() -> PathBuf {
     }
 }
 
-/// Takes the inventory of `root` at time `now`, flagging certificates that expire within
+/// Takes the inventory of `node` at time `now`, flagging certificates that expire within
 /// `warn_within` seconds.
-pub fn take(root: &Path, now: i64, warn_within: i64) -> Inventory {
-    fsutil::with_pinned_root(root, || take_pinned(root, now, warn_within))
+pub fn take(node: &Node, now: i64, warn_within: i64) -> Inventory {
+    fsutil::with_pinned_root(node.root(), || take_pinned(node, now, warn_within))
 }
 
-fn take_pinned(root: &Path, now: i64, warn_within: i64) -> Inventory {
-    let detected = catalog::detect(root);
-    let mut entries = catalog::entries(root, &detected);
+fn take_pinned(node: &Node, now: i64, warn_within: i64) -> Inventory {
+    let root = node.root();
+    let detected = node.layouts().to_vec();
+    let mut entries = node.entries().to_vec();
     entries.extend(unknown_certificates(root, &detected, &entries));
     let loaded: Vec<Loaded> = entries.iter().map(|e| load(root, e)).collect();
 
@@ -222,7 +230,8 @@ fn record(
     } else if entry.kind == Kind::Ca {
         r.externally_managed = item.key.is_none() && !item.key_present;
     }
-    if entry.kind == Kind::Kubeconfig && entry.renewable && item.cert_path.is_some() {
+    let names_a_file = Carrier::of_entry(entry).kubeconfig().is_some() && item.cert_path.is_some();
+    if entry.renewable && names_a_file {
         // certrotor replaces embedded credentials only; a kubeconfig naming files is renewed by
         // renewing those files with whatever made them.
         r.renewable = false;

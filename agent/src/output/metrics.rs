@@ -99,6 +99,7 @@ fn sample(o: &mut String, name: &str, labels: &[(String, String)], value: &str) 
 mod tests {
     use super::exporter::{dn_labels, hex_to_decimal};
     use super::*;
+    use crate::node::Node;
     use crate::node::inventory::{self};
     use crate::pass::run::RunReport;
     use crate::sys::clock::{Clock, SystemClock};
@@ -277,7 +278,8 @@ mod tests {
     fn sources_and_read_failures_as_enix_v3_and_v4_name_them() {
         let root = lab_node("sources");
         let now = SystemClock.now();
-        let (page, failures) = certificate_read(&root, &inventory::take(&root, now, 0), now);
+        let (page, failures) =
+            certificate_read(&root, &inventory::take(&Node::discover(&root), now, 0), now);
         assert!(failures.is_empty(), "{failures:?}");
         let errors = lines_of(&page, "x509_cert_error");
         assert!(errors.len() >= 15, "{page}");
@@ -348,7 +350,7 @@ mod tests {
         assert!(due.len() >= 10, "{page}");
         assert!(!due.iter().any(|x| x.contains("ca.crt")), "{page}");
         let now = SystemClock.now();
-        let inv = inventory::take(&root, now, 0);
+        let inv = inventory::take(&Node::discover(&root), now, 0);
         let apiserver = inv.record("apiserver").unwrap().not_after_unix.unwrap();
         let want = format!(
             "certrotor_certificate_renewal_due_timestamp_seconds{{name=\"apiserver\",filepath=\"/etc/kubernetes/pki/apiserver.crt\"}} {}\n",

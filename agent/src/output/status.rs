@@ -140,7 +140,9 @@ pub fn status(root: &Path, opts: &StatusOptions) -> Result<StatusReport, StatusE
         (None, Some(p)) => (p.within_seconds, "last pass"),
         (None, None) => (DEFAULT_WITHIN, "default"),
     };
-    let inv = crate::node::inventory::take(root, now, within);
+    // Found after the recovery above, which may have put files back.
+    let node = crate::node::Node::discover(root);
+    let inv = crate::node::inventory::take(&node, now, within);
     let next_due = inv
         .certificates
         .iter()

@@ -10,6 +10,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::cluster::{self, ClusterReport, Session};
+use crate::node::Node;
 use crate::node::manifests::Component;
 use crate::pass::ensure;
 use crate::pass::ops::{self, OpsError};
@@ -41,12 +42,15 @@ pub fn from_bundle(
     let (_lock, _) =
         ops::lock_and_recover_with(root, opts.write.lock_timeout, Some(&opts.restart))?;
     let platform = restart::detect(root, &opts.restart).map_err(OpsError::Platform)?;
+    // Found after the recovery, which may have put files back; the import replaces files the
+    // node has.
+    let node = Node::discover(root);
     let mut state = match platform {
         Platform::None => PassState::default(),
         _ => PassState::load(root)?,
     };
     let target = Import {
-        root,
+        node: &node,
         platform: &platform,
         opts,
         session: None,
@@ -67,7 +71,7 @@ pub fn from_bundle(
 /// Installs the pair published through etcd (cluster mode, external etcd); a refused pair is
 /// reported in `cluster` and nothing is installed.
 pub fn published(
-    root: &Path,
+    node: &Node,
     platform: &Platform,
     session: &Session,
     opts: &RunOptions,
@@ -79,7 +83,7 @@ pub fn published(
         log::warn!("{}", m);
         cluster.get_or_insert_with(Default::default).pair_error = Some(m);
     };
-    let mut bundle = match cluster::published_bundle(session, root) {
+    let mut bundle = match cluster::published_bundle(session, node.root()) {
         Ok(Some(b)) => b,
         Ok(None) => return None,
         Err(e) => {
@@ -88,7 +92,7 @@ pub fn published(
         }
     };
     let target = Import {
-        root,
+        node,
         platform,
         opts,
         session: Some(session),
@@ -113,7 +117,7 @@ pub fn published(
 /// Where an import happens: the node, its platform, and in cluster mode the session whose lock
 /// the restart takes.
 struct Import<'a> {
-    root: &'a Path,
+    node: &'a Node,
     platform: &'a Platform,
     opts: &'a RunOptions,
     session: Option<&'a Session>,
@@ -127,10 +131,10 @@ impl Import<'_> {
         state: &mut PassState,
         cluster: &mut Option<ClusterReport>,
     ) -> Result<ImportReport, OpsError> {
-        let (root, restarts) = (self.root, !matches!(self.platform, Platform::None));
+        let (root, restarts) = (self.node.root(), !matches!(self.platform, Platform::None));
         let components = [Component::KubeApiserver];
         if restarts {
-            restart::targets(root, self.platform, &components, &self.opts.restart)
+            restart::targets(self.node, self.platform, &components, &self.opts.restart)
                 .map_err(OpsError::NotRestartable)?;
             let planned = Restarts {
                 components: components.to_vec(),
@@ -181,7 +185,7 @@ impl Import<'_> {
     ) -> Result<(), OpsError> {
         let components = [Component::KubeApiserver];
         let Ok(_cluster_lock) = cluster::before_restart(
-            self.root,
+            self.node.root(),
             self.session,
             &components,
             &self.opts.cluster,
@@ -196,20 +200,20 @@ impl Import<'_> {
              wait for a live reload)"
                 .to_string(),
         )]);
-        state.restarting(self.root)?;
+        state.restarting(self.node.root())?;
         let (restarted, rolled_back) = restart_verified(
-            self.root,
+            self.node,
             self.platform,
             (&components, &reasons),
             &report.backup_id,
             self.opts,
-            &mut state.recorder(self.root),
+            &mut state.recorder(self.node.root()),
         );
         if rolled_back.as_ref().is_none_or(|r| r.error.is_none()) {
             // Only the apiserver restart is settled here; other owed restarts stay for `run`.
             let mut owed = state.owed.clone();
             owed.components.retain(|c| *c != Component::KubeApiserver);
-            state.owe(self.root, owed)?;
+            state.owe(self.node.root(), owed)?;
         }
         report.restarted = restarted;
         report.rolled_back = rolled_back;

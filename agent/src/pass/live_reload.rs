@@ -72,10 +72,10 @@ impl Pass<'_> {
     /// checks that the server it is for accepts it: [`restart::pairs`]); the reason to restart
     /// it otherwise.
     fn wait_live(&self, c: Component, names: &[String]) -> Result<Reloaded, String> {
-        let targets = restart::targets(self.root, &self.platform, &[c], &self.opts.restart)
+        let targets = restart::targets(&self.node, &self.platform, &[c], &self.opts.restart)
             .map_err(|e| format!("it could not be probed for a live reload: {e}"))?;
         let pods = restart::pods(&self.platform).unwrap_or_default();
-        restart::pairs::check_renewed(self.root, c, names, &pods, self.opts.restart.poll)?;
+        restart::pairs::check_renewed(&self.node, c, names, &pods, self.opts.restart.poll)?;
         targets
             .first()
             .and_then(|t| restart::wait_reloaded(self.root, t, &self.opts.restart))
@@ -93,7 +93,7 @@ impl Pass<'_> {
         if self.state.started_by_recovery.is_empty() {
             return false;
         }
-        let Ok(targets) = restart::targets(self.root, &self.platform, &[c], &self.opts.restart)
+        let Ok(targets) = restart::targets(&self.node, &self.platform, &[c], &self.opts.restart)
         else {
             return false;
         };

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::node::Node;
 use crate::node::inventory;
 use crate::renew::{self, Plan, Policy};
 use crate::restart::api::{ApiStats, DiscardedTx};
@@ -328,12 +329,14 @@ pub fn renew(
     if dry_run {
         // A plan writes nothing, so it also works on a read-only node.
         recover_before_reading(root)?;
-        let mut report = plan_renewal(root, policy, true, now)?;
+        // Found after the recovery, which may have put files back.
+        let mut report = plan_renewal(&Node::discover(root), policy, true, now)?;
         report.duration_ms = started.elapsed().as_millis();
         return Ok(report);
     }
     let _lock = lock_and_recover(root, opts.lock_timeout)?;
-    let mut report = plan_renewal(root, policy, false, now)?;
+    // Found after the recovery, which may have put files back.
+    let mut report = plan_renewal(&Node::discover(root), policy, false, now)?;
     if report.has_work() {
         write_renewal(root, &mut report, opts, now, &mut |_| Ok(()))?;
     }
@@ -344,12 +347,12 @@ pub fn renew(
 /// What a renewal would do at `now`: the inventory, the plan, the kubelet's certificates.
 /// Reads only.
 pub fn plan_renewal(
-    root: &Path,
+    node: &Node,
     policy: &Policy,
     dry_run: bool,
     now: i64,
 ) -> Result<RenewReport, OpsError> {
-    let inv = inventory::take(root, now, policy.within);
+    let inv = inventory::take(node, now, policy.within);
     let plan = renew::plan(&inv, policy, now).map_err(OpsError::Plan)?;
     let kubelet = crate::renew::kubelet::plan(&inv, policy, now);
     for why in &kubelet.refused {
@@ -369,7 +372,7 @@ pub fn plan_renewal(
     Ok(RenewReport {
         plan,
         kubelet,
-        ..RenewReport::empty(root, dry_run)
+        ..RenewReport::empty(node.root(), dry_run)
     })
 }
 

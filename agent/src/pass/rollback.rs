@@ -6,10 +6,10 @@
 //! [`crate::pass::ops`]'s.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use serde::Serialize;
 
+use crate::node::Node;
 use crate::node::manifests::Component;
 use crate::pass::ops;
 use crate::pass::run::RunOptions;
@@ -31,7 +31,7 @@ pub struct RolledBack {
 /// fails, restores `backup_id`, restarts again what was restarted and the one that failed, and
 /// checks that the previous certificates are served.
 pub fn restart_verified(
-    root: &Path,
+    node: &Node,
     platform: &Platform,
     (components, reasons): (&[Component], &BTreeMap<Component, String>),
     backup_id: &str,
@@ -39,7 +39,7 @@ pub fn restart_verified(
     record: &mut dyn StopRecord,
 ) -> (Vec<Restarted>, Option<RolledBack>) {
     restart_verified_after(
-        root,
+        node,
         platform,
         (components, reasons, &[]),
         backup_id,
@@ -51,7 +51,7 @@ pub fn restart_verified(
 /// [`restart_verified`], after `before` was restarted in the same pass (leaders last: what this
 /// node holds no leader Lease for): a rollback restarts those again too.
 pub(super) fn restart_verified_after(
-    root: &Path,
+    node: &Node,
     platform: &Platform,
     (components, reasons, before): (&[Component], &BTreeMap<Component, String>, &[Restarted]),
     backup_id: &str,
@@ -61,7 +61,7 @@ pub(super) fn restart_verified_after(
     // Probes read the renewed client certificates, so targets are built after the change.
     let reason = |c: Component| reasons.get(&c).cloned();
     let outcome = restart_with(
-        root,
+        node,
         platform,
         (components, reason, true),
         &opts.restart,
@@ -75,7 +75,7 @@ pub(super) fn restart_verified_after(
             let mut every: Vec<Component> = before.iter().map(|r| r.component).collect();
             every.extend(components.iter().copied());
             let rolled = roll_back(
-                root,
+                node,
                 platform,
                 (&every, &all, &failed),
                 backup_id,
@@ -91,7 +91,7 @@ pub(super) fn restart_verified_after(
 /// restored `names`, restarts a component that took them by itself but may keep the renewed
 /// pair on open connections (kube-apiserver before 1.27 and apiserver-kubelet-client).
 pub(super) fn restart_after_rollback(
-    root: &Path,
+    node: &Node,
     platform: &Platform,
     (names, versions): (&[String], &[ComponentVersion]),
     opts: &RunOptions,
@@ -107,7 +107,7 @@ pub(super) fn restart_after_rollback(
             continue;
         };
         let reason = |_| Some(why.clone());
-        let restarted = restart_with(root, platform, (&[c], reason, false), &opts.restart, record);
+        let restarted = restart_with(node, platform, (&[c], reason, false), &opts.restart, record);
         match restarted {
             Ok(done) => rolled.restarted.extend(done),
             Err((done, failed)) => {
@@ -125,7 +125,7 @@ pub(super) fn restart_after_rollback(
 /// what was restarted and the component that failed; a component whose stop never took effect
 /// still runs with the files it started with, so it is verified, not restarted.
 fn roll_back(
-    root: &Path,
+    node: &Node,
     platform: &Platform,
     (components, done, failed): (&[Component], &[Restarted], &restart::Failed),
     backup_id: &str,
@@ -140,12 +140,13 @@ fn roll_back(
         restarted: vec![],
         error: None,
     };
-    if let Err(e) = ops::rollback_locked(root, Some(backup_id), &opts.write) {
+    // The backup puts back files the node has: `node` stays what detection sees.
+    if let Err(e) = ops::rollback_locked(node.root(), Some(backup_id), &opts.write) {
         rolled.error = Some(format!("restoring backup {backup_id} failed: {e}"));
         return rolled;
     }
     let restarted = restart_again(
-        root,
+        node,
         platform,
         (components, done, failed),
         backup_id,
@@ -171,7 +172,7 @@ fn roll_back(
 /// them when the failure names none); verifies, instead, a failed component whose stop never
 /// took effect.
 fn restart_again(
-    root: &Path,
+    node: &Node,
     platform: &Platform,
     (components, done, failed): (&[Component], &[Restarted], &restart::Failed),
     backup_id: &str,
@@ -189,14 +190,14 @@ fn restart_again(
     again.dedup();
     let reason = |_| Some(format!("backup {backup_id} was restored"));
     let mut back = restart_with(
-        root,
+        node,
         platform,
         (&again, reason, false),
         &opts.restart,
         record,
     )?;
     if let Some(c) = unstopped {
-        match verify_unstopped(root, platform, c, backup_id, &opts.restart) {
+        match verify_unstopped(node, platform, c, backup_id, &opts.restart) {
             Ok(r) => back.push(r),
             Err(e) => return Err((back, restart::Failed::other(e))),
         }
@@ -208,13 +209,13 @@ fn restart_again(
 /// target's own when `None`); none when one of them cannot be targeted. `expect_up`: a forward
 /// restart (each was up before the pass), not one after a rollback ([`restart::Target`]).
 fn restart_with(
-    root: &Path,
+    node: &Node,
     platform: &Platform,
     (components, reason, expect_up): (&[Component], impl Fn(Component) -> Option<String>, bool),
     opts: &RestartOptions,
     record: &mut dyn StopRecord,
 ) -> Result<Vec<Restarted>, (Vec<Restarted>, restart::Failed)> {
-    restart::targets(root, platform, components, opts)
+    restart::targets(node, platform, components, opts)
         .map(|mut targets| {
             for t in &mut targets {
                 if let Some(r) = reason(t.component) {
@@ -225,26 +226,26 @@ fn restart_with(
             targets
         })
         .map_err(|e| (vec![], restart::Failed::other(e)))
-        .and_then(|t| restart::restart_all(root, platform, &t, opts, record))
+        .and_then(|t| restart::restart_all(node.root(), platform, &t, opts, record))
 }
 
 /// After the restore: verifies `c`, whose stop never took effect (it kept the files it started
 /// with, the restored ones), instead of restarting it.
 fn verify_unstopped(
-    root: &Path,
+    node: &Node,
     platform: &Platform,
     c: Component,
     backup_id: &str,
     opts: &RestartOptions,
 ) -> Result<Restarted, restart::RestartError> {
-    let targets = restart::targets(root, platform, &[c], opts)?;
+    let targets = restart::targets(node, platform, &[c], opts)?;
     let Some(t) = targets.first() else {
         return Err(restart::RestartError {
             component: Some(c),
             message: "no restart target".into(),
         });
     };
-    let served_sha256 = restart::wait_verified(root, t, opts)?;
+    let served_sha256 = restart::wait_verified(node.root(), t, opts)?;
     log::warn!(
         "{} was never stopped (its stop did not take effect): verified it serves the files of \
          backup {backup_id}, not restarted",

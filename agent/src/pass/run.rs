@@ -19,6 +19,7 @@ use std::time::Instant;
 
 use crate::cluster::roles::RecordGuard;
 use crate::cluster::{self, ClusterOptions, ClusterReport, Session};
+use crate::node::Node;
 use crate::node::manifests::{Component, Consumer};
 use crate::pass::ensure::{self, Ensure};
 use crate::pass::import::{self, ImportReport};
@@ -63,6 +64,10 @@ pub fn run_once(root: &Path, opts: &RunOptions) -> Result<RunReport, OpsError> {
 /// A pass in progress: what the steps share.
 pub(super) struct Pass<'a> {
     pub(super) root: &'a Path,
+    /// The node, found once the recovery before the pass is done (it may have put files back).
+    /// The pass's own writes (an installed pair, the renewal) replace files the node already
+    /// has: what detection sees stays the same.
+    pub(super) node: Node,
     pub(super) opts: &'a RunOptions,
     pub(super) platform: Platform,
     /// Cluster mode: the session opened before the renewal (its client pair may be renewed).
@@ -127,6 +132,7 @@ impl<'a> Pass<'a> {
         }
         Ok(Pass {
             root,
+            node: Node::discover(root),
             opts,
             platform,
             session,
@@ -176,7 +182,7 @@ impl<'a> Pass<'a> {
         }
         if let Some(session) = &self.session {
             self.import = import::published(
-                self.root,
+                &self.node,
                 &self.platform,
                 session,
                 self.opts,
@@ -190,7 +196,7 @@ impl<'a> Pass<'a> {
     /// component that will need one must be restartable); writes it in one transaction.
     fn renew(&mut self) -> Result<(), OpsError> {
         let now = self.opts.write.clock.now();
-        let mut report = ops::plan_renewal(self.root, &self.opts.policy, self.opts.dry_run, now)?;
+        let mut report = ops::plan_renewal(&self.node, &self.opts.policy, self.opts.dry_run, now)?;
         if !self.opts.dry_run && report.has_work() {
             if self.restarts() {
                 self.record_plan(&report.plan)?;
@@ -223,7 +229,7 @@ impl<'a> Pass<'a> {
     fn record_plan(&mut self, plan: &Plan) -> Result<(), OpsError> {
         let names: Vec<String> = plan.items.iter().map(|i| i.name.clone()).collect();
         let components = restart::components_for(&names);
-        restart::targets(self.root, &self.platform, &components, &self.opts.restart)
+        restart::targets(&self.node, &self.platform, &components, &self.opts.restart)
             .map_err(OpsError::NotRestartable)?;
         // The other static pods that mount a file about to be renewed (kube-vip and
         // admin.conf); narrowed after the renewal to those that mount a file written.
@@ -363,7 +369,7 @@ impl<'a> Pass<'a> {
                 None => vec![],
             };
             restart_after_rollback(
-                self.root,
+                &self.node,
                 &self.platform,
                 (&names, &self.versions),
                 self.opts,
@@ -433,7 +439,7 @@ impl<'a> Pass<'a> {
         }
         let mut record = self.state.recorder(self.root);
         restart_verified_after(
-            self.root,
+            &self.node,
             &self.platform,
             (components, &self.reasons, before),
             backup_id,

@@ -37,11 +37,11 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::node::carrier::CarrierError;
+use crate::node::catalog::Flavor;
 use crate::node::catalog::paths::{
     BOTTLEROCKET_ETCD_PKI, BOTTLEROCKET_KUBEADM_DIR, ETCDADM_PKI, KUBEADM_DIR,
 };
-use crate::node::catalog::{Flavor, Kind};
-use crate::node::kubeconfig::{Kubeconfig, Source};
 use crate::pki::{Cert, MAX_PEM_FILE_BYTES, PrivateKey};
 use crate::renew::{self, IdentityCheck, IssueError, Issued, Item, Plan, ValidityCheck};
 use crate::sys::clock::Clock;
@@ -401,29 +401,18 @@ fn staged_pair(
     dir: &str,
     item: &Item,
 ) -> Result<(Vec<u8>, zeroize::Zeroizing<Vec<u8>>), IssueError> {
-    let path = staged(stage, dir, &item.path)?;
-    if item.kind == Kind::Kubeconfig {
-        let mut creds = Kubeconfig::parse(&zeroize::Zeroizing::new(read_staged(&path)?))
-            .and_then(|k| k.credentials())
-            .map_err(|e| err(format!("{}: the tool's kubeconfig: {e}", item.name)))?;
-        // Moved out, not copied: `Credentials` scrubs only what it still holds.
-        match (&mut creds.client_certificate, &mut creds.client_key) {
-            (Source::Embedded(c), Source::Embedded(k)) => Ok((
-                std::mem::take(c),
-                zeroize::Zeroizing::new(std::mem::take(k)),
-            )),
-            _ => Err(err(format!(
+    let held = item
+        .carrier()
+        .read_held(|rel| read_staged(&staged(stage, dir, rel)?), Ok)
+        .map_err(|e| match e {
+            CarrierError::Given(e) => e,
+            CarrierError::NotEmbedded => err(format!(
                 "{}: the tool's kubeconfig has no embedded client certificate",
                 item.name
-            ))),
-        }
-    } else {
-        let key_path = staged(stage, dir, item.key_path.as_deref().unwrap_or_default())?;
-        Ok((
-            read_staged(&path)?,
-            zeroize::Zeroizing::new(read_staged(&key_path)?),
-        ))
-    }
+            )),
+            e => err(format!("{}: the tool's kubeconfig: {e}", item.name)),
+        })?;
+    Ok((held.cert, held.key_pem))
 }
 
 /// Turns what the tool wrote for `item` into an [`Issued`] on the live files.
@@ -435,35 +424,16 @@ fn collect(
     identity: IdentityCheck,
 ) -> Result<Issued, IssueError> {
     let ctx = |e: &dyn fmt::Display| err(format!("{}: {e}", item.name));
-    // The key is scrubbed on every path out of here, unless moved into `Issued` (which scrubs
-    // its files).
-    let (cert_pem, mut key_pem) = staged_pair(stage, dir, item)?;
+    // The key is scrubbed on every path out of here (`Issued` scrubs its files).
+    let (cert_pem, key_pem) = staged_pair(stage, dir, item)?;
     let new = Cert::from_pem(&cert_pem).map_err(|e| ctx(&e))?;
     let key = PrivateKey::from_pem(&key_pem).map_err(|e| ctx(&e))?;
     let ca = Cert::from_pem(&read_rel(root, &item.signer_cert_path)?).map_err(|e| ctx(&e))?;
     let live = zeroize::Zeroizing::new(read_rel(root, &item.path)?);
-    let (old, files) = if item.kind == Kind::Kubeconfig {
-        let mut kc = Kubeconfig::parse(&live).map_err(|e| ctx(&e))?;
-        let old = match &kc.credentials().map_err(|e| ctx(&e))?.client_certificate {
-            Source::Embedded(c) => Cert::from_pem(c).map_err(|e| ctx(&e))?,
-            Source::File(_) => return Err(ctx(&"the client certificate is not embedded")),
-        };
-        let ca_pem = ca.to_pem().map_err(|e| ctx(&e))?;
-        kc.replace_credentials(&cert_pem, &key_pem, ca_pem.as_bytes())
-            .map_err(|e| ctx(&e))?;
-        let yaml = kc.to_yaml().map_err(|e| ctx(&e))?.into_bytes();
-        (old, vec![(item.path.clone(), yaml, 0o600)])
-    } else {
-        let old = Cert::from_pem(&live).map_err(|e| ctx(&e))?;
-        let key_path = item.key_path.clone().unwrap_or_default();
-        (
-            old,
-            vec![
-                (key_path, std::mem::take(&mut *key_pem), 0o600),
-                (item.path.clone(), cert_pem, 0o644),
-            ],
-        )
-    };
+    let carrier = item.carrier();
+    let (old, document) = carrier.cert_in(&live).map_err(|e| ctx(&e))?;
+    let files =
+        (carrier.new_files(document, cert_pem, &key_pem, &ca, true)).map_err(|e| ctx(&e))?;
     if old.der == new.der {
         return Err(ctx(&"the tool left the certificate unchanged"));
     }

@@ -12,7 +12,6 @@
 //! The key stays the one validated (so the pair still matches); subject, SANs and usages are
 //! kept; only the issuer differs.
 
-use crate::node::catalog::Kind;
 use crate::pki::{self, Issuance, PrivateKey, Profile, Signer};
 use crate::renew::{self, Issued};
 
@@ -43,9 +42,9 @@ pub fn apply(issued: &mut [Issued]) -> Result<(), String> {
 }
 
 fn resign(target: &mut Issued) -> Result<(), String> {
-    if target.item.kind == Kind::Kubeconfig {
+    let Some(cert_file) = target.item.carrier().cert_file().map(str::to_string) else {
         return Err("only certificate files can be re-signed".into());
-    }
+    };
     let e = |e: pki::PkiError| e.to_string();
     let ca_key = PrivateKey::generate(target.key.algorithm()).map_err(e)?;
     let window = |serial| Issuance {
@@ -77,13 +76,13 @@ fn resign(target: &mut Issued) -> Result<(), String> {
     let pem = new.to_pem().map_err(e)?;
     let mut replaced = false;
     for (path, bytes, _) in &mut target.files {
-        if *path == target.item.path {
+        if *path == cert_file {
             *bytes = pem.clone().into_bytes();
             replaced = true;
         }
     }
     if !replaced {
-        return Err(format!("no staged file '{}'", target.item.path));
+        return Err(format!("no staged file '{cert_file}'"));
     }
     target.new = new;
     Ok(())

@@ -27,8 +27,9 @@ pub use validate::validate_with;
 
 use serde::Serialize;
 
+use crate::node::carrier::{Carrier, CarrierError, NewFile};
 use crate::node::catalog::{Flavor, Kind};
-use crate::node::kubeconfig::{Kubeconfig, Source};
+use crate::node::kubeconfig::Kubeconfig;
 use crate::pki::{self, Cert, Issuance, MAX_PEM_FILE_BYTES, PrivateKey, Profile, SanOrder, Signer};
 use crate::sys::fsutil;
 use crate::txn::Change;
@@ -88,6 +89,13 @@ pub struct Item {
     pub residual_seconds: Option<i64>,
     pub flavor: Flavor,
     pub description: String,
+}
+
+impl Item {
+    /// Where its certificate and key live.
+    pub fn carrier(&self) -> Carrier<'_> {
+        Carrier::of(self.kind, &self.path, self.key_path.as_deref())
+    }
 }
 
 /// A certificate not renewed, and why.
@@ -306,25 +314,21 @@ fn issue_one(
 /// The certificate and key being renewed: a kubeconfig's embedded pair, or a pair of files.
 fn read_old(root: &Path, item: &Item) -> Result<Old, IssueError> {
     let ctx = |e: &dyn fmt::Display| item_error(item, e);
-    if item.kind != Kind::Kubeconfig {
-        let old = Cert::from_pem(&read(root, &item.path)?).map_err(|e| ctx(&e))?;
-        let key_path = item.key_path.as_deref().unwrap_or_default();
-        let key = PrivateKey::read_pem(&read(root, key_path)?).map_err(|e| ctx(&e))?;
-        return Ok((old, key, None));
-    }
-    let kc = Kubeconfig::parse(&zeroize::Zeroizing::new(read(root, &item.path)?))
-        .map_err(|e| ctx(&e))?;
-    let creds = kc.credentials().map_err(|e| ctx(&e))?;
-    let (Source::Embedded(cert), Source::Embedded(key)) =
-        (&creds.client_certificate, &creds.client_key)
-    else {
-        return Err(ctx(
-            &"the client certificate is not embedded; certrotor renews embedded credentials only",
-        ));
-    };
-    let old = Cert::from_pem(cert).map_err(|e| ctx(&e))?;
-    let key = PrivateKey::read_pem(key).map_err(|e| ctx(&e))?;
-    Ok((old, key, Some(kc)))
+    let held = item
+        .carrier()
+        .read_held(
+            |rel| read(root, rel),
+            |pem| Cert::from_pem(&pem).map_err(|e| ctx(&e)),
+        )
+        .map_err(|e| match e {
+            CarrierError::Given(e) => e,
+            CarrierError::NotEmbedded => ctx(
+                &"the client certificate is not embedded; certrotor renews embedded credentials only",
+            ),
+            e => ctx(&e),
+        })?;
+    let key = PrivateKey::read_pem(&held.key_pem).map_err(|e| ctx(&e))?;
+    Ok((held.cert, key, held.kubeconfig))
 }
 
 /// The files to write for a new certificate: the kubeconfig with the new pair and CA, or the
@@ -336,31 +340,19 @@ fn files_of(
     new: &Cert,
     key: &PrivateKey,
     kubeconfig: Option<Kubeconfig>,
-) -> Result<Vec<(String, Vec<u8>, u32)>, IssueError> {
+) -> Result<Vec<NewFile>, IssueError> {
     let ctx = |e: &dyn fmt::Display| item_error(item, e);
     let cert_pem = new.to_pem().map_err(|e| ctx(&e))?;
     let key_pem = key.to_pem(key.encoding).map_err(|e| ctx(&e))?;
-    Ok(match kubeconfig {
-        Some(mut kc) => {
-            let ca_pem = ca.to_pem().map_err(|e| ctx(&e))?;
-            kc.replace_credentials(cert_pem.as_bytes(), key_pem.0.as_bytes(), ca_pem.as_bytes())
-                .map_err(|e| ctx(&e))?;
-            vec![(
-                item.path.clone(),
-                kc.to_yaml().map_err(|e| ctx(&e))?.into_bytes(),
-                0o600,
-            )]
-        }
-        None => {
-            let mut files = Vec::new();
-            if !plan.reuse_keys {
-                let key_path = item.key_path.clone().unwrap_or_default();
-                files.push((key_path, key_pem.0.as_bytes().to_vec(), 0o600));
-            }
-            files.push((item.path.clone(), cert_pem.into_bytes(), 0o644));
-            files
-        }
-    })
+    item.carrier()
+        .new_files(
+            kubeconfig,
+            cert_pem.into_bytes(),
+            key_pem.0.as_bytes(),
+            ca,
+            !plan.reuse_keys,
+        )
+        .map_err(|e| ctx(&e))
 }
 
 /// The profile of a renewed certificate: the old certificate's identity, in the flavor's form.

@@ -2,8 +2,7 @@
 //! CA, key matching, identity equal to the old certificate's, validity window as planned).
 
 use super::*;
-use crate::node::catalog::{Flavor, Kind};
-use crate::node::kubeconfig::{Kubeconfig, Source};
+use crate::node::catalog::Flavor;
 use crate::pki::Cert;
 use crate::sys::clock;
 use std::net::IpAddr;
@@ -76,17 +75,9 @@ fn problems_of(i: &Issued, plan: &Plan, validity: ValidityCheck) -> Vec<String> 
 
 /// The certificate in the file written for the item, read back.
 fn written_cert(i: &Issued) -> Option<Cert> {
-    match i.files.iter().find(|(p, _, _)| p == &i.item.path) {
-        Some((_, bytes, _)) if i.item.kind == Kind::Kubeconfig => Kubeconfig::parse(bytes)
-            .and_then(|k| k.credentials())
-            .ok()
-            .and_then(|c| match &c.client_certificate {
-                Source::Embedded(b) => Cert::from_pem(b).ok(),
-                Source::File(_) => None,
-            }),
-        Some((_, bytes, _)) => Cert::from_pem(bytes).ok(),
-        None => None,
-    }
+    let carrier = i.item.carrier();
+    let (_, bytes, _) = i.files.iter().find(|(p, _, _)| p == carrier.path())?;
+    carrier.cert_in(bytes).ok().map(|(cert, _)| cert)
 }
 
 /// The subject and SANs, compared with the old certificate's when the identity must be kept

@@ -10,10 +10,10 @@
 //! apiserver-kubelet-client needs no check here: it is the client certificate of the
 //! apiserver's own probe (`/readyz`), whose client CA is the kubelets'.
 
-use std::path::Path;
 use std::time::Duration;
 
-use crate::node::catalog::{self, names};
+use crate::node::Node;
+use crate::node::catalog::names;
 use crate::node::manifests::{Component, PodInfo, parse_https_url};
 use crate::restart::verify::{self, Probe};
 use crate::sys::fsutil;
@@ -26,7 +26,7 @@ const CHECK_BOUND: Duration = Duration::from_secs(30);
 /// against the first etcd of its `--etcd-servers`. `Ok` with what was checked (possibly
 /// nothing); `Err` with the reason the pair cannot be trusted.
 pub fn check_renewed(
-    root: &Path,
+    node: &Node,
     component: Component,
     names: &[String],
     pods: &[(String, PodInfo)],
@@ -48,7 +48,7 @@ pub fn check_renewed(
                  manifest's --etcd-servers"
             )
         })?;
-    let entries = catalog::entries(root, &catalog::detect(root));
+    let (root, entries) = (node.root(), node.entries());
     let client = entries
         .iter()
         .find(|e| e.name == names::APISERVER_ETCD_CLIENT && root.join(&e.path).exists())

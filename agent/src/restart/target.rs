@@ -6,7 +6,8 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::node::catalog::{self, Layout, names};
+use crate::node::Node;
+use crate::node::catalog::{self, names};
 use crate::node::manifests::Component;
 use crate::pki::MAX_PEM_FILE_BYTES;
 use crate::restart::verify::Probe;
@@ -41,15 +42,15 @@ pub fn components_for(cert_names: &[String]) -> Vec<Component> {
     v
 }
 
-/// Builds the restart targets for `components` from the platform's manifests and the catalog.
+/// Builds the restart targets for `components` from the platform's manifests and the node's
+/// catalog entries.
 pub fn targets(
-    root: &Path,
+    node: &Node,
     platform: &Platform,
     components: &[Component],
     opts: &RestartOptions,
 ) -> Result<Vec<Target>, RestartError> {
     let found = pods(platform)?;
-    let layouts = catalog::detect(root);
     let mut out = Vec::new();
     for &component in components {
         let (pod, info) = found
@@ -73,7 +74,7 @@ pub fn targets(
                     "no endpoint in its manifest; give --endpoint",
                 )
             })?;
-        let (probe, served_file) = probe_for(root, &layouts, component, endpoint, opts.timeout)?;
+        let (probe, served_file) = probe_for(node, component, endpoint, opts.timeout)?;
         out.push(Target {
             component,
             pod,
@@ -95,14 +96,13 @@ pub(super) fn read_file(root: &Path, rel: &str) -> Result<Vec<u8>, String> {
 }
 
 fn probe_for(
-    root: &Path,
-    layouts: &[Layout],
+    node: &Node,
     component: Component,
     address: SocketAddr,
     timeout: Duration,
 ) -> Result<(Probe, Option<String>), RestartError> {
     let err = |m: String| fail(Some(component), m);
-    let entries = catalog::entries(root, layouts);
+    let (root, entries) = (node.root(), node.entries());
     // The first of `names` that the catalog has here, with its certificate and key paths.
     let find = |names: &[&str]| {
         names.iter().find_map(|n| {

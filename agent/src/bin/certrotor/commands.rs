@@ -165,7 +165,9 @@ fn check(c: CheckCmd, clock: &SharedClock) -> Result<u8, CliError> {
     let root = root_flag(c.root)?;
     certrotor::pass::ops::recover_before_reading(&root)?;
     let now = clock.now();
-    let inv = inventory::take(&root, now, c.warn_within);
+    // Found after the recovery above, which may have put files back.
+    let node = certrotor::node::Node::discover(&root);
+    let inv = inventory::take(&node, now, c.warn_within);
     match c.output {
         CheckOutput::Plain(f) => print!("{}", render(f, &inv, report::table)?),
         CheckOutput::Prometheus => print!(

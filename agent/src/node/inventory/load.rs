@@ -5,6 +5,7 @@
 
 use std::path::Path;
 
+use crate::node::carrier::Carrier;
 use crate::node::catalog::{Entry, Kind};
 use crate::node::kubeconfig::{Kubeconfig, Source, file_under_root};
 use crate::pki::{Cert, KeyPublic, MAX_PEM_FILE_BYTES};
@@ -14,6 +15,7 @@ use crate::sys::fsutil::{self, ReadError};
 pub(super) struct Loaded {
     pub(super) cert: Option<Cert>,
     pub(super) key: Option<KeyPublic>,
+    /// The file a kubeconfig names its client certificate in (when not embedded).
     pub(super) cert_path: Option<String>,
     pub(super) error: Option<String>,
     pub(super) warnings: Vec<String>,
@@ -79,7 +81,7 @@ pub(super) fn load(root: &Path, entry: &Entry) -> Loaded {
         }
     };
     out.present = true;
-    if entry.kind == Kind::Kubeconfig {
+    if Carrier::of_entry(entry).kubeconfig().is_some() {
         // The text may embed the client key: scrubbed when read.
         load_kubeconfig(root, entry, &zeroize::Zeroizing::new(bytes), mode, &mut out);
         return out;

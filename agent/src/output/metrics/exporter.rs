@@ -3,7 +3,6 @@
 //! kubeconfig of the inventory.
 
 use super::*;
-use crate::node::catalog::Kind;
 use crate::node::inventory::{Inventory, Record, Status};
 use crate::node::kubeconfig::{Kubeconfig, Source};
 use crate::pki::{Cert, MAX_PEM_FILE_BYTES};
@@ -183,21 +182,8 @@ impl CertificateRead {
 /// The source a record is read from (`abs`: its path from `/`): a kubeconfig, or a file's
 /// folder.
 fn source_of(r: &Record, abs: &str) -> SourceName {
-    if r.kind == Kind::Kubeconfig {
-        return SourceName {
-            kind: "kubeconfig",
-            name: abs.to_string(),
-        };
-    }
-    let dir = abs.rsplit_once('/').map(|(d, _)| d).unwrap_or_default();
-    SourceName {
-        kind: "file",
-        name: if dir.is_empty() {
-            "/".into()
-        } else {
-            dir.into()
-        },
-    }
+    let (kind, name) = r.carrier().metrics_source(abs);
+    SourceName { kind, name }
 }
 
 /// Why a record (a required or present file) cannot be used; `None` when it can. A file that
@@ -218,11 +204,7 @@ fn failure_reason(root: &Path, r: &Record) -> Option<&'static str> {
                 // A kubeconfig holds the client key: its bytes are zeroed when dropped.
                 Ok(Some(bytes)) => {
                     drop(zeroize::Zeroizing::new(bytes));
-                    if r.kind == Kind::Kubeconfig {
-                        "decode_failed"
-                    } else {
-                        "bad_pem"
-                    }
+                    r.carrier().decode_error()
                 }
             },
         ),
@@ -252,11 +234,7 @@ fn record_series(root: &Path, r: &Record) -> Vec<Series> {
     let mut out = Vec::new();
     let mut labels = Vec::new();
     file(&mut labels);
-    let creds = if r.kind == Kind::Kubeconfig {
-        kubeconfig_credentials(root, &r.path)
-    } else {
-        None
-    };
+    let creds = (r.carrier().kubeconfig()).and_then(|path| kubeconfig_credentials(root, path));
     if let Some((user, _, _)) = &creds {
         labels.push(("embedded_kind".into(), "user".into()));
         labels.push(("embedded_key".into(), user.clone()));

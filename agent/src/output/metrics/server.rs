@@ -3,6 +3,7 @@
 //! and timeouts.
 
 use super::*;
+use crate::node::Node;
 use crate::node::inventory::{self};
 use crate::sys::clock::SharedClock;
 use std::io::{Read, Write};
@@ -42,7 +43,8 @@ impl Shared {
         let mut counters = Counters::default();
         self.update(|c| counters = c.clone());
         let now = self.clock.now();
-        let inv = inventory::take(&self.root, now, 0);
+        // Found again at every scrape: the node's files change while the server runs.
+        let inv = inventory::take(&Node::discover(&self.root), now, 0);
         let (mut page, failures) = certificate_read(&self.root, &inv, now);
         self.update(|c| c.count_read_failures(&failures));
         counters.count_read_failures(&failures);
