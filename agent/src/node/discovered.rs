@@ -4,7 +4,7 @@
 //!
 //! Detection looks at which files exist. Whoever makes files appear or disappear while holding
 //! a [`Node`] (a first boot before the PKI exists, `lab init`, a recovery) finds the node again
-//! afterwards ([`Node::refresh`], or a new [`Node::discover`]) and says so where it does.
+//! afterwards with a new [`Node::discover`] and says so where it does.
 
 use std::path::{Path, PathBuf};
 
@@ -31,11 +31,6 @@ impl Node {
                 entries,
             }
         })
-    }
-
-    /// Detects the node again: its files appeared or disappeared since it was found.
-    pub fn refresh(&mut self) {
-        *self = Node::discover(&self.root);
     }
 
     /// The node's root folder (`/`, or the host's root seen from a container).
