@@ -2012,7 +2012,7 @@ const VIP_LEASE: &str = "plndr-cp-lock";
 /// it (its resourceVersion moves under the same holder): which node (`cp-N`) and its identity.
 fn live_holder(c: &Stacked3, name: &str) -> (usize, String) {
     let reader = certrotor::restart::lease::Reader::at(
-        &c.nodes[0].root,
+        &certrotor::node::Node::discover(&c.nodes[0].root),
         SocketAddr::from(([127, 0, 0, 1], 6443 + c.nodes[0].offset)),
     )
     .unwrap();

@@ -1786,7 +1786,12 @@ fn issue30_7_the_apiserver_gate_probes_registrations_in_parallel() {
     }
     let (root, info, client) = (n.root.clone(), n.info(), n.etcd.client());
     let gate = std::thread::spawn(move || {
-        certrotor::cluster::apiserver_gate(&client, &root, &info, SystemClock.now())
+        certrotor::cluster::apiserver_gate(
+            &client,
+            &certrotor::node::Node::discover(&root),
+            &info,
+            SystemClock.now(),
+        )
     });
     let end = Instant::now() + Duration::from_secs(120);
     while !gate.is_finished() {
@@ -1845,7 +1850,7 @@ fn issue30_7_a_trickling_registration_cannot_stall_the_cluster_wait() {
     let worker = std::thread::spawn(move || {
         let mut report = certrotor::cluster::ClusterReport::default();
         let got = s.acquire(
-            &root,
+            &certrotor::node::Node::discover(&root),
             &[certrotor::node::manifests::Component::KubeApiserver],
             &opts,
             &mut report,
@@ -1877,8 +1882,12 @@ fn issue30_7_a_registration_of_this_nodes_own_address_is_not_another_apiserver()
     let _own = n.serve_own(&t);
     n.register("renamed-me", &n.own.to_string());
     n.register("this-node", &n.own.to_string());
-    let g =
-        certrotor::cluster::apiserver_gate(&n.etcd.client(), &n.root, &n.info(), SystemClock.now());
+    let g = certrotor::cluster::apiserver_gate(
+        &n.etcd.client(),
+        &certrotor::node::Node::discover(&n.root),
+        &n.info(),
+        SystemClock.now(),
+    );
     assert!(
         !g.passed || g.detail.contains("no other control plane"),
         "this node's own apiserver counted as another one: {g:?}"
@@ -2003,7 +2012,10 @@ fn issue30_8_a_published_pair_of_an_unknown_version_is_refused() {
     client
         .put(certrotor::cluster::PAIR_KEY, value(1).as_bytes(), 0)
         .unwrap();
-    let got = certrotor::cluster::published_bundle(&session, &x.cp_root);
+    let got = certrotor::cluster::published_bundle(
+        &session,
+        &certrotor::node::Node::discover(&x.cp_root),
+    );
     assert!(
         matches!(got, Ok(Some(_))),
         "version 1 is offered: {:?}",
@@ -2012,7 +2024,10 @@ fn issue30_8_a_published_pair_of_an_unknown_version_is_refused() {
     client
         .put(certrotor::cluster::PAIR_KEY, value(2).as_bytes(), 0)
         .unwrap();
-    let got = certrotor::cluster::published_bundle(&session, &x.cp_root);
+    let got = certrotor::cluster::published_bundle(
+        &session,
+        &certrotor::node::Node::discover(&x.cp_root),
+    );
     match got {
         Err(e) => assert!(e.0.contains("version 2"), "{e}"),
         Ok(b) => panic!(

@@ -2,11 +2,9 @@
 //! from the static pod manifests (or `--etcd-endpoint`) and the client pair and CA from the
 //! node's PKI.
 
-use std::path::Path;
-
 use super::client::Access;
 use super::{ClusterError, ClusterOptions, Mode, err, read_rel};
-use crate::node::catalog;
+use crate::node::Node;
 use crate::node::manifests::{Component, PodInfo};
 
 /// Who this node is, what it runs, and how it reaches etcd.
@@ -25,7 +23,7 @@ pub struct NodeInfo {
 /// `--etcd-servers`, else the etcd member's `--advertise-client-urls`. `Ok(None)`: no etcd
 /// endpoints here (cluster mode stays off).
 pub fn discover(
-    root: &Path,
+    local: &Node,
     pods: &[(String, PodInfo)],
     opts: &ClusterOptions,
 ) -> Result<Option<NodeInfo>, ClusterError> {
@@ -47,7 +45,7 @@ pub fn discover(
     if endpoints.is_empty() {
         return Ok(None);
     }
-    let access = client_access(root, endpoints)?;
+    let access = client_access(local, endpoints)?;
     let apiserver_addr = apiserver.and_then(|(_, p)| p.endpoint());
     let name = match (etcd.and_then(|(_, p)| p.flag("name")), apiserver_addr) {
         (Some(n), _) => n.to_string(),
@@ -64,9 +62,8 @@ pub fn discover(
 
 /// The etcd client pair and CA of this node (the first present of kubeadm's and etcdadm's
 /// client certificates, and the etcd CA), read inside the root, for `endpoints`.
-fn client_access(root: &Path, endpoints: Vec<String>) -> Result<Access, ClusterError> {
-    let layouts = catalog::detect(root);
-    let entries = catalog::entries(root, &layouts);
+fn client_access(local: &Node, endpoints: Vec<String>) -> Result<Access, ClusterError> {
+    let (root, entries) = (local.root(), local.entries());
     let present = |n: &str| {
         entries
             .iter()

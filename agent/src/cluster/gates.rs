@@ -2,7 +2,6 @@
 //! leader and no alarm, and (for kube-apiserver) another control plane's apiserver answers
 //! `/readyz`, every registration probed at once within `--cluster-wait`.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -11,7 +10,7 @@ use serde_json::Value;
 use super::APISERVERS_PREFIX;
 use super::client::Client;
 use super::discover::NodeInfo;
-use crate::node::catalog;
+use crate::node::Node;
 use crate::pki::MAX_PEM_FILE_BYTES;
 use crate::sys::fsutil;
 
@@ -87,8 +86,8 @@ pub(super) fn etcd_gate_for(client: &Client, own: Option<&str>) -> (Gate, bool) 
 
 /// Another control plane's kube-apiserver answers `/readyz` (passes where there is none),
 /// within the probe timeout. `now` (Unix seconds) dates the registrations' age.
-pub fn apiserver_gate(client: &Client, root: &Path, node: &NodeInfo, now: i64) -> Gate {
-    apiserver_gate_until(client, root, node, Instant::now() + PROBE_TIMEOUT, now)
+pub fn apiserver_gate(client: &Client, local: &Node, node: &NodeInfo, now: i64) -> Gate {
+    apiserver_gate_until(client, local, node, Instant::now() + PROBE_TIMEOUT, now)
 }
 
 /// Time given to one `/readyz` probe, handshake and answer together.
@@ -103,13 +102,13 @@ const MAX_PROBED: usize = 64;
 /// this node's addresses), whatever its name.
 pub fn apiserver_gate_until(
     client: &Client,
-    root: &Path,
+    local: &Node,
     node: &NodeInfo,
     deadline: Instant,
     now: i64,
 ) -> Gate {
     let name = "another-apiserver-ready".to_string();
-    let Some(template) = readyz_probe(root) else {
+    let Some(template) = readyz_probe(local) else {
         return Gate {
             name,
             passed: false,
@@ -266,11 +265,10 @@ fn is_local(ip: std::net::IpAddr) -> bool {
 
 /// A `/readyz` probe with the node's cluster CA and apiserver-kubelet-client pair (its address
 /// and timeout set by the caller), or `None` when they cannot be read.
-fn readyz_probe(root: &Path) -> Option<crate::restart::verify::Probe> {
-    let layouts = catalog::detect(root);
-    let entries = catalog::entries(root, &layouts);
+fn readyz_probe(local: &Node) -> Option<crate::restart::verify::Probe> {
+    let root = local.root();
     let read = |n: &str, key: bool| {
-        entries.iter().find(|e| e.name == n).and_then(|e| {
+        local.entries().iter().find(|e| e.name == n).and_then(|e| {
             let rel = if key {
                 e.key_path.clone()?
             } else {

@@ -2,13 +2,11 @@
 //! renewed pair under [`PAIR_KEY`]; a control plane reads it back as an import bundle. The value
 //! holds the key PEM: it is never logged.
 
-use std::path::Path;
-
 use serde::Serialize;
 
 use super::session::Session;
 use super::{ClusterError, PAIR_KEY, err, read_rel};
-use crate::node::catalog;
+use crate::node::{Node, catalog};
 
 /// The format of [`PublishedPair`] this build writes and reads.
 const PUBLISHED_PAIR_VERSION: u32 = 1;
@@ -36,13 +34,13 @@ impl Drop for PublishedPair {
 /// renewed in the same hour exactly one pair is published. `Ok(Some(what))` when published.
 pub fn publish_if_due(
     s: &Session,
-    root: &Path,
+    local: &Node,
     within: i64,
 ) -> Result<Option<String>, ClusterError> {
     use crate::pki::{Cert, PrivateKey};
-    let layouts = catalog::detect(root);
-    let entries = catalog::entries(root, &layouts);
-    let Some(entry) = entries
+    let root = local.root();
+    let Some(entry) = local
+        .entries()
         .iter()
         .find(|e| e.name == "etcdadm-apiserver-etcd-client" && root.join(&e.path).exists())
     else {
@@ -108,10 +106,11 @@ pub fn publish_if_due(
 /// On an external-etcd control plane: the published pair as an `etcd-client import` bundle
 /// (certificate, then key), when it differs from the installed certificate and does not expire
 /// before it. The caller checks it as `import` does before installing. Zero the bundle after use.
-pub fn published_bundle(s: &Session, root: &Path) -> Result<Option<Vec<u8>>, ClusterError> {
+pub fn published_bundle(s: &Session, local: &Node) -> Result<Option<Vec<u8>>, ClusterError> {
     use crate::pki::Cert;
-    let layouts = catalog::detect(root);
-    let Some(layout) = layouts
+    let root = local.root();
+    let Some(layout) = local
+        .layouts()
         .iter()
         .find(|l| l.etcd == catalog::EtcdTopology::External)
     else {
@@ -132,8 +131,7 @@ pub fn published_bundle(s: &Session, root: &Path) -> Result<Option<Vec<u8>>, Clu
             pair.version
         )));
     }
-    let entries = catalog::entries(root, std::slice::from_ref(layout));
-    if let Some(entry) = entries.iter().find(|e| e.name == "apiserver-etcd-client")
+    if let Some(entry) = local.entry_of(layout, catalog::names::APISERVER_ETCD_CLIENT)
         && let Ok(installed) = read_rel(root, &entry.path)
         && let Ok(installed) = Cert::from_pem(&installed)
         && let Ok(published) = Cert::from_pem(pair.cert_pem.as_bytes())

@@ -20,13 +20,13 @@
 //! has a UTS namespace of its own but host-ctr sets no host name in it, so it reads the node's
 //! as it was when the container started), and kube-vip's `vip_nodename`. A Lease that cannot be read is reported, and taken as held by no one.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::{APISERVERS_PREFIX, Client, ClusterError, LockGuard, NodeInfo, Session, err};
+use crate::node::Node;
 use crate::node::manifests::{Component, PodInfo};
 use crate::restart::lease::{self, Reader};
 
@@ -93,7 +93,7 @@ pub fn names(node: &NodeInfo, pods: &[(String, PodInfo)]) -> Vec<String> {
 /// The Leases of what this pass restarts: `components`' leader Leases and those of the kube-vip
 /// pods among `restart_pods`, each read through this node's apiserver, else a registered one.
 pub fn read(
-    root: &Path,
+    local: &Node,
     session: &Session,
     pods: &[(String, PodInfo)],
     (components, restart_pods): (&[Component], &[String]),
@@ -118,7 +118,7 @@ pub fn read(
         return vec![];
     }
     let names = names(&session.node, pods);
-    let readers = readers(root, session, pods);
+    let readers = readers(local, session, pods);
     wanted
         .into_iter()
         .map(|(ns, lease, restarts)| {
@@ -178,11 +178,11 @@ pub fn others_may_lead(session: &Session) -> bool {
 
 /// Lease readers: this node's apiserver first, then the other registered ones.
 fn readers(
-    root: &Path,
+    local: &Node,
     session: &Session,
     pods: &[(String, PodInfo)],
 ) -> Vec<Result<Reader, String>> {
-    let mut out = vec![Reader::own(root, pods)];
+    let mut out = vec![Reader::own(local, pods)];
     let registered = session
         .client
         .get_prefix(APISERVERS_PREFIX)
@@ -192,7 +192,7 @@ fn readers(
             .ok()
             .and_then(|v| v.get("endpoint")?.as_str()?.parse().ok());
         match endpoint {
-            Some(a) if Some(a) != session.node.apiserver => out.push(Reader::at(root, a)),
+            Some(a) if Some(a) != session.node.apiserver => out.push(Reader::at(local, a)),
             Some(_) => {}
             None => out.push(Err(format!("{key}: no endpoint"))),
         }

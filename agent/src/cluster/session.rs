@@ -2,7 +2,6 @@
 //! restarting wait for the gates and take the lock ([`Session::acquire`], [`before_restart`]),
 //! and what it reports ([`ClusterReport`]).
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,6 +13,7 @@ use super::discover::{NodeInfo, discover};
 use super::gates::{Gate, PROBE_TIMEOUT, apiserver_gate_until, etcd_gate_for};
 use super::lock::{LockGuard, try_lock};
 use super::{APISERVERS_PREFIX, ClusterError, ClusterOptions, Mode, err, roles};
+use crate::node::Node;
 use crate::node::manifests::{Component, PodInfo};
 use crate::sys::clock::SharedClock;
 
@@ -57,11 +57,11 @@ impl Session {
     /// Discovers the node and connects; `Ok(None)` when cluster mode is off or has no
     /// endpoints. Registers this node's apiserver for the others' gate.
     pub fn start(
-        root: &Path,
+        local: &Node,
         pods: &[(String, PodInfo)],
         opts: &ClusterOptions,
     ) -> Result<Option<Session>, ClusterError> {
-        let Some(node) = discover(root, pods, opts)? else {
+        let Some(node) = discover(local, pods, opts)? else {
             return Ok(None);
         };
         let client = Arc::new(Client::new(&node.access)?);
@@ -93,7 +93,12 @@ impl Session {
 
     /// The gates, and whether any etcd member had a leader; the apiserver gate ends by
     /// `deadline` (or after one probe's time, when that is later).
-    fn gates(&self, root: &Path, components: &[Component], deadline: Instant) -> (Vec<Gate>, bool) {
+    fn gates(
+        &self,
+        local: &Node,
+        components: &[Component],
+        deadline: Instant,
+    ) -> (Vec<Gate>, bool) {
         let own = self.node.etcd_member.then_some(self.node.name.as_str());
         let (etcd, reached) = etcd_gate_for(&self.client, own);
         let mut gates = vec![etcd];
@@ -104,7 +109,7 @@ impl Session {
             let deadline = deadline.max(Instant::now() + Duration::from_secs(1));
             gates.push(apiserver_gate_until(
                 &self.client,
-                root,
+                local,
                 &self.node,
                 deadline,
                 self.clock.now(),
@@ -117,12 +122,12 @@ impl Session {
     /// wait) and whether any etcd member had a leader.
     fn check_gates(
         &self,
-        root: &Path,
+        local: &Node,
         components: &[Component],
         deadline: Instant,
         report: &mut ClusterReport,
     ) -> (Vec<String>, bool) {
-        let (gates, reached) = self.gates(root, components, deadline);
+        let (gates, reached) = self.gates(local, components, deadline);
         let failed = gates
             .iter()
             .filter(|g| !g.passed)
@@ -138,7 +143,7 @@ impl Session {
     /// back), the node acts alone.
     pub fn acquire(
         &self,
-        root: &Path,
+        local: &Node,
         components: &[Component],
         opts: &ClusterOptions,
         report: &mut ClusterReport,
@@ -153,7 +158,7 @@ impl Session {
             }
         };
         loop {
-            let (failed, reached) = self.check_gates(root, components, deadline, report);
+            let (failed, reached) = self.check_gates(local, components, deadline, report);
             ever_reached |= reached;
             if failed.is_empty() {
                 match try_lock(
@@ -165,7 +170,7 @@ impl Session {
                     Ok(Ok(guard)) => {
                         // Check again under the lock: another holder may have just finished.
                         let again = deadline.max(Instant::now() + PROBE_TIMEOUT);
-                        let (failed, _) = self.check_gates(root, components, again, report);
+                        let (failed, _) = self.check_gates(local, components, again, report);
                         if failed.is_empty() {
                             report.lock = "acquired".into();
                             report.waited_ms = started.elapsed().as_millis();
@@ -231,7 +236,7 @@ pub fn jitter_between(lo: Duration, hi: Duration) -> Duration {
 /// Connects for a pass, on a platform that restarts things: `None` when cluster mode is off or
 /// finds no etcd endpoints here. A failure is kept in `report`, and restarts then wait.
 pub fn start_for_pass(
-    root: &Path,
+    local: &Node,
     platform: &crate::restart::Platform,
     opts: &ClusterOptions,
     report: &mut Option<ClusterReport>,
@@ -241,7 +246,7 @@ pub fn start_for_pass(
     }
     let started = crate::restart::pods(platform)
         .map_err(|e| err(format!("cluster mode: {e}")))
-        .and_then(|pods| Session::start(root, &pods, opts));
+        .and_then(|pods| Session::start(local, &pods, opts));
     match started {
         Ok(s) => s,
         Err(e) => {
@@ -276,7 +281,7 @@ pub fn prefer_reachable(after: Option<Session>, before: Option<Session>) -> Opti
 /// (the report says why).
 #[allow(clippy::result_unit_err)]
 pub fn before_restart(
-    root: &Path,
+    local: &Node,
     session: Option<&Session>,
     components: &[Component],
     opts: &ClusterOptions,
@@ -294,7 +299,7 @@ pub fn before_restart(
     let r = report.get_or_insert_with(ClusterReport::default);
     r.node = s.node.name.clone();
     r.endpoints = s.client.endpoints();
-    match s.acquire(root, components, opts, r) {
+    match s.acquire(local, components, opts, r) {
         Acquired::Lock(g) => Ok(Some(g)),
         Acquired::Alone => Ok(None),
         Acquired::Deferred => {

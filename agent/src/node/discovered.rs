@@ -47,4 +47,17 @@ impl Node {
     pub fn entries(&self) -> &[Entry] {
         &self.entries
     }
+
+    /// The entry `name` of the layout `layout`, under its plain name or, where another layout
+    /// has an entry of that name too, as `name@layout`.
+    pub fn entry_of(&self, layout: &Layout, name: &str) -> Option<&Entry> {
+        self.entries.iter().find(|e| {
+            e.layout == layout.name
+                && (e.name == name
+                    || e.name
+                        .strip_suffix(layout.name)
+                        .and_then(|n| n.strip_suffix('@'))
+                        == Some(name))
+        })
+    }
 }

@@ -180,7 +180,7 @@ pub fn status(root: &Path, opts: &StatusOptions) -> Result<StatusReport, StatusE
         next_due,
         owed_restarts,
         lock: local_lock(root),
-        cluster_lock: cluster_lock(root, opts),
+        cluster_lock: cluster_lock(&node, opts),
         backups: txn::list_backups(root).map_err(OpsError::from)?,
     })
 }
@@ -218,15 +218,15 @@ fn local_lock(root: &Path) -> LocalLock {
 }
 
 /// The cluster lock's holder from etcd, when cluster mode applies here.
-fn cluster_lock(root: &Path, opts: &StatusOptions) -> Option<ClusterLock> {
+fn cluster_lock(node: &crate::node::Node, opts: &StatusOptions) -> Option<ClusterLock> {
     use crate::cluster::{self, Mode};
     if opts.cluster.mode == Mode::Off {
         return None;
     }
     let restart = opts.restart.clone()?;
-    let platform = crate::restart::detect(root, &restart).ok()?;
+    let platform = crate::restart::detect(node.root(), &restart).ok()?;
     let pods = crate::restart::pods(&platform).unwrap_or_default();
-    let node = match cluster::discover(root, &pods, &opts.cluster) {
+    let node = match cluster::discover(node, &pods, &opts.cluster) {
         Ok(Some(n)) => n,
         Ok(None) => return None,
         Err(e) => {

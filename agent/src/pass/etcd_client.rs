@@ -10,6 +10,7 @@
 use std::fmt;
 use std::path::Path;
 
+use crate::node::Node;
 use crate::node::catalog::{self, EtcdTopology, Kind};
 use crate::pass::ops::{OpsError, WriteOptions};
 use crate::pki::{Cert, MAX_PEM_FILE_BYTES, PkiError, PrivateKey, oid};
@@ -117,8 +118,9 @@ fn refuse(what: impl Into<String>) -> EtcdClientError {
 pub fn export(root: &Path, now: i64) -> Result<Vec<u8>, EtcdClientError> {
     crate::pass::ops::recover_before_reading(root)
         .map_err(|e| EtcdClientError::Recover(Box::new(e)))?;
-    let layouts = catalog::detect(root);
-    let entries = catalog::entries(root, &layouts);
+    // Found after the recovery above, which may have put files back.
+    let node = Node::discover(root);
+    let entries = node.entries();
     let entry = entries
         .iter()
         .find(|e| e.name == catalog::names::ETCDADM_APISERVER_ETCD_CLIENT)
@@ -221,18 +223,20 @@ fn check_identity(cert: &Cert, installed: Option<&Cert>) -> Result<(), EtcdClien
     Ok(())
 }
 
-/// The bundle's pair, checked for installation on the external-etcd control plane under `root`:
+/// The bundle's pair, checked for installation on the external-etcd control plane `node`:
 /// signed by its etcd CA, key matching, clientAuth, the apiserver's etcd client identity, valid
 /// at `now`. With the layout it goes to and the time it was checked at.
-fn checked_pair(
-    root: &Path,
+fn checked_pair<'n>(
+    node: &'n Node,
     bundle: &[u8],
     now: i64,
-) -> Result<(Cert, PrivateKey, catalog::Layout, i64), EtcdClientError> {
+) -> Result<(Cert, PrivateKey, &'n catalog::Layout, i64), EtcdClientError> {
+    let root = node.root();
     let cert = Cert::from_pem(bundle).map_err(refused("the bundle"))?;
     let key = PrivateKey::from_pem(bundle).map_err(refused("the bundle's key"))?;
-    let layout = catalog::detect(root)
-        .into_iter()
+    let layout = node
+        .layouts()
+        .iter()
         .find(|l| l.etcd == EtcdTopology::External)
         .ok_or_else(|| {
             refuse(format!(
@@ -250,9 +254,8 @@ fn checked_pair(
     if !cert.ext_key_usage_oids().contains(&oid::CLIENT_AUTH) {
         return Err(refuse("the bundle's certificate does not carry clientAuth"));
     }
-    let installed = catalog::entries(root, std::slice::from_ref(&layout))
-        .iter()
-        .find(|e| e.name == catalog::names::APISERVER_ETCD_CLIENT)
+    let installed = node
+        .entry_of(layout, catalog::names::APISERVER_ETCD_CLIENT)
         .and_then(|e| {
             fsutil::read_in_root(root, &e.path, MAX_PEM_FILE_BYTES)
                 .ok()
@@ -273,15 +276,14 @@ fn checked_pair(
 /// The files an installation writes: the key, and the certificate under every name it lives
 /// under; refused when the certificate does not outlive the installed one.
 fn install_changes(
-    root: &Path,
+    node: &Node,
     layout: &catalog::Layout,
     cert: &Cert,
     key: &PrivateKey,
 ) -> Result<Vec<Change>, EtcdClientError> {
-    let entries = catalog::entries(root, std::slice::from_ref(layout));
-    let entry = entries
-        .iter()
-        .find(|e| e.name == catalog::names::APISERVER_ETCD_CLIENT)
+    let root = node.root();
+    let entry = node
+        .entry_of(layout, catalog::names::APISERVER_ETCD_CLIENT)
         .ok_or_else(|| refuse("the layout has no apiserver-etcd-client entry"))?;
     // Every name the certificate lives under: the catalog's, plus the other name if present.
     let mut cert_paths = vec![entry.path.clone()];
@@ -327,15 +329,15 @@ fn install_changes(
 /// Installs a bundle on a control-plane node, under a lock the caller holds; returns the files
 /// written and the backup id. `before_journal` as [`txn::apply_with`].
 pub fn install(
-    root: &Path,
+    node: &Node,
     bundle: &[u8],
     opts: &WriteOptions,
     before_journal: &mut dyn FnMut(&str) -> std::io::Result<()>,
 ) -> Result<(Vec<String>, String), EtcdClientError> {
-    let (cert, key, layout, now) = checked_pair(root, bundle, opts.clock.now())?;
-    let changes = install_changes(root, &layout, &cert, &key)?;
+    let (cert, key, layout, now) = checked_pair(node, bundle, opts.clock.now())?;
+    let changes = install_changes(node, layout, &cert, &key)?;
     let outcome = txn::apply_with(
-        root,
+        node.root(),
         &changes,
         "import",
         now,

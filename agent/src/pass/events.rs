@@ -18,7 +18,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use crate::node::catalog;
+use crate::node::Node;
 use crate::node::kubeconfig::{Kubeconfig, Source};
 use crate::pass::record::LastPass;
 use crate::pki::{Cert, MAX_PEM_FILE_BYTES};
@@ -123,7 +123,7 @@ pub const ENV_OFF: &str = "CERTROTOR_EVENTS";
 
 /// After a pass: posts its Event on a control-plane node, dated by `clock`; logs a warning when
 /// that fails.
-pub fn after_pass(root: &Path, pass: &LastPass, clock: &dyn Clock) {
+pub fn after_pass(local: &Node, pass: &LastPass, clock: &dyn Clock) {
     let Some(event) = for_pass(pass) else {
         return;
     };
@@ -131,11 +131,11 @@ pub fn after_pass(root: &Path, pass: &LastPass, clock: &dyn Clock) {
         log::debug!("{ENV_OFF}=off: no Kubernetes Event {}", event.reason);
         return;
     }
-    let Some(admin) = admin_conf(root) else {
+    let Some(admin) = admin_conf(local) else {
         log::debug!("no admin.conf under the root: not a control plane, no Kubernetes Event");
         return;
     };
-    match post(root, &admin, &event, clock.now()) {
+    match post(local, &admin, &event, clock.now()) {
         Ok(node) => log::info!("posted Kubernetes Event {} on node {node}", event.reason),
         Err(e) => log::warn!(
             "could not post the Kubernetes Event {} ({e}); the pass's result stands",
@@ -145,17 +145,17 @@ pub fn after_pass(root: &Path, pass: &LastPass, clock: &dyn Clock) {
 }
 
 /// The admin kubeconfig of the node's layouts, relative to the root, if present.
-pub fn admin_conf(root: &Path) -> Option<String> {
-    catalog_file(root, "admin.conf")
+pub fn admin_conf(local: &Node) -> Option<String> {
+    catalog_file(local, "admin.conf")
 }
 
-fn catalog_file(root: &Path, name: &str) -> Option<String> {
-    let layouts = catalog::detect(root);
-    catalog::entries(root, &layouts)
-        .into_iter()
+fn catalog_file(local: &Node, name: &str) -> Option<String> {
+    local
+        .entries()
+        .iter()
         .filter(|e| e.name == name || e.name.starts_with(&format!("{name}@")))
-        .map(|e| e.path)
-        .find(|p| root.join(p).exists())
+        .map(|e| e.path.clone())
+        .find(|p| local.root().join(p).exists())
 }
 
 /// Reads a credential of the kubeconfig `kubeconfig` (relative to the root): embedded, or a
@@ -182,9 +182,10 @@ fn credential(
 
 /// The node name as kubeadm finds it: kubelet.conf's client certificate CN without
 /// `system:node:`; else the host name in lower case (the kubelet's default).
-pub fn node_name(root: &Path) -> String {
+pub fn node_name(local: &Node) -> String {
+    let root = local.root();
     let from_kubelet = || -> Option<String> {
-        let rel = catalog_file(root, "kubelet.conf")?;
+        let rel = catalog_file(local, "kubelet.conf")?;
         let bytes =
             zeroize::Zeroizing::new(fsutil::read_in_root(root, &rel, MAX_PEM_FILE_BYTES).ok()??);
         let creds = Kubeconfig::parse(&bytes).ok()?.credentials().ok()?;
@@ -234,7 +235,8 @@ pub fn body(node: &str, event: &Event, now: i64, nanos: u128) -> Value {
 
 /// Posts `event` on this node with `admin` (a kubeconfig relative to the root), dated `now` (Unix
 /// seconds). Returns the node name.
-pub fn post(root: &Path, admin: &str, event: &Event, now: i64) -> Result<String, String> {
+pub fn post(local: &Node, admin: &str, event: &Event, now: i64) -> Result<String, String> {
+    let root = local.root();
     let bytes = match fsutil::read_in_root(root, admin, MAX_PEM_FILE_BYTES) {
         Ok(Some(b)) => zeroize::Zeroizing::new(b),
         Ok(None) => return Err(format!("'{admin}' does not exist")),
@@ -264,7 +266,7 @@ pub fn post(root: &Path, admin: &str, event: &Event, now: i64) -> Result<String,
     );
     zeroize::Zeroize::zeroize(&mut key);
     let agent = agent.map_err(|e| format!("'{admin}': {e}"))?;
-    let node = node_name(root);
+    let node = node_name(local);
     let since_epoch = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();

@@ -83,7 +83,7 @@ pub fn published(
         log::warn!("{}", m);
         cluster.get_or_insert_with(Default::default).pair_error = Some(m);
     };
-    let mut bundle = match cluster::published_bundle(session, node.root()) {
+    let mut bundle = match cluster::published_bundle(session, node) {
         Ok(Some(b)) => b,
         Ok(None) => return None,
         Err(e) => {
@@ -143,7 +143,7 @@ impl Import<'_> {
             state.plan(root, planned)?;
         }
         let installed =
-            crate::pass::etcd_client::install(root, bundle, &self.opts.write, &mut |id| {
+            crate::pass::etcd_client::install(self.node, bundle, &self.opts.write, &mut |id| {
                 if restarts {
                     state.committing(root, id)
                 } else {
@@ -185,7 +185,7 @@ impl Import<'_> {
     ) -> Result<(), OpsError> {
         let components = [Component::KubeApiserver];
         let Ok(_cluster_lock) = cluster::before_restart(
-            self.node.root(),
+            self.node,
             self.session,
             &components,
             &self.opts.cluster,

@@ -21,7 +21,7 @@ impl Pass<'_> {
             return;
         };
         let listed = restart::pods(&self.platform).unwrap_or_default();
-        let roles = roles::read(self.root, session, &listed, (components, pods));
+        let roles = roles::read(&self.node, session, &listed, (components, pods));
         let rec = roles::record(components, pods, &roles, session.clock.now());
         let written = match &self.restart_record {
             Some(g) => g.update(&rec),
@@ -133,7 +133,7 @@ impl Pass<'_> {
             ));
             let waited_before = self.cluster.as_ref().map_or(0, |c| c.waited_ms);
             let again = cluster::before_restart(
-                self.root,
+                &self.node,
                 self.session.as_ref(),
                 last,
                 &self.opts.cluster,

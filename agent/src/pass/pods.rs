@@ -44,7 +44,7 @@ impl Pass<'_> {
         let mut record = self.state.recorder(self.root);
         for c in pods {
             match restart::restart_pod(
-                self.root,
+                &self.node,
                 &self.platform,
                 c,
                 &self.opts.restart,

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::node::Node;
 use crate::pass::ops::OpsError;
 use crate::pass::run::{RunOptions, RunReport};
 use crate::sys::clock;
@@ -214,6 +215,7 @@ pub fn run_pass(
             last_pass_path(root).display()
         );
     }
-    crate::pass::events::after_pass(root, &pass, &*opts.write.clock);
+    // Found again: a first pass may have made the node's kubeconfigs appear.
+    crate::pass::events::after_pass(&Node::discover(root), &pass, &*opts.write.clock);
     result
 }

@@ -115,8 +115,9 @@ impl<'a> Pass<'a> {
             restart::api::require_static_pods(client, Instant::now() + *bound, &mut stats)
                 .map_err(OpsError::Platform)?;
         }
+        let node = Node::discover(root);
         let mut cluster = None;
-        let session = cluster::start_for_pass(root, &platform, &opts.cluster, &mut cluster);
+        let session = cluster::start_for_pass(&node, &platform, &opts.cluster, &mut cluster);
         let state = match platform {
             Platform::None => PassState::default(),
             _ => PassState::load(root)?,
@@ -132,7 +133,7 @@ impl<'a> Pass<'a> {
         }
         Ok(Pass {
             root,
-            node: Node::discover(root),
+            node,
             opts,
             platform,
             session,
@@ -252,7 +253,7 @@ impl<'a> Pass<'a> {
         let Some(s) = self.session.as_ref().filter(|_| !self.opts.dry_run) else {
             return;
         };
-        match cluster::publish_if_due(s, self.root, self.opts.policy.within) {
+        match cluster::publish_if_due(s, &self.node, self.opts.policy.within) {
             Ok(None) => {}
             Ok(published) => self.cluster.get_or_insert_with(Default::default).pair = published,
             Err(e) => {
@@ -409,14 +410,14 @@ impl<'a> Pass<'a> {
     /// finds what is wrong with the new pair.
     fn cluster_lock(&mut self) -> Result<Option<cluster::LockGuard>, ()> {
         let renewed = cluster::start_for_pass(
-            self.root,
+            &self.node,
             &self.platform,
             &self.opts.cluster,
             &mut self.cluster,
         );
         let session = cluster::prefer_reachable(renewed, self.session.take());
         let guard = cluster::before_restart(
-            self.root,
+            &self.node,
             session.as_ref(),
             &self.to_restart,
             &self.opts.cluster,

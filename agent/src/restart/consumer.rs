@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::node::Node;
 use crate::node::manifests::{Consumer, PodInfo};
 use crate::restart::api::ApiStats;
 use crate::restart::lease::{Lease, Reader};
@@ -122,7 +123,7 @@ pub fn manual_restart(platform: &Platform, pod: &str) -> String {
 /// Restarts the static pod of `consumer` (see [`crate::node::manifests::other_consumers`])
 /// through the platform and verifies it (module doc).
 pub fn restart_pod(
-    root: &Path,
+    node: &Node,
     platform: &Platform,
     consumer: &Consumer,
     opts: &RestartOptions,
@@ -146,9 +147,10 @@ pub fn restart_pod(
             "no platform to restart it through (--platform none)",
         ));
     }
+    let root = node.root();
     let sig = Signature::of(root, info)
         .ok_or_else(|| cannot("its manifest names no command and no image"))?;
-    let watch = Watch::before(root, &found, info, sig, opts);
+    let watch = Watch::before(node, &found, info, sig, opts);
     watch
         .restart(root, platform, consumer, record)
         .map_err(|error| PodRestartError { error, owed: true })
@@ -169,7 +171,7 @@ struct Watch<'a> {
 impl<'a> Watch<'a> {
     /// What is seen before the stop: the old processes, their mounts, the Lease.
     fn before(
-        root: &Path,
+        node: &Node,
         pods: &[(String, PodInfo)],
         info: &'a PodInfo,
         sig: Signature,
@@ -184,7 +186,7 @@ impl<'a> Watch<'a> {
             client_key_pem: None,
             timeout: opts.timeout.min(Duration::from_secs(5)),
         });
-        let lease = info.kube_vip_lease().map(|l| (l, Reader::own(root, pods)));
+        let lease = info.kube_vip_lease().map(|l| (l, Reader::own(node, pods)));
         let old = sig.find();
         let mut evidence = Evidence {
             signature: sig.describe(),
@@ -192,7 +194,7 @@ impl<'a> Watch<'a> {
             ..Evidence::default()
         };
         for p in &old {
-            let seen = mounts_seen(root, info, p, "old");
+            let seen = mounts_seen(node.root(), info, p, "old");
             evidence
                 .mounts
                 .extend(seen.into_iter().map(|(line, _)| line));

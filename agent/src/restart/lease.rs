@@ -8,13 +8,13 @@
 //! one GET per connection, the served certificate chained to the cluster CA.
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::node::catalog::{self, names};
+use crate::node::Node;
+use crate::node::catalog::names;
 use crate::node::manifests::{Component, PodInfo};
 use crate::pki::MAX_PEM_FILE_BYTES;
 use crate::restart::verify::{self, Probe};
@@ -48,12 +48,12 @@ impl std::fmt::Debug for Reader {
 }
 
 impl Reader {
-    /// A reader of the kube-apiserver at `address` with the credentials of the node under
-    /// `root`; the error says which file is missing.
-    pub fn at(root: &Path, address: SocketAddr) -> Result<Reader, String> {
-        let entries = catalog::entries(root, &catalog::detect(root));
+    /// A reader of the kube-apiserver at `address` with the credentials of `node`; the error
+    /// says which file is missing.
+    pub fn at(node: &Node, address: SocketAddr) -> Result<Reader, String> {
+        let root = node.root();
         let find = |name: &str| {
-            entries
+            node.entries()
                 .iter()
                 .find(|e| e.name == name && root.join(&e.path).exists())
         };
@@ -79,13 +79,13 @@ impl Reader {
     }
 
     /// A reader of this node's own kube-apiserver (its manifest's endpoint).
-    pub fn own(root: &Path, pods: &[(String, PodInfo)]) -> Result<Reader, String> {
+    pub fn own(node: &Node, pods: &[(String, PodInfo)]) -> Result<Reader, String> {
         let address = pods
             .iter()
             .find(|(_, p)| p.component() == Some(Component::KubeApiserver))
             .and_then(|(_, p)| p.endpoint())
             .ok_or("no kube-apiserver static pod on this node")?;
-        Reader::at(root, address)
+        Reader::at(node, address)
     }
 
     /// The apiserver it reads from.
