@@ -11,6 +11,7 @@
 
 // The stages, in the order data flows; a stage uses only its own folder and the stages above
 // it in this list (ARCHITECTURE.md, "Code map").
+pub mod ca;
 pub mod cluster;
 pub mod lab;
 pub mod node;

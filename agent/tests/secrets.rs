@@ -595,6 +595,8 @@ fn sweep(level: &str, format: &str, t: &Path, offset: u16) -> Vec<String> {
             vec!["status", "--root", &n],
             vec!["check", "--root", &h],
             vec!["renew", "--root", &h, "--all"],
+            vec!["ca", "plan", "--ca", "ca", "--root", &n],
+            vec!["ca", "plan", "--ca", "etcd-ca", "--root", &h],
         ] {
             let mut c: Vec<String> = c.iter().map(|x| x.to_string()).collect();
             c.extend(["--output".to_string(), output.to_string()]);

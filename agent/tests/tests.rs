@@ -5,6 +5,8 @@
 
 // Harness: fresh folders, the real binary, openssl parsing.
 mod util;
+// `ca plan` (issue 29): what rotating a CA touches, against openssl and the real kubeadm.
+mod ca;
 // `check`: agreement with openssl, JSON fields, exit codes, one test per bad input.
 mod check;
 // Cluster mode: a real three-member etcd cluster, three nodes due together.

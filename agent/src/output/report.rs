@@ -3,9 +3,11 @@
 //! of them as JSON. Pure functions from reports to text; the command line prints them. The
 //! text of a `run` pass is in `report/run.rs`, the `status` table in `report/status.rs`.
 
+mod ca;
 mod run;
 mod status;
 
+pub use ca::ca_plan_text;
 pub use run::{cluster_table, run_table};
 pub use status::status_table;
 

@@ -15,9 +15,9 @@ use certrotor::sys::clock;
 
 use crate::flags::{PassFlags, RenewFlags, parse_joined, parse_joined3};
 use crate::values::{
-    CheckOutput, Format, check_output, cluster_mode, endpoint, etcd_endpoints, format, interval,
-    ip, key_algorithm, kube_vip, layout, metrics_address, node_name, platform, seconds, topology,
-    version, wait,
+    CheckOutput, Format, ca_name, check_output, cluster_mode, endpoint, etcd_endpoints, format,
+    interval, ip, key_algorithm, kube_vip, layout, metrics_address, node_name, platform, seconds,
+    topology, version, wait,
 };
 
 #[derive(FromArgs, Debug)]
@@ -53,6 +53,7 @@ pub enum Command {
     Demo(DemoCmd),
     Version(VersionCmd),
     Status(StatusCmd),
+    Ca(CaCmd),
 }
 
 #[derive(FromArgs, ArgsInfo, Debug)]
@@ -395,3 +396,48 @@ pub struct StatusCmd {
 #[argh(subcommand, name = "version")]
 /// print the version
 pub struct VersionCmd {}
+
+#[derive(FromArgs, Debug)]
+#[argh(subcommand, name = "ca")]
+/// CA rotation with overlapping trust (trust-in, issue, trust-out); for now the plan
+pub struct CaCmd {
+    #[argh(subcommand)]
+    pub command: CaSub,
+}
+
+#[derive(FromArgs, Debug)]
+#[argh(subcommand)]
+pub enum CaSub {
+    Plan(CaPlanCmd),
+}
+
+#[derive(FromArgs, Debug)]
+#[argh(
+    subcommand,
+    name = "plan",
+    note = "Reads the node's PKI, kubeconfigs and static pod manifests; changes nothing.",
+    error_code(0, "plan shown"),
+    error_code(2, "the CA is not on this node, or the node cannot be read"),
+    error_code(64, "usage error")
+)]
+/// what rotating a CA touches on this node, stage by stage, and what reloads or restarts
+pub struct CaPlanCmd {
+    #[argh(option, from_str_fn(ca_name))]
+    /// the CA: ca (the cluster CA), front-proxy-ca or etcd-ca
+    pub ca: certrotor::ca::CaName,
+    #[argh(option)]
+    /// the node's root filesystem
+    pub root: Option<PathBuf>,
+    #[argh(option, default = "Format::Table", from_str_fn(format))]
+    /// output format: table (default) or json
+    pub output: Format,
+    #[argh(option, default = "PlatformChoice::Auto", from_str_fn(platform))]
+    /// where the static pods are read: auto (default), bottlerocket, kubeadm or none
+    pub platform: PlatformChoice,
+    #[argh(
+        option,
+        default = "PathBuf::from(certrotor::node::catalog::paths::API_SOCKET)"
+    )]
+    /// the Bottlerocket API socket (default /run/api.sock)
+    pub api_socket: PathBuf,
+}

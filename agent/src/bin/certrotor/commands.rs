@@ -21,8 +21,9 @@ use certrotor::restart::{PlatformChoice, RestartOptions};
 use certrotor::sys::clock::{SharedClock, SystemClock, YEAR};
 
 use crate::args::{
-    BackupsCmd, CheckCmd, Command, DaemonCmd, EtcdClientCmd, EtcdClientSub, EtcdExportCmd,
-    EtcdImportCmd, LabCmd, LabInitCmd, LabSub, RenewCmd, RollbackCmd, RunCmd, StatusCmd, Top,
+    BackupsCmd, CaCmd, CaPlanCmd, CaSub, CheckCmd, Command, DaemonCmd, EtcdClientCmd,
+    EtcdClientSub, EtcdExportCmd, EtcdImportCmd, LabCmd, LabInitCmd, LabSub, RenewCmd, RollbackCmd,
+    RunCmd, StatusCmd, Top,
 };
 use crate::container::{
     BOOTSTRAP_CONTAINER_DIR, HOST_CONTAINER_DIR, Kind, check_fits, container_args, first_boot_note,
@@ -131,6 +132,9 @@ fn run(top: Top, first_boot_allowed: bool) -> Result<u8, CliError> {
             Ok(outcome::EXIT_OK)
         }
         Command::Status(c) => status_cmd(c, &clock),
+        Command::Ca(CaCmd {
+            command: CaSub::Plan(c),
+        }) => ca_plan(c, &clock),
         Command::Version(_) => {
             println!("certrotor {}", env!("CARGO_PKG_VERSION"));
             Ok(outcome::EXIT_OK)
@@ -539,5 +543,30 @@ fn status_cmd(c: StatusCmd, clock: &SharedClock) -> Result<u8, CliError> {
     };
     let report = certrotor::output::status::status(&root, &opts).map_err(CliError::Status)?;
     print!("{}", render(c.output, &report, report::status_table)?);
+    Ok(outcome::EXIT_OK)
+}
+
+fn ca_plan(c: CaPlanCmd, clock: &SharedClock) -> Result<u8, CliError> {
+    let root = root_flag(c.root)?;
+    certrotor::pass::ops::recover_before_reading(&root)?;
+    let restart = RestartOptions {
+        platform: c.platform,
+        api_socket: c.api_socket,
+        timeout: Duration::from_secs(5),
+        poll: Duration::from_millis(500),
+        endpoints: BTreeMap::new(),
+        mode: RestartMode::Live,
+        reload_timeout: DEFAULT_RELOAD_TIMEOUT,
+        reload: Default::default(),
+        settle: certrotor::restart::DEFAULT_SETTLE,
+    };
+    let platform = certrotor::restart::detect(&root, &restart).map_err(CliError::Restart)?;
+    let pods = certrotor::restart::pods(&platform).map_err(CliError::Restart)?;
+    let versions = certrotor::restart::reload::versions(&pods, &BTreeMap::new());
+    // Found after the recovery above, which may have put files back.
+    let node = certrotor::node::Node::discover(&root);
+    let plan = certrotor::ca::plan(&node, c.ca, &pods, &versions, clock.now())
+        .map_err(CliError::CaPlan)?;
+    print!("{}", render(c.output, &plan, report::ca_plan_text)?);
     Ok(outcome::EXIT_OK)
 }

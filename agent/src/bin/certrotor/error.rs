@@ -32,6 +32,10 @@ pub enum CliError {
     ReadBundle(ReadError),
     /// `status` could not read a state file.
     Status(certrotor::output::status::StatusError),
+    /// The static pods cannot be listed.
+    Restart(certrotor::restart::RestartError),
+    /// `ca plan`: the CA is not on the node.
+    CaPlan(certrotor::ca::PlanError),
     /// `--metrics-address` cannot be bound.
     Metrics {
         addr: SocketAddr,
@@ -70,6 +74,8 @@ impl std::fmt::Display for CliError {
             CliError::Bundle { what, source } => write!(f, "{what}: {source}"),
             CliError::ReadBundle(e) => write!(f, "{e}"),
             CliError::Status(e) => write!(f, "{e}"),
+            CliError::Restart(e) => write!(f, "{e}"),
+            CliError::CaPlan(e) => write!(f, "{e}"),
             CliError::Metrics { addr, source } => write!(
                 f,
                 "cannot serve metrics on {addr}: {source}; give a free local address with \
@@ -91,6 +97,8 @@ impl std::error::Error for CliError {
             CliError::Bundle { source, .. } => Some(source),
             CliError::ReadBundle(e) => Some(e),
             CliError::Status(e) => Some(e),
+            CliError::Restart(e) => Some(e),
+            CliError::CaPlan(e) => Some(e),
             CliError::Metrics { source, .. } => Some(source),
         }
     }

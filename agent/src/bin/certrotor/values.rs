@@ -125,6 +125,11 @@ pub fn lease_ttl(value: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+pub fn ca_name(value: &str) -> Result<certrotor::ca::CaName, String> {
+    certrotor::ca::CaName::parse(value)
+        .ok_or_else(|| format!("'{value}': expected ca, front-proxy-ca or etcd-ca"))
+}
+
 pub fn platform(value: &str) -> Result<PlatformChoice, String> {
     PlatformChoice::parse(value).ok_or_else(|| "use auto, bottlerocket, kubeadm or none".into())
 }

@@ -1,0 +1,347 @@
+//! `certrotor ca plan` (issue 29, its first part): what rotating a CA touches on a node. The
+//! leaves it lists are checked against openssl (every certificate of the node that openssl
+//! verifies against the CA, and no other), the consumers against the static pod manifests,
+//! the lab's and those the real kubeadm v1.20.2 writes.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::kubeadm_parity_util::{CONFIG, k8s_bin, kubeadm, kubeadm_node, require_root};
+use crate::util::{
+    TestDir, certrotor, each_field, find_certificates, listing, openssl_verify, str_items,
+};
+
+/// `certrotor ca plan --ca <ca> --root <root> --output json`, expecting exit 0.
+fn plan(root: &Path, ca: &str) -> Value {
+    certrotor(&[
+        "ca",
+        "plan",
+        "--ca",
+        ca,
+        "--root",
+        root.to_str().unwrap(),
+        "--output",
+        "json",
+    ])
+    .expect(0)
+    .json()
+}
+
+/// The node's certificates (files and kubeconfigs' client certificates) that openssl verifies
+/// against `ca` (a file under the root), the CA itself left out: what the issue stage issues
+/// again.
+fn signed_by(root: &Path, ca: &str, scratch: &Path) -> BTreeSet<String> {
+    let ca_file = root.join(ca);
+    find_certificates(root, scratch)
+        .into_iter()
+        .filter(|f| f.path != ca && !is_ca(f))
+        .filter(|f| openssl_verify(&ca_file, &f.cert_file, false).is_ok())
+        .map(|f| f.path)
+        .collect()
+}
+
+fn is_ca(f: &crate::util::Found) -> bool {
+    f.ossl
+        .ext
+        .get("Basic Constraints")
+        .is_some_and(|e| e.value.contains("CA:TRUE"))
+}
+
+/// The plan's leaves, by path.
+fn leaves(p: &Value) -> BTreeSet<String> {
+    each_field(&p["leaves"], "path")
+        .into_iter()
+        .map(str::to_string)
+        .collect()
+}
+
+/// The trust entry of `consumer` through `source`; panics, showing the plan, when absent.
+#[track_caller]
+fn trust<'a>(p: &'a Value, consumer: &str, source: &str) -> &'a Value {
+    p["trust"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["consumer"] == consumer && t["source"] == source)
+        .unwrap_or_else(|| panic!("no trust entry {consumer} {source} in\n{p:#}"))
+}
+
+/// The `restarts` (or `reloads`) of stage `stage`.
+fn stage<'a>(p: &'a Value, stage: &str, what: &str) -> Vec<&'a str> {
+    let s = p["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["stage"] == stage)
+        .unwrap_or_else(|| panic!("no stage {stage} in\n{p:#}"));
+    str_items(&s[what])
+}
+
+/// The paths a manifest's flag names (`--flag=/abs/path`), relative to the root.
+fn flag_paths(manifest: &str, flag: &str) -> Vec<String> {
+    let prefix = format!("--{flag}=");
+    manifest
+        .lines()
+        .filter_map(|l| l.trim().trim_start_matches("- ").strip_prefix(&prefix))
+        .map(|v| v.trim().trim_start_matches('/').to_string())
+        .collect()
+}
+
+#[test]
+fn ca_plan_lists_what_openssl_finds_signed_by_each_ca_and_each_consumers_flag() {
+    let dir = TestDir::new("ca-plan");
+    let root = dir.lab("node", &["--kube-vip", "eks-anywhere"]);
+    let before = listing(&root);
+    let manifests = root.join("etc/kubernetes/manifests");
+    let read = |m: &str| std::fs::read_to_string(manifests.join(m)).unwrap();
+    let (apiserver, kcm, etcd) = (
+        read("kube-apiserver.yaml"),
+        read("kube-controller-manager.yaml"),
+        read("etcd.yaml"),
+    );
+
+    // The cluster CA.
+    let p = plan(&root, "ca");
+    assert_eq!(p["version"], 1);
+    assert_eq!(p["certificates"][0]["path"], "etc/kubernetes/pki/ca.crt");
+    assert_eq!(p["certificates"][0]["signer_here"], true);
+    assert_eq!(
+        leaves(&p),
+        signed_by(&root, "etc/kubernetes/pki/ca.crt", &dir.join("s1"))
+    );
+    for (consumer, manifest, flag, reloads) in [
+        ("kube-apiserver", &apiserver, "client-ca-file", true),
+        ("kube-controller-manager", &kcm, "client-ca-file", true),
+        ("kube-controller-manager", &kcm, "root-ca-file", false),
+        (
+            "kube-controller-manager",
+            &kcm,
+            "cluster-signing-cert-file",
+            true,
+        ),
+    ] {
+        let t = trust(&p, consumer, &format!("--{flag}"));
+        assert_eq!(
+            vec![t["file"].as_str().unwrap().to_string()],
+            flag_paths(manifest, flag)
+        );
+        assert_eq!(t["reloads"], reloads, "{consumer} --{flag}");
+        assert_eq!(t["holds_ca"], true);
+    }
+    assert_eq!(
+        trust(&p, "kube-vip.yaml", "certificate-authority-data")["file"],
+        "etc/kubernetes/admin.conf"
+    );
+    assert_eq!(
+        trust(&p, "kubelet", "certificate-authority-data")["reloads"],
+        false
+    );
+    // Trust-in: the apiserver reloads; what reads a kubeconfig or --root-ca-file restarts,
+    // and the controller-manager's signer moves out of the bundle.
+    assert_eq!(stage(&p, "trust-in", "reloads"), ["kube-apiserver"]);
+    let restarts = stage(&p, "trust-in", "restarts");
+    for c in [
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kube-vip.yaml",
+        "kubelet",
+    ] {
+        assert!(restarts.contains(&c), "trust-in restarts {c}: {restarts:?}");
+    }
+    assert!(!restarts.contains(&"kube-apiserver"));
+    assert!(!restarts.contains(&"etcd"));
+    assert_eq!(stage(&p, "trust-out", "restarts"), restarts);
+
+    // The front-proxy CA: both readers of the bundle reload, nothing restarts at trust-in.
+    let p = plan(&root, "front-proxy-ca");
+    assert_eq!(
+        leaves(&p),
+        signed_by(
+            &root,
+            "etc/kubernetes/pki/front-proxy-ca.crt",
+            &dir.join("s2")
+        )
+    );
+    assert_eq!(leaves(&p).len(), 1, "front-proxy-client only: {p:#}");
+    for consumer in ["kube-apiserver", "kube-controller-manager"] {
+        assert_eq!(
+            trust(&p, consumer, "--requestheader-client-ca-file")["reloads"],
+            true
+        );
+    }
+    assert!(stage(&p, "trust-in", "restarts").is_empty());
+
+    // The etcd CA: etcd and the apiserver's etcd client restart at trust-in and trust-out.
+    let p = plan(&root, "etcd-ca");
+    assert_eq!(
+        leaves(&p),
+        signed_by(&root, "etc/kubernetes/pki/etcd/ca.crt", &dir.join("s3"))
+    );
+    for (consumer, manifest, flag) in [
+        ("etcd", &etcd, "trusted-ca-file"),
+        ("etcd", &etcd, "peer-trusted-ca-file"),
+        ("kube-apiserver", &apiserver, "etcd-cafile"),
+    ] {
+        let t = trust(&p, consumer, &format!("--{flag}"));
+        assert_eq!(
+            vec![t["file"].as_str().unwrap().to_string()],
+            flag_paths(manifest, flag)
+        );
+        assert_eq!(t["reloads"], false);
+    }
+    let restarts = stage(&p, "trust-in", "restarts");
+    assert_eq!(restarts, ["etcd", "kube-apiserver"]);
+
+    // A plan changes nothing.
+    assert_eq!(listing(&root), before);
+}
+
+#[test]
+fn ca_plan_of_the_etcd_ca_on_external_etcd_nodes() {
+    let dir = TestDir::new("ca-plan-external");
+    let lab = dir.lab("lab", &["--topology", "external-etcd"]);
+    let (cp, etcd) = (lab.join("control-plane"), lab.join("etcd"));
+
+    // The control plane holds the etcd CA's certificate, not its key.
+    let p = plan(&cp, "etcd-ca");
+    assert_eq!(p["certificates"][0]["signer_here"], false);
+    assert_eq!(
+        leaves(&p),
+        signed_by(&cp, "etc/kubernetes/pki/etcd/ca.crt", &dir.join("s1"))
+    );
+    assert_eq!(
+        trust(&p, "kube-apiserver", "--etcd-cafile")["reloads"],
+        false
+    );
+    assert_eq!(stage(&p, "trust-in", "restarts"), ["kube-apiserver"]);
+
+    // The etcd node: etcdadm's CA, its four leaves, etcd restarted at trust-in and trust-out.
+    let p = plan(&etcd, "etcd-ca");
+    assert_eq!(p["certificates"][0]["name"], "etcdadm-ca");
+    assert_eq!(p["certificates"][0]["signer_here"], true);
+    let openssl = signed_by(&etcd, "etc/etcd/pki/ca.crt", &dir.join("s2"));
+    assert_eq!(leaves(&p), openssl);
+    assert_eq!(openssl.len(), 4, "{openssl:?}");
+    assert_eq!(stage(&p, "trust-in", "restarts"), ["etcd"]);
+    assert_eq!(stage(&p, "trust-out", "restarts"), ["etcd"]);
+}
+
+#[test]
+fn ca_plan_refuses_a_ca_the_node_does_not_have_and_an_unknown_ca() {
+    let dir = TestDir::new("ca-plan-refused");
+    let lab = dir.lab("lab", &["--topology", "external-etcd"]);
+    let etcd = lab.join("etcd");
+    let run = certrotor(&[
+        "ca",
+        "plan",
+        "--ca",
+        "front-proxy-ca",
+        "--root",
+        etcd.to_str().unwrap(),
+    ]);
+    run.expect(2);
+    assert!(
+        run.stderr.contains("no front-proxy-ca on this node")
+            && run.stderr.contains("certrotor check"),
+        "{run}"
+    );
+    let run = certrotor(&["ca", "plan", "--ca", "sa", "--root", etcd.to_str().unwrap()]);
+    run.expect(64);
+    assert!(
+        run.stderr
+            .contains("expected ca, front-proxy-ca or etcd-ca"),
+        "{run}"
+    );
+}
+
+/// The manifests and PKI written by the real kubeadm v1.20.2 (`init phase certs`, `kubeconfig`,
+/// `control-plane` and `etcd local`): the plan finds each consumer's flag there.
+#[test]
+fn ca_plan_reads_the_manifests_the_real_kubeadm_writes() {
+    require_root("ca_plan_reads_the_manifests_the_real_kubeadm_writes");
+    let _ = k8s_bin();
+    let dir = TestDir::new("ca-plan-kubeadm");
+    let root = dir.join("node");
+    kubeadm_node(&root, false);
+    let cfg = format!("/{CONFIG}");
+    kubeadm(
+        &root,
+        &["init", "phase", "control-plane", "all", "--config", &cfg],
+    );
+    kubeadm(&root, &["init", "phase", "etcd", "local", "--config", &cfg]);
+    let before = listing(&root);
+    for (ca, file, flags) in [
+        (
+            "ca",
+            "etc/kubernetes/pki/ca.crt",
+            &[
+                ("kube-apiserver", "client-ca-file", true),
+                ("kube-controller-manager", "client-ca-file", true),
+                ("kube-controller-manager", "root-ca-file", false),
+                ("kube-controller-manager", "cluster-signing-cert-file", true),
+            ][..],
+        ),
+        (
+            "front-proxy-ca",
+            "etc/kubernetes/pki/front-proxy-ca.crt",
+            &[
+                ("kube-apiserver", "requestheader-client-ca-file", true),
+                (
+                    "kube-controller-manager",
+                    "requestheader-client-ca-file",
+                    true,
+                ),
+            ][..],
+        ),
+        (
+            "etcd-ca",
+            "etc/kubernetes/pki/etcd/ca.crt",
+            &[
+                ("etcd", "trusted-ca-file", false),
+                ("etcd", "peer-trusted-ca-file", false),
+                ("kube-apiserver", "etcd-cafile", false),
+            ][..],
+        ),
+    ] {
+        let p = plan(&root, ca);
+        assert_eq!(
+            leaves(&p),
+            signed_by(&root, file, &dir.join(&format!("s-{ca}"))),
+            "{ca}"
+        );
+        let found: Vec<(String, String)> = p["trust"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| t["source"].as_str().unwrap().starts_with("--"))
+            .map(|t| {
+                (
+                    t["consumer"].as_str().unwrap().to_string(),
+                    t["source"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        let want: Vec<(String, String)> = flags
+            .iter()
+            .map(|(c, f, _)| (c.to_string(), format!("--{f}")))
+            .collect();
+        assert_eq!(found, want, "{ca}: the flags kubeadm wrote\n{p:#}");
+        for (consumer, flag, reloads) in flags {
+            let t = trust(&p, consumer, &format!("--{flag}"));
+            assert_eq!(t["file"], file, "{ca} {consumer} --{flag}");
+            assert_eq!(t["holds_ca"], true, "{ca} {consumer} --{flag}");
+            assert_eq!(t["reloads"], *reloads, "{ca} {consumer} --{flag}");
+        }
+        // kubeadm's manifests name v1.20.2: the issue stage uses the reload table for it.
+        assert!(
+            p["notes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|n| !n.as_str().unwrap().contains("does not hold"))
+        );
+    }
+    assert_eq!(listing(&root), before, "a plan changes nothing");
+}
