@@ -208,6 +208,7 @@ fn happy_flow(test: &str, platform: Platform, always: bool) {
         "admin.conf was not renewed\n{out}"
     );
     kubectl_reads_back(&node, &out);
+    ca_plan_reads_the_platforms_static_pods(&node, platform);
 
     let longest = windows.iter().max_by_key(|w| w.ms()).unwrap();
     let reported: Vec<String> = restarted
@@ -254,6 +255,54 @@ fn happy_flow(test: &str, platform: Platform, always: bool) {
             crashes.join(", ")
         }
     );
+}
+
+/// `ca plan` on a running node lists the static pods through the platform (Bottlerocket: the
+/// API's settings) and finds each trust file on the node through the pod's hostPath mounts
+/// (Bottlerocket: `/etc/kubernetes/pki` in the container is `/var/lib/kubeadm/pki`).
+fn ca_plan_reads_the_platforms_static_pods(node: &Node, platform: Platform) {
+    let out = node.certrotor(&[
+        "ca",
+        "plan",
+        "--ca",
+        "ca",
+        "--root",
+        node.root.to_str().unwrap(),
+        "--platform",
+        platform.name(),
+        "--api-socket",
+        node.socket.to_str().unwrap(),
+        "--output",
+        "json",
+    ]);
+    out.expect(0);
+    let p = out.json();
+    let ca = format!("{}/pki/ca.crt", platform.kubeadm_dir());
+    assert_eq!(p["certificates"][0]["path"], ca.as_str(), "{out}");
+    let trust = p["trust"].as_array().unwrap();
+    let by = |consumer: &str, source: &str| {
+        trust
+            .iter()
+            .find(|t| t["consumer"] == consumer && t["source"] == source)
+            .unwrap_or_else(|| panic!("no {consumer} {source}\n{out}"))
+    };
+    for (consumer, flag) in [
+        ("kube-apiserver", "--client-ca-file"),
+        ("kube-controller-manager", "--root-ca-file"),
+    ] {
+        assert_eq!(by(consumer, flag)["file"], ca.as_str(), "{out}");
+        assert_eq!(by(consumer, flag)["holds_ca"], true, "{out}");
+    }
+    if platform == Platform::Bottlerocket {
+        let kubelet = by("kubelet", "settings.kubernetes.cluster-certificate");
+        assert!(
+            kubelet["why"]
+                .as_str()
+                .unwrap()
+                .contains("apiclient set kubernetes.cluster-certificate="),
+            "{out}"
+        );
+    }
 }
 
 /// The run's stderr says the failpoint `name` fired.
