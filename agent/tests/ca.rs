@@ -10,8 +10,10 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::kubeadm_parity_util::{CONFIG, k8s_bin, kubeadm, kubeadm_node, require_root};
+use crate::renew_util::new_p256_key;
 use crate::util::{
-    TestDir, certrotor, each_field, find_certificates, listing, openssl_verify, str_items,
+    TestDir, certrotor, each_field, find_certificates, listing, openssl_ok, openssl_verify,
+    str_items,
 };
 
 /// `certrotor ca plan --ca <ca> --root <root> --output json`, expecting exit 0.
@@ -347,62 +349,38 @@ fn ca_plan_reads_the_manifests_the_real_kubeadm_writes() {
     assert_eq!(listing(&root), before, "a plan changes nothing");
 }
 
-/// `openssl args`, asserting it succeeds.
-fn ossl(args: &[&str]) {
-    let out = std::process::Command::new("openssl")
-        .args(args)
-        .output()
-        .expect("openssl runs");
-    assert!(out.status.success(), "openssl {args:?}: {out:?}");
-}
-
 /// A new CA (ECDSA P-256, as the lab's nodes use) and a client certificate it signs for
 /// `system:masters`, made with openssl in `dir`: (ca.crt, client.crt, client.key).
 fn new_ca_and_client(dir: &Path, cn: &str) -> (std::path::PathBuf, Vec<u8>, Vec<u8>) {
     let p = |f: &str| dir.join(f).to_str().unwrap().to_string();
     std::fs::create_dir_all(dir).unwrap();
-    ossl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-        "-keyout",
-        &p("ca.key"),
-        "-out",
-        &p("ca.crt"),
-        "-subj",
-        &format!("/CN={cn}"),
-        "-days",
-        "3650",
-        "-addext",
-        "basicConstraints=critical,CA:TRUE",
-        "-addext",
-        "keyUsage=critical,keyCertSign,cRLSign",
-    ]);
-    ossl(&[
-        "req",
-        "-new",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-        "-keyout",
-        &p("client.key"),
-        "-out",
-        &p("client.csr"),
-        "-subj",
-        "/O=system:masters/CN=ca-rotation-check",
-    ]);
+    let (ca_key, client_key) = (p("ca.key"), p("client.key"));
+    let subject = format!("/CN={cn}");
+    let ca = [&["req", "-x509"][..], &new_p256_key(&ca_key)].concat();
+    openssl_ok(
+        &[
+            &ca[..],
+            &["-out", &p("ca.crt"), "-subj", &subject, "-days", "3650"],
+            &["-addext", "basicConstraints=critical,CA:TRUE"],
+            &["-addext", "keyUsage=critical,keyCertSign,cRLSign"],
+        ]
+        .concat(),
+    );
+    let csr = [&["req", "-new"][..], &new_p256_key(&client_key)].concat();
+    openssl_ok(
+        &[
+            &csr[..],
+            &["-out", &p("client.csr")],
+            &["-subj", "/O=system:masters/CN=ca-rotation-check"],
+        ]
+        .concat(),
+    );
     std::fs::write(
         dir.join("client.ext"),
         "extendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature\n",
     )
     .unwrap();
-    ossl(&[
+    openssl_ok(&[
         "x509",
         "-req",
         "-in",
@@ -410,7 +388,7 @@ fn new_ca_and_client(dir: &Path, cn: &str) -> (std::path::PathBuf, Vec<u8>, Vec<
         "-CA",
         &p("ca.crt"),
         "-CAkey",
-        &p("ca.key"),
+        &ca_key,
         "-CAcreateserial",
         "-out",
         &p("client.crt"),
@@ -422,7 +400,7 @@ fn new_ca_and_client(dir: &Path, cn: &str) -> (std::path::PathBuf, Vec<u8>, Vec<
     (
         dir.join("ca.crt"),
         std::fs::read(dir.join("client.crt")).unwrap(),
-        std::fs::read(dir.join("client.key")).unwrap(),
+        std::fs::read(&client_key).unwrap(),
     )
 }
 

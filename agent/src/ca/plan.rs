@@ -136,7 +136,7 @@ const fn flag(
 }
 
 const CLIENT_CA_RELOADS: &str =
-    "reloads its client CA bundle when the file changes (DynamicFileCAContent)";
+    "reloads its client CA bundle within a minute (DynamicFileCAContent)";
 
 const CLUSTER_CA_FLAGS: &[TrustFlag] = &[
     flag(

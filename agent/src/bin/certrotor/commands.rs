@@ -529,17 +529,10 @@ fn status_cmd(c: StatusCmd, clock: &SharedClock) -> Result<u8, CliError> {
             endpoints: c.etcd_endpoint.concat(),
             ..certrotor::cluster::ClusterOptions::new(clock.clone())
         },
-        restart: Some(RestartOptions {
-            platform: PlatformChoice::Auto,
-            api_socket: PathBuf::from(certrotor::node::catalog::paths::API_SOCKET),
-            timeout: Duration::from_secs(5),
-            poll: Duration::from_millis(500),
-            endpoints: BTreeMap::new(),
-            mode: RestartMode::Live,
-            reload_timeout: DEFAULT_RELOAD_TIMEOUT,
-            reload: Default::default(),
-            settle: certrotor::restart::DEFAULT_SETTLE,
-        }),
+        restart: Some(reading_pods(
+            PlatformChoice::Auto,
+            PathBuf::from(certrotor::node::catalog::paths::API_SOCKET),
+        )),
     };
     let report = certrotor::output::status::status(&root, &opts).map_err(CliError::Status)?;
     print!("{}", render(c.output, &report, report::status_table)?);
@@ -549,17 +542,7 @@ fn status_cmd(c: StatusCmd, clock: &SharedClock) -> Result<u8, CliError> {
 fn ca_plan(c: CaPlanCmd, clock: &SharedClock) -> Result<u8, CliError> {
     let root = root_flag(c.root)?;
     certrotor::pass::ops::recover_before_reading(&root)?;
-    let restart = RestartOptions {
-        platform: c.platform,
-        api_socket: c.api_socket,
-        timeout: Duration::from_secs(5),
-        poll: Duration::from_millis(500),
-        endpoints: BTreeMap::new(),
-        mode: RestartMode::Live,
-        reload_timeout: DEFAULT_RELOAD_TIMEOUT,
-        reload: Default::default(),
-        settle: certrotor::restart::DEFAULT_SETTLE,
-    };
+    let restart = reading_pods(c.platform, c.api_socket);
     let platform = certrotor::restart::detect(&root, &restart).map_err(CliError::Restart)?;
     let pods = certrotor::restart::pods(&platform).map_err(CliError::Restart)?;
     let versions = certrotor::restart::reload::versions(&pods, &BTreeMap::new());
@@ -569,4 +552,20 @@ fn ca_plan(c: CaPlanCmd, clock: &SharedClock) -> Result<u8, CliError> {
         .map_err(CliError::CaPlan)?;
     print!("{}", render(c.output, &plan, report::ca_plan_text)?);
     Ok(outcome::EXIT_OK)
+}
+
+/// Platform options of a command that only lists the static pods (`status`, `ca plan`): at
+/// most 5 s for each API call.
+fn reading_pods(platform: PlatformChoice, api_socket: PathBuf) -> RestartOptions {
+    RestartOptions {
+        platform,
+        api_socket,
+        timeout: Duration::from_secs(5),
+        poll: Duration::from_millis(500),
+        endpoints: BTreeMap::new(),
+        mode: RestartMode::Live,
+        reload_timeout: DEFAULT_RELOAD_TIMEOUT,
+        reload: Default::default(),
+        settle: certrotor::restart::DEFAULT_SETTLE,
+    }
 }
