@@ -5,6 +5,8 @@
 //! A stage above `cluster`: the rotation itself will write through `txn`, restart through
 //! `restart` and take turns with the other nodes through `cluster`.
 
+pub mod consumers;
 pub mod plan;
 
-pub use plan::{CaName, CaPlan, PlanError, plan};
+pub use consumers::CaName;
+pub use plan::{CaPlan, PlanError, plan};
