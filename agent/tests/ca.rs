@@ -438,6 +438,40 @@ fn kubectl_get_ns(kubeconfig: &Path) -> Result<(), String> {
     }
 }
 
+/// A CertificateSigningRequest for a client certificate (signer
+/// `kubernetes.io/kube-apiserver-client`), created and approved with kubectl; its name.
+fn approved_csr(node: &crate::platform::platform_util::Node, name: &str) -> String {
+    use base64::Engine;
+    let dir = node.dir.join(format!("csr-{name}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (key, csr) = (dir.join("k.key"), dir.join("k.csr"));
+    let subject = format!("/CN=ca-rotation-{name}");
+    let req = [
+        &["req", "-new"][..],
+        &new_p256_key(key.to_str().unwrap()),
+        &["-out", csr.to_str().unwrap(), "-subj", &subject],
+    ]
+    .concat();
+    openssl_ok(&req);
+    let request = base64::engine::general_purpose::STANDARD.encode(std::fs::read(&csr).unwrap());
+    let object = format!("ca-rotation-{name}");
+    let yaml = format!(
+        "apiVersion: certificates.k8s.io/v1\nkind: CertificateSigningRequest\nmetadata:\n  \
+         name: {object}\nspec:\n  request: {request}\n  signerName: \
+         kubernetes.io/kube-apiserver-client\n  usages: [\"client auth\", \"digital signature\"]\n"
+    );
+    let file = dir.join("csr.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    node.kubectl_ok(&["create", "-f", file.to_str().unwrap()]);
+    node.kubectl_ok(&["certificate", "approve", &object]);
+    object
+}
+
+/// The certificate of CSR `name` (base64), empty while unsigned.
+fn csr_certificate(node: &crate::platform::platform_util::Node, name: &str) -> String {
+    node.kubectl_ok(&["get", "csr", name, "-o", "jsonpath={.status.certificate}"])
+}
+
 /// Replaces `file` by `bytes` as a rotation writes it: a new file renamed over the old one.
 fn replace(file: &Path, bytes: &[u8]) {
     let tmp = file.with_extension("certrotor-test-tmp");
@@ -449,10 +483,12 @@ fn replace(file: &Path, bytes: &[u8]) {
 /// kube-apiserver and kube-controller-manager v1.20.2: the apiserver takes a client CA bundle
 /// [old, new] without a restart (a client certificate of the new CA is let in, the old ones
 /// still are) and, at trust-out, the new CA alone (the old client certificates are refused);
-/// the controller-manager's CSR signer refuses the bundle ("expected 1 certificate"), which is
-/// why its signer must move to a file of its own before `ca.crt` becomes a bundle.
+/// the controller-manager's CSR signer signs an approved CSR before, and refuses the bundle
+/// ("expected 1 certificate") after, signing nothing while it lasts, which is why its signer must move to a file of its own before `ca.crt` becomes a bundle. And the
+/// front-proxy CA's bundle is reloaded and published in
+/// `kube-system/extension-apiserver-authentication`, where aggregated API servers read it.
 #[test]
-fn the_real_apiserver_reloads_a_client_ca_bundle_and_the_signer_refuses_one() {
+fn the_real_apiserver_reloads_client_ca_bundles_and_the_signer_refuses_one() {
     use crate::platform::platform_util::{Node, Platform};
     let node = Node::start("ca-bundle", Platform::Kubeadm);
     let scratch = node.dir.join("new-ca");
@@ -463,8 +499,54 @@ fn the_real_apiserver_reloads_a_client_ca_bundle_and_the_signer_refuses_one() {
     let old_ca = std::fs::read(node.kfile("pki/ca.crt")).unwrap();
     let new_ca = std::fs::read(new_ca).unwrap();
     let before = node.states();
+    // The controller-manager signs an approved CSR while ca.crt holds one certificate.
+    let csr = approved_csr(&node, "before");
+    testkit::wait_for(
+        "kube-controller-manager to sign an approved CSR",
+        Duration::from_secs(180),
+        Duration::from_millis(500),
+        || match csr_certificate(&node, &csr) {
+            c if c.is_empty() => Err("not signed yet".to_string()),
+            _ => Ok(()),
+        },
+    );
     let err = kubectl_get_ns(&next).expect_err("a client of a CA nobody trusts yet is let in");
     assert!(err.contains("Unauthorized"), "{err}");
+
+    // The front-proxy CA's trust-in: the apiserver reloads its requestheader bundle and
+    // publishes it where aggregated API servers read it.
+    let (new_fp, _, _) = new_ca_and_client(&node.dir.join("new-fp"), "front-proxy-next");
+    let old_fp = std::fs::read(node.kfile("pki/front-proxy-ca.crt")).unwrap();
+    let new_fp = std::fs::read(new_fp).unwrap();
+    replace(
+        &node.kfile("pki/front-proxy-ca.crt"),
+        &[old_fp.as_slice(), &new_fp].concat(),
+    );
+    let bodies = |pem: &[u8]| -> Vec<String> {
+        String::from_utf8_lossy(pem)
+            .split("-----")
+            .filter(|b| b.len() > 64)
+            .map(|b| b.split_whitespace().collect())
+            .collect()
+    };
+    let want = [bodies(&old_fp), bodies(&new_fp)].concat();
+    testkit::wait_for(
+        "kube-apiserver to publish [old, new] in extension-apiserver-authentication",
+        Duration::from_secs(180),
+        Duration::from_millis(500),
+        || {
+            let out = node.kubectl(&[
+                "get",
+                "configmap",
+                "--namespace=kube-system",
+                "extension-apiserver-authentication",
+                "-o",
+                "jsonpath={.data.requestheader-client-ca-file}",
+            ]);
+            let got = bodies(&out.stdout);
+            (got == want).then_some(()).ok_or(format!("{got:?}"))
+        },
+    );
 
     // Trust-in: ca.crt holds [old, new].
     replace(
@@ -480,6 +562,9 @@ fn the_real_apiserver_reloads_a_client_ca_bundle_and_the_signer_refuses_one() {
     );
     let trust_in = trust_in.elapsed();
     kubectl_get_ns(&node.kfile("admin.conf")).expect("a client of the old CA is still let in");
+    // The signer signs nothing while ca.crt is a bundle: an approved CSR stays unsigned and the
+    // controller-manager says why.
+    let csr = approved_csr(&node, "after-trust-in");
     testkit::wait_for(
         "kube-controller-manager's CSR signer to refuse the bundle",
         Duration::from_secs(180),
@@ -490,6 +575,11 @@ fn the_real_apiserver_reloads_a_client_ca_bundle_and_the_signer_refuses_one() {
                 .then_some(())
                 .ok_or_else(|| "not yet in its log".to_string())
         },
+    );
+    assert_eq!(
+        csr_certificate(&node, &csr),
+        "",
+        "signed with ca.crt a bundle"
     );
 
     // Trust-out: ca.crt holds the new CA alone.

@@ -134,8 +134,8 @@ const CLUSTER_CA_FLAGS: &[TrustFlag] = &[
         flag: "cluster-signing-cert-file",
         reloads: true,
         signer: true,
-        why: "the CSR signer reloads its pair but refuses a file of more than one certificate \
-              (signer/ca_provider.go: \"expected 1 certificate\")",
+        why: "the CSR signer reloads its pair but signs nothing while the file holds more than \
+              one certificate (signer/ca_provider.go: \"expected 1 certificate\")",
     },
 ];
 
