@@ -503,11 +503,11 @@ fn issue_stage(
         stage: "issue",
         changes: format!(
             "the new {} signs (its key written 0600 beside the old one's, the certificate file \
-             holds [new, old]); {} below issued again from it",
+             holds [new, old]); {} issued again from it",
             ca.name(),
             match leaves.len() {
-                1 => "the leaf".to_string(),
-                n => format!("the {n} leaves"),
+                1 => "the leaf is".to_string(),
+                n => format!("the {n} leaves are"),
             }
         ),
         reloads,
