@@ -1,5 +1,7 @@
 //! A real etcd on a lab node's certificates: it serves and accepts the renewed certificates
-//! after a restart, keeps its data, and refuses a client certificate from another CA.
+//! after a restart, keeps its data, refuses a client certificate from another CA, and lets it
+//! in once its CA file is the bundle [old, other] and it is restarted (a CA rotation's
+//! trust-in).
 //! Needs Debian's `etcd-server` and `etcd-client` (without them the tests fail saying what to install).
 
 use std::path::{Path, PathBuf};
@@ -224,4 +226,24 @@ fn etcd_serves_and_accepts_the_renewed_certificates() {
     );
     // The renewed client still works afterwards (the refusal was about the certificate).
     etcd.ctl(&ca, &healthcheck, &["endpoint", "health"]).ok();
+
+    // A CA rotation's trust-in (`ca plan --ca etcd-ca`): etcd/ca.crt becomes [old, new] and
+    // etcd, which reads its CA pool only at start, is restarted: a client of either CA is let
+    // in, and the data is kept.
+    let old_ca = std::fs::read(&ca).unwrap();
+    let bundle = [old_ca.as_slice(), &std::fs::read(&fca).unwrap()].concat();
+    std::fs::write(&ca, bundle).unwrap();
+    etcd.stop();
+    etcd.start();
+    etcd.wait_healthy(&ca, &healthcheck);
+    for client in [&healthcheck, &client] {
+        let out = etcd
+            .ctl(
+                &ca,
+                client,
+                &["get", "certrotor/probe", "--print-value-only"],
+            )
+            .ok();
+        assert_eq!(out.stdout.trim(), "kept-across-renewal", "{out}");
+    }
 }
