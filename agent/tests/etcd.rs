@@ -79,6 +79,26 @@ impl Etcd {
     }
 }
 
+impl Etcd {
+    /// Restarts etcd, waits until `health` (a client certificate base) finds it healthy, then
+    /// reads the probe key back with each of `clients`.
+    fn restart_reading(&mut self, ca: &Path, health: &Path, clients: &[&Path]) {
+        self.stop();
+        self.start();
+        self.wait_healthy(ca, health);
+        for client in clients {
+            let out = self
+                .ctl(
+                    ca,
+                    client,
+                    &["get", "certrotor/probe", "--print-value-only"],
+                )
+                .ok();
+            assert_eq!(out.stdout.trim(), "kept-across-renewal", "{out}");
+        }
+    }
+}
+
 impl Drop for Etcd {
     fn drop(&mut self) {
         if std::thread::panicking() {
@@ -163,19 +183,7 @@ fn etcd_serves_and_accepts_the_renewed_certificates() {
     );
 
     // Restart with the same flags: etcd loads the new server and peer certificates.
-    etcd.stop();
-    etcd.start();
-    etcd.wait_healthy(&ca, &healthcheck);
-    for client in [&healthcheck, &apiserver] {
-        let out = etcd
-            .ctl(
-                &ca,
-                client,
-                &["get", "certrotor/probe", "--print-value-only"],
-            )
-            .ok();
-        assert_eq!(out.stdout.trim(), "kept-across-renewal", "{out}");
-    }
+    etcd.restart_reading(&ca, &healthcheck, &[&healthcheck, &apiserver]);
     let served = served_certificate(etcd.client_port, &ca, &healthcheck);
     assert_eq!(
         fingerprint(&served),
@@ -233,17 +241,5 @@ fn etcd_serves_and_accepts_the_renewed_certificates() {
     let old_ca = std::fs::read(&ca).unwrap();
     let bundle = [old_ca.as_slice(), &std::fs::read(&fca).unwrap()].concat();
     std::fs::write(&ca, bundle).unwrap();
-    etcd.stop();
-    etcd.start();
-    etcd.wait_healthy(&ca, &healthcheck);
-    for client in [&healthcheck, &client] {
-        let out = etcd
-            .ctl(
-                &ca,
-                client,
-                &["get", "certrotor/probe", "--print-value-only"],
-            )
-            .ok();
-        assert_eq!(out.stdout.trim(), "kept-across-renewal", "{out}");
-    }
+    etcd.restart_reading(&ca, &healthcheck, &[&healthcheck, &client]);
 }
