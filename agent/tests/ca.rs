@@ -247,6 +247,7 @@ fn ca_plan_refuses_a_ca_the_node_does_not_have_and_an_unknown_ca() {
     run.expect(2);
     assert!(
         run.stderr.contains("no front-proxy-ca on this node")
+            && run.stderr.contains("the CAs here: etcdadm-ca")
             && run.stderr.contains("certrotor check"),
         "{run}"
     );

@@ -295,6 +295,7 @@ fn ca_plan_reads_the_platforms_static_pods(node: &Node, platform: Platform) {
     }
     if platform == Platform::Bottlerocket {
         let kubelet = by("kubelet", "settings.kubernetes.cluster-certificate");
+        assert_eq!(kubelet["file"], "etc/kubernetes/pki/ca.crt", "{out}");
         assert!(
             kubelet["why"]
                 .as_str()

@@ -33,6 +33,9 @@ use crate::sys::fsutil;
 /// The version of the plan's JSON.
 pub const PLAN_VERSION: u32 = 1;
 
+/// The kubelet's client CA file Bottlerocket renders from `settings.kubernetes.cluster-certificate`.
+const BOTTLEROCKET_KUBELET_CA: &str = "etc/kubernetes/pki/ca.crt";
+
 /// At most this many certificates are read from one trust file (a bundle is a handful).
 const MAX_BUNDLE_CERTS: usize = 64;
 
@@ -128,15 +131,26 @@ pub fn plan(
     let cas: Vec<&Record> = inv
         .certificates
         .iter()
-        .filter(|r| r.kind == Kind::Ca && ca.catalog_names().contains(&base(&r.name)))
+        .filter(|r| r.kind == Kind::Ca && r.status != Status::Missing)
+        .filter(|r| ca.catalog_names().contains(&base(&r.name)))
         .collect();
     if cas.is_empty() {
+        let here: Vec<&str> = inv
+            .certificates
+            .iter()
+            .filter(|r| r.kind == Kind::Ca && r.status != Status::Missing)
+            .map(|r| r.name.as_str())
+            .collect();
         return Err(PlanError(format!(
-            "no {} on this node under '{}' (run 'certrotor check' to see what is here); on a \
-             control plane with external etcd, the etcd CA is planned on the etcd nodes and \
-             on the control plane both",
+            "no {} on this node under '{}' (the CAs here: {}); give --ca one of those, or \
+             --root the node's root filesystem; 'certrotor check' lists what is here",
             ca.name(),
-            node.root().display()
+            node.root().display(),
+            if here.is_empty() {
+                "none".to_string()
+            } else {
+                here.join(", ")
+            }
         )));
     }
     let fingerprints = ca_fingerprints(node, &cas);
@@ -358,13 +372,14 @@ fn kubelet_trust(node: &Node, fingerprints: &BTreeSet<String>) -> Option<Trust> 
         return Some(Trust {
             consumer: "kubelet".into(),
             source: "settings.kubernetes.cluster-certificate".into(),
-            file: None,
-            holds_ca: true,
+            holds_ca: holds(node, BOTTLEROCKET_KUBELET_CA, fingerprints),
+            file: Some(BOTTLEROCKET_KUBELET_CA.into()),
             reloads: false,
             signer: false,
-            why: "Bottlerocket renders the kubelet's client CA from this setting; change it \
-                  through the API: apiclient set kubernetes.cluster-certificate=<base64 of the \
-                  PEM bundle>"
+            why: "Bottlerocket renders the kubelet's client CA file from this setting, and a \
+                  change to it restarts the kubelet (systemctl try-restart kubelet.service); \
+                  change it through the API: apiclient set \
+                  kubernetes.cluster-certificate=<base64 of the PEM bundle>"
                 .into(),
         });
     }
