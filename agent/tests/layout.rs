@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 /// The stages in the order data flows, as ARCHITECTURE.md lists them.
 const STAGES: &[&str] = &[
-    "sys", "pki", "node", "txn", "renew", "restart", "cluster", "ca", "pass", "output", "lab",
+    "sys", "pki", "node", "txn", "renew", "restart", "cluster", "pass", "ca", "output", "lab",
 ];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {

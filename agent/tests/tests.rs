@@ -7,6 +7,8 @@
 mod util;
 // `ca plan` (issue 29): what rotating a CA touches, against openssl and the real kubeadm.
 mod ca;
+// `ca rotate|continue|abort|status` (issue 29) on lab nodes: stages, abort, refusals, crashes.
+mod ca_rotate;
 // `check`: agreement with openssl, JSON fields, exit codes, one test per bad input.
 mod check;
 // Cluster mode: a real three-member etcd cluster, three nodes due together.

@@ -2,13 +2,13 @@
 //! and what each consumer does when that file changes (read in Kubernetes v1.20.2's source and
 //! etcd's, module doc of [`crate::ca::plan`]), and what trusts a CA outside the node.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::node::catalog::names;
 use crate::node::manifests::Component;
 
 /// A CA certrotor can plan the rotation of.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum CaName {
     /// The cluster CA (`ca.crt`).

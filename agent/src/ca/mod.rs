@@ -7,6 +7,8 @@
 
 pub mod consumers;
 pub mod plan;
+pub mod rotate;
+pub mod rotation;
 
 pub use consumers::CaName;
 pub use plan::{CaPlan, PlanError, plan};

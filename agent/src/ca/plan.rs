@@ -26,7 +26,7 @@ use crate::node::catalog::Kind;
 use crate::node::inventory::{self, Record, Status};
 use crate::node::kubeconfig::{Kubeconfig, Source};
 use crate::node::manifests::{Component, PodInfo};
-use crate::pki::{Cert, MAX_PEM_FILE_BYTES};
+use crate::pki::{Cert, MAX_BUNDLE_CERTS, MAX_PEM_FILE_BYTES};
 use crate::restart::reload::{self, Action, ComponentVersion, Context, RestartMode};
 use crate::sys::fsutil;
 
@@ -35,9 +35,6 @@ pub const PLAN_VERSION: u32 = 1;
 
 /// The kubelet's client CA file Bottlerocket renders from `settings.kubernetes.cluster-certificate`.
 const BOTTLEROCKET_KUBELET_CA: &str = "etc/kubernetes/pki/ca.crt";
-
-/// At most this many certificates are read from one trust file (a bundle is a handful).
-const MAX_BUNDLE_CERTS: usize = 64;
 
 /// The CA as found on the node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -135,23 +132,7 @@ pub fn plan(
         .filter(|r| ca.catalog_names().contains(&base(&r.name)))
         .collect();
     if cas.is_empty() {
-        let here: Vec<&str> = inv
-            .certificates
-            .iter()
-            .filter(|r| r.kind == Kind::Ca && r.status != Status::Missing)
-            .map(|r| r.name.as_str())
-            .collect();
-        return Err(PlanError(format!(
-            "no {} on this node under '{}' (the CAs here: {}); give --ca one of those, or \
-             --root the node's root filesystem; 'certrotor check' lists what is here",
-            ca.name(),
-            node.root().display(),
-            if here.is_empty() {
-                "none".to_string()
-            } else {
-                here.join(", ")
-            }
-        )));
+        return Err(not_here(node, ca, &inv.certificates));
     }
     let fingerprints = ca_fingerprints(node, &cas);
     let mut trust = flag_trust(node, ca, pods, &fingerprints);
@@ -204,6 +185,26 @@ pub fn plan(
         stages,
         outside: ca.outside().iter().map(|s| s.to_string()).collect(),
     })
+}
+
+/// The refusal when `ca` is not on the node: the CAs that are.
+fn not_here(node: &Node, ca: CaName, records: &[Record]) -> PlanError {
+    let here: Vec<&str> = records
+        .iter()
+        .filter(|r| r.kind == Kind::Ca && r.status != Status::Missing)
+        .map(|r| r.name.as_str())
+        .collect();
+    PlanError(format!(
+        "no {} on this node under '{}' (the CAs here: {}); give --ca one of those, or --root the \
+         node's root filesystem; 'certrotor check' lists what is here",
+        ca.name(),
+        node.root().display(),
+        if here.is_empty() {
+            "none".to_string()
+        } else {
+            here.join(", ")
+        }
+    ))
 }
 
 /// A catalog name without its `@layout` suffix.

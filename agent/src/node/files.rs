@@ -1,7 +1,7 @@
 //! The files certrotor may write on a node, as a check on paths read from its own state files
 //! (a journal, a backup manifest): a path there must be one of the renewable files of the
-//! node's layouts ([`crate::node::catalog`]) or the kubelet's ([`crate::node::kubelet`]), inside
-//! the root. A state file is untrusted input; this is what keeps a tampered one from sending a
+//! node's layouts ([`crate::node::catalog`]), the kubelet's ([`crate::node::kubelet`]), or a
+//! CA's pair and the keys a CA rotation keeps beside it ([`rotation_key`]), inside the root. A state file is untrusted input; this is what keeps a tampered one from sending a
 //! write anywhere else.
 
 use std::collections::BTreeSet;
@@ -10,6 +10,20 @@ use std::path::{Path, PathBuf};
 use crate::node::carrier::Carrier;
 use crate::node::catalog;
 use crate::sys::state::{check_inside_root, check_relative};
+
+/// [`rotation_key`]'s name of the new CA's key, kept beside the CA until it becomes the signer.
+pub const NEXT: &str = "next";
+/// [`rotation_key`]'s name of the old CA's key, kept beside the CA until trust-out (for abort).
+pub const PREVIOUS: &str = "previous";
+
+/// The file a CA rotation keeps another key of the CA in, beside its key file:
+/// `pki/ca.key` → `pki/ca.next.key`.
+pub fn rotation_key(key: &str, which: &str) -> String {
+    match key.strip_suffix(".key") {
+        Some(stem) => format!("{stem}.{which}.key"),
+        None => format!("{key}.{which}"),
+    }
+}
 
 /// The files certrotor may write on a node: the certificates, keys and kubeconfigs of the
 /// renewable catalog entries of the node's layouts (both names of the apiserver's etcd client
@@ -33,6 +47,22 @@ impl NodeFiles {
         let mut pairs = Vec::new();
         let mut kubeconfigs = BTreeSet::new();
         for entry in catalog::entries(root, &layouts) {
+            if entry.kind == catalog::Kind::Ca
+                && let Some(key) = &entry.key_path
+            {
+                // A CA rotation (the `ca` stage) writes the CA's pair and keeps the other CA's key
+                // beside it.
+                known.insert(entry.path.clone());
+                for k in [
+                    key.clone(),
+                    rotation_key(key, NEXT),
+                    rotation_key(key, PREVIOUS),
+                ] {
+                    known.insert(k);
+                }
+                pairs.push((entry.path.clone(), key.clone()));
+                continue;
+            }
             if !entry.renewable {
                 continue;
             }

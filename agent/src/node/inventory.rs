@@ -19,7 +19,7 @@ use crate::node::carrier::Carrier;
 use crate::node::catalog::{self, Entry, Kind, Layout};
 use crate::node::inventory::load::{Loaded, load};
 use crate::node::inventory::service_account::service_account;
-use crate::pki::{Cert, CertFacts};
+use crate::pki::{Cert, CertFacts, PkiError};
 use crate::sys::fsutil;
 
 /// The state of one certificate.
@@ -380,7 +380,7 @@ fn check_chain(
         }
     } else if let Some((ca_entry, ca_loaded)) = signer {
         match &ca_loaded.cert {
-            Some(ca_cert) => match cert.verify_signed_by(ca_cert, &ca_entry.name) {
+            Some(ca_cert) => match signed_by_one(cert, ca_cert, &ca_loaded.also, &ca_entry.name) {
                 Ok(()) if ca_cert.not_after() <= now || ca_cert.not_before() > now => {
                     r.chain_ok = Some(false);
                     problems.push(ca_out_of_validity(&ca_entry.name, ca_cert, now));
@@ -401,6 +401,16 @@ fn check_chain(
             entry.ca.as_deref().unwrap_or("?")
         ));
     }
+}
+
+/// Whether `ca` signed `cert`, or one of the further certificates of its file (`also`: the CA's
+/// other certificate while a rotation has both in the file); the first CA's error otherwise.
+fn signed_by_one(cert: &Cert, ca: &Cert, also: &[Cert], name: &str) -> Result<(), PkiError> {
+    let first = cert.verify_signed_by(ca, name);
+    if first.is_err() && also.iter().any(|c| cert.verify_signed_by(c, name).is_ok()) {
+        return Ok(());
+    }
+    first
 }
 
 /// What an expired certificate's error says: why and how to renew it, by what it is.

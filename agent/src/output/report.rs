@@ -7,7 +7,7 @@ mod ca;
 mod run;
 mod status;
 
-pub use ca::ca_plan_text;
+pub use ca::{ca_plan_text, ca_rotate_text, ca_status_text};
 pub use run::{cluster_table, run_table};
 pub use status::status_table;
 

@@ -233,9 +233,9 @@ pub fn body(node: &str, event: &Event, now: i64, nanos: u128) -> Value {
     })
 }
 
-/// Posts `event` on this node with `admin` (a kubeconfig relative to the root), dated `now` (Unix
-/// seconds). Returns the node name.
-pub fn post(local: &Node, admin: &str, event: &Event, now: i64) -> Result<String, String> {
+/// An HTTPS agent with the credentials of `admin` (a kubeconfig relative to the root), and the
+/// apiserver URL it names.
+fn admin_agent(local: &Node, admin: &str) -> Result<(ureq::Agent, String), String> {
     let root = local.root();
     let bytes = match fsutil::read_in_root(root, admin, MAX_PEM_FILE_BYTES) {
         Ok(Some(b)) => zeroize::Zeroizing::new(b),
@@ -266,16 +266,34 @@ pub fn post(local: &Node, admin: &str, event: &Event, now: i64) -> Result<String
     );
     zeroize::Zeroize::zeroize(&mut key);
     let agent = agent.map_err(|e| format!("'{admin}': {e}"))?;
+    Ok((agent, server.trim_end_matches('/').to_string()))
+}
+
+/// GETs `path` (`/api/v1/...`) from the apiserver with `admin`'s credentials: the JSON body.
+pub fn get(local: &Node, admin: &str, path: &str) -> Result<Value, String> {
+    let (agent, server) = admin_agent(local, admin)?;
+    let url = format!("{server}{path}");
+    let mut resp = agent.get(&url).call().map_err(|e| format!("{url}: {e}"))?;
+    let text = resp
+        .body_mut()
+        .with_config()
+        .limit(4 * 1024 * 1024)
+        .read_to_vec()
+        .map_err(|e| format!("{url}: {e}"))?;
+    serde_json::from_slice(&text).map_err(|e| format!("{url}: not JSON: {e}"))
+}
+
+/// Posts `event` on this node with `admin` (a kubeconfig relative to the root), dated `now` (Unix
+/// seconds). Returns the node name.
+pub fn post(local: &Node, admin: &str, event: &Event, now: i64) -> Result<String, String> {
+    let (agent, server) = admin_agent(local, admin)?;
     let node = node_name(local);
     let since_epoch = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
     // The name's suffix only has to be unique (client-go's `name.UnixNano`), not a date.
     let body = body(&node, event, now, since_epoch.as_nanos());
-    let url = format!(
-        "{}/api/v1/namespaces/default/events",
-        server.trim_end_matches('/')
-    );
+    let url = format!("{server}/api/v1/namespaces/default/events");
     let mut resp = agent
         .post(&url)
         .content_type("application/json")

@@ -65,6 +65,30 @@ impl Cert {
         }
     }
 
+    /// Parses every `CERTIFICATE` block of a PEM file (a trust bundle), in order, at most
+    /// `max` of them: a bundle of more is refused, as is a block that does not parse.
+    pub fn all_from_pem(bytes: &[u8], max: usize) -> Result<Vec<Cert>, PkiError> {
+        let mut out = Vec::new();
+        use rustls_pki_types::pem::PemObject;
+        for der in rustls_pki_types::CertificateDer::pem_slice_iter(bytes) {
+            if out.len() == max {
+                return Err(PkiError::BadCertificate {
+                    detail: format!("more than {max} certificates in one file"),
+                });
+            }
+            let der = der.map_err(|e| PkiError::BadPem {
+                detail: pem_error_text(&e),
+            })?;
+            out.push(Cert::from_der(der.as_ref())?);
+        }
+        if out.is_empty() {
+            return Err(PkiError::NoPemBlock {
+                wanted: "CERTIFICATE",
+            });
+        }
+        Ok(out)
+    }
+
     /// Parses DER bytes.
     pub fn from_der(der: &[u8]) -> Result<Cert, PkiError> {
         let x509 =

@@ -60,6 +60,8 @@ pub mod oid {
 /// Largest certificate or key file certrotor reads. Real ones are a few KiB; kubeconfigs with
 /// embedded data tens of KiB. Anything bigger is refused without being read whole.
 pub const MAX_PEM_FILE_BYTES: u64 = 1024 * 1024;
+/// Most certificates read from one trust bundle (a CA file during a rotation holds two).
+pub const MAX_BUNDLE_CERTS: usize = 64;
 
 /// What went wrong with certificate or key bytes. Messages say what failed and, where the input
 /// is the operator's, what to do.

@@ -47,6 +47,8 @@ pub enum Kind {
     BackupManifest,
     /// The record of the last `run`/`daemon` pass (`status.rs`).
     LastPass,
+    /// A CA rotation's stage on this node (`ca-rotation.json`, the `ca` stage).
+    CaRotation,
 }
 
 impl Kind {
@@ -59,13 +61,18 @@ impl Kind {
             Kind::OwedRestarts => "owed-restarts record",
             Kind::BackupManifest => "backup manifest",
             Kind::LastPass => "last-pass record",
+            Kind::CaRotation => "CA rotation state",
         }
     }
 
     /// The version this build writes.
     pub fn current(self) -> u32 {
         match self {
-            Kind::Journal | Kind::PassState | Kind::RestartMarker | Kind::LastPass => 1,
+            Kind::Journal
+            | Kind::PassState
+            | Kind::RestartMarker
+            | Kind::LastPass
+            | Kind::CaRotation => 1,
             // 2: `pods`, the other static pods owed a restart (kube-vip); 1 had components only.
             Kind::OwedRestarts => 2,
             // 2: `version` and each file's `size`; 1 had neither (SHA-256 only).
@@ -79,7 +86,7 @@ impl Kind {
     fn unversioned(self) -> Option<u32> {
         match self {
             // The last-pass record always had one.
-            Kind::Journal | Kind::PassState | Kind::LastPass => None,
+            Kind::Journal | Kind::PassState | Kind::LastPass | Kind::CaRotation => None,
             Kind::RestartMarker | Kind::OwedRestarts | Kind::BackupManifest => Some(1),
         }
     }

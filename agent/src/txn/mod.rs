@@ -46,7 +46,7 @@ const JOURNAL: &str = "journal.json";
 /// A backup's manifest, inside its folder.
 const MANIFEST: &str = "manifest.json";
 /// Kinds of transactions (journal and manifest `kind`).
-const KINDS: [&str; 3] = ["renew", "rollback", "import"];
+const KINDS: [&str; 4] = ["renew", "rollback", "import", "ca"];
 /// How often a waiting run retries the lock. Waiting is bounded by the caller's timeout.
 const LOCK_POLL: Duration = Duration::from_millis(100);
 /// Backups kept by default.

@@ -399,7 +399,7 @@ pub struct VersionCmd {}
 
 #[derive(FromArgs, Debug)]
 #[argh(subcommand, name = "ca")]
-/// CA rotation with overlapping trust (trust-in, issue, trust-out); for now the plan
+/// CA rotation with overlapping trust: trust-in, issue, trust-out
 pub struct CaCmd {
     #[argh(subcommand)]
     pub command: CaSub,
@@ -409,6 +409,105 @@ pub struct CaCmd {
 #[argh(subcommand)]
 pub enum CaSub {
     Plan(CaPlanCmd),
+    Rotate(CaRotateCmd),
+    Continue(CaContinueCmd),
+    Abort(CaAbortCmd),
+    Status(CaStatusCmd),
+}
+
+#[derive(FromArgs, ArgsInfo, Debug)]
+#[argh(
+    subcommand,
+    name = "rotate",
+    note = "Each stage is one transaction with a backup, its restarts made one at a time and verified by a pass, and is resumed by running the same command again after a crash. Stops before trust-out: 'certrotor ca continue' does it, 'certrotor ca abort' undoes the rotation. Not built yet (refused, nothing changed): the cluster CA, and a node whose etcd has other members.",
+    error_code(0, "trust-in and issue done: waiting for 'ca continue'"),
+    error_code(
+        2,
+        "refused or failed; the stage in progress is resumed by the same command"
+    ),
+    error_code(3, "a stage's verification failed and its files were restored"),
+    error_code(4, "another certrotor holds the lock"),
+    error_code(64, "usage error")
+)]
+/// rotate a CA on this node: a new CA trusted beside the old (trust-in), then signing every
+/// leaf again (issue)
+pub struct CaRotateOwn {
+    #[argh(option, from_str_fn(ca_name))]
+    /// the CA: front-proxy-ca or etcd-ca (ca: not built yet)
+    pub ca: certrotor::ca::CaName,
+    #[argh(option, default = "Format::Table", from_str_fn(format))]
+    /// output format: table (default) or json
+    pub output: Format,
+}
+
+/// `ca rotate`: its own flags, the renewal flags and the platform flags.
+pub type CaRotateCmd = PassCmd<CaRotateOwn>;
+
+#[derive(FromArgs, ArgsInfo, Debug)]
+#[argh(
+    subcommand,
+    name = "continue",
+    note = "After 'ca rotate': every trust file holds the new CA alone, what cannot reload is restarted one at a time and verified; the old CA's key is removed (it stays in the backups).",
+    error_code(0, "done"),
+    error_code(2, "refused or failed; run the same command again"),
+    error_code(3, "verification failed and the files were restored"),
+    error_code(4, "another certrotor holds the lock"),
+    error_code(64, "usage error")
+)]
+/// trust-out: the old CA leaves every trust file on this node
+pub struct CaContinueOwn {
+    #[argh(option, from_str_fn(ca_name))]
+    /// the CA being rotated
+    pub ca: certrotor::ca::CaName,
+    #[argh(option, default = "Format::Table", from_str_fn(format))]
+    /// output format: table (default) or json
+    pub output: Format,
+}
+
+/// `ca continue`: its own flags, the renewal flags and the platform flags.
+pub type CaContinueCmd = PassCmd<CaContinueOwn>;
+
+#[derive(FromArgs, ArgsInfo, Debug)]
+#[argh(
+    subcommand,
+    name = "abort",
+    note = "Before trust-out only. After the issue, the old CA signs again and every leaf is issued again from it first.",
+    error_code(0, "aborted: the old CA alone"),
+    error_code(2, "refused or failed; run the same command again"),
+    error_code(3, "verification failed and the files were restored"),
+    error_code(4, "another certrotor holds the lock"),
+    error_code(64, "usage error")
+)]
+/// undo a CA rotation on this node: back to the old CA alone
+pub struct CaAbortOwn {
+    #[argh(option, from_str_fn(ca_name))]
+    /// the CA being rotated
+    pub ca: certrotor::ca::CaName,
+    #[argh(option, default = "Format::Table", from_str_fn(format))]
+    /// output format: table (default) or json
+    pub output: Format,
+}
+
+/// `ca abort`: its own flags, the renewal flags and the platform flags.
+pub type CaAbortCmd = PassCmd<CaAbortOwn>;
+
+#[derive(FromArgs, Debug)]
+#[argh(
+    subcommand,
+    name = "status",
+    note = "Reads var/lib/certrotor/ca-rotation.json; changes nothing.",
+    error_code(0, "shown (or no rotation recorded)"),
+    error_code(2, "the state file cannot be used"),
+    error_code(64, "usage error")
+)]
+/// the CA rotation recorded on this node and its stages
+pub struct CaStatusCmd {
+    #[argh(option)]
+    /// the node's root filesystem
+    pub root: Option<PathBuf>,
+    #[argh(option, default = "Format::Table", from_str_fn(format))]
+    /// output format: table (default) or json
+    pub output: Format,
 }
 
 #[derive(FromArgs, Debug)]

@@ -21,7 +21,7 @@ use certrotor::restart::{PlatformChoice, RestartOptions};
 use certrotor::sys::clock::{SharedClock, SystemClock, YEAR};
 
 use crate::args::{
-    BackupsCmd, CaCmd, CaPlanCmd, CaSub, CheckCmd, Command, DaemonCmd, EtcdClientCmd,
+    BackupsCmd, CaCmd, CaPlanCmd, CaStatusCmd, CaSub, CheckCmd, Command, DaemonCmd, EtcdClientCmd,
     EtcdClientSub, EtcdExportCmd, EtcdImportCmd, LabCmd, LabInitCmd, LabSub, RenewCmd, RollbackCmd,
     RunCmd, StatusCmd, Top,
 };
@@ -132,9 +132,7 @@ fn run(top: Top, first_boot_allowed: bool) -> Result<u8, CliError> {
             Ok(outcome::EXIT_OK)
         }
         Command::Status(c) => status_cmd(c, &clock),
-        Command::Ca(CaCmd {
-            command: CaSub::Plan(c),
-        }) => ca_plan(c, &clock),
+        Command::Ca(CaCmd { command }) => ca(command, &clock),
         Command::Version(_) => {
             println!("certrotor {}", env!("CARGO_PKG_VERSION"));
             Ok(outcome::EXIT_OK)
@@ -551,6 +549,59 @@ fn ca_plan(c: CaPlanCmd, clock: &SharedClock) -> Result<u8, CliError> {
     let plan = certrotor::ca::plan(&node, c.ca, &pods, &versions, clock.now())
         .map_err(CliError::CaPlan)?;
     print!("{}", render(c.output, &plan, report::ca_plan_text)?);
+    Ok(outcome::EXIT_OK)
+}
+
+fn ca(command: CaSub, clock: &SharedClock) -> Result<u8, CliError> {
+    use certrotor::ca::rotate;
+    let (output, done) = match command {
+        CaSub::Plan(c) => return ca_plan(c, clock),
+        CaSub::Status(c) => return ca_status(c),
+        CaSub::Rotate(c) => (
+            c.own.output,
+            ca_stage(c.own.ca, c.renew, c.pass, clock, rotate::rotate)?,
+        ),
+        CaSub::Continue(c) => (
+            c.own.output,
+            ca_stage(c.own.ca, c.renew, c.pass, clock, rotate::continue_rotation)?,
+        ),
+        CaSub::Abort(c) => (
+            c.own.output,
+            ca_stage(c.own.ca, c.renew, c.pass, clock, rotate::abort)?,
+        ),
+    };
+    print!("{}", render(output, &done, report::ca_rotate_text)?);
+    Ok(outcome::EXIT_OK)
+}
+
+type Stage = fn(
+    &std::path::Path,
+    certrotor::ca::CaName,
+    &RunOptions,
+) -> Result<certrotor::ca::rotate::RotateReport, certrotor::ca::rotate::RotateError>;
+
+fn ca_stage(
+    ca: certrotor::ca::CaName,
+    f: RenewFlags,
+    p: PassFlags,
+    clock: &SharedClock,
+    stage: Stage,
+) -> Result<certrotor::ca::rotate::RotateReport, CliError> {
+    if f.all || !f.cert.is_empty() || f.dry_run {
+        return Err(CliError::usage(
+            "a CA rotation chooses what it renews: leave out --all, --cert and --dry-run \
+             ('certrotor ca plan' shows what it would do)",
+        ));
+    }
+    let opts = run_options(&f, &p, clock)?;
+    let root = root_flag(f.root)?;
+    stage(&root, ca, &opts).map_err(CliError::Rotate)
+}
+
+fn ca_status(c: CaStatusCmd) -> Result<u8, CliError> {
+    let root = root_flag(c.root)?;
+    let r = certrotor::ca::rotate::status(&root).map_err(CliError::Rotate)?;
+    print!("{}", render(c.output, &r, report::ca_status_text)?);
     Ok(outcome::EXIT_OK)
 }
 

@@ -36,6 +36,8 @@ pub enum CliError {
     Restart(certrotor::restart::RestartError),
     /// `ca plan`: the CA is not on the node.
     CaPlan(certrotor::ca::PlanError),
+    /// `ca rotate|continue|abort|status`.
+    Rotate(certrotor::ca::rotate::RotateError),
     /// `--metrics-address` cannot be bound.
     Metrics {
         addr: SocketAddr,
@@ -52,6 +54,8 @@ impl CliError {
     pub fn exit_code(&self) -> u8 {
         match self {
             CliError::Usage(_) => EXIT_USAGE,
+            // A stage's pass failed: its own exit code (3: rolled back).
+            CliError::Rotate(certrotor::ca::rotate::RotateError::Pass { exit, .. }) => *exit,
             other => outcome::for_error(other),
         }
     }
@@ -76,6 +80,7 @@ impl std::fmt::Display for CliError {
             CliError::Status(e) => write!(f, "{e}"),
             CliError::Restart(e) => write!(f, "{e}"),
             CliError::CaPlan(e) => write!(f, "{e}"),
+            CliError::Rotate(e) => write!(f, "{e}"),
             CliError::Metrics { addr, source } => write!(
                 f,
                 "cannot serve metrics on {addr}: {source}; give a free local address with \
@@ -99,6 +104,7 @@ impl std::error::Error for CliError {
             CliError::Status(e) => Some(e),
             CliError::Restart(e) => Some(e),
             CliError::CaPlan(e) => Some(e),
+            CliError::Rotate(e) => Some(e),
             CliError::Metrics { source, .. } => Some(source),
         }
     }

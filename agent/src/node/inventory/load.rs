@@ -8,12 +8,15 @@ use std::path::Path;
 use crate::node::carrier::Carrier;
 use crate::node::catalog::{Entry, Kind};
 use crate::node::kubeconfig::{Kubeconfig, Source, file_under_root};
-use crate::pki::{Cert, KeyPublic, MAX_PEM_FILE_BYTES};
+use crate::pki::{Cert, KeyPublic, MAX_BUNDLE_CERTS, MAX_PEM_FILE_BYTES};
 use crate::sys::fsutil::{self, ReadError};
 
 /// What was loaded for one entry, before statuses are decided.
 pub(super) struct Loaded {
     pub(super) cert: Option<Cert>,
+    /// A CA file's further certificates (a trust bundle during a CA rotation): a leaf signed by
+    /// one of them is still signed by a CA this node trusts.
+    pub(super) also: Vec<Cert>,
     pub(super) key: Option<KeyPublic>,
     /// The file a kubeconfig names its client certificate in (when not embedded).
     pub(super) cert_path: Option<String>,
@@ -64,6 +67,7 @@ fn read_with_mode(root: &Path, rel: &str) -> Result<Option<(Vec<u8>, u32)>, Read
 pub(super) fn load(root: &Path, entry: &Entry) -> Loaded {
     let mut out = Loaded {
         cert: None,
+        also: Vec::new(),
         key: None,
         cert_path: None,
         error: None,
@@ -91,6 +95,15 @@ pub(super) fn load(root: &Path, entry: &Entry) -> Loaded {
         Err(e) => {
             out.error = Some(format!("'{}': {e}", entry.path));
             return out;
+        }
+    }
+    if entry.kind == Kind::Ca {
+        match Cert::all_from_pem(&bytes, MAX_BUNDLE_CERTS) {
+            Ok(all) => out.also = all.into_iter().skip(1).collect(),
+            Err(e) => {
+                out.error = Some(format!("'{}': {e}", entry.path));
+                return out;
+            }
         }
     }
     if let Some(key_path) = &entry.key_path {

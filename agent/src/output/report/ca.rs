@@ -1,6 +1,8 @@
 //! The text of `certrotor ca plan` ([`crate::ca::plan`] makes it).
 
 use crate::ca::CaPlan;
+use crate::ca::rotate::RotateReport;
+use crate::ca::rotation::Rotation;
 use crate::output::report::align;
 use crate::sys::clock::human_duration;
 
@@ -95,4 +97,80 @@ fn list(items: &[String]) -> String {
     } else {
         items.join(", ")
     }
+}
+
+/// `certrotor ca rotate|continue|abort`: the stages done now, where the rotation stands, what
+/// is asked next.
+pub fn ca_rotate_text(r: &RotateReport) -> String {
+    let mut out = format!(
+        "Rotation of {}: stage {}\n  old CA SHA-256 {}\n  new CA SHA-256 {}\n",
+        r.ca.name(),
+        r.stage,
+        r.old_sha256,
+        if r.new_sha256.is_empty() {
+            "-"
+        } else {
+            &r.new_sha256
+        }
+    );
+    if !r.stages.is_empty() {
+        let mut rows = vec![cells(&[
+            "STAGE",
+            "BACKUP",
+            "FILES",
+            "RENEWED",
+            "RESTARTED",
+            "RELOADED",
+        ])];
+        for s in &r.stages {
+            rows.push(vec![
+                s.stage.to_string(),
+                s.backup_id.clone().unwrap_or_else(|| "-".into()),
+                list(&s.files),
+                list(&s.renewed),
+                list(&s.restarted),
+                list(&s.reloaded),
+            ]);
+        }
+        out.push('\n');
+        out.push_str(&align(&rows));
+    }
+    if !r.old_leaves.is_empty() {
+        out.push_str(&format!(
+            "\nStill signed by the old CA (certrotor does not renew them): {}\n",
+            r.old_leaves.join(", ")
+        ));
+    }
+    if r.stage == "issued" && !r.outside.is_empty() {
+        out.push_str("\nOutside this node, still trusting or holding the old CA:\n");
+        for o in &r.outside {
+            out.push_str(&format!("  - {o}\n"));
+        }
+    }
+    out.push_str(&format!("\n{}\n", r.next));
+    out
+}
+
+/// `certrotor ca status`.
+pub fn ca_status_text(r: &Option<Rotation>) -> String {
+    let Some(r) = r else {
+        return "No CA rotation is recorded on this node.\n".into();
+    };
+    let mut out = format!(
+        "Rotation of {}: stage {}\n  old CA SHA-256 {}\n  new CA SHA-256 {}\n\n",
+        r.ca.name(),
+        r.stage.name(),
+        r.old_sha256,
+        if r.new_sha256.is_empty() {
+            "-"
+        } else {
+            &r.new_sha256
+        }
+    );
+    let mut rows = vec![cells(&["STAGE", "AT"])];
+    for h in &r.history {
+        rows.push(vec![h.stage.name().to_string(), h.at.clone()]);
+    }
+    out.push_str(&align(&rows));
+    out
 }

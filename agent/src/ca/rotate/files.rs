@@ -1,0 +1,187 @@
+//! A CA rotation's files on one node: the CA's certificate file (its trust bundle and signer),
+//! its key, and the other key kept beside it ([`rotation_key`]); the old and new pairs read
+//! back from them; the new CA minted; and what each stage makes of the files.
+
+use std::path::Path;
+
+use zeroize::Zeroizing;
+
+use crate::node::files::{NEXT, PREVIOUS, rotation_key};
+use crate::pki::{
+    Cert, Issuance, MAX_BUNDLE_CERTS, MAX_PEM_FILE_BYTES, PrivateKey, Profile, random_serial,
+};
+use crate::sys::fsutil;
+use crate::txn::Change;
+
+/// A CA certificate and its key's PEM text, as read or made (scrubbed when dropped).
+pub struct CaPair {
+    pub cert: Cert,
+    pub key_pem: Zeroizing<Vec<u8>>,
+}
+
+/// The files of one CA on the node (relative to the root).
+#[derive(Debug, Clone)]
+pub struct CaFiles {
+    /// The certificate file: the trust bundle every consumer reads, and the signer's
+    /// certificate (its first certificate belongs to `key`).
+    pub cert: String,
+    pub key: String,
+    /// The new CA's key until it signs.
+    pub next: String,
+    /// The old CA's key from the issue until trust-out (what `abort` signs with again).
+    pub previous: String,
+}
+
+impl CaFiles {
+    pub fn of(cert: &str, key: &str) -> CaFiles {
+        CaFiles {
+            cert: cert.to_string(),
+            key: key.to_string(),
+            next: rotation_key(key, NEXT),
+            previous: rotation_key(key, PREVIOUS),
+        }
+    }
+}
+
+/// What a stage makes of the files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// [old, new]; the old key signs; the new key waits in `next`.
+    TrustIn,
+    /// [new, old]; the new key signs; the old key waits in `previous`.
+    Issue,
+    /// [new]; the new key signs; no other key.
+    TrustOut,
+    /// [old]; the old key signs; no other key.
+    Abort,
+}
+
+/// Reads a file of the node: `None` when absent; an error when it exists but cannot be read.
+pub fn read(root: &Path, rel: &str) -> Result<Option<Zeroizing<Vec<u8>>>, String> {
+    fsutil::read_in_root(root, rel, MAX_PEM_FILE_BYTES)
+        .map(|b| b.map(Zeroizing::new))
+        .map_err(|e| format!("'{rel}': {e}"))
+}
+
+/// Every certificate of the CA file, in order.
+pub fn certs(root: &Path, files: &CaFiles) -> Result<Vec<Cert>, String> {
+    let bytes = read(root, &files.cert)?.ok_or_else(|| format!("'{}' is missing", files.cert))?;
+    Cert::all_from_pem(&bytes, MAX_BUNDLE_CERTS).map_err(|e| format!("'{}': {e}", files.cert))
+}
+
+/// The pair whose certificate has SHA-256 `sha256`, if the CA file holds it and one of the
+/// three key files holds its key.
+pub fn pair(root: &Path, files: &CaFiles, sha256: &str) -> Result<Option<CaPair>, String> {
+    let Some(cert) = certs(root, files)?
+        .into_iter()
+        .find(|c| c.sha256_hex() == sha256)
+    else {
+        return Ok(None);
+    };
+    for rel in [&files.key, &files.next, &files.previous] {
+        let Some(pem) = read(root, rel)? else {
+            continue;
+        };
+        let key = PrivateKey::read_pem(&pem).map_err(|e| format!("'{rel}': {e}"))?;
+        if key.matches(&cert) {
+            return Ok(Some(CaPair { cert, key_pem: pem }));
+        }
+    }
+    Ok(None)
+}
+
+/// A new CA like `old`: the same subject, SANs, key algorithm and key encoding, the same
+/// validity period from now (backdated as kubeadm backdates), a new key and serial.
+pub fn mint(old: &CaPair, now: i64) -> Result<CaPair, String> {
+    let e = |e: crate::pki::PkiError| format!("making the new CA: {e}");
+    let old_key = PrivateKey::read_pem(&old.key_pem).map_err(e)?;
+    let key = PrivateKey::generate(old.cert.public_key_algorithm()).map_err(e)?;
+    let facts = old.cert.facts();
+    let profile = Profile::ca(
+        old.cert.x509.tbs_certificate.subject.clone(),
+        facts.dns_names,
+    );
+    let not_before = now - crate::renew::BACKDATE;
+    let issuance = Issuance {
+        serial: random_serial().map_err(e)?,
+        not_before,
+        not_after: not_before + (old.cert.not_after() - old.cert.not_before()),
+    };
+    let cert =
+        crate::pki::issue(&profile, &key.spki().map_err(e)?, None, &key, issuance).map_err(e)?;
+    let pem = key.to_pem(old_key.encoding).map_err(e)?;
+    Ok(CaPair {
+        cert,
+        key_pem: Zeroizing::new(pem.0.as_bytes().to_vec()),
+    })
+}
+
+/// The changes that make the files what `target` wants, leaving alone what already is.
+pub fn changes(
+    root: &Path,
+    files: &CaFiles,
+    target: Target,
+    old: Option<&CaPair>,
+    new: Option<&CaPair>,
+) -> Result<Vec<Change>, String> {
+    let needs_new = || -> Result<&CaPair, String> {
+        new.ok_or_else(|| "the new CA is not on the node (its certificate or key is gone)".into())
+    };
+    let needs_old = || -> Result<&CaPair, String> {
+        old.ok_or_else(|| {
+            format!(
+                "the old CA or its key is no longer in '{}' and the key files beside it: the \
+                 files were changed outside certrotor; restore them from a backup ('certrotor \
+                 backups')",
+                files.cert
+            )
+        })
+    };
+    let pem = |c: &Cert| c.to_pem().map_err(|e| e.to_string());
+    let key = |p: &CaPair| Some(p.key_pem.to_vec());
+    let (bundle, signer, next, previous) = match target {
+        Target::TrustIn => {
+            let (o, n) = (needs_old()?, needs_new()?);
+            let b = pem(&o.cert)? + &pem(&n.cert)?;
+            (b, key(o), key(n), None)
+        }
+        Target::Issue => {
+            let (o, n) = (needs_old()?, needs_new()?);
+            let b = pem(&n.cert)? + &pem(&o.cert)?;
+            (b, key(n), None, key(o))
+        }
+        Target::TrustOut => {
+            let n = needs_new()?;
+            (pem(&n.cert)?, key(n), None, None)
+        }
+        Target::Abort => {
+            let o = needs_old()?;
+            (pem(&o.cert)?, key(o), None, None)
+        }
+    };
+    let wanted = [
+        (&files.cert, Some(bundle.into_bytes()), 0o644),
+        (&files.key, signer, 0o600),
+        (&files.next, next, 0o600),
+        (&files.previous, previous, 0o600),
+    ];
+    let mut out = Vec::new();
+    for (rel, content, mode) in wanted {
+        let now = read(root, rel)?;
+        if now.as_deref().map(|b| b.as_slice()) == content.as_deref() {
+            // Scrub the copy that is not needed.
+            drop(Change {
+                rel: rel.clone(),
+                content,
+                mode_if_new: mode,
+            });
+            continue;
+        }
+        out.push(Change {
+            rel: rel.clone(),
+            content,
+            mode_if_new: mode,
+        });
+    }
+    Ok(out)
+}

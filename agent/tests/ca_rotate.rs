@@ -1,0 +1,488 @@
+//! `certrotor ca rotate|continue|abort|status` (issue 29) on one node: trust-in, issue,
+//! trust-out, abort, refusals, a crash at every step, checked with openssl on the files. The
+//! same with the real etcd and kube-apiserver v1.20.2 is in `platform.rs`
+//! (`ca_rotate_on_a_running_node…`).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::renew_util::{Output, TempDir, certrotor, copy_tree, lab_in, s};
+use crate::util::{find_certificates, listing, openssl_ok, openssl_verify};
+
+const STATE: &str = "var/lib/certrotor/ca-rotation.json";
+
+/// A CA of the lab node: its catalog name, certificate file and key file.
+struct Ca {
+    name: &'static str,
+    cert: &'static str,
+    key: &'static str,
+}
+
+const FRONT_PROXY: Ca = Ca {
+    name: "front-proxy-ca",
+    cert: "etc/kubernetes/pki/front-proxy-ca.crt",
+    key: "etc/kubernetes/pki/front-proxy-ca.key",
+};
+
+const ETCD: Ca = Ca {
+    name: "etcd-ca",
+    cert: "etc/kubernetes/pki/etcd/ca.crt",
+    key: "etc/kubernetes/pki/etcd/ca.key",
+};
+
+impl Ca {
+    fn next_key(&self) -> String {
+        self.key.replace(".key", ".next.key")
+    }
+    fn previous_key(&self) -> String {
+        self.key.replace(".key", ".previous.key")
+    }
+}
+
+/// `certrotor ca SUB --ca CA --root ROOT --platform none --output json EXTRA`.
+fn ca(sub: &str, ca: &Ca, root: &Path) -> crate::renew_util::Cmd {
+    certrotor(&[
+        "ca",
+        sub,
+        "--ca",
+        ca.name,
+        "--root",
+        s(root),
+        "--platform",
+        "none",
+        "--output",
+        "json",
+    ])
+}
+
+fn json(out: &Output) -> Value {
+    serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("not JSON: {e}\n{out}"))
+}
+
+/// The certificates of the node (files and kubeconfigs' client certificates, not CAs, not
+/// certrotor's backups) that openssl verifies against the PEM file `ca`.
+fn verified_by(root: &Path, ca: &Path, scratch: &Path) -> BTreeSet<String> {
+    find_certificates(root, scratch)
+        .into_iter()
+        .filter(|f| !f.path.starts_with("var/lib/certrotor"))
+        .filter(|f| {
+            !f.ossl
+                .ext
+                .get("Basic Constraints")
+                .is_some_and(|e| e.value.contains("CA:TRUE"))
+        })
+        .filter(|f| openssl_verify(ca, &f.cert_file, false).is_ok())
+        .map(|f| f.path)
+        .collect()
+}
+
+/// The PEM blocks of a file, each as its own text.
+fn blocks(file: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(file).unwrap();
+    text.split_inclusive("-----END CERTIFICATE-----\n")
+        .filter(|b| b.contains("BEGIN CERTIFICATE"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Writes `pem` to `dir/name` and returns the path.
+fn put(dir: &Path, name: &str, pem: &str) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, pem).unwrap();
+    p
+}
+
+fn x509(file: &Path, what: &str) -> String {
+    openssl_ok(&["x509", "-noout", what, "-in", s(file)])
+}
+
+fn pubkey_of_key(key: &Path) -> String {
+    openssl_ok(&["pkey", "-pubout", "-in", s(key)])
+}
+
+fn mode(p: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+}
+
+fn history(root: &Path) -> Vec<String> {
+    let v: Value = serde_json::from_slice(&std::fs::read(root.join(STATE)).unwrap()).unwrap();
+    assert_eq!(v["version"], 1, "{v}");
+    v["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["stage"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// One CA through the three stages on a lab node, every claim checked by openssl.
+fn rotates(t: &TempDir, root: &Path, c: &Ca) {
+    let scratch = t.join(&format!("{}-scratch", c.name));
+    let old = put(
+        &scratch,
+        "old.crt",
+        &std::fs::read_to_string(root.join(c.cert)).unwrap(),
+    );
+    let old_key = std::fs::read(root.join(c.key)).unwrap();
+    let leaves = verified_by(root, &old, &scratch.join("a"));
+    assert!(!leaves.is_empty(), "{}: no leaf of the old CA", c.name);
+
+    // Trust-in and issue.
+    let out = ca("rotate", c, root).run().ok();
+    let r = json(&out);
+    assert_eq!(r["stage"], "issued", "{out}");
+    let stages: Vec<&str> = r["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["stage"].as_str().unwrap())
+        .collect();
+    assert_eq!(stages, ["trust-in", "issue"], "{out}");
+    assert!(!out.stdout.contains("PRIVATE KEY") && !out.stderr.contains("PRIVATE KEY"));
+    let pems = blocks(&root.join(c.cert));
+    assert_eq!(pems.len(), 2, "{}: [new, old] expected", c.name);
+    assert_eq!(
+        pems[1],
+        std::fs::read_to_string(&old).unwrap(),
+        "the old CA moved"
+    );
+    let new = put(&scratch, "new.crt", &pems[0]);
+    // The new CA: like the old (subject, SANs, key type, validity period), its key the signer.
+    assert_eq!(x509(&new, "-subject"), x509(&old, "-subject"));
+    let ext = |f: &Path| {
+        openssl_ok(&[
+            "x509",
+            "-noout",
+            "-ext",
+            "subjectAltName,basicConstraints,keyUsage",
+            "-in",
+            s(f),
+        ])
+    };
+    assert_eq!(ext(&new), ext(&old));
+    let span = |f: &Path| {
+        let d = |w| crate::util::openssl_date(x509(f, w).split_once('=').unwrap().1.trim());
+        d("-enddate") - d("-startdate")
+    };
+    assert_eq!(span(&new), span(&old), "validity period");
+    assert_ne!(x509(&new, "-serial"), x509(&old, "-serial"));
+    let pubkey = |f: &Path| openssl_ok(&["x509", "-noout", "-pubkey", "-in", s(f)]);
+    assert_eq!(
+        pubkey_of_key(&root.join(c.key)),
+        pubkey(&new),
+        "the CA key signs as the new CA"
+    );
+    let previous = root.join(c.previous_key());
+    assert_eq!(
+        pubkey_of_key(&previous),
+        pubkey(&old),
+        "the old key waits beside it"
+    );
+    assert_eq!(mode(&previous), 0o600);
+    assert_eq!(mode(&root.join(c.key)), 0o600);
+    assert!(!root.join(c.next_key()).exists());
+    // Every leaf is issued again by the new CA: openssl verifies it with the new CA alone, not
+    // with the old alone, and with the bundle the consumers read.
+    assert_eq!(verified_by(root, &new, &scratch.join("b")), leaves, "{out}");
+    assert!(
+        verified_by(root, &old, &scratch.join("c")).is_empty(),
+        "{out}"
+    );
+    assert_eq!(
+        verified_by(root, &root.join(c.cert), &scratch.join("d")),
+        leaves
+    );
+    certrotor(&["check", "--root", s(root)]).run().ok();
+    let renewed: BTreeSet<&str> = r["stages"][1]["renewed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(!renewed.is_empty(), "{out}");
+
+    // Trust-out.
+    let out = ca("continue", c, root).run().ok();
+    assert_eq!(json(&out)["stage"], "done", "{out}");
+    assert_eq!(
+        blocks(&root.join(c.cert)),
+        [std::fs::read_to_string(&new).unwrap()]
+    );
+    assert!(!previous.exists() && !root.join(c.next_key()).exists());
+    assert_ne!(std::fs::read(root.join(c.key)).unwrap(), old_key);
+    assert_eq!(
+        verified_by(root, &root.join(c.cert), &scratch.join("e")),
+        leaves
+    );
+    assert!(verified_by(root, &old, &scratch.join("f")).is_empty());
+    assert_eq!(
+        history(root),
+        [
+            "trust-in",
+            "trusted",
+            "issue",
+            "issued",
+            "trust-out",
+            "done"
+        ]
+    );
+    let status = certrotor(&["ca", "status", "--root", s(root)]).run().ok();
+    assert!(
+        status
+            .stdout
+            .contains(&format!("Rotation of {}: stage done", c.name)),
+        "{status}"
+    );
+    certrotor(&["check", "--root", s(root)]).run().ok();
+}
+
+#[test]
+fn ca_rotate_trusts_both_then_issues_every_leaf_from_the_new_ca_then_trusts_it_alone() {
+    let (t, root) = lab_in("ca-rotate", &["--kube-vip", "eks-anywhere"]);
+    rotates(&t, &root, &FRONT_PROXY);
+    rotates(&t, &root, &ETCD);
+    // Each stage's files are one transaction of kind "ca" with a backup.
+    let backups = certrotor(&["backups", "--root", s(&root), "--output", "json"])
+        .run()
+        .ok();
+    let kinds: Vec<String> = serde_json::from_str::<Value>(&backups.stdout)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["kind"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert!(kinds.iter().any(|k| k == "ca"), "{backups}");
+}
+
+/// An abort puts back the old CA file and key byte for byte, before the issue and after it
+/// (then every leaf is issued again by the old CA first).
+#[test]
+fn ca_abort_before_trust_out_returns_the_node_to_the_old_ca_alone() {
+    let (t, pristine) = lab_in("ca-abort", &[]);
+    for (i, after_issue) in [false, true].into_iter().enumerate() {
+        let root = t.join(&format!("node-{i}"));
+        copy_tree(&pristine, &root);
+        let c = &ETCD;
+        let old_cert = std::fs::read(root.join(c.cert)).unwrap();
+        let old_key = std::fs::read(root.join(c.key)).unwrap();
+        let old = put(
+            &t.join(&format!("s{i}")),
+            "old.crt",
+            &String::from_utf8_lossy(&old_cert),
+        );
+        let leaves = verified_by(&root, &old, &t.join(&format!("s{i}/a")));
+        if after_issue {
+            ca("rotate", c, &root).run().ok();
+            assert!(verified_by(&root, &old, &t.join(&format!("s{i}/b"))).is_empty());
+        } else {
+            // Stopped after trust-in: killed at the first step of the issue's transaction.
+            let stage = |root: &Path| std::fs::read_to_string(root.join(STATE)).unwrap_or_default();
+            for n in 1.. {
+                copy_tree(&pristine, &root);
+                ca("rotate", c, &root)
+                    .env("CERTROTOR_FAILPOINT", &n.to_string())
+                    .run()
+                    .expect_sigkill();
+                if stage(&root).contains("\"stage\": \"issue\"") {
+                    break;
+                }
+                std::fs::remove_dir_all(&root).unwrap();
+            }
+            assert_eq!(blocks(&root.join(c.cert)).len(), 2, "{}", listing(&root));
+        }
+        let out = ca("abort", c, &root).run().ok();
+        assert_eq!(json(&out)["stage"], "aborted", "{out}");
+        assert_eq!(std::fs::read(root.join(c.cert)).unwrap(), old_cert, "{out}");
+        assert_eq!(std::fs::read(root.join(c.key)).unwrap(), old_key, "{out}");
+        assert!(!root.join(c.next_key()).exists() && !root.join(c.previous_key()).exists());
+        assert_eq!(
+            verified_by(&root, &old, &t.join(&format!("s{i}/c"))),
+            leaves,
+            "{out}"
+        );
+        assert_eq!(history(&root).last().unwrap(), "aborted");
+        certrotor(&["check", "--root", s(&root)]).run().ok();
+        // A new rotation may begin after an abort.
+        ca("rotate", c, &root).run().ok();
+    }
+}
+
+/// What a rotation refuses, each with exit 2 (64 for usage) and nothing changed.
+#[test]
+fn ca_rotate_refuses_what_it_cannot_do_and_changes_nothing() {
+    let (t, root) = lab_in("ca-refuse", &[]);
+    // The node's files (certrotor's own state folder aside: a lock file may appear).
+    let pki = |r: &Path| listing(&r.join("etc"));
+    let before = pki(&root);
+    let cluster = certrotor(&[
+        "ca",
+        "rotate",
+        "--ca",
+        "ca",
+        "--root",
+        s(&root),
+        "--platform",
+        "none",
+    ])
+    .run()
+    .expect_code(2);
+    assert!(
+        cluster.stderr.contains("not built yet")
+            && cluster.stderr.contains("kube-controller-manager"),
+        "{cluster}"
+    );
+    let usage = certrotor(&[
+        "ca",
+        "rotate",
+        "--ca",
+        "etcd-ca",
+        "--all",
+        "--root",
+        s(&root),
+    ])
+    .run()
+    .expect_code(64);
+    assert!(usage.stderr.contains("--all"), "{usage}");
+    for sub in ["continue", "abort"] {
+        let out = ca(sub, &ETCD, &root).run().expect_code(2);
+        assert!(
+            out.stderr.contains("no rotation of etcd-ca is in progress"),
+            "{out}"
+        );
+    }
+    assert_eq!(pki(&root), before, "a refusal changed the node");
+
+    // An etcd of more than one member: the stages must take turns across nodes.
+    let multi = t.join("multi");
+    copy_tree(&root, &multi);
+    let manifest = multi.join("etc/kubernetes/manifests/etcd.yaml");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.contains("--initial-cluster="))
+        .unwrap();
+    std::fs::write(
+        &manifest,
+        text.replace(line, &format!("{line},other=https://127.0.0.9:2380")),
+    )
+    .unwrap();
+    let before = pki(&multi);
+    let out = ca("rotate", &ETCD, &multi).run().expect_code(2);
+    assert!(
+        out.stderr.contains("2 members") && out.stderr.contains("not built yet"),
+        "{out}"
+    );
+    assert_eq!(pki(&multi), before);
+
+    // One rotation at a time.
+    ca("rotate", &ETCD, &root).run().ok();
+    let out = ca("rotate", &FRONT_PROXY, &root).run().expect_code(2);
+    assert!(
+        out.stderr.contains("a rotation of etcd-ca is in progress"),
+        "{out}"
+    );
+
+    // A damaged or future state file is an error naming it, never "no rotation".
+    let state = root.join(STATE);
+    let good = std::fs::read(&state).unwrap();
+    for (bytes, says) in [
+        (b"{not json".to_vec(), "is not valid JSON"),
+        (
+            String::from_utf8(good.clone())
+                .unwrap()
+                .replacen("\"version\": 1", "\"version\": 9", 1)
+                .into_bytes(),
+            "is version 9",
+        ),
+    ] {
+        std::fs::write(&state, &bytes).unwrap();
+        for args in [
+            vec!["ca", "status", "--root", s(&root)],
+            vec![
+                "ca",
+                "continue",
+                "--ca",
+                "etcd-ca",
+                "--root",
+                s(&root),
+                "--platform",
+                "none",
+            ],
+        ] {
+            let out = certrotor(&args).run().expect_code(2);
+            assert!(
+                out.stderr.contains("ca-rotation.json") && out.stderr.contains(says),
+                "{out}"
+            );
+        }
+    }
+    std::fs::write(&state, &good).unwrap();
+    ca("continue", &ETCD, &root).run().ok();
+}
+
+/// A crash (SIGKILL at each of the transactions' steps, in turn) anywhere in `ca rotate` and
+/// in `ca continue`: the same command again completes the stage, and the files end as one
+/// uninterrupted rotation leaves them.
+#[test]
+fn ca_rotate_killed_at_every_step_resumes_to_completion() {
+    let (t, pristine) = lab_in("ca-crash", &[]);
+    let c = &FRONT_PROXY;
+    let old_text = std::fs::read_to_string(pristine.join(c.cert)).unwrap();
+    let mut kills = [0, 0];
+    for (phase, sub) in ["rotate", "continue"].into_iter().enumerate() {
+        for n in 1.. {
+            let root = t.join(&format!("{sub}-{n}"));
+            copy_tree(&pristine, &root);
+            if phase == 1 {
+                ca("rotate", c, &root).run().ok();
+            }
+            let out = ca(sub, c, &root)
+                .env("CERTROTOR_FAILPOINT", &n.to_string())
+                .run();
+            if out.code() == Some(0) {
+                std::fs::remove_dir_all(&root).unwrap();
+                break;
+            }
+            out.expect_sigkill();
+            kills[phase] += 1;
+            let again = ca(sub, c, &root).run().ok();
+            let want = if phase == 0 { "issued" } else { "done" };
+            assert_eq!(
+                json(&again)["stage"],
+                want,
+                "crash at failpoint #{n}\n{again}"
+            );
+            let pems = blocks(&root.join(c.cert));
+            assert_eq!(pems.len(), 2 - phase, "#{n}");
+            if phase == 0 {
+                assert_eq!(pems[1], old_text, "#{n}: the old CA is not the one kept");
+            }
+            let new = put(&root.join("scratch"), "new.crt", &pems[0]);
+            let pubkey = openssl_ok(&["x509", "-noout", "-pubkey", "-in", s(&new)]);
+            assert_eq!(pubkey_of_key(&root.join(c.key)), pubkey, "#{n}");
+            assert!(
+                openssl_verify(
+                    &new,
+                    &root.join("etc/kubernetes/pki/front-proxy-client.crt"),
+                    false
+                )
+                .is_ok(),
+                "#{n}"
+            );
+            std::fs::remove_dir_all(&root).unwrap();
+        }
+    }
+    eprintln!(
+        "FIGURES ca crash: rotate killed at {} steps, continue at {}; each resumed",
+        kills[0], kills[1]
+    );
+    assert!(
+        kills[0] >= 10 && kills[1] >= 5,
+        "too few failpoints reached: {kills:?}"
+    );
+}
