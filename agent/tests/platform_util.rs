@@ -819,20 +819,32 @@ impl Node {
 
     /// `run --once` on this node: platform, restart timeout and extra flags.
     fn run_args(&self, platform: &str, restart_timeout: &str, extra: &[&str]) -> Vec<String> {
-        let mut args: Vec<String> = [
-            "run",
-            "--once",
-            "--root",
-            self.root.to_str().unwrap(),
-            "--platform",
-            platform,
-            "--restart-timeout",
-            restart_timeout,
-            "--poll-interval",
-            "100ms",
-        ]
-        .map(String::from)
-        .to_vec();
+        self.pass_args(&["run", "--once"], platform, restart_timeout, extra)
+    }
+
+    /// A command that makes passes (`run --once`, `ca rotate`) on this node: platform, restart
+    /// timeout and extra flags.
+    pub fn pass_args(
+        &self,
+        command: &[&str],
+        platform: &str,
+        restart_timeout: &str,
+        extra: &[&str],
+    ) -> Vec<String> {
+        let mut args: Vec<String> = command.iter().map(|s| s.to_string()).collect();
+        args.extend(
+            [
+                "--root",
+                self.root.to_str().unwrap(),
+                "--platform",
+                platform,
+                "--restart-timeout",
+                restart_timeout,
+                "--poll-interval",
+                "100ms",
+            ]
+            .map(String::from),
+        );
         if platform == "bottlerocket" {
             args.push("--api-socket".into());
             args.push(self.socket.display().to_string());

@@ -243,15 +243,16 @@ fn a_manifest_naming_an_absolute_path_writes_nothing() {
 #[test]
 fn a_manifest_naming_a_file_certrotor_does_not_renew_writes_nothing() {
     let (t, root, id) = node_with_backup("not-catalog");
-    // Inside the root, plain names, but not a renewable catalog file: the CA key.
+    // Inside the root, plain names, but not a file certrotor writes: the service-account key
+    // (a CA's pair is one since CA rotation, issue 29).
     let mut m = read_manifest(&root, &id);
-    entry(&mut m, &format!("{PKI}/apiserver.key"))["path"] = json!(format!("{PKI}/ca.key"));
+    entry(&mut m, &format!("{PKI}/apiserver.key"))["path"] = json!(format!("{PKI}/sa.key"));
     write_manifest(&root, &id, &m);
     rollback_refused(
         &t,
         &root,
         &id,
-        &["pki/ca.key", "not a file certrotor renews"],
+        &["pki/sa.key", "not a file certrotor writes"],
     );
 }
 

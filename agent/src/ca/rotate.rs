@@ -408,14 +408,18 @@ fn stage_files_with(
             .collect();
         (id, written, leaves)
     };
-    // The issue (and an abort's re-issue) renews every leaf of the CA; the others renew what is
-    // due, as any pass does, and make the restarts owed.
+    // The issue (and an abort's re-issue) renews every leaf of the CA; every stage's pass makes
+    // the restarts owed.
     let reissue =
         matches!(target, Target::Issue) || (doing == Stage::Abort && target == Target::TrustIn);
     let mut pass_opts = opts.clone();
+    pass_opts.policy.all = false;
     if reissue {
         pass_opts.policy.names = leaves;
-        pass_opts.policy.all = false;
+    } else {
+        // Only what has expired (a component may not start on it).
+        pass_opts.policy.names = vec![];
+        pass_opts.policy.within = 0;
     }
     let pass = run_once(root, &pass_opts)?;
     let exit = outcome::for_run(&pass);
@@ -473,8 +477,14 @@ fn published(
         .iter()
         .map(|c| c.sha256_hex())
         .collect();
+    // What the stage took out of the files: the old CA at trust-out, the new one at an abort.
+    let gone = match target {
+        Target::TrustOut => vec![r.old_sha256.clone()],
+        Target::Abort => vec![r.new_sha256.clone()],
+        Target::TrustIn | Target::Issue => vec![],
+    };
     let bound = opts.restart.timeout.max(opts.restart.reload_timeout);
-    let waited = live::wait_published(&node, &want, bound, opts.restart.poll)?;
+    let waited = live::settle_published(&node, &want, &gone, bound, opts.restart.poll)?;
     Ok(waited.map(|d| d.as_millis()))
 }
 

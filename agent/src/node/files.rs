@@ -119,7 +119,7 @@ impl NodeFiles {
         let kubelet_file = self.kubelet && crate::node::kubelet::is_node_file(rel);
         if !(self.known.contains(rel) || kubelet_file) {
             return Err(format!(
-                "the path is not a file certrotor renews on this node's layouts ({})",
+                "the path is not a file certrotor writes on this node's layouts ({})",
                 catalog::layout_summary()
             ));
         }

@@ -283,6 +283,26 @@ pub fn get(local: &Node, admin: &str, path: &str) -> Result<Value, String> {
     serde_json::from_slice(&text).map_err(|e| format!("{url}: not JSON: {e}"))
 }
 
+/// PUTs the JSON `body` at `path` with `admin`'s credentials: `Ok(true)` when written,
+/// `Ok(false)` on a conflict (the object changed since it was read: read it again).
+pub fn put(local: &Node, admin: &str, path: &str, body: &Value) -> Result<bool, String> {
+    let (agent, server) = admin_agent(local, admin)?;
+    let url = format!("{server}{path}");
+    let resp = agent
+        .put(&url)
+        .config()
+        .http_status_as_error(false)
+        .build()
+        .content_type("application/json")
+        .send(body.to_string().as_bytes())
+        .map_err(|e| format!("{url}: {e}"))?;
+    match resp.status().as_u16() {
+        200 | 201 => Ok(true),
+        409 => Ok(false),
+        s => Err(format!("{url}: HTTP {s}")),
+    }
+}
+
 /// Posts `event` on this node with `admin` (a kubeconfig relative to the root), dated `now` (Unix
 /// seconds). Returns the node name.
 pub fn post(local: &Node, admin: &str, event: &Event, now: i64) -> Result<String, String> {

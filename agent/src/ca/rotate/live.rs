@@ -3,8 +3,16 @@
 //! publishes it in `kube-system/extension-apiserver-authentication`, where aggregated API
 //! servers read whom to trust as a front proxy. Until the new front-proxy CA is published
 //! there, a `front-proxy-client` issued by it would be refused by them: the issue waits for it.
+//!
+//! The apiserver publishes the *union* of what the ConfigMap holds and what its files hold
+//! (`combineCertLists` in `clusterauthenticationtrust`, Kubernetes v1.20.2; expired
+//! certificates dropped): a CA leaves the ConfigMap only when someone removes it. So when a
+//! stage takes a CA out of the files (trust-out: the old one; abort: the new one), this removes
+//! that CA from the ConfigMap too, and checks the apiserver does not publish it again.
 
 use std::time::{Duration, Instant};
+
+use serde_json::Value;
 
 use crate::node::Node;
 use crate::pki::{Cert, MAX_BUNDLE_CERTS};
@@ -14,12 +22,14 @@ const CONFIGMAP: &str =
     "/api/v1/namespaces/kube-system/configmaps/extension-apiserver-authentication";
 const KEY: &str = "requestheader-client-ca-file";
 
-/// Waits until the bundle kube-apiserver publishes holds exactly the certificates `want`
-/// (SHA-256), polling every `poll`, at most `bound`. `Ok(None)` when the node has no admin
-/// kubeconfig (nothing to ask); `Ok(Some(waited))` once published.
-pub fn wait_published(
+/// Waits until the bundle kube-apiserver publishes holds every certificate of `want` (SHA-256)
+/// and none of `gone`, removing those of `gone` from the ConfigMap itself; polls every `poll`,
+/// at most `bound`. `Ok(None)` when the node has no admin kubeconfig (nothing to ask);
+/// `Ok(Some(waited))` once published.
+pub fn settle_published(
     node: &Node,
     want: &[String],
+    gone: &[String],
     bound: Duration,
     poll: Duration,
 ) -> Result<Option<Duration>, String> {
@@ -30,15 +40,24 @@ pub fn wait_published(
     let mut last;
     loop {
         match published(node, &admin) {
-            Ok(got) if same(&got, want) => return Ok(Some(start.elapsed())),
-            Ok(got) => last = format!("it publishes {} certificate(s), not these", got.len()),
+            Ok((map, certs)) => {
+                let has = |sha: &String| certs.iter().any(|c| &c.sha256_hex() == sha);
+                let stale = certs.iter().any(|c| gone.contains(&c.sha256_hex()));
+                if want.iter().all(has) && !stale {
+                    return Ok(Some(start.elapsed()));
+                }
+                last = format!("it publishes {} certificate(s), not these", certs.len());
+                if want.iter().all(has) && stale {
+                    remove(node, &admin, map, &certs, gone)?;
+                }
+            }
             Err(e) => last = e,
         }
         if start.elapsed() >= bound {
             return Err(format!(
                 "kube-apiserver did not publish the front-proxy CA bundle of the files in \
                  kube-system/extension-apiserver-authentication within {}s ({last}); aggregated \
-                 API servers would refuse a front-proxy-client of the new CA",
+                 API servers would not trust a front-proxy-client of the CA the files hold",
                 bound.as_secs()
             ));
         }
@@ -46,20 +65,36 @@ pub fn wait_published(
     }
 }
 
-fn same(got: &[String], want: &[String]) -> bool {
-    let mut a = got.to_vec();
-    let mut b = want.to_vec();
-    a.sort();
-    b.sort();
-    a == b
-}
-
-/// The SHA-256 of each certificate of the published bundle.
-fn published(node: &Node, admin: &str) -> Result<Vec<String>, String> {
-    let v = crate::pass::events::get(node, admin, CONFIGMAP)?;
-    let pem = v["data"][KEY]
+/// The ConfigMap and the certificates of its bundle.
+fn published(node: &Node, admin: &str) -> Result<(Value, Vec<Cert>), String> {
+    let map = crate::pass::events::get(node, admin, CONFIGMAP)?;
+    let pem = map["data"][KEY]
         .as_str()
         .ok_or_else(|| format!("the ConfigMap has no {KEY}"))?;
     let certs = Cert::all_from_pem(pem.as_bytes(), MAX_BUNDLE_CERTS).map_err(|e| e.to_string())?;
-    Ok(certs.iter().map(Cert::sha256_hex).collect())
+    Ok((map, certs))
+}
+
+/// Writes the ConfigMap back without the certificates of `gone` (its resourceVersion kept: a
+/// conflict is read again at the next poll).
+fn remove(
+    node: &Node,
+    admin: &str,
+    mut map: Value,
+    certs: &[Cert],
+    gone: &[String],
+) -> Result<(), String> {
+    let mut pem = String::new();
+    for c in certs.iter().filter(|c| !gone.contains(&c.sha256_hex())) {
+        pem.push_str(&c.to_pem().map_err(|e| e.to_string())?);
+    }
+    map["data"][KEY] = Value::String(pem);
+    if crate::pass::events::put(node, admin, CONFIGMAP, &map)? {
+        log::info!(
+            "removed {} certificate(s) from kube-system/extension-apiserver-authentication \
+             ({KEY}): kube-apiserver publishes what the ConfigMap holds and its files add",
+            gone.len()
+        );
+    }
+    Ok(())
 }
