@@ -616,6 +616,28 @@ fn sweep(level: &str, format: &str, t: &Path, offset: u16) -> Vec<String> {
             "--platform",
             "none",
         ],
+        // A CA rotation makes a CA key: trust-in and issue, the state, then an abort.
+        vec![
+            "ca",
+            "rotate",
+            "--ca",
+            "front-proxy-ca",
+            "--root",
+            &n,
+            "--platform",
+            "none",
+        ],
+        vec!["ca", "status", "--root", &n],
+        vec![
+            "ca",
+            "abort",
+            "--ca",
+            "front-proxy-ca",
+            "--root",
+            &n,
+            "--platform",
+            "none",
+        ],
         vec!["renew", "--root", &n, "--no-such-flag"],
         vec!["lab", "init", &s(&lab), "--key-algorithm", "ecdsa-p256"],
     ] {
