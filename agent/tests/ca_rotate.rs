@@ -379,6 +379,23 @@ fn ca_rotate_refuses_what_it_cannot_do_and_changes_nothing() {
     );
     assert_eq!(pki(&multi), before);
 
+    // External etcd: the etcd CA is shared by the etcd nodes and the control planes.
+    let ext = t.join("external");
+    crate::renew_util::lab(&ext, &["--topology", "external-etcd"]);
+    for (sub, says) in [
+        ("control-plane", "an external etcd"),
+        ("etcd", "no kube-apiserver runs on this node"),
+    ] {
+        let r = ext.join(sub);
+        let before = pki(&r);
+        let out = ca("rotate", &ETCD, &r).run().expect_code(2);
+        assert!(
+            out.stderr.contains(says) && out.stderr.contains("not built yet"),
+            "{out}"
+        );
+        assert_eq!(pki(&r), before, "{out}");
+    }
+
     // One rotation at a time.
     ca("rotate", &ETCD, &root).run().ok();
     let out = ca("rotate", &FRONT_PROXY, &root).run().expect_code(2);
@@ -499,9 +516,29 @@ fn live(node: &Node, sub: &str, c: &Ca) -> Value {
         RESTART_TIMEOUT,
         &["--output", "json", "--cluster", "off"],
     );
-    let out = node.certrotor(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let out = node.certrotor_env(
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+        &[("CERTROTOR_EVENTS", "on")],
+    );
     out.expect(0);
     out.json()
+}
+
+/// Creates (or deletes) Node objects labelled as control planes, as other nodes would register.
+fn control_plane_nodes(node: &Node, names: &[&str], create: bool) {
+    for n in names {
+        if create {
+            let manifest = format!(
+                "{{\"apiVersion\":\"v1\",\"kind\":\"Node\",\"metadata\":{{\"name\":\"{n}\",\
+                 \"labels\":{{\"node-role.kubernetes.io/master\":\"\"}}}}}}"
+            );
+            let file = node.dir.join(format!("{n}.json"));
+            std::fs::write(&file, manifest).unwrap();
+            node.kubectl_ok(&["create", "-f", file.to_str().unwrap()]);
+        } else {
+            node.kubectl_ok(&["delete", "node", n]);
+        }
+    }
 }
 
 /// Whether openssl verifies the certificate served on 127.0.0.1:`port` (+ the node's offset)
@@ -574,6 +611,24 @@ fn ca_rotate_of_the_etcd_ca_on_a_running_node_restarts_one_at_a_time_and_keeps_t
         &old,
         "etcd/healthcheck-client"
     ));
+    // Two control planes registered: the CA is shared, and rotating across nodes is not built.
+    control_plane_nodes(&node, &["cp-a", "cp-b"], true);
+    let args = node.pass_args(
+        &["ca", "rotate", "--ca", c.name],
+        "kubeadm",
+        RESTART_TIMEOUT,
+        &[],
+    );
+    let refused = node.certrotor(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    refused.expect(2);
+    assert!(
+        refused
+            .stderr
+            .contains("2 control-plane nodes (cp-a, cp-b)"),
+        "{refused}"
+    );
+    assert_eq!(blocks(&node.kfile("pki/etcd/ca.crt")).len(), 1);
+    control_plane_nodes(&node, &["cp-a", "cp-b"], false);
     let before = node.states();
 
     let started = std::time::Instant::now();
@@ -638,6 +693,21 @@ fn ca_rotate_of_the_etcd_ca_on_a_running_node_restarts_one_at_a_time_and_keeps_t
     );
     node.kubectl_ok(&["get", "configmap", "before-rotation"]);
     node.wait_all_healthy();
+    // Each stage reached is a Kubernetes Event on the node.
+    let reasons = node.kubectl_ok(&[
+        "get",
+        "events",
+        "--namespace=default",
+        "--field-selector=reason=CARotationStage",
+        "-o",
+        "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}",
+    ]);
+    for stage in ["trusted", "issued", "done"] {
+        assert!(
+            reasons.contains(&format!("etcd-ca reached stage {stage}")),
+            "{reasons}"
+        );
+    }
 
     // Restarts: etcd and kube-apiserver once at trust-in and once at trust-out, one at a time.
     let restarts = restarts_since(&before, &node.states());

@@ -36,6 +36,7 @@ use crate::ca::plan::{CaPlan, plan};
 use crate::ca::rotation::{Rotation, Stage};
 use crate::node::Node;
 use crate::node::manifests::{Component, PodInfo};
+use crate::pass::events;
 use crate::pass::ops::{self, OpsError};
 use crate::pass::outcome;
 use crate::pass::run::{RunOptions, RunReport, run_once};
@@ -152,6 +153,10 @@ pub fn status(root: &Path) -> Result<Option<Rotation>, RotateError> {
 /// Starts or resumes the rotation of `ca`: trust-in, then the issue, then stops before
 /// trust-out (`continue_rotation`).
 pub fn rotate(root: &Path, ca: CaName, opts: &RunOptions) -> Result<RotateReport, RotateError> {
+    failed(root, ca, opts, rotate_stages(root, ca, opts))
+}
+
+fn rotate_stages(root: &Path, ca: CaName, opts: &RunOptions) -> Result<RotateReport, RotateError> {
     let mut done = Vec::new();
     let mut r = match Rotation::load(root)? {
         Some(r) if !r.stage.finished() => in_progress(r, ca)?,
@@ -190,6 +195,10 @@ pub fn continue_rotation(
     ca: CaName,
     opts: &RunOptions,
 ) -> Result<RotateReport, RotateError> {
+    failed(root, ca, opts, trust_out(root, ca, opts))
+}
+
+fn trust_out(root: &Path, ca: CaName, opts: &RunOptions) -> Result<RotateReport, RotateError> {
     let mut r = recorded(root, ca)?;
     if !matches!(r.stage, Stage::Issued | Stage::TrustOut) {
         return Err(RotateError::Refused(format!(
@@ -207,6 +216,10 @@ pub fn continue_rotation(
 /// Back to the old CA alone, before trust-out: after the issue, the leaves are issued again
 /// from the old CA first.
 pub fn abort(root: &Path, ca: CaName, opts: &RunOptions) -> Result<RotateReport, RotateError> {
+    failed(root, ca, opts, abort_stages(root, ca, opts))
+}
+
+fn abort_stages(root: &Path, ca: CaName, opts: &RunOptions) -> Result<RotateReport, RotateError> {
     let mut r = recorded(root, ca)?;
     if matches!(r.stage, Stage::TrustOut | Stage::Done | Stage::Aborted) {
         return Err(RotateError::Refused(format!(
@@ -234,6 +247,39 @@ pub fn abort(root: &Path, ca: CaName, opts: &RunOptions) -> Result<RotateReport,
     }
     done.push(step(root, &mut r, opts, (Stage::Abort, Stage::Aborted))?);
     report(root, &r, done, opts)
+}
+
+/// Posts a Kubernetes Event on this node (best effort, [`events::post_event`]).
+fn event(
+    root: &Path,
+    reason: &'static str,
+    kind: &'static str,
+    message: String,
+    opts: &RunOptions,
+) {
+    let e = events::Event {
+        reason,
+        kind,
+        message,
+    };
+    events::post_event(&Node::discover(root), &e, &*opts.write.clock);
+}
+
+/// A failed stage's Event, then the error.
+fn failed<T>(
+    root: &Path,
+    ca: CaName,
+    opts: &RunOptions,
+    r: Result<T, RotateError>,
+) -> Result<T, RotateError> {
+    if let Err(e @ (RotateError::Pass { .. } | RotateError::Check { .. })) = &r {
+        let message = format!(
+            "certrotor: the rotation of {} failed on this node: {e}",
+            ca.name()
+        );
+        event(root, events::CA_FAILED, "Warning", message, opts);
+    }
+    r
 }
 
 fn in_progress(r: Rotation, ca: CaName) -> Result<Rotation, RotateError> {
@@ -266,6 +312,7 @@ fn begin(root: &Path, ca: CaName, opts: &RunOptions) -> Result<Rotation, RotateE
     let node = Node::discover(root);
     let (plan, pods) = plan_here(&node, ca, opts)?;
     refuse_unbuilt(ca, &plan, &pods)?;
+    alone(&node, opts)?;
     let files = ca_files(&node, ca)?;
     let certs = files::certs(root, &files).map_err(RotateError::Refused)?;
     if certs.len() != 1 {
@@ -358,6 +405,13 @@ fn stage_with(
     r.enter(root, reached, opts.write.clock.now())
         .map_err(|e| state_io(root, e))?;
     log::info!("rotation of {}: {}", r.ca.name(), reached.name());
+    let message = format!(
+        "certrotor: the rotation of {} reached stage {} on this node (new CA SHA-256 {})",
+        r.ca.name(),
+        reached.name(),
+        r.new_sha256
+    );
+    event(root, events::CA_STAGE, "Normal", message, opts);
     Ok(done)
 }
 
@@ -694,6 +748,20 @@ fn refuse_unbuilt(
                 .into(),
         ));
     }
+    let runs = |c: Component| pods.iter().any(|(_, p)| p.component() == Some(c));
+    if !runs(Component::KubeApiserver) || (ca == CaName::EtcdCa && !runs(Component::Etcd)) {
+        return Err(RotateError::Refused(format!(
+            "{} is shared with other nodes here ({}): rotating a CA across nodes (each stage on \
+             every node before the next, through etcd) is not built yet; certrotor rotates a CA \
+             on a control plane with its own etcd, alone in its cluster",
+            ca.name(),
+            if runs(Component::KubeApiserver) {
+                "an external etcd"
+            } else {
+                "no kube-apiserver runs on this node: the control planes elsewhere trust it"
+            }
+        )));
+    }
     let members = etcd_members(pods);
     if members > 1 {
         return Err(RotateError::Refused(format!(
@@ -714,6 +782,41 @@ fn refuse_unbuilt(
             t.consumer,
             ca.name(),
             t.file.as_deref().unwrap_or("?")
+        )));
+    }
+    Ok(())
+}
+
+/// On a running cluster (a platform that restarts, and an admin kubeconfig): refuses when the
+/// apiserver lists another control-plane Node, or cannot be asked.
+fn alone(node: &Node, opts: &RunOptions) -> Result<(), RotateError> {
+    let platform = restart::detect(node.root(), &opts.restart).map_err(OpsError::Platform)?;
+    let Some(admin) = events::admin_conf(node) else {
+        return Ok(());
+    };
+    if matches!(platform, Platform::None) {
+        return Ok(());
+    }
+    let mut names = std::collections::BTreeSet::new();
+    for role in ["control-plane", "master"] {
+        let path = format!("/api/v1/nodes?labelSelector=node-role.kubernetes.io/{role}");
+        let list = events::get(node, &admin, &path).map_err(|e| {
+            RotateError::Refused(format!(
+                "cannot ask kube-apiserver whether other control planes share the CA ({e})"
+            ))
+        })?;
+        for item in list["items"].as_array().into_iter().flatten() {
+            if let Some(n) = item["metadata"]["name"].as_str() {
+                names.insert(n.to_string());
+            }
+        }
+    }
+    if names.len() > 1 {
+        return Err(RotateError::Refused(format!(
+            "the cluster has {} control-plane nodes ({}): rotating a CA across nodes (each stage \
+             on every node before the next, through etcd) is not built yet",
+            names.len(),
+            names.into_iter().collect::<Vec<_>>().join(", ")
         )));
     }
     Ok(())

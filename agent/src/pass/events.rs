@@ -5,7 +5,8 @@
 //! is not namespaced), `involvedObject` kind `Node`, name and uid the node name, `source.component`
 //! `certrotor`, `firstTimestamp` = `lastTimestamp`, `count` 1, name `<node>.<hex nanoseconds>` as
 //! client-go's recorder makes it. Reasons: `CertificatesRenewed` (Normal),
-//! `CertificatesRolledBack` and `CertificateRenewalFailed` (Warning).
+//! `CertificatesRolledBack` and `CertificateRenewalFailed` (Warning); for a CA rotation,
+//! `CARotationStage` (Normal) and `CARotationFailed` (Warning).
 //!
 //! Only on a control-plane node (one with `admin.conf`), with the credentials of that
 //! `admin.conf` (server URL, CA, client pair) over mutual TLS ([`crate::cluster::mtls_agent`]).
@@ -31,6 +32,10 @@ pub const RENEWED: &str = "CertificatesRenewed";
 pub const ROLLED_BACK: &str = "CertificatesRolledBack";
 /// The reason of a pass that failed (nothing changed, or the rollback failed too).
 pub const FAILED: &str = "CertificateRenewalFailed";
+/// The reason of a CA rotation stage reached on this node (the `ca` stage).
+pub const CA_STAGE: &str = "CARotationStage";
+/// The reason of a CA rotation stage that failed on this node.
+pub const CA_FAILED: &str = "CARotationFailed";
 
 /// The longest message posted (the API server accepts more; a person reads this much).
 const MAX_MESSAGE: usize = 1024;
@@ -124,9 +129,14 @@ pub const ENV_OFF: &str = "CERTROTOR_EVENTS";
 /// After a pass: posts its Event on a control-plane node, dated by `clock`; logs a warning when
 /// that fails.
 pub fn after_pass(local: &Node, pass: &LastPass, clock: &dyn Clock) {
-    let Some(event) = for_pass(pass) else {
-        return;
-    };
+    if let Some(event) = for_pass(pass) {
+        post_event(local, &event, clock);
+    }
+}
+
+/// Posts `event` on a control-plane node, dated by `clock`; logs a warning when that fails
+/// (never an error: what certrotor did stands).
+pub fn post_event(local: &Node, event: &Event, clock: &dyn Clock) {
     if std::env::var(ENV_OFF).is_ok_and(|v| v == "off") {
         log::debug!("{ENV_OFF}=off: no Kubernetes Event {}", event.reason);
         return;
@@ -135,10 +145,10 @@ pub fn after_pass(local: &Node, pass: &LastPass, clock: &dyn Clock) {
         log::debug!("no admin.conf under the root: not a control plane, no Kubernetes Event");
         return;
     };
-    match post(local, &admin, &event, clock.now()) {
+    match post(local, &admin, event, clock.now()) {
         Ok(node) => log::info!("posted Kubernetes Event {} on node {node}", event.reason),
         Err(e) => log::warn!(
-            "could not post the Kubernetes Event {} ({e}); the pass's result stands",
+            "could not post the Kubernetes Event {} ({e}); what certrotor did stands",
             event.reason
         ),
     }
