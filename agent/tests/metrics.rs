@@ -594,3 +594,56 @@ fn metrics_address_in_use_or_malformed_is_a_clear_error() {
         .expect_code(64)
         .says(&["table, json or prometheus"]);
 }
+
+/// A CA rotation's stage: `status` shows it, and the daemon's metrics (`promtool` clean).
+#[test]
+fn metrics_and_status_show_the_ca_rotation_stage() {
+    testkit::prereq::require_tools("metrics_ca_rotation", &PROMETHEUS);
+    let dir = TempDir::new("metrics-ca");
+    let root = lab(&dir, "300d");
+    let r = root.to_str().unwrap();
+    certrotor(&[
+        "ca",
+        "rotate",
+        "--ca",
+        "front-proxy-ca",
+        "--root",
+        r,
+        "--platform",
+        "none",
+    ])
+    .run()
+    .ok();
+    let status = certrotor(&[
+        "status",
+        "--root",
+        r,
+        "--cluster",
+        "off",
+        "--output",
+        "json",
+    ])
+    .run()
+    .ok();
+    let v: Value = serde_json::from_str(&status.stdout).unwrap();
+    assert_eq!(v["ca_rotation"]["ca"], "front-proxy-ca", "{status}");
+    assert_eq!(v["ca_rotation"]["stage"], "issued", "{status}");
+    let table = certrotor(&["status", "--root", r, "--cluster", "off"])
+        .run()
+        .ok();
+    assert!(
+        table.stdout.contains("front-proxy-ca at stage issued"),
+        "{table}"
+    );
+    let (mut d, addr) = daemon(&dir, &root, "1h");
+    let text = scrape(&addr);
+    d.kill();
+    promtool_clean("daemon /metrics during a CA rotation", &text);
+    let stage = samples(&text)
+        .into_iter()
+        .find(|(n, _, _)| n == "certrotor_ca_rotation_stage")
+        .unwrap_or_else(|| panic!("no certrotor_ca_rotation_stage\n{text}"));
+    assert_eq!(stage.1["ca"], "front-proxy-ca");
+    assert_eq!(stage.1["stage"], "issued");
+    assert_eq!(stage.2, 1.0);
+}

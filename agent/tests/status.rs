@@ -74,10 +74,12 @@ fn status_of_a_fresh_node_then_after_a_pass_that_renewed() {
             "lock",
             "cluster_lock",
             "backups",
+            "ca_rotation",
         ]),
         "{v:#}"
     );
     assert!(v["last_pass"].is_null(), "{v:#}");
+    assert!(v["ca_rotation"].is_null(), "no CA rotation: {v:#}");
     assert!(v["cluster_lock"].is_null(), "--cluster off: {v:#}");
     let due = &v["next_due"];
     assert_eq!(

@@ -80,6 +80,8 @@ pub struct StatusReport {
     /// `None` when cluster mode does not apply here (no etcd endpoints, `--cluster off`).
     pub cluster_lock: Option<ClusterLock>,
     pub backups: Vec<txn::BackupInfo>,
+    /// The CA rotation recorded on this node (`ca-rotation.json`), if any.
+    pub ca_rotation: Option<crate::ca::rotation::Rotation>,
 }
 
 /// Options of `status`.
@@ -99,6 +101,8 @@ pub enum StatusError {
     Ops(OpsError),
     /// The last-pass record exists but cannot be read, or is of a newer certrotor.
     LastPass(StateError),
+    /// The CA rotation's state exists but cannot be read, or is of a newer certrotor.
+    CaRotation(StateError),
 }
 
 impl std::fmt::Display for StatusError {
@@ -110,6 +114,11 @@ impl std::fmt::Display for StatusError {
                 "{e}; nothing was changed. The next 'run' or 'daemon' pass rewrites it; remove \
                  it to see the status without the last pass"
             ),
+            StatusError::CaRotation(e) => write!(
+                f,
+                "{e}; nothing was changed. It records a CA rotation in progress: restore it from \
+                 the node's backup, or finish the rotation by hand ('certrotor ca plan')"
+            ),
         }
     }
 }
@@ -119,6 +128,7 @@ impl std::error::Error for StatusError {
         match self {
             StatusError::Ops(e) => Some(e),
             StatusError::LastPass(e) => Some(e),
+            StatusError::CaRotation(e) => Some(e),
         }
     }
 }
@@ -182,6 +192,7 @@ pub fn status(root: &Path, opts: &StatusOptions) -> Result<StatusReport, StatusE
         lock: local_lock(root),
         cluster_lock: cluster_lock(&node, opts),
         backups: txn::list_backups(root).map_err(OpsError::from)?,
+        ca_rotation: crate::ca::rotation::Rotation::load(root).map_err(StatusError::CaRotation)?,
     })
 }
 

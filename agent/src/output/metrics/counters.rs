@@ -290,6 +290,31 @@ impl Counters {
     }
 }
 
+/// The CA rotation recorded on the node (`ca-rotation.json`): 1 for its CA and stage; no
+/// sample when there is none, `stage="unknown"` when the file cannot be used.
+fn ca_rotation(o: &mut String, root: &Path) {
+    let (ca, stage) = match crate::ca::rotation::Rotation::load(root) {
+        Ok(None) => return,
+        Ok(Some(r)) => (r.ca.name(), r.stage.name()),
+        Err(e) => {
+            log::debug!("metrics: the CA rotation state: {e}");
+            ("unknown", "unknown")
+        }
+    };
+    header(
+        o,
+        "certrotor_ca_rotation_stage",
+        "The CA rotation recorded on this node (ca-rotation.json): 1 for its CA and stage",
+        "gauge",
+    );
+    sample(
+        o,
+        "certrotor_ca_rotation_stage",
+        &[l("ca", ca), l("stage", stage)],
+        "1",
+    );
+}
+
 /// What the daemon reads from the node at each scrape besides the certificates: the restarts
 /// owed (the pass state `pass.json`: 1 for each component or static pod owed, 0 for the other
 /// components) and, given `--within`, when each certificate certrotor renews falls due.
@@ -324,6 +349,7 @@ pub(super) fn node_state(root: &Path, inv: &Inventory, within: Option<i64>) -> S
         &owed,
         |v| v.to_string(),
     );
+    ca_rotation(&mut o, root);
     let Some(within) = within else { return o };
     header(
         &mut o,

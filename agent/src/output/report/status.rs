@@ -24,6 +24,17 @@ pub fn status_table(r: &crate::output::status::StatusReport) -> String {
             owed.join(", ")
         }
     });
+    if let Some(c) = &r.ca_rotation {
+        let since = c.history.last().map(|h| h.at.as_str()).unwrap_or("?");
+        rows.field(
+            "CA ROTATION",
+            format!(
+                "{} at stage {} (since {since})",
+                c.ca.name(),
+                c.stage.name()
+            ),
+        );
+    }
     rows.field(
         "LOCK",
         if r.lock.held {
