@@ -512,7 +512,7 @@ use crate::platform::platform_util::{Node, Platform, RESTART_TIMEOUT};
 fn live(node: &Node, sub: &str, c: &Ca) -> Value {
     let args = node.pass_args(
         &["ca", sub, "--ca", c.name],
-        "kubeadm",
+        node.platform.name(),
         RESTART_TIMEOUT,
         &["--output", "json", "--cluster", "off"],
     );
@@ -589,7 +589,19 @@ const KEY: &str = "/certrotor-test/before-the-rotation";
 
 #[test]
 fn ca_rotate_of_the_etcd_ca_on_a_running_node_restarts_one_at_a_time_and_keeps_the_data() {
-    let node = Node::start("ca-rotate-etcd", Platform::Kubeadm);
+    etcd_rotation("ca-rotate-etcd", Platform::Kubeadm);
+}
+
+/// The same on a Bottlerocket-shaped node (restarts through the API), killed in the middle of
+/// trust-in (after its transaction, before its restarts): the same command again makes the
+/// restarts it owes.
+#[test]
+fn ca_rotate_of_the_etcd_ca_on_bottlerocket_resumes_after_a_kill_in_the_middle_of_trust_in() {
+    etcd_rotation("ca-rotate-etcd-br", Platform::Bottlerocket);
+}
+
+fn etcd_rotation(test: &str, platform: Platform) {
+    let node = Node::start(test, platform);
     let c = &ETCD;
     let scratch = node.dir.join("ca-scratch");
     let old = put(
@@ -615,7 +627,7 @@ fn ca_rotate_of_the_etcd_ca_on_a_running_node_restarts_one_at_a_time_and_keeps_t
     control_plane_nodes(&node, &["cp-a", "cp-b"], true);
     let args = node.pass_args(
         &["ca", "rotate", "--ca", c.name],
-        "kubeadm",
+        platform.name(),
         RESTART_TIMEOUT,
         &[],
     );
@@ -632,6 +644,31 @@ fn ca_rotate_of_the_etcd_ca_on_a_running_node_restarts_one_at_a_time_and_keeps_t
     let before = node.states();
 
     let started = std::time::Instant::now();
+    if platform == Platform::Bottlerocket {
+        let args = node.pass_args(
+            &["ca", "rotate", "--ca", c.name],
+            platform.name(),
+            RESTART_TIMEOUT,
+            &[],
+        );
+        let killed = node.certrotor_env(
+            &args.iter().map(String::as_str).collect::<Vec<_>>(),
+            &[("CERTROTOR_FAILPOINT", "journal-removed")],
+        );
+        assert_eq!(killed.code, None, "not killed: {killed}");
+        assert!(
+            killed
+                .stderr
+                .contains("CERTROTOR-FAILPOINT journal-removed"),
+            "{killed}"
+        );
+        assert_eq!(blocks(&node.kfile("pki/etcd/ca.crt")).len(), 2, "{killed}");
+        let owed = std::fs::read_to_string(node.pass_state()).unwrap_or_default();
+        assert!(
+            owed.contains("etcd") && owed.contains("kube-apiserver"),
+            "nothing owed: {owed}"
+        );
+    }
     let r = live(&node, "rotate", c);
     let rotate_s = started.elapsed().as_secs_f64();
     assert_eq!(r["stage"], "issued", "{r:#}");
@@ -733,9 +770,10 @@ fn ca_rotate_of_the_etcd_ca_on_a_running_node_restarts_one_at_a_time_and_keeps_t
             .sum::<u64>()
     };
     eprintln!(
-        "FIGURES ca rotate etcd-ca (one node, real etcd + kube-apiserver v1.20.2): trust-in + issue \
+        "FIGURES ca rotate etcd-ca ({}, one node, real etcd + kube-apiserver v1.20.2): trust-in + issue \
          {rotate_s:.1} s, trust-out {continue_s:.1} s; restarts etcd 2, kube-apiserver 2, others 0; \
          etcd down {} ms, kube-apiserver down {} ms in all (process stop to start)",
+        platform.name(),
         down("etcd"),
         down("kube-apiserver")
     );
