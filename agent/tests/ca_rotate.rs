@@ -642,6 +642,7 @@ fn etcd_rotation(test: &str, platform: Platform) {
     assert_eq!(blocks(&node.kfile("pki/etcd/ca.crt")).len(), 1);
     control_plane_nodes(&node, &["cp-a", "cp-b"], false);
     let before = node.states();
+    let poller = ApiserverPoller::start(&node);
 
     let started = std::time::Instant::now();
     if platform == Platform::Bottlerocket {
@@ -746,6 +747,7 @@ fn etcd_rotation(test: &str, platform: Platform) {
         );
     }
 
+    let (polled_ms, down_ms) = poller.stop();
     // Restarts: etcd and kube-apiserver once at trust-in and once at trust-out, one at a time.
     let restarts = restarts_since(&before, &node.states());
     let count = |pod: &str| restarts.iter().filter(|r| r.0 == pod).count();
@@ -772,11 +774,53 @@ fn etcd_rotation(test: &str, platform: Platform) {
     eprintln!(
         "FIGURES ca rotate etcd-ca ({}, one node, real etcd + kube-apiserver v1.20.2): trust-in + issue \
          {rotate_s:.1} s, trust-out {continue_s:.1} s; restarts etcd 2, kube-apiserver 2, others 0; \
-         etcd down {} ms, kube-apiserver down {} ms in all (process stop to start)",
+         etcd down {} ms, kube-apiserver down {} ms in all (process stop to start); kube-apiserver \
+         /readyz polled every 100 ms: not ready {down_ms} ms of {polled_ms} ms",
         platform.name(),
         down("etcd"),
         down("kube-apiserver")
     );
+}
+
+/// Polls kube-apiserver's `/readyz` every 100 ms (the credentials on disk when it starts: the
+/// etcd CA's rotation does not change them) until stopped: (milliseconds polled, milliseconds
+/// from a failed poll to the next good one: the time it was not ready).
+struct ApiserverPoller {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<(u128, u128)>,
+}
+
+impl ApiserverPoller {
+    fn start(node: &Node) -> ApiserverPoller {
+        let probe = node.probe("kube-apiserver");
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let begun = std::time::Instant::now();
+            let mut down_since: Option<std::time::Instant> = None;
+            let mut down = 0;
+            while !flag.load(std::sync::atomic::Ordering::SeqCst) {
+                let ok = certrotor::restart::verify::probe(&probe).is_ok_and(|o| o.healthy());
+                match (ok, down_since) {
+                    (false, None) => down_since = Some(std::time::Instant::now()),
+                    (true, Some(t)) => {
+                        down += t.elapsed().as_millis();
+                        down_since = None;
+                    }
+                    _ => {}
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            down += down_since.map_or(0, |t| t.elapsed().as_millis());
+            (begun.elapsed().as_millis(), down)
+        });
+        ApiserverPoller { stop, thread }
+    }
+
+    fn stop(self) -> (u128, u128) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.thread.join().unwrap()
+    }
 }
 
 #[test]
