@@ -26,6 +26,7 @@
 
 pub mod files;
 mod live;
+mod shared;
 
 use std::path::Path;
 
@@ -45,6 +46,7 @@ use crate::restart::{self, Platform};
 use crate::sys::state::StateError;
 use crate::txn;
 use files::{CaFiles, CaPair, Target};
+use shared::Shared;
 
 /// A rotation refused or failed; each says what happened to the files and what to do.
 #[derive(Debug)]
@@ -184,6 +186,12 @@ fn rotate_stages(root: &Path, ca: CaName, opts: &RunOptions) -> Result<RotateRep
         done.push(trust_in(root, &mut r, opts)?);
     }
     if matches!(r.stage, Stage::Trusted | Stage::Issue) {
+        if let Some(waiting) = waiting(root, &r, opts, Stage::Trusted)? {
+            return report(root, &r, done, opts).map(|mut rep| {
+                rep.next = waiting;
+                rep
+            });
+        }
         done.push(step(root, &mut r, opts, (Stage::Issue, Stage::Issued))?);
     }
     report(root, &r, done, opts)
@@ -208,6 +216,11 @@ fn trust_out(root: &Path, ca: CaName, opts: &RunOptions) -> Result<RotateReport,
             r.stage.name(),
             ca.name()
         )));
+    }
+    if r.stage == Stage::Issued
+        && let Some(waiting) = waiting(root, &r, opts, Stage::Issued)?
+    {
+        return Err(RotateError::Refused(waiting));
     }
     let done = vec![step(root, &mut r, opts, (Stage::TrustOut, Stage::Done))?];
     report(root, &r, done, opts)
@@ -311,8 +324,9 @@ fn begin(root: &Path, ca: CaName, opts: &RunOptions) -> Result<Rotation, RotateE
     let _lock = ops::lock_and_recover_with(root, opts.write.lock_timeout, Some(&opts.restart))?;
     let node = Node::discover(root);
     let (plan, pods) = plan_here(&node, ca, opts)?;
-    refuse_unbuilt(ca, &plan, &pods)?;
-    alone(&node, opts)?;
+    let shared = connect(&node, &pods, opts)?;
+    refuse_unbuilt(ca, &plan, &pods, shared.as_ref())?;
+    alone(&node, opts, shared.as_ref())?;
     let files = ca_files(&node, ca)?;
     let certs = files::certs(root, &files).map_err(RotateError::Refused)?;
     if certs.len() != 1 {
@@ -354,7 +368,12 @@ fn trust_in(root: &Path, r: &mut Rotation, opts: &RunOptions) -> Result<StageDon
             .is_some();
     if !have_new {
         let old = old_pair(root, &files, r)?;
-        let new = files::mint(&old, opts.write.clock.now()).map_err(RotateError::Refused)?;
+        let mint = || files::mint(&old, opts.write.clock.now());
+        let new = match with_shared(root, opts)? {
+            Some(s) => s.new_ca(r.ca, &r.old_sha256, mint),
+            None => mint(),
+        }
+        .map_err(RotateError::Refused)?;
         r.new_sha256 = new.cert.sha256_hex();
         // Recorded before the files: a crash in between makes another one, never a second
         // new CA in the files.
@@ -412,6 +431,10 @@ fn stage_with(
         r.new_sha256
     );
     event(root, events::CA_STAGE, "Normal", message, opts);
+    if let Some(s) = with_shared(root, opts)? {
+        s.reached(r.ca, &r.old_sha256, reached, opts.write.clock.now())
+            .map_err(|e| RotateError::Refused(format!("recording the stage in etcd: {e}")))?;
+    }
     Ok(done)
 }
 
@@ -434,34 +457,7 @@ fn stage_files_with(
     target: Target,
     minted: Option<CaPair>,
 ) -> Result<StageDone, RotateError> {
-    let (backup_id, written, leaves) = {
-        let _lock = ops::lock_and_recover_with(root, opts.write.lock_timeout, Some(&opts.restart))?;
-        let node = Node::discover(root);
-        let (plan, _) = plan_here(&node, r.ca, opts)?;
-        let files = ca_files(&node, r.ca)?;
-        let old = files::pair(root, &files, &r.old_sha256).map_err(RotateError::Refused)?;
-        let new = match minted {
-            Some(n) => Some(n),
-            None if r.new_sha256.is_empty() => None,
-            None => files::pair(root, &files, &r.new_sha256).map_err(RotateError::Refused)?,
-        };
-        let changes =
-            files::changes(root, &files, target, old.as_ref(), new.as_ref()).map_err(|detail| {
-                RotateError::Check {
-                    stage: doing,
-                    detail,
-                }
-            })?;
-        let restarts = trust_restarts(&plan, target);
-        let (id, written) = write(root, &node, &changes, &restarts, opts)?;
-        let leaves: Vec<String> = plan
-            .leaves
-            .iter()
-            .filter(|l| l.renewable)
-            .map(|l| l.name.clone())
-            .collect();
-        (id, written, leaves)
-    };
+    let (backup_id, written, leaves) = write_stage(root, r, opts, (doing, target), minted)?;
     // The issue (and an abort's re-issue) renews every leaf of the CA; every stage's pass makes
     // the restarts owed.
     let reissue =
@@ -540,6 +536,46 @@ fn published(
     let bound = opts.restart.timeout.max(opts.restart.reload_timeout);
     let waited = live::settle_published(&node, &want, &gone, bound, opts.restart.poll)?;
     Ok(waited.map(|d| d.as_millis()))
+}
+
+/// A stage's transaction: its backup (when files changed), the files written, and the leaves
+/// of the CA certrotor renews.
+type Written = (Option<String>, Vec<String>, Vec<String>);
+
+/// Under the lock, after recovery: the stage's files in one transaction.
+fn write_stage(
+    root: &Path,
+    r: &Rotation,
+    opts: &RunOptions,
+    (doing, target): (Stage, Target),
+    minted: Option<CaPair>,
+) -> Result<Written, RotateError> {
+    let _lock = ops::lock_and_recover_with(root, opts.write.lock_timeout, Some(&opts.restart))?;
+    let node = Node::discover(root);
+    let (plan, _) = plan_here(&node, r.ca, opts)?;
+    let files = ca_files(&node, r.ca)?;
+    let old = files::pair(root, &files, &r.old_sha256).map_err(RotateError::Refused)?;
+    let new = match minted {
+        Some(n) => Some(n),
+        None if r.new_sha256.is_empty() => None,
+        None => files::pair(root, &files, &r.new_sha256).map_err(RotateError::Refused)?,
+    };
+    let changes =
+        files::changes(root, &files, target, old.as_ref(), new.as_ref()).map_err(|detail| {
+            RotateError::Check {
+                stage: doing,
+                detail,
+            }
+        })?;
+    let restarts = trust_restarts(&plan, target);
+    let (id, written) = write(root, &node, &changes, &restarts, opts)?;
+    let leaves = plan
+        .leaves
+        .iter()
+        .filter(|l| l.renewable)
+        .map(|l| l.name.clone())
+        .collect();
+    Ok((id, written, leaves))
 }
 
 /// The stage's transaction, its restarts recorded first (as a renewal records its own).
@@ -716,6 +752,16 @@ fn plan_here(
     ca: CaName,
     opts: &RunOptions,
 ) -> Result<(CaPlan, Vec<(String, PodInfo)>), RotateError> {
+    let pods = pods_here(node, opts)?;
+    let versions = restart::reload::versions(&pods, &Default::default());
+    let plan = plan(node, ca, &pods, &versions, opts.write.clock.now())
+        .map_err(|e| RotateError::Refused(e.to_string()))?;
+    Ok((plan, pods))
+}
+
+/// The static pods of this node as the platform lists them (platform none: the kubelet's
+/// manifests, when the node has them).
+fn pods_here(node: &Node, opts: &RunOptions) -> Result<Vec<(String, PodInfo)>, RotateError> {
     let mut platform = restart::detect(node.root(), &opts.restart).map_err(OpsError::Platform)?;
     if matches!(platform, Platform::None) {
         // Nothing is restarted, but what the node runs still decides what a rotation may do:
@@ -727,11 +773,7 @@ fn plan_here(
             platform = Platform::Kubeadm { manifests };
         }
     }
-    let pods = restart::pods(&platform).map_err(OpsError::Platform)?;
-    let versions = restart::reload::versions(&pods, &Default::default());
-    let plan = plan(node, ca, &pods, &versions, opts.write.clock.now())
-        .map_err(|e| RotateError::Refused(e.to_string()))?;
-    Ok((plan, pods))
+    Ok(restart::pods(&platform).map_err(OpsError::Platform)?)
 }
 
 /// What this release cannot rotate yet, refused with the reason.
@@ -739,6 +781,7 @@ fn refuse_unbuilt(
     ca: CaName,
     plan: &CaPlan,
     pods: &[(String, PodInfo)],
+    shared: Option<&Shared>,
 ) -> Result<(), RotateError> {
     if ca == CaName::Ca {
         return Err(RotateError::Refused(
@@ -763,11 +806,10 @@ fn refuse_unbuilt(
         )));
     }
     let members = etcd_members(pods);
-    if members > 1 {
+    if members > 1 && shared.is_none() {
         return Err(RotateError::Refused(format!(
-            "this node's etcd names {members} members: rotating a CA across nodes (each stage \
-             on every node before the next, through etcd) is not built yet; certrotor rotates \
-             a CA on a node of one member only"
+            "this node's etcd names {members} members and cannot be reached (or --cluster \
+             off): a rotation across nodes takes turns through etcd"
         )));
     }
     let ca_paths: Vec<&str> = plan.certificates.iter().map(|c| c.path.as_str()).collect();
@@ -789,7 +831,7 @@ fn refuse_unbuilt(
 
 /// On a running cluster (a platform that restarts, and an admin kubeconfig): refuses when the
 /// apiserver lists another control-plane Node, or cannot be asked.
-fn alone(node: &Node, opts: &RunOptions) -> Result<(), RotateError> {
+fn alone(node: &Node, opts: &RunOptions, shared: Option<&Shared>) -> Result<(), RotateError> {
     let platform = restart::detect(node.root(), &opts.restart).map_err(OpsError::Platform)?;
     let Some(admin) = events::admin_conf(node) else {
         return Ok(());
@@ -811,15 +853,90 @@ fn alone(node: &Node, opts: &RunOptions) -> Result<(), RotateError> {
             }
         }
     }
-    if names.len() > 1 {
+    let members = shared.map_or(1, |s| s.members.len());
+    if names.len() > members.max(1) {
         return Err(RotateError::Refused(format!(
-            "the cluster has {} control-plane nodes ({}): rotating a CA across nodes (each stage \
-             on every node before the next, through etcd) is not built yet",
+            "the cluster has {} control-plane nodes ({}) and {members} etcd member(s) here: a \
+             control plane outside the etcd members (external etcd) cannot take turns with this \
+             one; rotating a CA across those nodes is not built yet",
             names.len(),
             names.into_iter().collect::<Vec<_>>().join(", ")
         )));
     }
     Ok(())
+}
+
+/// The cluster, when this node's etcd has other members and answers: `None` acting alone.
+fn connect(
+    node: &Node,
+    pods: &[(String, PodInfo)],
+    opts: &RunOptions,
+) -> Result<Option<Shared>, RotateError> {
+    if etcd_members(pods) <= 1 {
+        return Ok(None);
+    }
+    let session = match crate::cluster::Session::start(node, pods, &opts.cluster) {
+        Ok(Some(s)) => s,
+        Ok(None) => return Ok(None),
+        Err(e) => {
+            log::warn!("rotation: etcd cannot be reached: {e}");
+            return Ok(None);
+        }
+    };
+    let members = match session.client.members() {
+        Ok(m) => m,
+        Err(e) => {
+            log::warn!("rotation: etcd cannot be reached: {e}");
+            return Ok(None);
+        }
+    };
+    Ok(Some(Shared {
+        members: members.into_iter().map(|m| m.name).collect(),
+        session,
+    }))
+}
+
+/// [`connect`] for a stage, found again each time: a stage changes the files the etcd client
+/// trusts and presents.
+fn with_shared(root: &Path, opts: &RunOptions) -> Result<Option<Shared>, RotateError> {
+    let node = Node::discover(root);
+    let pods = pods_here(&node, opts)?;
+    connect(&node, &pods, opts)
+}
+
+/// What keeps this node from the stage after `stage`: the members that have not reached it
+/// yet, or one that aborted (a text saying what to run); `None` to go on.
+fn waiting(
+    root: &Path,
+    r: &Rotation,
+    opts: &RunOptions,
+    stage: Stage,
+) -> Result<Option<String>, RotateError> {
+    let Some(s) = with_shared(root, opts)? else {
+        return Ok(None);
+    };
+    let e = |e: String| RotateError::Refused(format!("reading the rotation in etcd: {e}"));
+    let aborted = s.aborted(r.ca, &r.old_sha256).map_err(e)?;
+    if !aborted.is_empty() {
+        return Err(RotateError::Refused(format!(
+            "the rotation of {} was aborted on {}: run 'certrotor ca abort --ca {}' on every node",
+            r.ca.name(),
+            aborted.join(", "),
+            r.ca.name()
+        )));
+    }
+    let behind = s.behind(r.ca, &r.old_sha256, stage).map_err(e)?;
+    if behind.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(format!(
+        "this node reached {}; waiting for {} to reach it: run 'certrotor ca {} --ca {}' there, \
+         then here again",
+        r.stage.name(),
+        behind.join(", "),
+        "rotate",
+        r.ca.name()
+    )))
 }
 
 /// The members a node's etcd or kube-apiserver names (`--initial-cluster`, `--etcd-servers`).

@@ -1,0 +1,176 @@
+//! A CA rotation across the nodes of a stacked cluster, through etcd: one new CA for all, and
+//! no stage on any node before every node has finished the previous one.
+//!
+//! Keys (under `certrotor/v1/`, plain etcd keys: the new CA's key leaves the nodes' PKI folders
+//! only for the cluster's etcd, as the issue asks):
+//! - `ca/<ca>/<old SHA-256>`: the rotation from that CA: the new CA's certificate and key
+//!   (PEM), who began it. Created once (compare-and-swap on its creation): the first node to
+//!   begin mints the new CA, every other node takes it from here.
+//! - `ca/<ca>/<old SHA-256>/nodes/<member>`: the stage each node reached (`trusted`, `issued`,
+//!   `done`, `aborted`), written after the node's files are checked.
+//!
+//! The nodes are the etcd members (stacked: every control plane is one). Restarts still take
+//! turns under the cluster lock and its health gates: each stage ends with a pass in cluster
+//! mode ([`crate::pass::run::run_once`]).
+
+use serde::{Deserialize, Serialize};
+use zeroize::Zeroizing;
+
+use crate::ca::consumers::CaName;
+use crate::ca::rotate::files::CaPair;
+use crate::ca::rotation::Stage;
+use crate::cluster::Session;
+use crate::pki::Cert;
+
+/// Where the rotation of `ca` from the CA of SHA-256 `old` is kept.
+fn key(ca: CaName, old: &str) -> String {
+    format!("{}ca/{}/{old}", crate::cluster::PREFIX, ca.name())
+}
+
+fn node_key(ca: CaName, old: &str, member: &str) -> String {
+    format!("{}/nodes/{member}", key(ca, old))
+}
+
+/// The rotation as etcd holds it.
+#[derive(Serialize, Deserialize)]
+struct Record {
+    version: u32,
+    old_sha256: String,
+    new_sha256: String,
+    cert: String,
+    /// The new CA's key (PEM): scrubbed when the record drops.
+    key: String,
+    started_by: String,
+}
+
+impl Drop for Record {
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.key);
+    }
+}
+
+/// A node's stage as etcd holds it.
+#[derive(Serialize, Deserialize)]
+struct Reached {
+    stage: Stage,
+    at: String,
+}
+
+/// The connected cluster and this node's member name.
+pub struct Shared {
+    pub session: Session,
+    /// Every etcd member's name (this node's included).
+    pub members: Vec<String>,
+}
+
+impl Shared {
+    /// The name this node is known by (its etcd member name).
+    pub fn me(&self) -> &str {
+        &self.session.node.name
+    }
+
+    /// The new CA of the rotation from `old_sha256`: the one in etcd, or `mint()`'s, published
+    /// first. Refused when etcd holds a rotation from another CA.
+    pub fn new_ca(
+        &self,
+        ca: CaName,
+        old_sha256: &str,
+        mint: impl FnOnce() -> Result<CaPair, String>,
+    ) -> Result<CaPair, String> {
+        let client = &self.session.client;
+        let e = |e: crate::cluster::ClusterError| format!("etcd: {e}");
+        let existing = match client.get(&key(ca, old_sha256)).map_err(e)? {
+            Some(bytes) => bytes,
+            None => {
+                let pair = mint()?;
+                let record = Record {
+                    version: 1,
+                    old_sha256: old_sha256.to_string(),
+                    new_sha256: pair.cert.sha256_hex(),
+                    cert: pair.cert.to_pem().map_err(|e| e.to_string())?,
+                    key: String::from_utf8_lossy(&pair.key_pem).into_owned(),
+                    started_by: self.me().to_string(),
+                };
+                let value = Zeroizing::new(serde_json::to_vec(&record).map_err(|e| e.to_string())?);
+                match client.create(&key(ca, old_sha256), &value, 0).map_err(e)? {
+                    None => {
+                        log::info!("rotation of {}: published the new CA in etcd", ca.name());
+                        return Ok(pair);
+                    }
+                    // Another node published first: its CA is the one.
+                    Some(theirs) => theirs,
+                }
+            }
+        };
+        let existing = Zeroizing::new(existing);
+        let record: Record = serde_json::from_slice(&existing).map_err(|e| {
+            format!(
+                "etcd key {}: not a rotation record ({e})",
+                key(ca, old_sha256)
+            )
+        })?;
+        let cert = Cert::from_pem(record.cert.as_bytes()).map_err(|e| e.to_string())?;
+        let key_pem = Zeroizing::new(record.key.as_bytes().to_vec());
+        let key = crate::pki::PrivateKey::from_pem(&key_pem).map_err(|e| e.to_string())?;
+        if !key.matches(&cert) || cert.sha256_hex() != record.new_sha256 {
+            return Err(format!(
+                "etcd key {}: its certificate and key do not match",
+                crate::cluster::PREFIX
+            ));
+        }
+        Ok(CaPair { cert, key_pem })
+    }
+
+    /// Records that this node reached `stage`.
+    pub fn reached(&self, ca: CaName, old: &str, stage: Stage, now: i64) -> Result<(), String> {
+        let value = serde_json::to_vec(&Reached {
+            stage,
+            at: crate::sys::clock::rfc3339(now),
+        })
+        .map_err(|e| e.to_string())?;
+        self.session
+            .client
+            .put(&node_key(ca, old, self.me()), &value, 0)
+            .map_err(|e| format!("etcd: {e}"))
+    }
+
+    /// The members that have not reached `stage` (or a later stage of a rotation that goes on;
+    /// an aborted node never counts).
+    pub fn behind(&self, ca: CaName, old: &str, stage: Stage) -> Result<Vec<String>, String> {
+        let mut out = Vec::new();
+        for m in &self.members {
+            let got = self
+                .session
+                .client
+                .get(&node_key(ca, old, m))
+                .map_err(|e| format!("etcd: {e}"))?;
+            let at = got.and_then(|b| serde_json::from_slice::<Reached>(&b).ok());
+            let ok = at.is_some_and(|r| {
+                r.stage != Stage::Aborted && r.stage != Stage::Abort && r.stage >= stage
+            });
+            if !ok {
+                out.push(m.clone());
+            }
+        }
+        Ok(out)
+    }
+
+    /// The members that aborted this rotation.
+    pub fn aborted(&self, ca: CaName, old: &str) -> Result<Vec<String>, String> {
+        let mut out = Vec::new();
+        for m in &self.members {
+            let got = self
+                .session
+                .client
+                .get(&node_key(ca, old, m))
+                .map_err(|e| format!("etcd: {e}"))?;
+            if got
+                .and_then(|b| serde_json::from_slice::<Reached>(&b).ok())
+                .is_some_and(|r| matches!(r.stage, Stage::Abort | Stage::Aborted))
+            {
+                out.push(m.clone());
+            }
+        }
+        Ok(out)
+    }
+}
