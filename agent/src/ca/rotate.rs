@@ -19,10 +19,15 @@
 //! a check meanwhile reads the first certificate as the CA, and accepts a leaf signed by the
 //! other ([`crate::node::inventory`]).
 //!
+//! On a stacked cluster (etcd has other members and answers), the nodes take turns through
+//! etcd ([`shared`]): one new CA for all, the issue on no node before every member is trusted,
+//! trust-out on none before every member issued; restarts wait for the cluster lock and its
+//! gates as every pass's do.
+//!
 //! What is not built yet, and refused with the reason: the cluster CA (kube-controller-manager
 //! signs with `ca.crt` and refuses a bundle, so its signer must first move to a file of its
-//! own); a node whose etcd has other members (the stages must go in turns across the nodes,
-//! through etcd); a trust file other than the CA file itself.
+//! own); an external etcd, or control planes outside the etcd members (they cannot take turns
+//! through the members' records); a trust file other than the CA file itself.
 
 pub mod files;
 mod live;
@@ -794,9 +799,9 @@ fn refuse_unbuilt(
     let runs = |c: Component| pods.iter().any(|(_, p)| p.component() == Some(c));
     if !runs(Component::KubeApiserver) || (ca == CaName::EtcdCa && !runs(Component::Etcd)) {
         return Err(RotateError::Refused(format!(
-            "{} is shared with other nodes here ({}): rotating a CA across nodes (each stage on \
-             every node before the next, through etcd) is not built yet; certrotor rotates a CA \
-             on a control plane with its own etcd, alone in its cluster",
+            "{} is shared with other nodes here ({}): rotating a CA across an external etcd \
+             topology is not built yet; certrotor rotates a CA on stacked control planes (each \
+             with its own etcd member), taking turns through etcd",
             ca.name(),
             if runs(Component::KubeApiserver) {
                 "an external etcd"

@@ -419,7 +419,7 @@ pub enum CaSub {
 #[argh(
     subcommand,
     name = "rotate",
-    note = "Each stage is one transaction with a backup, its restarts made one at a time and verified by a pass, and is resumed by running the same command again after a crash. Stops before trust-out: 'certrotor ca continue' does it, 'certrotor ca abort' undoes the rotation. Not built yet (refused, nothing changed): the cluster CA, and a node whose etcd has other members.",
+    note = "Each stage is one transaction with a backup, its restarts made one at a time and verified by a pass, and is resumed by running the same command again after a crash. Stops before trust-out: 'certrotor ca continue' does it, 'certrotor ca abort' undoes the rotation. On stacked control planes, run it on each: they share one new CA and take turns through etcd. Not built yet (refused, nothing changed): the cluster CA, and an external etcd.",
     error_code(0, "trust-in and issue done: waiting for 'ca continue'"),
     error_code(
         2,
