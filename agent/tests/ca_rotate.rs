@@ -587,6 +587,18 @@ fn restarts_since(
 
 const KEY: &str = "/certrotor-test/before-the-rotation";
 
+/// What was written before the rotation is read back: from etcd with the healthcheck pair on
+/// disk now, and through kube-apiserver.
+fn data_kept(node: &Node) {
+    let get = node.etcdctl(&["get", KEY, "--print-value-only"]);
+    assert_eq!(
+        String::from_utf8_lossy(&get.stdout).trim(),
+        "written-before",
+        "{get:?}"
+    );
+    node.kubectl_ok(&["get", "configmap", "before-rotation"]);
+}
+
 #[test]
 fn ca_rotate_of_the_etcd_ca_on_a_running_node_restarts_one_at_a_time_and_keeps_the_data() {
     etcd_rotation("ca-rotate-etcd", Platform::Kubeadm);
@@ -691,13 +703,7 @@ fn etcd_rotation(test: &str, platform: Platform) {
             "{port}: still of the old CA"
         );
     }
-    let get = node.etcdctl(&["get", KEY, "--print-value-only"]);
-    assert_eq!(
-        String::from_utf8_lossy(&get.stdout).trim(),
-        "written-before",
-        "{get:?}"
-    );
-    node.kubectl_ok(&["get", "configmap", "before-rotation"]);
+    data_kept(&node);
 
     let started = std::time::Instant::now();
     let r = live(&node, "continue", c);
@@ -707,6 +713,7 @@ fn etcd_rotation(test: &str, platform: Platform) {
         blocks(&node.kfile("pki/etcd/ca.crt")),
         [std::fs::read_to_string(&new).unwrap()]
     );
+    // Served: the new CA's certificates, which the old CA alone does not verify.
     for (port, client) in [(2379, "etcd/healthcheck-client"), (2380, "etcd/peer")] {
         assert!(served_verifies(
             &node,
@@ -714,22 +721,9 @@ fn etcd_rotation(test: &str, platform: Platform) {
             &node.kfile("pki/etcd/ca.crt"),
             client
         ));
+        assert!(!served_verifies(&node, port, &old, client), "{port}");
     }
-    // The old CA's client is refused by etcd now: a copy of the old healthcheck pair is gone,
-    // so ask with the old CA as the only trust: the server is not verified.
-    assert!(!served_verifies(
-        &node,
-        2379,
-        &old,
-        "etcd/healthcheck-client"
-    ));
-    let get = node.etcdctl(&["get", KEY, "--print-value-only"]);
-    assert_eq!(
-        String::from_utf8_lossy(&get.stdout).trim(),
-        "written-before",
-        "{get:?}"
-    );
-    node.kubectl_ok(&["get", "configmap", "before-rotation"]);
+    data_kept(&node);
     node.wait_all_healthy();
     // Each stage reached is a Kubernetes Event on the node.
     let reasons = node.kubectl_ok(&[

@@ -559,6 +559,11 @@ impl Stacked3 {
 
     /// etcd `/health` and kube-apiserver `/readyz` of every node.
     fn sample(&self) -> Sample {
+        self.sample_with(|_| (self.ca.clone(), self.etcd_client.clone()))
+    }
+
+    /// [`Self::sample`], each node's etcd probed with the CA and client pair `etcd_creds(i)`.
+    fn sample_with(&self, etcd_creds: impl Fn(usize) -> (Vec<u8>, (Vec<u8>, Vec<u8>))) -> Sample {
         let mut x = Sample {
             at: Instant::now(),
             etcd_up: vec![false; 3],
@@ -566,7 +571,8 @@ impl Stacked3 {
             api: vec![false; 3],
         };
         for (i, n) in self.nodes.iter().enumerate() {
-            let (up, healthy) = self.probe(2379 + n.offset, "/health", &self.ca, &self.etcd_client);
+            let (ca, pair) = etcd_creds(i);
+            let (up, healthy) = self.probe(2379 + n.offset, "/health", &ca, &pair);
             x.etcd_up[i] = up;
             x.etcd[i] = healthy;
             x.api[i] = self
@@ -2189,28 +2195,17 @@ impl Stacked3 {
     /// that node's own etcd CA file and healthcheck pair as they are on disk now (a CA rotation
     /// changes them).
     fn sample_own(&self) -> Sample {
-        let mut x = Sample {
-            at: Instant::now(),
-            etcd_up: vec![false; 3],
-            etcd: vec![false; 3],
-            api: vec![false; 3],
-        };
-        for (i, n) in self.nodes.iter().enumerate() {
-            let pki = n.root.join("etc/kubernetes/pki");
+        self.sample_with(|i| {
+            let pki = self.nodes[i].root.join("etc/kubernetes/pki");
             let read = |f: &str| fs::read(pki.join(f)).unwrap_or_default();
-            let pair = (
-                read("etcd/healthcheck-client.crt"),
-                read("etcd/healthcheck-client.key"),
-            );
-            let (up, healthy) =
-                probe_state(2379 + n.offset, "/health", &read("etcd/ca.crt"), &pair);
-            x.etcd_up[i] = up;
-            x.etcd[i] = healthy;
-            x.api[i] = self
-                .probe(6443 + n.offset, "/readyz", &self.api_ca, &self.api_client)
-                .1;
-        }
-        x
+            (
+                read("etcd/ca.crt"),
+                (
+                    read("etcd/healthcheck-client.crt"),
+                    read("etcd/healthcheck-client.key"),
+                ),
+            )
+        })
     }
 }
 

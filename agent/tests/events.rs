@@ -151,7 +151,7 @@ fn a_renewal_posts_a_node_event_that_kubectl_shows_and_a_down_apiserver_changes_
     assert!(
         down.stderr
             .contains("could not post the Kubernetes Event CertificatesRenewed")
-            && down.stderr.contains("the pass's result stands"),
+            && down.stderr.contains("what certrotor did stands"),
         "{down}"
     );
     let report: Value = serde_json::from_str(&down.stdout).unwrap();

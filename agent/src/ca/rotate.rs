@@ -532,15 +532,51 @@ fn published(
         .iter()
         .map(|c| c.sha256_hex())
         .collect();
-    // What the stage took out of the files: the old CA at trust-out, the new one at an abort.
-    let gone = match target {
+    // What the stage took out of the files: the old CA at trust-out, the new one at an abort;
+    // removed from the ConfigMap by the last node only (the others' apiservers still add it).
+    let mut gone = match target {
         Target::TrustOut => vec![r.old_sha256.clone()],
         Target::Abort => vec![r.new_sha256.clone()],
         Target::TrustIn | Target::Issue => vec![],
     };
+    if !gone.is_empty()
+        && let Some(s) = with_shared(root, opts).map_err(|e| e.to_string())?
+    {
+        let others = others_not_at(&s, r, target)?;
+        if !others.is_empty() {
+            log::info!(
+                "{} still trusted by the apiservers of {}: the last node to finish removes it \
+                 from extension-apiserver-authentication",
+                if target == Target::TrustOut {
+                    "the old CA is"
+                } else {
+                    "the new CA is"
+                },
+                others.join(", ")
+            );
+            gone.clear();
+        }
+    }
     let bound = opts.restart.timeout.max(opts.restart.reload_timeout);
     let waited = live::settle_published(&node, &want, &gone, bound, opts.restart.poll)?;
     Ok(waited.map(|d| d.as_millis()))
+}
+
+/// The other members that have not finished the stage `target` ends (trust-out: done; abort:
+/// aborted).
+fn others_not_at(s: &Shared, r: &Rotation, target: Target) -> Result<Vec<String>, String> {
+    let me = s.me().to_string();
+    let pending = if target == Target::TrustOut {
+        s.behind(r.ca, &r.old_sha256, Stage::Done)?
+    } else {
+        let aborted = s.aborted(r.ca, &r.old_sha256)?;
+        s.members
+            .iter()
+            .filter(|m| !aborted.contains(m))
+            .cloned()
+            .collect()
+    };
+    Ok(pending.into_iter().filter(|m| *m != me).collect())
 }
 
 /// A stage's transaction: its backup (when files changed), the files written, and the leaves

@@ -134,9 +134,13 @@ impl Shared {
             .map_err(|e| format!("etcd: {e}"))
     }
 
-    /// The members that have not reached `stage` (or a later stage of a rotation that goes on;
-    /// an aborted node never counts).
-    pub fn behind(&self, ca: CaName, old: &str, stage: Stage) -> Result<Vec<String>, String> {
+    /// The members whose recorded stage does not satisfy `ok` (no record: `None`).
+    fn members_where(
+        &self,
+        ca: CaName,
+        old: &str,
+        ok: impl Fn(Option<Stage>) -> bool,
+    ) -> Result<Vec<String>, String> {
         let mut out = Vec::new();
         for m in &self.members {
             let got = self
@@ -145,32 +149,25 @@ impl Shared {
                 .get(&node_key(ca, old, m))
                 .map_err(|e| format!("etcd: {e}"))?;
             let at = got.and_then(|b| serde_json::from_slice::<Reached>(&b).ok());
-            let ok = at.is_some_and(|r| {
-                r.stage != Stage::Aborted && r.stage != Stage::Abort && r.stage >= stage
-            });
-            if !ok {
+            if !ok(at.map(|r| r.stage)) {
                 out.push(m.clone());
             }
         }
         Ok(out)
     }
 
+    /// The members that have not reached `stage` (or a later stage of a rotation that goes on;
+    /// an aborted node never counts).
+    pub fn behind(&self, ca: CaName, old: &str, stage: Stage) -> Result<Vec<String>, String> {
+        self.members_where(ca, old, |at| {
+            at.is_some_and(|s| !matches!(s, Stage::Abort | Stage::Aborted) && s >= stage)
+        })
+    }
+
     /// The members that aborted this rotation.
     pub fn aborted(&self, ca: CaName, old: &str) -> Result<Vec<String>, String> {
-        let mut out = Vec::new();
-        for m in &self.members {
-            let got = self
-                .session
-                .client
-                .get(&node_key(ca, old, m))
-                .map_err(|e| format!("etcd: {e}"))?;
-            if got
-                .and_then(|b| serde_json::from_slice::<Reached>(&b).ok())
-                .is_some_and(|r| matches!(r.stage, Stage::Abort | Stage::Aborted))
-            {
-                out.push(m.clone());
-            }
-        }
-        Ok(out)
+        self.members_where(ca, old, |at| {
+            !matches!(at, Some(Stage::Abort | Stage::Aborted))
+        })
     }
 }
