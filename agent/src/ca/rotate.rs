@@ -957,6 +957,10 @@ fn waiting(
         return Ok(None);
     };
     let e = |e: String| RotateError::Refused(format!("reading the rotation in etcd: {e}"));
+    // This node's own stage again: a run that reached it with etcd out of reach did not
+    // record it there.
+    s.reached(r.ca, &r.old_sha256, r.stage, opts.write.clock.now())
+        .map_err(e)?;
     let aborted = s.aborted(r.ca, &r.old_sha256).map_err(e)?;
     if !aborted.is_empty() {
         return Err(RotateError::Refused(format!(
