@@ -58,6 +58,8 @@ use shared::Shared;
 pub enum RotateError {
     /// Refused before anything changed.
     Refused(String),
+    /// Stopped after earlier stages of this command changed files (they stand, recorded).
+    Stopped(String),
     /// The rotation state file cannot be used.
     State(StateError),
     /// Locking, recovery, the transaction or the pass state.
@@ -76,6 +78,11 @@ impl std::fmt::Display for RotateError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             RotateError::Refused(s) => write!(f, "{s}; nothing was changed"),
+            RotateError::Stopped(s) => write!(
+                f,
+                "{s}; what the stages before did stands (recorded on this node): run the same \
+                 command again"
+            ),
             RotateError::State(e) => write!(f, "{e}"),
             RotateError::Ops(e) => write!(f, "{e}"),
             RotateError::Pass {
@@ -438,7 +445,7 @@ fn stage_with(
     event(root, events::CA_STAGE, "Normal", message, opts);
     if let Some(s) = with_shared(root, opts)? {
         s.reached(r.ca, &r.old_sha256, reached, opts.write.clock.now())
-            .map_err(|e| RotateError::Refused(format!("recording the stage in etcd: {e}")))?;
+            .map_err(|e| RotateError::Stopped(format!("recording the stage in etcd: {e}")))?;
     }
     Ok(done)
 }
@@ -956,14 +963,14 @@ fn waiting(
     let Some(s) = with_shared(root, opts)? else {
         return Ok(None);
     };
-    let e = |e: String| RotateError::Refused(format!("reading the rotation in etcd: {e}"));
+    let e = |e: String| RotateError::Stopped(format!("the rotation in etcd: {e}"));
     // This node's own stage again: a run that reached it with etcd out of reach did not
     // record it there.
     s.reached(r.ca, &r.old_sha256, r.stage, opts.write.clock.now())
         .map_err(e)?;
     let aborted = s.aborted(r.ca, &r.old_sha256).map_err(e)?;
     if !aborted.is_empty() {
-        return Err(RotateError::Refused(format!(
+        return Err(RotateError::Stopped(format!(
             "the rotation of {} was aborted on {}: run 'certrotor ca abort --ca {}' on every node",
             r.ca.name(),
             aborted.join(", "),
@@ -1010,7 +1017,7 @@ fn pass_failure(pass: &RunReport) -> String {
 }
 
 fn state_io(root: &Path, e: std::io::Error) -> RotateError {
-    RotateError::Refused(format!(
+    RotateError::Stopped(format!(
         "cannot write '{}': {e}",
         crate::ca::rotation::path(root).display()
     ))
@@ -1022,9 +1029,14 @@ fn report(
     stages: Vec<StageDone>,
     opts: &RunOptions,
 ) -> Result<RotateReport, RotateError> {
+    // After the stages: a failure here stops a command whose stages stand.
+    let stopped = |e: RotateError| match e {
+        RotateError::Refused(s) => RotateError::Stopped(s),
+        other => other,
+    };
     let node = Node::discover(root);
-    let (plan, _) = plan_here(&node, r.ca, opts)?;
-    let files = ca_files(&node, r.ca)?;
+    let (plan, _) = plan_here(&node, r.ca, opts).map_err(stopped)?;
+    let files = ca_files(&node, r.ca).map_err(stopped)?;
     let old_leaves = match files::pair(root, &files, &r.new_sha256) {
         Ok(Some(n)) if r.stage >= Stage::Issued && r.stage <= Stage::Done => {
             leaves_not_signed_by(&node, r.ca, &n.cert, false)
