@@ -1,0 +1,199 @@
+//! What may rotate here: the refusals (what is not built yet, control planes outside the etcd
+//! members) and the cluster a stacked node takes turns with.
+
+use std::path::Path;
+
+use super::shared::Shared;
+use super::{RotateError, pods_here};
+use crate::ca::consumers::CaName;
+use crate::ca::plan::CaPlan;
+use crate::ca::rotation::{Rotation, Stage};
+use crate::node::Node;
+use crate::node::manifests::{Component, PodInfo};
+use crate::pass::events;
+use crate::pass::ops::OpsError;
+use crate::pass::run::RunOptions;
+use crate::restart::{self, Platform};
+
+/// What this release cannot rotate yet, refused with the reason.
+pub(super) fn refuse_unbuilt(
+    ca: CaName,
+    plan: &CaPlan,
+    pods: &[(String, PodInfo)],
+    shared: Option<&Shared>,
+) -> Result<(), RotateError> {
+    if ca == CaName::Ca {
+        return Err(RotateError::Refused(
+            "rotating the cluster CA is not built yet: kube-controller-manager signs with \
+             ca.crt and refuses a file of more than one certificate, so its signer must first \
+             move to a file of its own ('certrotor ca plan --ca ca' lists what it touches)"
+                .into(),
+        ));
+    }
+    let runs = |c: Component| pods.iter().any(|(_, p)| p.component() == Some(c));
+    if !runs(Component::KubeApiserver) || (ca == CaName::EtcdCa && !runs(Component::Etcd)) {
+        return Err(RotateError::Refused(format!(
+            "{} is shared with other nodes here ({}): rotating a CA across an external etcd \
+             topology is not built yet; certrotor rotates a CA on stacked control planes (each \
+             with its own etcd member), taking turns through etcd",
+            ca.name(),
+            if runs(Component::KubeApiserver) {
+                "an external etcd"
+            } else {
+                "no kube-apiserver runs on this node: the control planes elsewhere trust it"
+            }
+        )));
+    }
+    let members = etcd_members(pods);
+    if members > 1 && shared.is_none() {
+        return Err(RotateError::Refused(format!(
+            "this node's etcd names {members} members and cannot be reached (or --cluster \
+             off): a rotation across nodes takes turns through etcd"
+        )));
+    }
+    let ca_paths: Vec<&str> = plan.certificates.iter().map(|c| c.path.as_str()).collect();
+    if let Some(t) = plan
+        .trust
+        .iter()
+        .filter(|t| t.holds_ca)
+        .find(|t| t.file.as_deref().is_some_and(|f| !ca_paths.contains(&f)))
+    {
+        return Err(RotateError::Refused(format!(
+            "{} trusts {} through '{}', a file other than the CA's own: not built yet",
+            t.consumer,
+            ca.name(),
+            t.file.as_deref().unwrap_or("?")
+        )));
+    }
+    Ok(())
+}
+
+/// On a running cluster (a platform that restarts, and an admin kubeconfig): refuses when the
+/// apiserver lists another control-plane Node, or cannot be asked.
+pub(super) fn alone(
+    node: &Node,
+    opts: &RunOptions,
+    shared: Option<&Shared>,
+) -> Result<(), RotateError> {
+    let platform = restart::detect(node.root(), &opts.restart).map_err(OpsError::Platform)?;
+    let Some(admin) = events::admin_conf(node) else {
+        return Ok(());
+    };
+    if matches!(platform, Platform::None) {
+        return Ok(());
+    }
+    let mut names = std::collections::BTreeSet::new();
+    for role in ["control-plane", "master"] {
+        let path = format!("/api/v1/nodes?labelSelector=node-role.kubernetes.io/{role}");
+        let list = events::get(node, &admin, &path).map_err(|e| {
+            RotateError::Refused(format!(
+                "cannot ask kube-apiserver whether other control planes share the CA ({e})"
+            ))
+        })?;
+        for item in list["items"].as_array().into_iter().flatten() {
+            if let Some(n) = item["metadata"]["name"].as_str() {
+                names.insert(n.to_string());
+            }
+        }
+    }
+    let members = shared.map_or(1, |s| s.members.len());
+    if names.len() > members.max(1) {
+        return Err(RotateError::Refused(format!(
+            "the cluster has {} control-plane nodes ({}) and {members} etcd member(s) here: a \
+             control plane outside the etcd members (external etcd) cannot take turns with this \
+             one; rotating a CA across those nodes is not built yet",
+            names.len(),
+            names.into_iter().collect::<Vec<_>>().join(", ")
+        )));
+    }
+    Ok(())
+}
+
+/// The cluster, when this node's etcd has other members and answers: `None` acting alone.
+pub(super) fn connect(
+    node: &Node,
+    pods: &[(String, PodInfo)],
+    opts: &RunOptions,
+) -> Result<Option<Shared>, RotateError> {
+    if etcd_members(pods) <= 1 {
+        return Ok(None);
+    }
+    let session = match crate::cluster::Session::start(node, pods, &opts.cluster) {
+        Ok(Some(s)) => s,
+        Ok(None) => return Ok(None),
+        Err(e) => {
+            log::warn!("rotation: etcd cannot be reached: {e}");
+            return Ok(None);
+        }
+    };
+    let members = match session.client.members() {
+        Ok(m) => m,
+        Err(e) => {
+            log::warn!("rotation: etcd cannot be reached: {e}");
+            return Ok(None);
+        }
+    };
+    Ok(Some(Shared {
+        members: members.into_iter().map(|m| m.name).collect(),
+        session,
+    }))
+}
+
+/// [`connect`] for a stage, found again each time: a stage changes the files the etcd client
+/// trusts and presents.
+pub(super) fn with_shared(root: &Path, opts: &RunOptions) -> Result<Option<Shared>, RotateError> {
+    let node = Node::discover(root);
+    let pods = pods_here(&node, opts)?;
+    connect(&node, &pods, opts)
+}
+
+/// What keeps this node from the stage after `stage`: the members that have not reached it
+/// yet, or one that aborted (a text saying what to run); `None` to go on.
+pub(super) fn waiting(
+    root: &Path,
+    r: &Rotation,
+    opts: &RunOptions,
+    stage: Stage,
+) -> Result<Option<String>, RotateError> {
+    let Some(s) = with_shared(root, opts)? else {
+        return Ok(None);
+    };
+    let e = |e: String| RotateError::Stopped(format!("the rotation in etcd: {e}"));
+    // This node's own stage again: a run that reached it with etcd out of reach did not
+    // record it there.
+    s.reached(r.ca, &r.old_sha256, r.stage, opts.write.clock.now())
+        .map_err(e)?;
+    let aborted = s.aborted(r.ca, &r.old_sha256).map_err(e)?;
+    if !aborted.is_empty() {
+        return Err(RotateError::Stopped(format!(
+            "the rotation of {} was aborted on {}: run 'certrotor ca abort --ca {}' on every node",
+            r.ca.name(),
+            aborted.join(", "),
+            r.ca.name()
+        )));
+    }
+    let behind = s.behind(r.ca, &r.old_sha256, stage).map_err(e)?;
+    if behind.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(format!(
+        "this node reached {}; waiting for {} to reach it: run 'certrotor ca {} --ca {}' there, \
+         then here again",
+        r.stage.name(),
+        behind.join(", "),
+        "rotate",
+        r.ca.name()
+    )))
+}
+
+/// The members a node's etcd or kube-apiserver names (`--initial-cluster`, `--etcd-servers`).
+fn etcd_members(pods: &[(String, PodInfo)]) -> usize {
+    let count = |flag: &str| {
+        pods.iter()
+            .filter_map(|(_, p)| p.flag(flag))
+            .map(|v| v.split(',').filter(|s| !s.trim().is_empty()).count())
+            .max()
+            .unwrap_or(0)
+    };
+    count("initial-cluster").max(count("etcd-servers"))
+}
