@@ -653,6 +653,38 @@ fn etcd_rotation(test: &str, platform: Platform) {
     );
     assert_eq!(blocks(&node.kfile("pki/etcd/ca.crt")).len(), 1);
     control_plane_nodes(&node, &["cp-a", "cp-b"], false);
+    // kubeadm 1.31+ (v1beta4): the new CA follows the cluster's kubeadm configuration; on the
+    // Bottlerocket node there is none, and the new CA follows the old.
+    let old_algorithm = x509(&old, "-text")
+        .lines()
+        .find(|l| l.contains("Public Key Algorithm"))
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    let (policy_algorithm, policy_text) = if old_algorithm.contains("rsa") {
+        ("ECDSA-P256", "id-ecPublicKey")
+    } else {
+        ("RSA-3072", "rsaEncryption")
+    };
+    if platform == Platform::Kubeadm {
+        let config = scratch.join("ClusterConfiguration");
+        std::fs::write(
+            &config,
+            format!(
+                "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\n\
+                 caCertificateValidityPeriod: 43800h0m0s\nencryptionAlgorithm: \
+                 {policy_algorithm}\n"
+            ),
+        )
+        .unwrap();
+        node.kubectl_ok(&[
+            "create",
+            "configmap",
+            "kubeadm-config",
+            "--namespace=kube-system",
+            &format!("--from-file=ClusterConfiguration={}", config.display()),
+        ]);
+    }
     let before = node.states();
     let poller = ApiserverPoller::start(&node);
 
@@ -692,6 +724,18 @@ fn etcd_rotation(test: &str, platform: Platform) {
     );
     let pems = blocks(&node.kfile("pki/etcd/ca.crt"));
     let new = put(&scratch, "new.crt", &pems[0]);
+    let new_text = x509(&new, "-text");
+    if platform == Platform::Kubeadm {
+        assert!(new_text.contains(policy_text), "{new_text}");
+        let o = crate::util::Ossl::read(&new);
+        assert_eq!(
+            o.not_after - o.not_before,
+            43800 * 3600,
+            "validity of the new CA"
+        );
+    } else {
+        assert!(new_text.contains(&old_algorithm), "{new_text}");
+    }
     // Served now: certificates of the new CA, which the old CA alone no longer verifies.
     for (port, client) in [(2379, "etcd/healthcheck-client"), (2380, "etcd/peer")] {
         assert!(

@@ -6,6 +6,7 @@
 //! `restart` and take turns with the other nodes through `cluster`.
 
 pub mod consumers;
+pub mod kubeadm_config;
 pub mod plan;
 pub mod rotate;
 pub mod rotation;

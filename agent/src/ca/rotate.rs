@@ -41,6 +41,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::ca::consumers::CaName;
+use crate::ca::kubeadm_config::CaPolicy;
 use crate::ca::plan::{CaPlan, plan};
 use crate::ca::rotation::{Rotation, Stage};
 use crate::node::Node;
@@ -52,7 +53,7 @@ use crate::restart::{self, Platform};
 use crate::sys::state::StateError;
 use check::{check, leaves_not_signed_by, signer_is};
 use files::{CaFiles, CaPair, Target};
-use guard::{alone, connect, refuse_unbuilt, waiting, with_shared};
+use guard::{abort_waiting, alone, connect, refuse_unbuilt, waiting, with_shared};
 use stage::{published, stage_files, stage_files_with};
 
 /// A rotation refused or failed; each says what happened to the files and what to do.
@@ -272,8 +273,55 @@ fn abort_stages(root: &Path, ca: CaName, opts: &RunOptions) -> Result<RotateRepo
         reissue.stage = "abort: issue by the old CA";
         done.push(reissue);
     }
+    if let Some(waiting) = abort_waiting(root, &r, opts)? {
+        return report(root, &r, done, opts).map(|mut rep| {
+            rep.next = waiting;
+            rep
+        });
+    }
     done.push(step(root, &mut r, opts, (Stage::Abort, Stage::Aborted))?);
     report(root, &r, done, opts)
+}
+
+/// How soon the daemon looks again at a rotation that waits for other nodes.
+pub const ADVANCE_AGAIN: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The daemon's part in a rotation, between its passes: a stage in progress on this node is
+/// resumed (after a crash), a trust-in that waits for the other members goes on to the issue
+/// once they are trusted, an abort that waits for them finishes once they have aborted. It
+/// never begins a rotation, trust-out or an abort: those stay the operator's ('ca rotate',
+/// 'ca continue', 'ca abort'). `Some(d)`: the rotation still waits for other nodes, look again
+/// within `d`; a failed stage waits for the daemon's next pass.
+pub fn advance(root: &Path, opts: &RunOptions) -> Option<std::time::Duration> {
+    let r = match Rotation::load(root) {
+        Ok(Some(r)) if !r.stage.finished() => r,
+        Ok(_) => return None,
+        Err(e) => {
+            log::warn!("CA rotation: {e}");
+            return None;
+        }
+    };
+    let result = match r.stage {
+        Stage::TrustIn | Stage::Trusted | Stage::Issue => rotate(root, r.ca, opts),
+        Stage::TrustOut => continue_rotation(root, r.ca, opts),
+        Stage::Abort => abort(root, r.ca, opts),
+        Stage::Issued | Stage::Done | Stage::Aborted => return None,
+    };
+    match result {
+        Ok(rep) => {
+            log::info!(
+                "CA rotation of {}: stage {}: {}",
+                r.ca.name(),
+                rep.stage,
+                rep.next
+            );
+            matches!(rep.stage, "trusted" | "abort").then_some(ADVANCE_AGAIN)
+        }
+        Err(e) => {
+            log::warn!("CA rotation of {}: {e}", r.ca.name());
+            None
+        }
+    }
 }
 
 /// Posts a Kubernetes Event on this node (best effort, [`events::post_event`]).
@@ -338,8 +386,8 @@ fn begin(root: &Path, ca: CaName, opts: &RunOptions) -> Result<Rotation, RotateE
     let _lock = ops::lock_and_recover_with(root, opts.write.lock_timeout, Some(&opts.restart))?;
     let node = Node::discover(root);
     let (plan, pods) = plan_here(&node, ca, opts)?;
+    refuse_unbuilt(ca, &plan, &pods)?;
     let shared = connect(&node, &pods, opts)?;
-    refuse_unbuilt(ca, &plan, &pods, shared.as_ref())?;
     alone(&node, opts, shared.as_ref())?;
     let files = ca_files(&node, ca)?;
     let certs = files::certs(root, &files).map_err(RotateError::Refused)?;
@@ -364,6 +412,10 @@ fn begin(root: &Path, ca: CaName, opts: &RunOptions) -> Result<Rotation, RotateE
             files.cert
         )));
     }
+    if let Some(s) = &shared {
+        s.begin(ca, &old.sha256_hex())
+            .map_err(RotateError::Refused)?;
+    }
     let mut r = Rotation::new(ca, old.sha256_hex());
     let now = opts.write.clock.now();
     r.enter(root, Stage::TrustIn, now)
@@ -382,7 +434,10 @@ fn trust_in(root: &Path, r: &mut Rotation, opts: &RunOptions) -> Result<StageDon
             .is_some();
     if !have_new {
         let old = old_pair(root, &files, r)?;
-        let mint = || files::mint(&old, opts.write.clock.now());
+        let mint = || {
+            let policy = ca_policy(root, opts)?;
+            files::mint(&old, &policy, opts.write.clock.now())
+        };
         let new = match with_shared(root, opts)? {
             Some(s) => s.new_ca(r.ca, &r.old_sha256, mint),
             None => mint(),
@@ -430,6 +485,13 @@ fn stage_with(
         stage: doing,
         detail,
     })?;
+    // Recorded in etcd before the front-proxy's publish wait: of two nodes ending trust-out
+    // (or an abort) at once, the later to record sees the other finished and removes the CA
+    // from the published bundle.
+    if let Some(s) = with_shared(root, opts)? {
+        s.reached(r.ca, &r.old_sha256, reached, opts.write.clock.now())
+            .map_err(|e| RotateError::Stopped(format!("recording the stage in etcd: {e}")))?;
+    }
     done.published_after_ms =
         published(root, r, opts, target).map_err(|detail| RotateError::Check {
             stage: doing,
@@ -445,10 +507,6 @@ fn stage_with(
         r.new_sha256
     );
     event(root, events::CA_STAGE, "Normal", message, opts);
-    if let Some(s) = with_shared(root, opts)? {
-        s.reached(r.ca, &r.old_sha256, reached, opts.write.clock.now())
-            .map_err(|e| RotateError::Stopped(format!("recording the stage in etcd: {e}")))?;
-    }
     Ok(done)
 }
 
@@ -463,6 +521,16 @@ fn old_pair(root: &Path, files: &CaFiles, r: &Rotation) -> Result<CaPair, Rotate
                 r.old_sha256, files.cert
             ))
         })
+}
+
+/// What the cluster's kubeadm configuration asks of a new CA (kubeadm 1.31+), read through
+/// kube-apiserver where the platform runs one; a lab node follows the old CA.
+fn ca_policy(root: &Path, opts: &RunOptions) -> Result<CaPolicy, String> {
+    let platform = restart::detect(root, &opts.restart).map_err(|e| e.to_string())?;
+    if matches!(platform, Platform::None) {
+        return Ok(CaPolicy::default());
+    }
+    crate::ca::kubeadm_config::read(&Node::discover(root))
 }
 
 /// The CA's files: its certificate file and key, as the catalog knows them.

@@ -384,6 +384,24 @@ impl Client {
         Ok(v.get("succeeded").and_then(Value::as_bool) == Some(true))
     }
 
+    /// Deletes every key under `prefix` only if `key` is still at `mod_revision`. `Ok(false)`:
+    /// `key` changed (or went) since it was read.
+    pub fn delete_prefix_if(
+        &self,
+        key: &str,
+        mod_revision: i64,
+        prefix: &str,
+    ) -> Result<bool, ClusterError> {
+        let v = self.post(
+            "/v3/kv/txn",
+            &json!({
+                "compare": [{ "key": b64(key.as_bytes()), "target": "MOD", "mod_revision": mod_revision.to_string() }],
+                "success": [{ "request_delete_range": { "key": b64(prefix.as_bytes()), "range_end": b64(&prefix_end(prefix)) } }],
+            }),
+        )?;
+        Ok(v.get("succeeded").and_then(Value::as_bool) == Some(true))
+    }
+
     /// One member's status: `Ok(())` when it has a leader and no error.
     pub fn member_status(&self, endpoint: &str) -> Result<(), ClusterError> {
         let v = self.post_to(endpoint, "/v3/maintenance/status", &json!({}))?;

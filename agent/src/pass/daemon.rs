@@ -11,15 +11,18 @@ use crate::pass::run::{RunOptions, RunReport};
 /// The daemon: `run_once` every `interval` (± 10% jitter); after a failure, again sooner with
 /// capped back-off. Stops on SIGTERM or SIGINT between passes.
 pub fn daemon(root: &Path, opts: &RunOptions, interval: Duration) {
-    daemon_observed(root, opts, interval, &mut |_, _| {});
+    daemon_observed(root, opts, interval, &mut |_, _| {}, &mut || None);
 }
 
-/// [`daemon`], handing each pass's result and duration to `observe` (the metrics counters).
+/// [`daemon`], handing each pass's result and duration to `observe` (the metrics counters),
+/// then doing `after` (a CA rotation to advance); `after` returning `Some(d)` brings the next
+/// pass within `d`.
 pub fn daemon_observed(
     root: &Path,
     opts: &RunOptions,
     interval: Duration,
     observe: &mut dyn FnMut(&Result<RunReport, OpsError>, Duration),
+    after: &mut dyn FnMut() -> Option<Duration>,
 ) {
     install_stop_handler();
     let mut failures: u32 = 0;
@@ -75,6 +78,10 @@ pub fn daemon_observed(
                 log::error!("pass failed: {f}");
                 backoff(failures, interval)
             }
+        };
+        let wait = match after() {
+            Some(soon) => wait.min(soon),
+            None => wait,
         };
         log::info!("next pass in {}s", wait.as_secs());
         let until = std::time::Instant::now() + wait;

@@ -502,8 +502,16 @@ fn daemon_cmd(c: DaemonCmd, clock: &SharedClock) -> Result<u8, CliError> {
         )
     };
     // --- metrics (issue 12.1) ---
+    // Between passes: a CA rotation on this node advanced where it waits for other nodes.
+    let mut advance = || certrotor::ca::rotate::advance(&root, &opts);
     let Some(addr) = c.own.metrics_address else {
-        certrotor::pass::daemon::daemon(&root, &opts, c.own.interval);
+        certrotor::pass::daemon::daemon_observed(
+            &root,
+            &opts,
+            c.own.interval,
+            &mut |_, _| {},
+            &mut advance,
+        );
         return Ok(outcome::EXIT_OK);
     };
     let shared = certrotor::output::metrics::Shared::new(&root, clock.clone());
@@ -511,9 +519,15 @@ fn daemon_cmd(c: DaemonCmd, clock: &SharedClock) -> Result<u8, CliError> {
     let bound = certrotor::output::metrics::serve(addr, std::sync::Arc::clone(&shared))
         .map_err(|source| CliError::Metrics { addr, source })?;
     log::info!("metrics served on http://{bound}/metrics");
-    certrotor::pass::daemon::daemon_observed(&root, &opts, c.own.interval, &mut |result, took| {
-        shared.update(|m| m.record_pass(result, clock.now(), took));
-    });
+    certrotor::pass::daemon::daemon_observed(
+        &root,
+        &opts,
+        c.own.interval,
+        &mut |result, took| {
+            shared.update(|m| m.record_pass(result, clock.now(), took));
+        },
+        &mut advance,
+    );
     Ok(outcome::EXIT_OK)
     // --- end metrics ---
 }

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use zeroize::Zeroizing;
 
+use crate::ca::kubeadm_config::CaPolicy;
 use crate::node::files::{NEXT, PREVIOUS, rotation_key};
 use crate::pki::{
     Cert, Issuance, MAX_BUNDLE_CERTS, MAX_PEM_FILE_BYTES, PrivateKey, Profile, random_serial,
@@ -91,11 +92,15 @@ pub fn pair(root: &Path, files: &CaFiles, sha256: &str) -> Result<Option<CaPair>
 }
 
 /// A new CA like `old`: the same subject, SANs, key algorithm and key encoding, the same
-/// validity period from now (backdated as kubeadm backdates), a new key and serial.
-pub fn mint(old: &CaPair, now: i64) -> Result<CaPair, String> {
+/// validity period from now (backdated as kubeadm backdates), a new key and serial; the
+/// validity and key algorithm the cluster's kubeadm configuration sets, where it sets them.
+pub fn mint(old: &CaPair, policy: &CaPolicy, now: i64) -> Result<CaPair, String> {
     let e = |e: crate::pki::PkiError| format!("making the new CA: {e}");
     let old_key = PrivateKey::read_pem(&old.key_pem).map_err(e)?;
-    let key = PrivateKey::generate(old.cert.public_key_algorithm()).map_err(e)?;
+    let algorithm = policy
+        .algorithm
+        .unwrap_or_else(|| old.cert.public_key_algorithm());
+    let key = PrivateKey::generate(algorithm).map_err(e)?;
     let facts = old.cert.facts();
     let profile = Profile::ca(
         old.cert.x509.tbs_certificate.subject.clone(),
@@ -105,7 +110,10 @@ pub fn mint(old: &CaPair, now: i64) -> Result<CaPair, String> {
     let issuance = Issuance {
         serial: random_serial().map_err(e)?,
         not_before,
-        not_after: not_before + (old.cert.not_after() - old.cert.not_before()),
+        not_after: not_before
+            + policy
+                .validity
+                .unwrap_or(old.cert.not_after() - old.cert.not_before()),
     };
     let cert =
         crate::pki::issue(&profile, &key.spki().map_err(e)?, None, &key, issuance).map_err(e)?;

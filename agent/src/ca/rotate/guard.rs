@@ -20,7 +20,6 @@ pub(super) fn refuse_unbuilt(
     ca: CaName,
     plan: &CaPlan,
     pods: &[(String, PodInfo)],
-    shared: Option<&Shared>,
 ) -> Result<(), RotateError> {
     if ca == CaName::Ca {
         return Err(RotateError::Refused(
@@ -42,13 +41,6 @@ pub(super) fn refuse_unbuilt(
             } else {
                 "no kube-apiserver runs on this node: the control planes elsewhere trust it"
             }
-        )));
-    }
-    let members = etcd_members(pods);
-    if members > 1 && shared.is_none() {
-        return Err(RotateError::Refused(format!(
-            "this node's etcd names {members} members and cannot be reached (or --cluster \
-             off): a rotation across nodes takes turns through etcd"
         )));
     }
     let ca_paths: Vec<&str> = plan.certificates.iter().map(|c| c.path.as_str()).collect();
@@ -109,32 +101,34 @@ pub(super) fn alone(
     Ok(())
 }
 
-/// The cluster, when this node's etcd has other members and answers: `None` acting alone.
+/// The cluster this node takes turns with: `None` when its etcd has no other member. An etcd of
+/// several members that cannot be reached (or `--cluster off`) is refused: a node acting alone
+/// there would mint a CA of its own, or issue before the others trust it.
 pub(super) fn connect(
     node: &Node,
     pods: &[(String, PodInfo)],
     opts: &RunOptions,
 ) -> Result<Option<Shared>, RotateError> {
-    if etcd_members(pods) <= 1 {
+    let members = etcd_members(pods);
+    if members <= 1 {
         return Ok(None);
     }
+    let unreachable = |why: String| {
+        RotateError::Refused(format!(
+            "this node's etcd names {members} members and cannot be reached ({why}): a rotation              across nodes takes turns through etcd; run the same command again when etcd answers"
+        ))
+    };
     let session = match crate::cluster::Session::start(node, pods, &opts.cluster) {
         Ok(Some(s)) => s,
-        Ok(None) => return Ok(None),
-        Err(e) => {
-            log::warn!("rotation: etcd cannot be reached: {e}");
-            return Ok(None);
-        }
+        Ok(None) => return Err(unreachable("--cluster off".into())),
+        Err(e) => return Err(unreachable(e.to_string())),
     };
-    let members = match session.client.members() {
-        Ok(m) => m,
-        Err(e) => {
-            log::warn!("rotation: etcd cannot be reached: {e}");
-            return Ok(None);
-        }
-    };
+    let names = session
+        .client
+        .members()
+        .map_err(|e| unreachable(e.to_string()))?;
     Ok(Some(Shared {
-        members: members.into_iter().map(|m| m.name).collect(),
+        members: names.into_iter().map(|m| m.name).collect(),
         session,
     }))
 }
@@ -144,7 +138,10 @@ pub(super) fn connect(
 pub(super) fn with_shared(root: &Path, opts: &RunOptions) -> Result<Option<Shared>, RotateError> {
     let node = Node::discover(root);
     let pods = pods_here(&node, opts)?;
-    connect(&node, &pods, opts)
+    connect(&node, &pods, opts).map_err(|e| match e {
+        RotateError::Refused(s) => RotateError::Stopped(s),
+        other => other,
+    })
 }
 
 /// What keeps this node from the stage after `stage`: the members that have not reached it
@@ -182,6 +179,38 @@ pub(super) fn waiting(
         r.stage.name(),
         behind.join(", "),
         "rotate",
+        r.ca.name()
+    )))
+}
+
+/// An abort across nodes, before the new CA leaves this node's trust files: records that this
+/// node's leaves are issued by the old CA again (stage `abort` in etcd), then names the members
+/// that have not (they may still present leaves of the new CA); `None` to go on.
+pub(super) fn abort_waiting(
+    root: &Path,
+    r: &Rotation,
+    opts: &RunOptions,
+) -> Result<Option<String>, RotateError> {
+    let Some(s) = with_shared(root, opts)? else {
+        return Ok(None);
+    };
+    let e = |e: String| RotateError::Stopped(format!("the rotation in etcd: {e}"));
+    s.reached(r.ca, &r.old_sha256, Stage::Abort, opts.write.clock.now())
+        .map_err(e)?;
+    let aborting = s.aborted(r.ca, &r.old_sha256).map_err(e)?;
+    let pending: Vec<String> = s
+        .members
+        .iter()
+        .filter(|m| !aborting.contains(m))
+        .cloned()
+        .collect();
+    if pending.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(format!(
+        "this node's leaves are issued by the old CA again; the new CA leaves its trust files \
+         once {} have too: run 'certrotor ca abort --ca {}' there, then here again",
+        pending.join(", "),
         r.ca.name()
     )))
 }

@@ -7,7 +7,12 @@
 //!   (PEM), who began it. Created once (compare-and-swap on its creation): the first node to
 //!   begin mints the new CA, every other node takes it from here.
 //! - `ca/<ca>/<old SHA-256>/nodes/<member>`: the stage each node reached (`trusted`, `issued`,
-//!   `done`, `aborted`), written after the node's files are checked.
+//!   `done`, `aborted`), written after the node's files are checked; `abort` once an aborting
+//!   node's leaves are issued by the old CA again.
+//!
+//! A rotation aborted on every member is removed when a node begins the next one from the same
+//! CA (compare-and-swap on the record: two nodes beginning at once remove it once), so that the
+//! next one mints a CA of its own.
 //!
 //! The nodes are the etcd members (stacked: every control plane is one). Restarts still take
 //! turns under the cluster lock and its health gates: each stage ends with a pass in cluster
@@ -119,6 +124,69 @@ impl Shared {
             ));
         }
         Ok(CaPair { cert, key_pem })
+    }
+
+    /// Before a rotation from `old` begins on this node: a previous one aborted on every member
+    /// is removed; one aborted on some members only is refused (the others must abort first).
+    pub fn begin(&self, ca: CaName, old: &str) -> Result<(), String> {
+        let client = &self.session.client;
+        let e = |e: crate::cluster::ClusterError| format!("etcd: {e}");
+        for _ in 0..3 {
+            let Some((_, revision)) = client.get_versioned(&key(ca, old)).map_err(e)? else {
+                return Ok(());
+            };
+            // The record and the nodes' stages in one read (one revision): a node beginning
+            // at the same time may remove them.
+            let kvs = client.get_prefix(&key(ca, old)).map_err(e)?;
+            if !kvs.iter().any(|(k, _)| *k == key(ca, old)) {
+                return Ok(());
+            }
+            let stage_of = |m: &str| {
+                kvs.iter()
+                    .find(|(k, _)| *k == node_key(ca, old, m))
+                    .and_then(|(_, v)| serde_json::from_slice::<Reached>(v).ok())
+                    .map(|r| r.stage)
+            };
+            let (aborting, not_done): (Vec<&String>, Vec<&String>) = (
+                self.members
+                    .iter()
+                    .filter(|m| matches!(stage_of(m), Some(Stage::Abort | Stage::Aborted)))
+                    .collect(),
+                self.members
+                    .iter()
+                    .filter(|m| stage_of(m) != Some(Stage::Aborted))
+                    .collect(),
+            );
+            if aborting.is_empty() {
+                return Ok(());
+            }
+            if !not_done.is_empty() {
+                let names = |v: Vec<&String>| v.into_iter().cloned().collect::<Vec<_>>().join(", ");
+                return Err(format!(
+                    "the last rotation of {} was aborted on {} but is not aborted on {}: run \
+                     'certrotor ca abort --ca {}' there first",
+                    ca.name(),
+                    names(aborting),
+                    names(not_done),
+                    ca.name()
+                ));
+            }
+            if client
+                .delete_prefix_if(&key(ca, old), revision, &key(ca, old))
+                .map_err(e)?
+            {
+                log::info!(
+                    "rotation of {}: the rotation aborted on every member was removed from etcd",
+                    ca.name()
+                );
+                return Ok(());
+            }
+        }
+        Err(format!(
+            "the rotation of {} in etcd kept changing while this node began: run the same \
+             command again",
+            ca.name()
+        ))
     }
 
     /// Records that this node reached `stage`.

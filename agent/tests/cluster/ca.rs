@@ -1,0 +1,549 @@
+//! CA rotation across three stacked control planes (issue 29): real etcd members, kube-apiservers,
+//! controller-managers and schedulers v1.20.2 run by kubelet-sim, `certrotor ca` run on the
+//! three nodes at once, round after round, as an operator would.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::*;
+use crate::util::openssl_verify;
+
+impl Stacked3 {
+    /// etcd `/health` and kube-apiserver `/readyz` of every node, each node's etcd probed with
+    /// that node's own etcd CA file and healthcheck pair as they are on disk now (a CA rotation
+    /// changes them).
+    fn sample_own(&self) -> Sample {
+        self.sample_with(|i| {
+            let pki = self.nodes[i].root.join("etc/kubernetes/pki");
+            let read = |f: &str| fs::read(pki.join(f)).unwrap_or_default();
+            (
+                read("etcd/ca.crt"),
+                (
+                    read("etcd/healthcheck-client.crt"),
+                    read("etcd/healthcheck-client.key"),
+                ),
+            )
+        })
+    }
+
+    fn pki(&self, i: usize, file: &str) -> Vec<u8> {
+        fs::read(self.nodes[i].root.join("etc/kubernetes/pki").join(file)).unwrap()
+    }
+}
+
+/// Each node's exit code, report and output.
+type Runs = Vec<(Option<i32>, Value, String)>;
+
+/// `certrotor ca SUB --ca CA` on the nodes `which` at once (cluster mode), sampled every 100 ms:
+/// each node's run (in the order of `which`), the samples, and how long the round took.
+fn ca_round(
+    c: &Arc<Stacked3>,
+    (sub, ca): (&str, &str),
+    (which, killed): (&[usize], Option<usize>),
+    tag: &str,
+) -> (Runs, Vec<Sample>, Duration) {
+    let sampler = {
+        let c = c.clone();
+        Sampler::start(move || c.sample_own())
+    };
+    let started = Instant::now();
+    let mut runs: Vec<Background> = which
+        .iter()
+        .map(|&i| {
+            let run = certrotor(&["ca", sub, "--ca", ca, "--root", s(&c.nodes[i].root)])
+                .args(&PASS_FLAGS)
+                .args(&["--output", "json"]);
+            // Killed (SIGKILL) right after its first transaction, before its restarts.
+            let run = if killed == Some(i) {
+                run.env("CERTROTOR_FAILPOINT", "journal-removed")
+            } else {
+                run
+            };
+            run.spawn(&c.dir, &format!("ca-{tag}-node-{i}"))
+        })
+        .collect();
+    let deadline = Instant::now() + PASSES_DEADLINE.saturating_mul(2);
+    while runs.iter_mut().any(|p| p.running()) {
+        assert!(Instant::now() < deadline, "ca {sub} hung");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let took = started.elapsed();
+    std::thread::sleep(Duration::from_millis(500));
+    let out = runs
+        .iter_mut()
+        .map(|p| {
+            let (code, f) = finished(p);
+            let v = serde_json::from_str(&f.stdout).unwrap_or(Value::Null);
+            (code, v, f.text)
+        })
+        .collect();
+    (out, sampler.finish(), took)
+}
+
+/// One round on the nodes `which`: every run exits 0 at one of the stages `want`; returns each
+/// node's stage.
+fn round_to(
+    c: &Arc<Stacked3>,
+    sub_ca: (&str, &str),
+    which: &[usize],
+    want: &[&str],
+    log: &mut Rounds,
+) -> Vec<String> {
+    round_killing(c, sub_ca, (which, None), want, log)
+}
+
+/// [`round_to`], the node `killed` killed after its first transaction (its stage: `killed`).
+fn round_killing(
+    c: &Arc<Stacked3>,
+    (sub, ca): (&str, &str),
+    (which, killed): (&[usize], Option<usize>),
+    want: &[&str],
+    log: &mut Rounds,
+) -> Vec<String> {
+    let tag = format!("{ca}-{}", log.took.len());
+    let (out, samples, took) = ca_round(c, (sub, ca), (which, killed), &tag);
+    let mut stages = Vec::new();
+    for ((code, r, text), i) in out.iter().zip(which) {
+        if killed == Some(*i) {
+            assert_eq!(*code, None, "node {i} not killed\n{text}");
+            assert!(
+                text.contains("CERTROTOR-FAILPOINT journal-removed"),
+                "{text}"
+            );
+            stages.push("killed".to_string());
+            continue;
+        }
+        assert_eq!(*code, Some(0), "ca {sub} --ca {ca}, node {i}\n{text}");
+        let stage = r["stage"].as_str().unwrap_or_default().to_string();
+        assert!(
+            want.contains(&stage.as_str()),
+            "ca {sub} --ca {ca}, node {i}: {stage}\n{text}"
+        );
+        if matches!(stage.as_str(), "trusted" | "abort") {
+            let next = r["next"].as_str().unwrap_or_default();
+            assert!(
+                next.contains("waiting for") || next.contains("once"),
+                "{text}"
+            );
+        }
+        stages.push(stage);
+    }
+    log.took.push((format!("{ca} {sub}"), took));
+    log.samples.extend(samples);
+    stages
+}
+
+#[derive(Default)]
+struct Rounds {
+    took: Vec<(String, Duration)>,
+    samples: Vec<Sample>,
+}
+
+/// The nodes of `which` whose stage is `stage`.
+fn at(which: &[usize], stages: &[String], stage: &str) -> Vec<usize> {
+    which
+        .iter()
+        .zip(stages)
+        .filter(|(_, s)| *s == stage)
+        .map(|(i, _)| *i)
+        .collect()
+}
+
+/// A client that writes a counter into a ConfigMap and reads it back every 100 ms through the
+/// first of the three apiservers that serves both, beginning with the one that served last
+/// (a client behind a load balancer that takes an apiserver out when it fails).
+struct Writer {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<WriterLog>>,
+}
+
+#[derive(Debug, Default)]
+struct WriterLog {
+    ticks: u64,
+    /// Ticks no apiserver served: what each apiserver answered.
+    failed: Vec<String>,
+    /// Requests an apiserver failed, served by the next.
+    failovers: u64,
+}
+
+const WRITER_PATH: &str = "/api/v1/namespaces/default/configmaps/certrotor-writer";
+
+impl Writer {
+    fn start(c: &Stacked3) -> Writer {
+        let admin = c.nodes[0].root.join("etc/kubernetes/admin.conf");
+        let made = Cmd::new(testkit::k8s::kubectl_path())
+            .args(&[
+                "--kubeconfig",
+                s(&admin),
+                "create",
+                "configmap",
+                "certrotor-writer",
+                "--namespace=default",
+                "--from-literal=n=0",
+            ])
+            .run();
+        assert!(made.status.success(), "{made}");
+        let nodes: Vec<certrotor::node::Node> = c
+            .nodes
+            .iter()
+            .map(|n| certrotor::node::Node::discover(&n.root))
+            .collect();
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let stop = stop.clone();
+            std::thread::spawn(move || write_every_100ms(&nodes, &stop))
+        };
+        Writer {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn finish(mut self) -> WriterLog {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread.take().unwrap().join().unwrap()
+    }
+}
+
+fn write_every_100ms(nodes: &[certrotor::node::Node], stop: &AtomicBool) -> WriterLog {
+    use certrotor::pass::events;
+    let mut log = WriterLog::default();
+    let mut first = 0;
+    while !stop.load(Ordering::SeqCst) {
+        let next = Instant::now() + Duration::from_millis(100);
+        log.ticks += 1;
+        let n = log.ticks.to_string();
+        let mut answers = Vec::new();
+        for k in 0..nodes.len() {
+            let i = (first + k) % nodes.len();
+            let node = &nodes[i];
+            let admin = "etc/kubernetes/admin.conf";
+            let body = json!({
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "certrotor-writer", "namespace": "default"},
+                "data": {"n": n},
+            });
+            let served = events::put(node, admin, WRITER_PATH, &body).and_then(|written| {
+                let back = events::get(node, admin, WRITER_PATH)?;
+                if written && back["data"]["n"] == n.as_str() {
+                    Ok(())
+                } else {
+                    Err(format!("read back {}", back["data"]["n"]))
+                }
+            });
+            match served {
+                Ok(()) => {
+                    first = i;
+                    answers.clear();
+                    break;
+                }
+                Err(e) => {
+                    log.failovers += 1;
+                    answers.push(format!("node {i}: {e}"));
+                }
+            }
+        }
+        if answers.len() == nodes.len() {
+            log.failed.push(answers.join("; "));
+        }
+        if let Some(d) = next.checked_duration_since(Instant::now()) {
+            std::thread::sleep(d);
+        }
+    }
+    log
+}
+
+/// The certificates kube-apiserver publishes for aggregated API servers (the front-proxy
+/// trust), as SHA-256 of their DER.
+fn published_front_proxy(c: &Stacked3) -> BTreeSet<String> {
+    let node = certrotor::node::Node::discover(&c.nodes[0].root);
+    let cm = certrotor::pass::events::get(
+        &node,
+        "etc/kubernetes/admin.conf",
+        "/api/v1/namespaces/kube-system/configmaps/extension-apiserver-authentication",
+    )
+    .unwrap();
+    let pem = cm["data"]["requestheader-client-ca-file"]
+        .as_str()
+        .unwrap_or_default();
+    certs_of(pem.as_bytes())
+}
+
+fn certs_of(pem: &[u8]) -> BTreeSet<String> {
+    certrotor::pki::Cert::all_from_pem(pem, certrotor::pki::MAX_BUNDLE_CERTS)
+        .unwrap()
+        .iter()
+        .map(|c| c.sha256_hex())
+        .collect()
+}
+
+/// The etcd CA rotated, aborted first: `ca rotate` everywhere, then `ca abort` everywhere
+/// (the node that issued issues again from the old CA; none drops the new CA before every node
+/// has); then the rotation to its end. Every member serves a certificate of the new CA alone.
+fn etcd_ca_aborted_then_rotated(c: &Arc<Stacked3>, log: &mut Rounds) {
+    let all = [0, 1, 2];
+    let ca = "etcd-ca";
+    let (old, old_key) = (c.pki(0, "etcd/ca.crt"), c.pki(0, "etcd/ca.key"));
+    // Abort across the nodes: after the first round one node issued, the others wait for it.
+    let stages = round_to(c, ("rotate", ca), &all, &["trusted", "issued"], log);
+    assert_eq!(at(&all, &stages, "issued").len(), 1, "{stages:?}");
+    let aborted_ca: BTreeSet<String> = certs_of(&c.pki(0, "etcd/ca.crt"))
+        .difference(&certs_of(&old))
+        .cloned()
+        .collect();
+    assert_eq!(aborted_ca.len(), 1);
+    let stages = round_to(c, ("abort", ca), &all, &["abort", "aborted"], log);
+    let waiting = at(&all, &stages, "abort");
+    if !waiting.is_empty() {
+        round_to(c, ("abort", ca), &waiting, &["aborted"], log);
+    }
+    for i in all {
+        assert_eq!(
+            c.pki(i, "etcd/ca.key"),
+            old_key,
+            "node {i}: CA key after abort"
+        );
+    }
+    serves_with(c, &old, None);
+    // The rotation again, to its end: one new CA for all, never the aborted one. Node 2 is
+    // killed in the middle of its trust-in (its files written, its restarts not made): the
+    // others stop after theirs and wait for it. The daemons take it on: node 2's makes the
+    // restarts it owes and resumes its trust-in, and every node goes on to the issue once all
+    // are trusted.
+    let stages = round_killing(c, ("rotate", ca), (&all, Some(2)), &["trusted"], log);
+    assert_eq!(stages, ["trusted", "trusted", "killed"]);
+    daemons_advance(c, &all, "issued", log);
+    round_to(c, ("continue", ca), &all, &["done"], log);
+    let new = c.pki(0, "etcd/ca.crt");
+    assert_ne!(new, old, "the CA was not rotated");
+    assert_eq!(certs_of(&new).len(), 1);
+    assert!(
+        certs_of(&new).is_disjoint(&aborted_ca),
+        "the aborted CA came back"
+    );
+    serves_with(c, &new, Some(&old));
+}
+
+/// Every node's etcd CA file is `ca`, and its member serves a certificate that `ca` verifies
+/// (and `not` does not).
+fn serves_with(c: &Stacked3, ca: &[u8], not: Option<&[u8]>) {
+    for i in 0..c.nodes.len() {
+        assert_eq!(c.pki(i, "etcd/ca.crt"), ca, "node {i}: etcd CA file");
+        let pair = (
+            c.pki(i, "etcd/healthcheck-client.crt"),
+            c.pki(i, "etcd/healthcheck-client.key"),
+        );
+        let port = 2379 + c.nodes[i].offset;
+        assert_eq!(
+            probe_state(port, "/health", ca, &pair),
+            (true, true),
+            "node {i}"
+        );
+        if let Some(not) = not {
+            assert!(
+                !probe_state(port, "/health", not, &pair).0,
+                "node {i}: old CA"
+            );
+        }
+    }
+}
+
+/// `certrotor daemon` on the nodes `which` until each one's rotation reaches `stage` (read from
+/// its `ca-rotation.json`); the daemons are stopped then.
+fn daemons_advance(c: &Arc<Stacked3>, which: &[usize], stage: &str, log: &mut Rounds) {
+    let sampler = {
+        let c = c.clone();
+        Sampler::start(move || c.sample_own())
+    };
+    let started = Instant::now();
+    let mut daemons: Vec<Background> = which
+        .iter()
+        .map(|&i| {
+            certrotor(&["daemon", "--interval", "1h", "--root", s(&c.nodes[i].root)])
+                .args(&PASS_FLAGS)
+                .spawn(&c.dir, &format!("daemon-{}-node-{i}", log.took.len()))
+        })
+        .collect();
+    let stage_of = |i: usize| -> String {
+        let f = c.nodes[i].root.join("var/lib/certrotor/ca-rotation.json");
+        let v: Value = serde_json::from_slice(&fs::read(f).unwrap()).unwrap();
+        v["stage"].as_str().unwrap_or_default().to_string()
+    };
+    // The stage in the node's file, and in its daemon's log (written after the file).
+    let logged = format!("CA rotation of etcd-ca: stage {stage}");
+    wait_for(
+        &format!("the daemons of nodes {which:?} take their rotation to {stage}"),
+        PASSES_DEADLINE.saturating_mul(2),
+        || {
+            which
+                .iter()
+                .zip(&daemons)
+                .all(|(&i, d)| stage_of(i) == stage && d.stderr_text().contains(&logged))
+                .then_some(())
+        },
+    );
+    for (d, i) in daemons.iter_mut().zip(which) {
+        assert!(d.running(), "daemon of node {i} ended\n{}", d.describe());
+        d.kill();
+    }
+    log.took.push(("daemons".into(), started.elapsed()));
+    log.samples.extend(sampler.finish());
+}
+
+/// The front-proxy CA rotated: no restart (kube-apiserver reloads both files); the bundle the
+/// apiservers publish holds [old, new] after trust-in and the new CA alone after the last
+/// node's trust-out (they publish a union: only the last node may remove the old CA).
+fn front_proxy_ca_rotated(c: &Arc<Stacked3>, log: &mut Rounds) {
+    let all = [0, 1, 2];
+    let ca = "front-proxy-ca";
+    let old = c.pki(0, "front-proxy-ca.crt");
+    let stages = round_to(c, ("rotate", ca), &all, &["trusted", "issued"], log);
+    let both = certs_of(&c.pki(0, "front-proxy-ca.crt"));
+    assert_eq!(both.len(), 2);
+    assert_eq!(published_front_proxy(c), both, "published after trust-in");
+    let trusted = at(&all, &stages, "trusted");
+    if !trusted.is_empty() {
+        round_to(c, ("rotate", ca), &trusted, &["issued"], log);
+    }
+    round_to(c, ("continue", ca), &all, &["done"], log);
+    let new = c.pki(0, "front-proxy-ca.crt");
+    for i in all {
+        assert_eq!(c.pki(i, "front-proxy-ca.crt"), new, "node {i}");
+        let dir = c.nodes[i].root.join("etc/kubernetes/pki");
+        openssl_verify(
+            &dir.join("front-proxy-ca.crt"),
+            &dir.join("front-proxy-client.crt"),
+            true,
+        )
+        .unwrap();
+    }
+    assert_ne!(new, old);
+    assert_eq!(
+        published_front_proxy(c),
+        certs_of(&new),
+        "published after trust-out"
+    );
+    // And it stays so: no apiserver publishes the old CA again.
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(
+        published_front_proxy(c),
+        certs_of(&new),
+        "published again later"
+    );
+}
+
+#[test]
+fn three_stacked_nodes_rotate_the_etcd_and_front_proxy_cas_in_turns_without_a_failed_request() {
+    etcd_installed("three_stacked_nodes_rotate_the_etcd_and_front_proxy_cas");
+    let t = TempDir::new("cluster-ca-rotate");
+    let c = Arc::new(Stacked3::start_expiring(&t, "300d", true));
+    let put = c.etcdctl(&["put", "certrotor-test/kept", "before-ca-rotation"]);
+    assert!(put.status.success(), "{put}");
+    let writer = Writer::start(&c);
+    let since = now_ms();
+    let mut log = Rounds::default();
+    etcd_ca_aborted_then_rotated(&c, &mut log);
+    let etcd_restarts: Vec<(usize, usize)> = c
+        .nodes
+        .iter()
+        .map(|n| {
+            let s = n.states();
+            (
+                down_windows(&s, "etcd", since).len(),
+                down_windows(&s, "kube-apiserver", since).len(),
+            )
+        })
+        .collect();
+    let fp_since = now_ms();
+    front_proxy_ca_rotated(&c, &mut log);
+    let writes = writer.finish();
+    // The front-proxy CA restarts nothing.
+    for (i, n) in c.nodes.iter().enumerate() {
+        let s = n.states();
+        assert!(
+            down_windows(&s, "kube-apiserver", fp_since).is_empty(),
+            "node {i}: kube-apiserver restarted for the front-proxy CA"
+        );
+    }
+    // The data written before is read back; the writer never found no apiserver to serve it.
+    let get = {
+        let pki = c.nodes[0].root.join("etc/kubernetes/pki");
+        let eps = c
+            .nodes
+            .iter()
+            .map(|n| format!("https://127.0.0.1:{}", 2379 + n.offset))
+            .collect::<Vec<_>>()
+            .join(",");
+        etcdctl(
+            &eps,
+            &pki.join("etcd/ca.crt"),
+            &pki.join("etcd/healthcheck-client.crt"),
+            &pki.join("etcd/healthcheck-client.key"),
+        )
+        .args(&[
+            "--command-timeout",
+            "5s",
+            "get",
+            "certrotor-test/kept",
+            "--print-value-only",
+        ])
+        .run()
+    };
+    assert!(
+        get.status.success() && get.stdout.trim() == "before-ca-rotation",
+        "{get}"
+    );
+    assert!(writes.ticks > 100, "{writes:?}");
+    assert!(
+        writes.failed.is_empty(),
+        "{} of {} writes served by no apiserver: {:?}",
+        writes.failed.len(),
+        writes.ticks,
+        writes.failed
+    );
+    // Never two members down, never no apiserver ready; etcd restarts one node at a time.
+    let samples = &log.samples;
+    assert!(samples.len() > 50, "only {} samples", samples.len());
+    for x in samples {
+        assert!(
+            x.etcd_up.iter().filter(|u| !**u).count() <= 1,
+            "two members down: {x:?}"
+        );
+        assert!(x.api.iter().any(|u| *u), "no apiserver ready: {x:?}");
+    }
+    let states: Vec<_> = c.nodes.iter().map(|n| n.states()).collect();
+    for (i, s) in states.iter().enumerate() {
+        for (j, other) in states.iter().enumerate().skip(i + 1) {
+            for a in down_windows(s, "etcd", since) {
+                for b in down_windows(other, "etcd", since) {
+                    assert!(!overlap(a, b), "etcd of nodes {i} and {j} down together");
+                }
+            }
+        }
+    }
+    let no_api = longest(samples, |x| x.api.iter().all(|u| !*u));
+    let member_down = longest(samples, |x| x.etcd_up.iter().any(|u| !*u));
+    eprintln!(
+        "FIGURES ca rotation, three stacked nodes (real etcd, kube-apiserver v1.20.2): rounds {:?} \
+         ms; restarts per node for the etcd CA, its abort included (etcd, kube-apiserver) \
+         {etcd_restarts:?}, for the front-proxy CA none; longest window with a member down {} \
+         ms, with no apiserver ready {} ms; {} samples every 100 ms; writer: {} writes and \
+         reads, {} served by no apiserver, {} requests failed over to another apiserver",
+        log.took
+            .iter()
+            .map(|(what, d)| format!("{what} {}", d.as_millis()))
+            .collect::<Vec<_>>(),
+        member_down.as_millis(),
+        no_api.as_millis(),
+        samples.len(),
+        writes.ticks,
+        writes.failed.len(),
+        writes.failovers
+    );
+}
