@@ -115,7 +115,8 @@ pub(super) fn connect(
     }
     let unreachable = |why: String| {
         RotateError::Refused(format!(
-            "this node's etcd names {members} members and cannot be reached ({why}): a rotation              across nodes takes turns through etcd; run the same command again when etcd answers"
+            "this node's etcd names {members} members and cannot be reached ({why}): a rotation \
+             across nodes takes turns through etcd; run the same command again when etcd answers"
         ))
     };
     let session = match crate::cluster::Session::start(node, pods, &opts.cluster) {
