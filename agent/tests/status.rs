@@ -75,11 +75,13 @@ fn status_of_a_fresh_node_then_after_a_pass_that_renewed() {
             "cluster_lock",
             "backups",
             "ca_rotation",
+            "ca_rotation_members",
         ]),
         "{v:#}"
     );
     assert!(v["last_pass"].is_null(), "{v:#}");
     assert!(v["ca_rotation"].is_null(), "no CA rotation: {v:#}");
+    assert!(v["ca_rotation_members"].is_null(), "{v:#}");
     assert!(v["cluster_lock"].is_null(), "--cluster off: {v:#}");
     let due = &v["next_due"];
     assert_eq!(

@@ -34,6 +34,7 @@ pub mod files;
 mod guard;
 mod live;
 mod shared;
+pub use shared::{MemberStage, member_stages};
 mod stage;
 
 use std::path::Path;

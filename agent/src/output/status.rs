@@ -82,6 +82,9 @@ pub struct StatusReport {
     pub backups: Vec<txn::BackupInfo>,
     /// The CA rotation recorded on this node (`ca-rotation.json`), if any.
     pub ca_rotation: Option<crate::ca::rotation::Rotation>,
+    /// That rotation's stage on every etcd member, as etcd holds it (cluster mode, etcd
+    /// reachable; `None` otherwise).
+    pub ca_rotation_members: Option<Vec<crate::ca::rotate::MemberStage>>,
 }
 
 /// Options of `status`.
@@ -182,6 +185,13 @@ pub fn status(root: &Path, opts: &StatusOptions) -> Result<StatusReport, StatusE
         pods: owed.pods,
         backup_id,
     };
+    let (cluster_lock, client) = cluster_lock(&node, opts);
+    let ca_rotation = crate::ca::rotation::Rotation::load(root).map_err(StatusError::CaRotation)?;
+    // Best effort, as the cluster lock: etcd's view of every member's stage.
+    let ca_rotation_members = match (&ca_rotation, &client) {
+        (Some(r), Some(c)) => crate::ca::rotate::member_stages(c, r.ca, &r.old_sha256).ok(),
+        _ => None,
+    };
     Ok(StatusReport {
         root: root.display().to_string(),
         generated_at: clock::rfc3339(now),
@@ -190,9 +200,10 @@ pub fn status(root: &Path, opts: &StatusOptions) -> Result<StatusReport, StatusE
         next_due,
         owed_restarts,
         lock: local_lock(root),
-        cluster_lock: cluster_lock(&node, opts),
+        cluster_lock,
         backups: txn::list_backups(root).map_err(OpsError::from)?,
-        ca_rotation: crate::ca::rotation::Rotation::load(root).map_err(StatusError::CaRotation)?,
+        ca_rotation,
+        ca_rotation_members,
     })
 }
 
@@ -228,25 +239,34 @@ fn local_lock(root: &Path) -> LocalLock {
     lock
 }
 
-/// The cluster lock's holder from etcd, when cluster mode applies here.
-fn cluster_lock(node: &crate::node::Node, opts: &StatusOptions) -> Option<ClusterLock> {
+/// The cluster lock's holder from etcd, when cluster mode applies here, and the etcd client
+/// when etcd answered.
+fn cluster_lock(
+    node: &crate::node::Node,
+    opts: &StatusOptions,
+) -> (Option<ClusterLock>, Option<crate::cluster::Client>) {
     use crate::cluster::{self, Mode};
     if opts.cluster.mode == Mode::Off {
-        return None;
+        return (None, None);
     }
-    let restart = opts.restart.clone()?;
-    let platform = crate::restart::detect(node.root(), &restart).ok()?;
+    let Some(restart) = opts.restart.clone() else {
+        return (None, None);
+    };
+    let Ok(platform) = crate::restart::detect(node.root(), &restart) else {
+        return (None, None);
+    };
     let pods = crate::restart::pods(&platform).unwrap_or_default();
     let node = match cluster::discover(node, &pods, &opts.cluster) {
         Ok(Some(n)) => n,
-        Ok(None) => return None,
+        Ok(None) => return (None, None),
         Err(e) => {
-            return Some(ClusterLock {
+            let lock = ClusterLock {
                 endpoints: opts.cluster.endpoints.clone(),
                 reachable: false,
                 holder: None,
                 error: Some(e.0),
-            });
+            };
+            return (Some(lock), None);
         }
     };
     let mut out = ClusterLock {
@@ -255,7 +275,11 @@ fn cluster_lock(node: &crate::node::Node, opts: &StatusOptions) -> Option<Cluste
         holder: None,
         error: None,
     };
-    let got = cluster::Client::new(&node.access).and_then(|c| c.get(cluster::LOCK_KEY));
+    let client = cluster::Client::new(&node.access);
+    let got = client
+        .as_ref()
+        .map_err(Clone::clone)
+        .and_then(|c| c.get(cluster::LOCK_KEY));
     match got {
         Ok(value) => {
             out.reachable = true;
@@ -269,5 +293,6 @@ fn cluster_lock(node: &crate::node::Node, opts: &StatusOptions) -> Option<Cluste
         }
         Err(e) => out.error = Some(format!("unknown: etcd not reachable: {}", e.0)),
     }
-    Some(out)
+    let client = client.ok().filter(|_| out.reachable);
+    (Some(out), client)
 }

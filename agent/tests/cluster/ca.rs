@@ -318,6 +318,30 @@ fn etcd_ca_aborted_then_rotated(c: &Arc<Stacked3>, log: &mut Rounds) {
     // are trusted.
     let stages = round_killing(c, ("rotate", ca), (&all, Some(2)), &["trusted"], log);
     assert_eq!(stages, ["trusted", "trusted", "killed"]);
+    // `status` shows every member's stage as etcd holds it: node 2 recorded none.
+    let status = certrotor(&["status", "--root", s(&c.nodes[0].root), "--output", "json"]).run();
+    assert_eq!(status.code(), Some(0), "{status}");
+    let v: Value = serde_json::from_str(&status.stdout).unwrap();
+    let members: Vec<(String, Value)> = v["ca_rotation_members"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no member stages: {v:#}"))
+        .iter()
+        .map(|m| {
+            (
+                m["member"].as_str().unwrap().to_string(),
+                m["stage"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        members.iter().cloned().collect::<BTreeMap<_, _>>(),
+        BTreeMap::from([
+            ("cp-0".to_string(), json!("trusted")),
+            ("cp-1".to_string(), json!("trusted")),
+            ("cp-2".to_string(), Value::Null),
+        ]),
+        "{v:#}"
+    );
     daemons_advance(c, &all, "issued", log);
     round_to(c, ("continue", ca), &all, &["done"], log);
     let new = c.pki(0, "etcd/ca.crt");

@@ -239,3 +239,37 @@ impl Shared {
         })
     }
 }
+
+/// One etcd member's stage of a rotation, as etcd holds it (`status`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MemberStage {
+    pub member: String,
+    /// `None`: the member has recorded no stage of this rotation.
+    pub stage: Option<&'static str>,
+    pub at: Option<String>,
+}
+
+/// Every etcd member's recorded stage of the rotation of `ca` from the CA `old`, in one read.
+pub fn member_stages(
+    client: &crate::cluster::Client,
+    ca: CaName,
+    old: &str,
+) -> Result<Vec<MemberStage>, String> {
+    let e = |e: crate::cluster::ClusterError| format!("etcd: {e}");
+    let members = client.members().map_err(e)?;
+    let kvs = client.get_prefix(&key(ca, old)).map_err(e)?;
+    Ok(members
+        .into_iter()
+        .map(|m| {
+            let reached = kvs
+                .iter()
+                .find(|(k, _)| *k == node_key(ca, old, &m.name))
+                .and_then(|(_, v)| serde_json::from_slice::<Reached>(v).ok());
+            MemberStage {
+                stage: reached.as_ref().map(|r| r.stage.name()),
+                at: reached.map(|r| r.at),
+                member: m.name,
+            }
+        })
+        .collect())
+}

@@ -35,6 +35,13 @@ pub fn status_table(r: &crate::output::status::StatusReport) -> String {
             ),
         );
     }
+    if let Some(members) = &r.ca_rotation_members {
+        let each: Vec<String> = members
+            .iter()
+            .map(|m| format!("{} {}", m.member, m.stage.unwrap_or("(not begun)")))
+            .collect();
+        rows.field("CA ROTATION NODES", each.join(", "));
+    }
     rows.field(
         "LOCK",
         if r.lock.held {
