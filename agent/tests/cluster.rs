@@ -603,13 +603,20 @@ impl Stacked3 {
         fs::write(dir.join("ca.crt"), &self.ca).unwrap();
         fs::write(dir.join("c.crt"), &self.etcd_client.0).unwrap();
         fs::write(dir.join("c.key"), &self.etcd_client.1).unwrap();
+        self.etcdctl_with(
+            (dir.join("ca.crt"), dir.join("c.crt"), dir.join("c.key")),
+            args,
+        )
+    }
+
+    /// etcdctl on every member with the CA file and client pair `(ca, cert, key)`.
+    fn etcdctl_with(&self, (ca, cert, key): (PathBuf, PathBuf, PathBuf), args: &[&str]) -> Output {
         let eps = self
             .nodes
             .iter()
             .map(|n| format!("https://127.0.0.1:{}", 2379 + n.offset))
             .collect::<Vec<_>>()
             .join(",");
-        let (ca, cert, key) = (dir.join("ca.crt"), dir.join("c.crt"), dir.join("c.key"));
         etcdctl(&eps, &ca, &cert, &key)
             .args(&["--command-timeout", "5s"])
             .args(args)

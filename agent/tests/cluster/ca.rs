@@ -36,6 +36,12 @@ impl Stacked3 {
     }
 }
 
+/// [`Stacked3::sample_own`] every 100 ms until the sampler is finished.
+fn sample_own_every_100ms(c: &Arc<Stacked3>) -> Sampler {
+    let c = c.clone();
+    Sampler::start(move || c.sample_own())
+}
+
 /// Each node's exit code, report and output.
 type Runs = Vec<(Option<i32>, Value, String)>;
 
@@ -47,10 +53,7 @@ fn ca_round(
     (which, killed): (&[usize], Option<usize>),
     tag: &str,
 ) -> (Runs, Vec<Sample>, Duration) {
-    let sampler = {
-        let c = c.clone();
-        Sampler::start(move || c.sample_own())
-    };
+    let sampler = sample_own_every_100ms(c);
     let started = Instant::now();
     let mut runs: Vec<Background> = which
         .iter()
@@ -381,10 +384,7 @@ fn serves_with(c: &Stacked3, ca: &[u8], not: Option<&[u8]>) {
 /// `certrotor daemon` on the nodes `which` until each one's rotation reaches `stage` (read from
 /// its `ca-rotation.json`); the daemons are stopped then.
 fn daemons_advance(c: &Arc<Stacked3>, which: &[usize], stage: &str, log: &mut Rounds) {
-    let sampler = {
-        let c = c.clone();
-        Sampler::start(move || c.sample_own())
-    };
+    let sampler = sample_own_every_100ms(c);
     let started = Instant::now();
     let mut daemons: Vec<Background> = which
         .iter()
@@ -498,26 +498,15 @@ fn three_stacked_nodes_rotate_the_etcd_and_front_proxy_cas_in_turns_without_a_fa
     // The data written before is read back; the writer never found no apiserver to serve it.
     let get = {
         let pki = c.nodes[0].root.join("etc/kubernetes/pki");
-        let eps = c
-            .nodes
-            .iter()
-            .map(|n| format!("https://127.0.0.1:{}", 2379 + n.offset))
-            .collect::<Vec<_>>()
-            .join(",");
-        etcdctl(
-            &eps,
-            &pki.join("etcd/ca.crt"),
-            &pki.join("etcd/healthcheck-client.crt"),
-            &pki.join("etcd/healthcheck-client.key"),
+        let pair = |f: &str| pki.join(f);
+        c.etcdctl_with(
+            (
+                pair("etcd/ca.crt"),
+                pair("etcd/healthcheck-client.crt"),
+                pair("etcd/healthcheck-client.key"),
+            ),
+            &["get", "certrotor-test/kept", "--print-value-only"],
         )
-        .args(&[
-            "--command-timeout",
-            "5s",
-            "get",
-            "certrotor-test/kept",
-            "--print-value-only",
-        ])
-        .run()
     };
     assert!(
         get.status.success() && get.stdout.trim() == "before-ca-rotation",

@@ -13,11 +13,7 @@ use crate::node::Node;
 /// issue on) every renewable leaf is signed by the new CA (at an abort, by the old).
 pub(super) fn check(root: &Path, r: &Rotation, target: Target) -> Result<(), String> {
     let node = Node::discover(root);
-    let files = ca_files(&node, r.ca).map_err(|e| e.to_string())?;
-    let held: Vec<String> = files::certs(root, &files)?
-        .iter()
-        .map(|c| c.sha256_hex())
-        .collect();
+    let (files, held) = held(&node, r.ca)?;
     let (old, new) = (r.old_sha256.clone(), r.new_sha256.clone());
     let want = match target {
         Target::TrustIn => vec![old, new],
@@ -46,6 +42,16 @@ pub(super) fn check(root: &Path, r: &Rotation, target: Target) -> Result<(), Str
             unsigned.join(", ")
         ))
     }
+}
+
+/// The CA's files and the SHA-256 of each certificate its file holds, in order.
+pub(super) fn held(node: &Node, ca: CaName) -> Result<(CaFiles, Vec<String>), String> {
+    let files = ca_files(node, ca).map_err(|e| e.to_string())?;
+    let shas = files::certs(node.root(), &files)?
+        .iter()
+        .map(|c| c.sha256_hex())
+        .collect();
+    Ok((files, shas))
 }
 
 /// The leaves of `ca` on the node not signed by `signer` (renewable ones only, or all).

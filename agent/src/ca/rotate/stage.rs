@@ -103,11 +103,7 @@ pub(super) fn published(
         return Ok(None);
     }
     let node = Node::discover(root);
-    let files = ca_files(&node, r.ca).map_err(|e| e.to_string())?;
-    let want: Vec<String> = files::certs(root, &files)?
-        .iter()
-        .map(|c| c.sha256_hex())
-        .collect();
+    let (_, want) = super::check::held(&node, r.ca)?;
     // What the stage took out of the files: the old CA at trust-out, the new one at an abort;
     // removed from the ConfigMap by the last node only (the others' apiservers still add it).
     let mut gone = match target {
