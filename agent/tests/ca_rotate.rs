@@ -658,7 +658,7 @@ fn etcd_rotation(test: &str, platform: Platform) {
     let old_algorithm = x509(&old, "-text")
         .lines()
         .find(|l| l.contains("Public Key Algorithm"))
-        .unwrap_or_default()
+        .expect("openssl names the old CA's key algorithm")
         .trim()
         .to_string();
     let (policy_algorithm, policy_text) = if old_algorithm.contains("rsa") {

@@ -27,9 +27,9 @@ pub fn read(node: &Node) -> Result<CaPolicy, String> {
     let Some(admin) = events::admin_conf(node) else {
         return Ok(CaPolicy::default());
     };
-    let cm = match events::get(node, &admin, PATH) {
-        Ok(v) => v,
-        Err(e) if e.contains("404") => return Ok(CaPolicy::default()),
+    let cm = match events::get_if_found(node, &admin, PATH) {
+        Ok(Some(v)) => v,
+        Ok(None) => return Ok(CaPolicy::default()),
         Err(e) => return Err(format!("reading kube-system/kubeadm-config: {e}")),
     };
     match cm["data"]["ClusterConfiguration"].as_str() {

@@ -429,29 +429,54 @@ fn begin(root: &Path, ca: CaName, opts: &RunOptions) -> Result<Rotation, RotateE
 fn trust_in(root: &Path, r: &mut Rotation, opts: &RunOptions) -> Result<StageDone, RotateError> {
     let node = Node::discover(root);
     let files = ca_files(&node, r.ca)?;
-    let have_new = !r.new_sha256.is_empty()
-        && files::pair(root, &files, &r.new_sha256)
-            .map_err(RotateError::Refused)?
-            .is_some();
-    if !have_new {
-        let old = old_pair(root, &files, r)?;
-        let mint = || {
-            let policy = ca_policy(root, opts)?;
-            files::mint(&old, &policy, opts.write.clock.now())
-        };
-        let new = match with_shared(root, opts)? {
-            Some(s) => s.new_ca(r.ca, &r.old_sha256, mint),
-            None => mint(),
+    let mine = match r.new_sha256.is_empty() {
+        true => None,
+        false => files::pair(root, &files, &r.new_sha256).map_err(RotateError::Refused)?,
+    };
+    let shared = with_shared(root, opts)?;
+    let new = match (mine, shared) {
+        // Resumed with its new CA in the files, alone: nothing to agree on.
+        (Some(_), None) => {
+            return stage_with(root, r, opts, (Stage::TrustIn, Stage::Trusted), None);
         }
-        .map_err(RotateError::Refused)?;
-        r.new_sha256 = new.cert.sha256_hex();
-        // Recorded before the files: a crash in between makes another one, never a second
-        // new CA in the files.
-        r.enter(root, Stage::TrustIn, opts.write.clock.now())
-            .map_err(|e| state_io(root, e))?;
-        return stage_with(root, r, opts, (Stage::TrustIn, Stage::Trusted), Some(new));
-    }
-    stage_with(root, r, opts, (Stage::TrustIn, Stage::Trusted), None)
+        // Resumed on a cluster: its new CA must be the cluster's (published now if etcd holds
+        // none, as when an aborted rotation was removed meanwhile). Another one is taken instead:
+        // in trust-in no leaf of this node's is signed by it yet.
+        (Some(mine), Some(s)) => {
+            let theirs = s
+                .new_ca(r.ca, &r.old_sha256, || Ok(mine))
+                .map_err(RotateError::Stopped)?;
+            if theirs.cert.sha256_hex() == r.new_sha256 {
+                return stage_with(root, r, opts, (Stage::TrustIn, Stage::Trusted), None);
+            }
+            log::warn!(
+                "rotation of {}: the cluster rotates to the new CA {}, not this node's {}: taking \
+                 the cluster's",
+                r.ca.name(),
+                theirs.cert.sha256_hex(),
+                r.new_sha256
+            );
+            theirs
+        }
+        (None, shared) => {
+            let old = old_pair(root, &files, r)?;
+            let mint = || {
+                let policy = ca_policy(root, opts)?;
+                files::mint(&old, &policy, opts.write.clock.now())
+            };
+            match shared {
+                Some(s) => s.new_ca(r.ca, &r.old_sha256, mint),
+                None => mint(),
+            }
+            .map_err(RotateError::Refused)?
+        }
+    };
+    r.new_sha256 = new.cert.sha256_hex();
+    // Recorded before the files: a crash in between makes another one, never a second new CA in
+    // the files.
+    r.enter(root, Stage::TrustIn, opts.write.clock.now())
+        .map_err(|e| state_io(root, e))?;
+    stage_with(root, r, opts, (Stage::TrustIn, Stage::Trusted), Some(new))
 }
 
 /// One stage from its record to its check: `(doing, reached)`.

@@ -281,16 +281,27 @@ fn admin_agent(local: &Node, admin: &str) -> Result<(ureq::Agent, String), Strin
 
 /// GETs `path` (`/api/v1/...`) from the apiserver with `admin`'s credentials: the JSON body.
 pub fn get(local: &Node, admin: &str, path: &str) -> Result<Value, String> {
+    get_if_found(local, admin, path)?.ok_or_else(|| format!("{path}: not found (HTTP 404)"))
+}
+
+/// [`get`], `Ok(None)` when the apiserver answers that the object does not exist (HTTP 404).
+pub fn get_if_found(local: &Node, admin: &str, path: &str) -> Result<Option<Value>, String> {
     let (agent, server) = admin_agent(local, admin)?;
     let url = format!("{server}{path}");
-    let mut resp = agent.get(&url).call().map_err(|e| format!("{url}: {e}"))?;
+    let mut resp = match agent.get(&url).call() {
+        Ok(r) => r,
+        Err(ureq::Error::StatusCode(404)) => return Ok(None),
+        Err(e) => return Err(format!("{url}: {e}")),
+    };
     let text = resp
         .body_mut()
         .with_config()
         .limit(4 * 1024 * 1024)
         .read_to_vec()
         .map_err(|e| format!("{url}: {e}"))?;
-    serde_json::from_slice(&text).map_err(|e| format!("{url}: not JSON: {e}"))
+    serde_json::from_slice(&text)
+        .map(Some)
+        .map_err(|e| format!("{url}: not JSON: {e}"))
 }
 
 /// PUTs the JSON `body` at `path` with `admin`'s credentials: `Ok(true)` when written,

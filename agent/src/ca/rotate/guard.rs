@@ -198,13 +198,9 @@ pub(super) fn abort_waiting(
     let e = |e: String| RotateError::Stopped(format!("the rotation in etcd: {e}"));
     s.reached(r.ca, &r.old_sha256, Stage::Abort, opts.write.clock.now())
         .map_err(e)?;
-    let aborting = s.aborted(r.ca, &r.old_sha256).map_err(e)?;
-    let pending: Vec<String> = s
-        .members
-        .iter()
-        .filter(|m| !aborting.contains(m))
-        .cloned()
-        .collect();
+    // The members that recorded a stage and have not aborted; one with no stage never trusted
+    // the new CA, and has no leaf of it.
+    let pending = s.not_aborting(r.ca, &r.old_sha256).map_err(e)?;
     if pending.is_empty() {
         return Ok(None);
     }

@@ -127,7 +127,8 @@ impl Shared {
     }
 
     /// Before a rotation from `old` begins on this node: a previous one aborted on every member
-    /// is removed; one aborted on some members only is refused (the others must abort first).
+    /// that recorded a stage is removed; one aborted on some of them only is refused (the others
+    /// must abort first).
     pub fn begin(&self, ca: CaName, old: &str) -> Result<(), String> {
         let client = &self.session.client;
         let e = |e: crate::cluster::ClusterError| format!("etcd: {e}");
@@ -152,9 +153,10 @@ impl Shared {
                     .iter()
                     .filter(|m| matches!(stage_of(m), Some(Stage::Abort | Stage::Aborted)))
                     .collect(),
+                // A member with no stage never trusted the new CA: nothing to abort there.
                 self.members
                     .iter()
-                    .filter(|m| stage_of(m) != Some(Stage::Aborted))
+                    .filter(|m| stage_of(m).is_some_and(|s| s != Stage::Aborted))
                     .collect(),
             );
             if aborting.is_empty() {
@@ -230,6 +232,19 @@ impl Shared {
         self.members_where(ca, old, |at| {
             at.is_some_and(|s| !matches!(s, Stage::Abort | Stage::Aborted) && s >= stage)
         })
+    }
+
+    /// The members that recorded a stage of this rotation other than `abort` or `aborted`.
+    pub fn not_aborting(&self, ca: CaName, old: &str) -> Result<Vec<String>, String> {
+        self.members_where(ca, old, |at| {
+            at.is_none_or(|s| matches!(s, Stage::Abort | Stage::Aborted))
+        })
+    }
+
+    /// The members that recorded a stage of this rotation other than `aborted` (their trust
+    /// files may still hold the new CA).
+    pub fn not_aborted(&self, ca: CaName, old: &str) -> Result<Vec<String>, String> {
+        self.members_where(ca, old, |at| at.is_none_or(|s| s == Stage::Aborted))
     }
 
     /// The members that aborted this rotation.

@@ -141,12 +141,7 @@ fn others_not_at(s: &Shared, r: &Rotation, target: Target) -> Result<Vec<String>
     let pending = if target == Target::TrustOut {
         s.behind(r.ca, &r.old_sha256, Stage::Done)?
     } else {
-        let aborted = s.aborted(r.ca, &r.old_sha256)?;
-        s.members
-            .iter()
-            .filter(|m| !aborted.contains(m))
-            .cloned()
-            .collect()
+        s.not_aborted(r.ca, &r.old_sha256)?
     };
     Ok(pending.into_iter().filter(|m| *m != me).collect())
 }
