@@ -18,18 +18,29 @@ struct Ca {
     name: &'static str,
     cert: &'static str,
     key: &'static str,
+    /// A leaf of it certrotor renews.
+    leaf: &'static str,
 }
 
 const FRONT_PROXY: Ca = Ca {
     name: "front-proxy-ca",
     cert: "etc/kubernetes/pki/front-proxy-ca.crt",
     key: "etc/kubernetes/pki/front-proxy-ca.key",
+    leaf: "etc/kubernetes/pki/front-proxy-client.crt",
+};
+
+const CLUSTER: Ca = Ca {
+    name: "ca",
+    cert: "etc/kubernetes/pki/ca.crt",
+    key: "etc/kubernetes/pki/ca.key",
+    leaf: "etc/kubernetes/pki/apiserver.crt",
 };
 
 const ETCD: Ca = Ca {
     name: "etcd-ca",
     cert: "etc/kubernetes/pki/etcd/ca.crt",
     key: "etc/kubernetes/pki/etcd/ca.key",
+    leaf: "etc/kubernetes/pki/etcd/server.crt",
 };
 
 impl Ca {
@@ -106,6 +117,50 @@ fn pubkey_of_key(key: &Path) -> String {
 fn mode(p: &Path) -> u32 {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+}
+
+/// The cluster CA's own files on a lab node, as a stage leaves them: every kubeconfig's CA data
+/// holds the certificates of `trusted` (any order), kube-controller-manager's manifest names its
+/// signer file while `signer` is some (holding that certificate alone), the CA file after.
+fn cluster_files(root: &Path, trusted: &[&Path], signer: Option<&Path>) {
+    let pem = |p: &Path| std::fs::read_to_string(p).unwrap();
+    let mut want: Vec<String> = trusted.iter().map(|p| pem(p)).collect();
+    want.sort();
+    let mut seen = 0;
+    for entry in std::fs::read_dir(root.join("etc/kubernetes")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "conf") {
+            continue;
+        }
+        let text = pem(&path);
+        let data = crate::util::kubeconfig_value(&text, "certificate-authority-data").unwrap();
+        let scratch = put(&root.join("scratch-ca"), "kc.pem", "");
+        std::fs::write(&scratch, crate::util::base64_decode(&data)).unwrap();
+        let mut held = blocks(&scratch);
+        held.sort();
+        assert_eq!(held, want, "{}", path.display());
+        seen += 1;
+    }
+    assert!(seen >= 4, "only {seen} kubeconfigs");
+    let manifest = pem(&root.join("etc/kubernetes/manifests/kube-controller-manager.yaml"));
+    let file = root.join("etc/kubernetes/pki/ca.signer.crt");
+    match signer {
+        Some(s) => {
+            assert!(
+                manifest.contains("--cluster-signing-cert-file=/etc/kubernetes/pki/ca.signer.crt"),
+                "{manifest}"
+            );
+            assert_eq!(blocks(&file), [pem(s)]);
+        }
+        None => {
+            assert!(
+                manifest.contains("--cluster-signing-cert-file=/etc/kubernetes/pki/ca.crt"),
+                "{manifest}"
+            );
+            assert!(!file.exists());
+        }
+    }
+    std::fs::remove_dir_all(root.join("scratch-ca")).unwrap();
 }
 
 fn history(root: &Path) -> Vec<String> {
@@ -196,6 +251,9 @@ fn rotates(t: &TempDir, root: &Path, c: &Ca) {
         verified_by(root, &root.join(c.cert), &scratch.join("d")),
         leaves
     );
+    if c.name == "ca" {
+        cluster_files(root, &[&new, &old], Some(&new));
+    }
     certrotor(&["check", "--root", s(root)]).run().ok();
     let renewed: BTreeSet<&str> = r["stages"][1]["renewed"]
         .as_array()
@@ -219,6 +277,9 @@ fn rotates(t: &TempDir, root: &Path, c: &Ca) {
         leaves
     );
     assert!(verified_by(root, &old, &scratch.join("f")).is_empty());
+    if c.name == "ca" {
+        cluster_files(root, &[&new], None);
+    }
     assert_eq!(
         history(root),
         [
@@ -245,6 +306,7 @@ fn ca_rotate_trusts_both_then_issues_every_leaf_from_the_new_ca_then_trusts_it_a
     let (t, root) = lab_in("ca-rotate", &["--kube-vip", "eks-anywhere"]);
     rotates(&t, &root, &FRONT_PROXY);
     rotates(&t, &root, &ETCD);
+    rotates(&t, &root, &CLUSTER);
     // Each stage's files are one transaction of kind "ca" with a backup.
     let backups = certrotor(&["backups", "--root", s(&root), "--output", "json"])
         .run()
@@ -264,10 +326,15 @@ fn ca_rotate_trusts_both_then_issues_every_leaf_from_the_new_ca_then_trusts_it_a
 #[test]
 fn ca_abort_before_trust_out_returns_the_node_to_the_old_ca_alone() {
     let (t, pristine) = lab_in("ca-abort", &[]);
-    for (i, after_issue) in [false, true].into_iter().enumerate() {
+    let runs = [
+        (&ETCD, false),
+        (&ETCD, true),
+        (&CLUSTER, false),
+        (&CLUSTER, true),
+    ];
+    for (i, (c, after_issue)) in runs.into_iter().enumerate() {
         let root = t.join(&format!("node-{i}"));
         copy_tree(&pristine, &root);
-        let c = &ETCD;
         let old_cert = std::fs::read(root.join(c.cert)).unwrap();
         let old_key = std::fs::read(root.join(c.key)).unwrap();
         let old = put(
@@ -306,6 +373,9 @@ fn ca_abort_before_trust_out_returns_the_node_to_the_old_ca_alone() {
             "{out}"
         );
         assert_eq!(history(&root).last().unwrap(), "aborted");
+        if c.name == "ca" {
+            cluster_files(&root, &[&old], None);
+        }
         certrotor(&["check", "--root", s(&root)]).run().ok();
         // A new rotation may begin after an abort.
         ca("rotate", c, &root).run().ok();
@@ -319,23 +389,30 @@ fn ca_rotate_refuses_what_it_cannot_do_and_changes_nothing() {
     // The node's files (certrotor's own state folder aside: a lock file may appear).
     let pki = |r: &Path| listing(&r.join("etc"));
     let before = pki(&root);
-    let cluster = certrotor(&[
-        "ca",
-        "rotate",
-        "--ca",
-        "ca",
-        "--root",
-        s(&root),
-        "--platform",
-        "none",
-    ])
-    .run()
-    .expect_code(2);
+    // The cluster CA where a kubeconfig names its CA file instead of embedding it.
+    let named = t.join("ca-refuse-named");
+    copy_tree(&root, &named);
+    let conf = named.join("etc/kubernetes/scheduler.conf");
+    let text = std::fs::read_to_string(&conf).unwrap();
+    let data = crate::util::kubeconfig_value(&text, "certificate-authority-data").unwrap();
+    std::fs::write(
+        &conf,
+        text.replace(
+            &format!("certificate-authority-data: {data}"),
+            "certificate-authority: /etc/kubernetes/pki/ca.crt",
+        ),
+    )
+    .unwrap();
+    let before_named = pki(&named);
+    let cluster = ca("rotate", &CLUSTER, &named).run().expect_code(2);
     assert!(
-        cluster.stderr.contains("not built yet")
-            && cluster.stderr.contains("kube-controller-manager"),
+        cluster.stderr.contains("scheduler.conf")
+            && cluster
+                .stderr
+                .contains("does not embed its certificate-authority-data"),
         "{cluster}"
     );
+    assert_eq!(pki(&named), before_named, "a refusal changed the node");
     let usage = certrotor(&[
         "ca",
         "rotate",
@@ -447,8 +524,13 @@ fn ca_rotate_refuses_what_it_cannot_do_and_changes_nothing() {
 /// uninterrupted rotation leaves them.
 #[test]
 fn ca_rotate_killed_at_every_step_resumes_to_completion() {
-    let (t, pristine) = lab_in("ca-crash", &[]);
-    let c = &FRONT_PROXY;
+    for c in [&FRONT_PROXY, &CLUSTER] {
+        killed_at_every_step(c);
+    }
+}
+
+fn killed_at_every_step(c: &Ca) {
+    let (t, pristine) = lab_in(&format!("ca-crash-{}", c.name), &[]);
     let old_text = std::fs::read_to_string(pristine.join(c.cert)).unwrap();
     let mut kills = [0, 0];
     for (phase, sub) in ["rotate", "continue"].into_iter().enumerate() {
@@ -483,20 +565,22 @@ fn ca_rotate_killed_at_every_step_resumes_to_completion() {
             let pubkey = openssl_ok(&["x509", "-noout", "-pubkey", "-in", s(&new)]);
             assert_eq!(pubkey_of_key(&root.join(c.key)), pubkey, "#{n}");
             assert!(
-                openssl_verify(
-                    &new,
-                    &root.join("etc/kubernetes/pki/front-proxy-client.crt"),
-                    false
-                )
-                .is_ok(),
+                openssl_verify(&new, &root.join(c.leaf), false).is_ok(),
                 "#{n}"
             );
+            if c.name == "ca" {
+                let old = put(&root.join("scratch"), "old.crt", &old_text);
+                match phase {
+                    0 => cluster_files(&root, &[&new, &old], Some(&new)),
+                    _ => cluster_files(&root, &[&new], None),
+                }
+            }
             std::fs::remove_dir_all(&root).unwrap();
         }
     }
     eprintln!(
-        "FIGURES ca crash: rotate killed at {} steps, continue at {}; each resumed",
-        kills[0], kills[1]
+        "FIGURES ca crash ({}): rotate killed at {} steps, continue at {}; each resumed",
+        c.name, kills[0], kills[1]
     );
     assert!(
         kills[0] >= 10 && kills[1] >= 5,

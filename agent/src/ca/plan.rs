@@ -151,6 +151,12 @@ pub fn plan(
         .iter()
         .filter(|r| r.kind != Kind::Ca && r.status != Status::Missing)
         .filter(|r| r.ca.as_deref().is_some_and(|c| ca_names.contains(c)))
+        // A copy of the CA itself (kube-controller-manager's signer file in a rotation).
+        .filter(|r| {
+            r.kind == Kind::Kubeconfig
+                || !read(node, &r.path)
+                    .is_some_and(|b| certs_in(&b).iter().any(|c| fingerprints.contains(c)))
+        })
         .map(|r| Leaf {
             name: r.name.clone(),
             path: r.path.clone(),
@@ -260,7 +266,7 @@ fn holds(node: &Node, rel: &str, fingerprints: &BTreeSet<String>) -> bool {
 
 /// A path as the container sees it, on the node (relative to the root): through the pod's
 /// hostPath mount with the longest matching mount path.
-fn on_node(pod: &PodInfo, path: &str) -> String {
+pub(crate) fn on_node(pod: &PodInfo, path: &str) -> String {
     let best = pod
         .mounts
         .iter()

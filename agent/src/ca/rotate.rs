@@ -30,6 +30,7 @@
 //! through the members' records); a trust file other than the CA file itself.
 
 mod check;
+mod cluster;
 pub mod files;
 mod guard;
 mod live;
@@ -387,10 +388,18 @@ fn begin(root: &Path, ca: CaName, opts: &RunOptions) -> Result<Rotation, RotateE
     let _lock = ops::lock_and_recover_with(root, opts.write.lock_timeout, Some(&opts.restart))?;
     let node = Node::discover(root);
     let (plan, pods) = plan_here(&node, ca, opts)?;
-    refuse_unbuilt(ca, &plan, &pods)?;
+    let bottlerocket = node.layouts().iter().any(|l| l.name == "bottlerocket")
+        || matches!(
+            restart::detect(root, &opts.restart).map_err(OpsError::Platform)?,
+            Platform::Bottlerocket { .. }
+        );
+    refuse_unbuilt(ca, &plan, &pods, bottlerocket)?;
+    let files = ca_files(&node, ca)?;
+    if ca == CaName::Ca {
+        cluster::refuse(&node, &pods, &files).map_err(RotateError::Refused)?;
+    }
     let shared = connect(&node, &pods, opts)?;
     alone(&node, opts, shared.as_ref())?;
-    let files = ca_files(&node, ca)?;
     let certs = files::certs(root, &files).map_err(RotateError::Refused)?;
     if certs.len() != 1 {
         return Err(RotateError::Refused(format!(
@@ -507,7 +516,7 @@ fn stage_with(
         _ => Target::Abort,
     };
     let mut done = stage_files_with(root, r, opts, doing, target, minted)?;
-    check(root, r, target).map_err(|detail| RotateError::Check {
+    check(root, r, target, opts).map_err(|detail| RotateError::Check {
         stage: doing,
         detail,
     })?;

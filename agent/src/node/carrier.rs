@@ -172,14 +172,16 @@ impl<'a> Carrier<'a> {
     }
 
     /// The files to write for a new certificate: the old kubeconfig `document` with the new
-    /// pair and `ca` embedded (mode 0600), or the key file (when `write_key`; 0600) and the
-    /// certificate file (0644).
+    /// pair and `trust` embedded as its CA data (mode 0600), or the key file (when `write_key`;
+    /// 0600) and the certificate file (0644). `trust`: every certificate of the CA file, the
+    /// signer first; kubeadm embeds the CA file's certificate, and in the middle of a CA
+    /// rotation the file is the bundle [old, new] or [new, old] every consumer trusts.
     pub fn new_files(
         &self,
         document: Option<Kubeconfig>,
         cert_pem: Vec<u8>,
         key_pem: &[u8],
-        ca: &Cert,
+        trust: &[Cert],
         write_key: bool,
     ) -> Result<Vec<NewFile>, CarrierError> {
         match *self {
@@ -194,7 +196,10 @@ impl<'a> Carrier<'a> {
             }
             Carrier::Kubeconfig { path } => {
                 let mut kc = document.ok_or(CarrierError::NoDocument)?;
-                let ca_pem = ca.to_pem().map_err(CarrierError::Pki)?;
+                let mut ca_pem = String::new();
+                for c in trust {
+                    ca_pem.push_str(&c.to_pem().map_err(CarrierError::Pki)?);
+                }
                 kc.replace_credentials(&cert_pem, key_pem, ca_pem.as_bytes())
                     .map_err(CarrierError::Kubeconfig)?;
                 let yaml = kc.to_yaml().map_err(CarrierError::Kubeconfig)?;
@@ -275,12 +280,18 @@ mod tests {
             .unwrap();
         assert!(held.kubeconfig.is_none());
         let files = PAIR
-            .new_files(None, cert_pem.clone(), &key_pem, &cert, true)
+            .new_files(
+                None,
+                cert_pem.clone(),
+                &key_pem,
+                std::slice::from_ref(&cert),
+                true,
+            )
             .unwrap();
         let written: Vec<_> = files.iter().map(|(p, _, m)| (p.as_str(), *m)).collect();
         assert_eq!(written, [("pki/a.key", 0o600), ("pki/a.crt", 0o644)]);
         let files = PAIR
-            .new_files(None, cert_pem, &key_pem, &cert, false)
+            .new_files(None, cert_pem, &key_pem, std::slice::from_ref(&cert), false)
             .unwrap();
         assert_eq!(files.len(), 1);
         assert_eq!(PAIR.cert_in(&files[0].1).unwrap().0.der, cert.der);
@@ -303,7 +314,13 @@ mod tests {
         let (found, document) = KC.cert_in(yaml.as_bytes()).unwrap();
         assert_eq!(found.der, old.der);
         let files = KC
-            .new_files(document, new_pem, &new_key, &ca, false)
+            .new_files(
+                document,
+                new_pem,
+                &new_key,
+                std::slice::from_ref(&ca),
+                false,
+            )
             .unwrap();
         assert_eq!(
             (files.len(), files[0].0.as_str(), files[0].2),
@@ -311,7 +328,7 @@ mod tests {
         );
         assert_eq!(KC.cert_in(&files[0].1).unwrap().0.der, new.der);
         assert!(matches!(
-            KC.new_files(None, vec![], &[], &ca, true),
+            KC.new_files(None, vec![], &[], std::slice::from_ref(&ca), true),
             Err(CarrierError::NoDocument)
         ));
         let named = yaml.replace("client-certificate-data", "client-certificate");

@@ -1,7 +1,9 @@
 //! The files certrotor may write on a node, as a check on paths read from its own state files
 //! (a journal, a backup manifest): a path there must be one of the renewable files of the
 //! node's layouts ([`crate::node::catalog`]), the kubelet's ([`crate::node::kubelet`]), or a
-//! CA's pair and the keys a CA rotation keeps beside it ([`rotation_key`]), inside the root. A state file is untrusted input; this is what keeps a tampered one from sending a
+//! CA's pair and the keys a CA rotation keeps beside it ([`rotation_key`]) (for the cluster CA,
+//! also kube-controller-manager's signer file and manifest and every kubeconfig), inside the
+//! root. A state file is untrusted input; this is what keeps a tampered one from sending a
 //! write anywhere else.
 
 use std::collections::BTreeSet;
@@ -24,6 +26,19 @@ pub fn rotation_key(key: &str, which: &str) -> String {
         None => format!("{key}.{which}"),
     }
 }
+
+/// The file kube-controller-manager's signer reads in a rotation of the cluster CA, beside the
+/// CA file: `pki/ca.crt` → `pki/ca.signer.crt` (a host or a container path).
+pub fn signer_cert(cert: &str) -> String {
+    match cert.strip_suffix(".crt") {
+        Some(stem) => format!("{stem}.signer.crt"),
+        None => format!("{cert}.signer"),
+    }
+}
+
+/// kube-controller-manager's manifest as kubeadm writes it: a rotation of the cluster CA moves
+/// its signer flag ([`signer_cert`]).
+pub const KCM_MANIFEST: &str = "etc/kubernetes/manifests/kube-controller-manager.yaml";
 
 /// The files certrotor may write on a node: the certificates, keys and kubeconfigs of the
 /// renewable catalog entries of the node's layouts (both names of the apiserver's etcd client
@@ -61,6 +76,18 @@ impl NodeFiles {
                     known.insert(k);
                 }
                 pairs.push((entry.path.clone(), key.clone()));
+                if entry.name.split('@').next() == Some(catalog::names::CA) {
+                    // The cluster CA's rotation: its signer file, kube-controller-manager's
+                    // manifest, and the CA data of every kubeconfig (the kubelet's too).
+                    known.insert(signer_cert(&entry.path));
+                    known.insert(KCM_MANIFEST.to_string());
+                    for kc in catalog::entries(root, &layouts)
+                        .into_iter()
+                        .filter(|e| e.kind == catalog::Kind::Kubeconfig)
+                    {
+                        known.insert(kc.path.clone());
+                    }
+                }
                 continue;
             }
             if !entry.renewable {

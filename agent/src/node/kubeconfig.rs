@@ -365,6 +365,27 @@ impl Kubeconfig {
         Ok(())
     }
 
+    /// Replaces the current cluster's `certificate-authority-data` with `ca_pem` (a CA
+    /// rotation's trust bundle); everything else is kept. Refuses a cluster whose CA is a file
+    /// path or absent: certrotor changes embedded data only.
+    pub fn replace_ca_data(&mut self, ca_pem: &[u8]) -> Result<(), KubeconfigError> {
+        let (_, cluster_name) = self.current()?;
+        if !matches!(
+            self.credentials()?.certificate_authority,
+            Some(Source::Embedded(_))
+        ) {
+            return Err(err(format!(
+                "cluster '{cluster_name}' does not embed its certificate-authority-data"
+            )));
+        }
+        let cluster = named_mut(&mut self.doc, "clusters", &cluster_name, "cluster")?;
+        cluster.insert(
+            Value::String("certificate-authority-data".into()),
+            Value::String(base64_encode(ca_pem)),
+        );
+        Ok(())
+    }
+
     fn current(&self) -> Result<(String, String), KubeconfigError> {
         let current = self
             .doc

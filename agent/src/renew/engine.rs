@@ -428,12 +428,14 @@ fn collect(
     let (cert_pem, key_pem) = staged_pair(stage, dir, item)?;
     let new = Cert::from_pem(&cert_pem).map_err(|e| ctx(&e))?;
     let key = PrivateKey::from_pem(&key_pem).map_err(|e| ctx(&e))?;
-    let ca = Cert::from_pem(&read_rel(root, &item.signer_cert_path)?).map_err(|e| ctx(&e))?;
+    let ca_bytes = read_rel(root, &item.signer_cert_path)?;
+    let ca = Cert::from_pem(&ca_bytes).map_err(|e| ctx(&e))?;
+    let trust = super::ca_file_certs(&ca_bytes, &ca);
     let live = zeroize::Zeroizing::new(read_rel(root, &item.path)?);
     let carrier = item.carrier();
     let (old, document) = carrier.cert_in(&live).map_err(|e| ctx(&e))?;
     let files =
-        (carrier.new_files(document, cert_pem, &key_pem, &ca, true)).map_err(|e| ctx(&e))?;
+        (carrier.new_files(document, cert_pem, &key_pem, &trust, true)).map_err(|e| ctx(&e))?;
     if old.der == new.der {
         return Err(ctx(&"the tool left the certificate unchanged"));
     }

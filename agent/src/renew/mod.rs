@@ -239,11 +239,15 @@ pub fn issue_all(root: &Path, plan: &Plan) -> Result<Vec<Issued>, IssueError> {
 struct LoadedCa {
     cert: Cert,
     key: PrivateKey,
+    /// Every certificate of the CA file, `cert` first (a bundle in the middle of a rotation).
+    trust: Vec<Cert>,
 }
 
 fn load_ca(root: &Path, item: &Item) -> Result<LoadedCa, IssueError> {
     let ctx = |e: &dyn fmt::Display| IssueError(e.to_string());
-    let cert = Cert::from_pem(&read(root, &item.signer_cert_path)?).map_err(|e| ctx(&e))?;
+    let bytes = read(root, &item.signer_cert_path)?;
+    let cert = Cert::from_pem(&bytes).map_err(|e| ctx(&e))?;
+    let trust = ca_file_certs(&bytes, &cert);
     let key = PrivateKey::from_pem(&read(root, &item.signer_key_path)?).map_err(|e| ctx(&e))?;
     if !key.matches(&cert) {
         return Err(ctx(&format!(
@@ -251,7 +255,15 @@ fn load_ca(root: &Path, item: &Item) -> Result<LoadedCa, IssueError> {
             item.signer_key_path, item.signer_cert_path
         )));
     }
-    Ok(LoadedCa { cert, key })
+    Ok(LoadedCa { cert, key, trust })
+}
+
+/// Every certificate of a CA file whose first is `first`: the trust a kubeconfig embeds.
+pub(crate) fn ca_file_certs(bytes: &[u8], first: &Cert) -> Vec<Cert> {
+    match Cert::all_from_pem(bytes, pki::MAX_BUNDLE_CERTS) {
+        Ok(all) if all.first().is_some_and(|c| c.der == first.der) => all,
+        _ => vec![first.clone()],
+    }
 }
 
 /// The error of renewing `item`, naming it.
@@ -299,7 +311,7 @@ fn issue_one(
         issuance,
     )
     .map_err(|e| ctx(&e))?;
-    let files = files_of(plan, item, ca, &new, &key, kubeconfig)?;
+    let files = files_of(plan, item, &signer.trust, &new, &key, kubeconfig)?;
     Ok(Issued {
         item: item.clone(),
         old,
@@ -336,7 +348,7 @@ fn read_old(root: &Path, item: &Item) -> Result<Old, IssueError> {
 fn files_of(
     plan: &Plan,
     item: &Item,
-    ca: &Cert,
+    trust: &[Cert],
     new: &Cert,
     key: &PrivateKey,
     kubeconfig: Option<Kubeconfig>,
@@ -349,7 +361,7 @@ fn files_of(
             kubeconfig,
             cert_pem.into_bytes(),
             key_pem.0.as_bytes(),
-            ca,
+            trust,
             !plan.reuse_keys,
         )
         .map_err(|e| ctx(&e))

@@ -3,15 +3,21 @@
 
 use std::path::Path;
 
-use super::ca_files;
 use super::files::{self, CaFiles, Target};
+use super::{ca_files, pods_here};
 use crate::ca::consumers::CaName;
 use crate::ca::rotation::Rotation;
 use crate::node::Node;
+use crate::pass::run::RunOptions;
 
 /// Checks the files after a stage: the CA file holds what the target says, and (from the
 /// issue on) every renewable leaf is signed by the new CA (at an abort, by the old).
-pub(super) fn check(root: &Path, r: &Rotation, target: Target) -> Result<(), String> {
+pub(super) fn check(
+    root: &Path,
+    r: &Rotation,
+    target: Target,
+    opts: &RunOptions,
+) -> Result<(), String> {
     let node = Node::discover(root);
     let (files, held) = held(&node, r.ca)?;
     let (old, new) = (r.old_sha256.clone(), r.new_sha256.clone());
@@ -29,10 +35,21 @@ pub(super) fn check(root: &Path, r: &Rotation, target: Target) -> Result<(), Str
             want.len()
         ));
     }
+    let certs = files::certs(root, &files)?;
+    if r.ca == CaName::Ca {
+        let pods = pods_here(&node, opts).map_err(|e| e.to_string())?;
+        super::cluster::check(
+            &node,
+            &pods,
+            &files,
+            (target, &certs),
+            opts.write.clock.now(),
+        )?;
+    }
     if matches!(target, Target::TrustIn) {
         return Ok(());
     }
-    let signer = &files::certs(root, &files)?[0];
+    let signer = &certs[0];
     let unsigned = leaves_not_signed_by(&node, r.ca, signer, true);
     if unsigned.is_empty() {
         Ok(())
@@ -70,7 +87,7 @@ pub(super) fn leaves_not_signed_by(
             l.ca.as_deref()
                 .is_some_and(|c| names.contains(&c.split('@').next().unwrap_or(c)))
         })
-        .filter(|l| !renewable || l.renewable)
+        .filter(|l| !renewable || l.renewable || l.name == crate::node::kubelet::CLIENT)
         .filter(|l| leaf_cert(node, l).is_none_or(|c| c.verify_signed_by(signer, "new").is_err()))
         .map(|l| l.name.clone())
         .collect()

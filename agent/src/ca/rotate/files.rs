@@ -124,19 +124,20 @@ pub fn mint(old: &CaPair, policy: &CaPolicy, now: i64) -> Result<CaPair, String>
     })
 }
 
-/// The changes that make the files what `target` wants, leaving alone what already is.
-pub fn changes(
-    root: &Path,
+/// The certificates the CA file holds after `target`, in order (the signer first).
+pub fn bundle(
     files: &CaFiles,
     target: Target,
     old: Option<&CaPair>,
     new: Option<&CaPair>,
-) -> Result<Vec<Change>, String> {
-    let needs_new = || -> Result<&CaPair, String> {
-        new.ok_or_else(|| "the new CA is not on the node (its certificate or key is gone)".into())
+) -> Result<Vec<Cert>, String> {
+    let n = || {
+        new.map(|p| p.cert.clone()).ok_or_else(|| {
+            "the new CA is not on the node (its certificate or key is gone)".to_string()
+        })
     };
-    let needs_old = || -> Result<&CaPair, String> {
-        old.ok_or_else(|| {
+    let o = || {
+        old.map(|p| p.cert.clone()).ok_or_else(|| {
             format!(
                 "the old CA or its key is no longer in '{}' and the key files beside it: the \
                  files were changed outside certrotor; restore them from a backup ('certrotor \
@@ -145,30 +146,35 @@ pub fn changes(
             )
         })
     };
-    let pem = |c: &Cert| c.to_pem().map_err(|e| e.to_string());
-    let key = |p: &CaPair| Some(p.key_pem.to_vec());
-    let (bundle, signer, next, previous) = match target {
-        Target::TrustIn => {
-            let (o, n) = (needs_old()?, needs_new()?);
-            let b = pem(&o.cert)? + &pem(&n.cert)?;
-            (b, key(o), key(n), None)
-        }
-        Target::Issue => {
-            let (o, n) = (needs_old()?, needs_new()?);
-            let b = pem(&n.cert)? + &pem(&o.cert)?;
-            (b, key(n), None, key(o))
-        }
-        Target::TrustOut => {
-            let n = needs_new()?;
-            (pem(&n.cert)?, key(n), None, None)
-        }
-        Target::Abort => {
-            let o = needs_old()?;
-            (pem(&o.cert)?, key(o), None, None)
-        }
+    Ok(match target {
+        Target::TrustIn => vec![o()?, n()?],
+        Target::Issue => vec![n()?, o()?],
+        Target::TrustOut => vec![n()?],
+        Target::Abort => vec![o()?],
+    })
+}
+
+/// The changes that make the files what `target` wants, leaving alone what already is.
+pub fn changes(
+    root: &Path,
+    files: &CaFiles,
+    target: Target,
+    old: Option<&CaPair>,
+    new: Option<&CaPair>,
+) -> Result<Vec<Change>, String> {
+    let mut pem = String::new();
+    for c in bundle(files, target, old, new)? {
+        pem.push_str(&c.to_pem().map_err(|e| e.to_string())?);
+    }
+    let key = |p: Option<&CaPair>| p.map(|p| p.key_pem.to_vec());
+    let (signer, next, previous) = match target {
+        Target::TrustIn => (key(old), key(new), None),
+        Target::Issue => (key(new), None, key(old)),
+        Target::TrustOut => (key(new), None, None),
+        Target::Abort => (key(old), None, None),
     };
     let wanted = [
-        (&files.cert, Some(bundle.into_bytes()), 0o644),
+        (&files.cert, Some(pem.into_bytes()), 0o644),
         (&files.key, signer, 0o600),
         (&files.next, next, 0o600),
         (&files.previous, previous, 0o600),

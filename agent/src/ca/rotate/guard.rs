@@ -20,12 +20,15 @@ pub(super) fn refuse_unbuilt(
     ca: CaName,
     plan: &CaPlan,
     pods: &[(String, PodInfo)],
+    bottlerocket: bool,
 ) -> Result<(), RotateError> {
-    if ca == CaName::Ca {
+    if ca == CaName::Ca && bottlerocket {
         return Err(RotateError::Refused(
-            "rotating the cluster CA is not built yet: kube-controller-manager signs with \
-             ca.crt and refuses a file of more than one certificate, so its signer must first \
-             move to a file of its own ('certrotor ca plan --ca ca' lists what it touches)"
+            "rotating the cluster CA on Bottlerocket is not built yet: kube-controller-manager's \
+             signer must move to a file of its own through \
+             settings.kubernetes.static-pods.kube-controller-manager.manifest, and the kubelet's \
+             trust through settings.kubernetes.cluster-certificate ('certrotor ca plan --ca ca' \
+             lists what it touches); the front-proxy and etcd CAs rotate on Bottlerocket"
                 .into(),
         ));
     }
@@ -47,7 +50,8 @@ pub(super) fn refuse_unbuilt(
     if let Some(t) = plan
         .trust
         .iter()
-        .filter(|t| t.holds_ca)
+        // Kubeconfigs' embedded CA data is the cluster CA's own to change.
+        .filter(|t| t.holds_ca && t.source != "certificate-authority-data")
         .find(|t| t.file.as_deref().is_some_and(|f| !ca_paths.contains(&f)))
     {
         return Err(RotateError::Refused(format!(

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use super::cluster;
 use super::files::{self, CaPair, Target};
 use super::guard::with_shared;
 use super::shared::Shared;
@@ -160,7 +161,7 @@ fn write_stage(
 ) -> Result<Written, RotateError> {
     let _lock = ops::lock_and_recover_with(root, opts.write.lock_timeout, Some(&opts.restart))?;
     let node = Node::discover(root);
-    let (plan, _) = plan_here(&node, r.ca, opts)?;
+    let (plan, pods) = plan_here(&node, r.ca, opts)?;
     let files = ca_files(&node, r.ca)?;
     let old = files::pair(root, &files, &r.old_sha256).map_err(RotateError::Refused)?;
     let new = match minted {
@@ -168,19 +169,25 @@ fn write_stage(
         None if r.new_sha256.is_empty() => None,
         None => files::pair(root, &files, &r.new_sha256).map_err(RotateError::Refused)?,
     };
-    let changes =
-        files::changes(root, &files, target, old.as_ref(), new.as_ref()).map_err(|detail| {
-            RotateError::Check {
-                stage: doing,
-                detail,
-            }
-        })?;
+    let failed = |detail| RotateError::Check {
+        stage: doing,
+        detail,
+    };
+    let mut changes =
+        files::changes(root, &files, target, old.as_ref(), new.as_ref()).map_err(failed)?;
+    if r.ca == CaName::Ca {
+        // The kubeconfigs' CA data and the signer's move, after the CA file (the manifest last).
+        let bundle = files::bundle(&files, target, old.as_ref(), new.as_ref()).map_err(failed)?;
+        changes.extend(cluster::changes(&node, &pods, &files, target, &bundle).map_err(failed)?);
+    }
     let restarts = trust_restarts(&plan, target);
     let (id, written) = write(root, &node, &changes, &restarts, opts)?;
+    // The kubelet's client certificate too: the kubelet rotates it by itself only late in its
+    // life, and a control plane has the CA key to issue it now (`crate::renew::kubelet`).
     let leaves = plan
         .leaves
         .iter()
-        .filter(|l| l.renewable)
+        .filter(|l| l.renewable || l.name == crate::node::kubelet::CLIENT)
         .map(|l| l.name.clone())
         .collect();
     Ok((id, written, leaves))
@@ -241,7 +248,9 @@ fn trust_restarts(plan: &CaPlan, target: Target) -> Restarts {
         .find(|s| s.stage == "trust-in")
         .map(|s| s.restarts.clone())
         .unwrap_or_default();
-    for name in names {
+    // The kubelet is no static pod: certrotor cannot restart it on a kubeadm node, and the
+    // stage's check waits until it has been ([`super::cluster`]).
+    for name in names.into_iter().filter(|n| n != "kubelet") {
         match Component::ALL.iter().find(|c| c.name() == name) {
             Some(c) => out.components.push(*c),
             None => out.pods.push(name),

@@ -1,0 +1,334 @@
+//! The cluster CA's files beyond its certificate and key: the CA data every kubeconfig of the
+//! node embeds, and kube-controller-manager's signer.
+//!
+//! kubeadm points kube-controller-manager's `--cluster-signing-cert-file` at `ca.crt`, the
+//! file the other consumers trust; its CSR signer refuses a file of more than one certificate
+//! (`pkg/controller/certificates/signer/ca_provider.go`: "expected 1 certificate"), and a
+//! controller that cannot start stops kube-controller-manager. So from trust-in until
+//! trust-out (or an abort) the signer reads a file of its own beside the CA file,
+//! `ca.signer.crt`, holding the certificate of the key that signs; the manifest's flag names
+//! it, written last in the stage's transaction (after the file it names); trust-out and an
+//! abort name `ca.crt` again and remove the file. Every kubeconfig's
+//! `certificate-authority-data` holds what the CA file holds (a renewal in the middle of the
+//! rotation embeds the CA file's certificates too, [`crate::node::carrier`]).
+
+use std::path::Path;
+
+use super::files::{self, CaFiles, Target};
+use crate::ca::plan::on_node;
+use crate::node::Node;
+use crate::node::catalog::Kind;
+use crate::node::files::{KCM_MANIFEST, signer_cert};
+use crate::node::kubeconfig::{Kubeconfig, Source};
+use crate::node::manifests::{Component, PodInfo};
+use crate::pki::Cert;
+use crate::txn::Change;
+
+const FLAG: &str = "cluster-signing-cert-file";
+
+/// kube-controller-manager's signer flag where it names the CA file (or its signer file).
+struct SignerFlag {
+    /// The manifest, relative to the root.
+    manifest: String,
+    /// The flag's value now, and the values naming the CA file and the signer file.
+    now: String,
+    ca_value: String,
+    signer_value: String,
+    /// The signer file on the node.
+    signer_rel: String,
+}
+
+fn signer_flag(
+    node: &Node,
+    pods: &[(String, PodInfo)],
+    files: &CaFiles,
+) -> Result<Option<SignerFlag>, String> {
+    let signer_rel = signer_cert(&files.cert);
+    for (name, pod) in pods {
+        if pod.component() != Some(Component::KubeControllerManager) {
+            continue;
+        }
+        let Some(value) = pod.flag(FLAG) else {
+            continue;
+        };
+        let host = on_node(pod, value);
+        let (ca_value, signer_value) = if host == files.cert {
+            (value.to_string(), signer_cert(value))
+        } else if host == signer_rel {
+            let ca = value
+                .strip_suffix(".signer.crt")
+                .map(|s| format!("{s}.crt"))
+                .unwrap_or_else(|| value.to_string());
+            (ca, value.to_string())
+        } else {
+            continue;
+        };
+        let manifest = format!("{}/{name}", crate::node::catalog::paths::KUBEADM_MANIFESTS);
+        if manifest != KCM_MANIFEST || !node.root().join(&manifest).is_file() {
+            return Err(format!(
+                "kube-controller-manager signs with '{}', and its manifest is not \
+                 '{KCM_MANIFEST}': certrotor moves the signer of the cluster CA in kubeadm's \
+                 manifest only",
+                files.cert
+            ));
+        }
+        return Ok(Some(SignerFlag {
+            manifest,
+            now: value.to_string(),
+            ca_value,
+            signer_value,
+            signer_rel,
+        }));
+    }
+    Ok(None)
+}
+
+/// The manifest with the signer flag's value `from` made `to`: exactly one `--flag=from`.
+fn edit_manifest(text: &str, manifest: &str, from: &str, to: &str) -> Result<String, String> {
+    let old = format!("--{FLAG}={from}");
+    let found = text
+        .match_indices(&old)
+        .filter(|(i, _)| {
+            let end = i + old.len();
+            text[end..]
+                .chars()
+                .next()
+                .is_none_or(|c| c.is_whitespace() || c == '"' || c == '\'')
+        })
+        .count();
+    if found != 1 {
+        return Err(format!(
+            "'{manifest}' names '--{FLAG}={from}' {found} times, not once as kubeadm writes it: \
+             certrotor cannot move kube-controller-manager's signer"
+        ));
+    }
+    Ok(text.replacen(&old, &format!("--{FLAG}={to}"), 1))
+}
+
+/// Refuses before a rotation begins what this module cannot change.
+pub(super) fn refuse(
+    node: &Node,
+    pods: &[(String, PodInfo)],
+    files: &CaFiles,
+) -> Result<(), String> {
+    if let Some(f) = signer_flag(node, pods, files)? {
+        let text = read_text(node.root(), &f.manifest)?;
+        edit_manifest(&text, &f.manifest, &f.now, &f.signer_value)?;
+    }
+    for (rel, kc) in kubeconfigs(node)? {
+        if !matches!(
+            kc.credentials()
+                .map_err(|e| format!("'{rel}': {e}"))?
+                .certificate_authority,
+            Some(Source::Embedded(_))
+        ) {
+            return Err(format!(
+                "'{rel}' does not embed its certificate-authority-data: certrotor changes the CA \
+                 data of kubeconfigs that embed it, as kubeadm writes them"
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn read_text(root: &Path, rel: &str) -> Result<String, String> {
+    let bytes = files::read(root, rel)?.ok_or_else(|| format!("'{rel}' is missing"))?;
+    String::from_utf8(bytes.to_vec()).map_err(|_| format!("'{rel}' is not UTF-8 text"))
+}
+
+/// The node's kubeconfigs that exist, parsed.
+fn kubeconfigs(node: &Node) -> Result<Vec<(String, Kubeconfig)>, String> {
+    let mut out = Vec::new();
+    for e in node.entries().iter().filter(|e| e.kind == Kind::Kubeconfig) {
+        if out.iter().any(|(rel, _)| *rel == e.path) {
+            continue;
+        }
+        let Some(bytes) = files::read(node.root(), &e.path)? else {
+            continue;
+        };
+        let kc = Kubeconfig::parse(&bytes).map_err(|e2| format!("'{}': {e2}", e.path))?;
+        out.push((e.path.clone(), kc));
+    }
+    Ok(out)
+}
+
+fn pem_of(bundle: &[Cert]) -> Result<String, String> {
+    let mut pem = String::new();
+    for c in bundle {
+        pem.push_str(&c.to_pem().map_err(|e| e.to_string())?);
+    }
+    Ok(pem)
+}
+
+/// The changes that make the kubeconfigs' CA data `bundle` (what the CA file holds after the
+/// stage) and the signer what `target` wants; the manifest last.
+pub(super) fn changes(
+    node: &Node,
+    pods: &[(String, PodInfo)],
+    files: &CaFiles,
+    target: Target,
+    bundle: &[Cert],
+) -> Result<Vec<Change>, String> {
+    let mut out = Vec::new();
+    let pem = pem_of(bundle)?;
+    for (rel, mut kc) in kubeconfigs(node)? {
+        let held = embedded_ca(&kc).map_err(|e| format!("'{rel}': {e}"))?;
+        if held.as_deref() == Some(pem.as_bytes()) {
+            continue;
+        }
+        kc.replace_ca_data(pem.as_bytes())
+            .map_err(|e| format!("'{rel}': {e}"))?;
+        let yaml = kc.to_yaml().map_err(|e| format!("'{rel}': {e}"))?;
+        out.push(Change {
+            rel,
+            content: Some(yaml.into_bytes()),
+            mode_if_new: 0o600,
+        });
+    }
+    let Some(f) = signer_flag(node, pods, files)? else {
+        return Ok(out);
+    };
+    let moved = matches!(target, Target::TrustIn | Target::Issue);
+    let signer = match moved {
+        true => Some(pem_of(&bundle[..1])?.into_bytes()),
+        false => None,
+    };
+    if files::read(node.root(), &f.signer_rel)?
+        .as_deref()
+        .map(|b| b.as_slice())
+        != signer.as_deref()
+    {
+        out.push(Change {
+            rel: f.signer_rel.clone(),
+            content: signer,
+            mode_if_new: 0o644,
+        });
+    }
+    let want = if moved { &f.signer_value } else { &f.ca_value };
+    if f.now != *want {
+        let text = read_text(node.root(), &f.manifest)?;
+        out.push(Change {
+            content: Some(edit_manifest(&text, &f.manifest, &f.now, want)?.into_bytes()),
+            rel: f.manifest,
+            mode_if_new: 0o600,
+        });
+    }
+    Ok(out)
+}
+
+fn embedded_ca(kc: &Kubeconfig) -> Result<Option<Vec<u8>>, String> {
+    Ok(
+        match &kc
+            .credentials()
+            .map_err(|e| e.to_string())?
+            .certificate_authority
+        {
+            Some(Source::Embedded(pem)) => Some(pem.clone()),
+            _ => None,
+        },
+    )
+}
+
+/// A kubelet of this node that started before its kubeconfig last changed: it still trusts
+/// the CA data it read at start (client-go reads a kubeconfig's CA once). certrotor cannot
+/// restart a kubelet on a kubeadm node (a systemd unit); it names the command. Where no
+/// kubelet process can be seen (another PID namespace, a lab node), there is none to wait for.
+fn kubelet_stale(node: &Node, now: i64) -> Option<String> {
+    let rel = node
+        .entries()
+        .iter()
+        .find(|e| e.kind == Kind::Kubeconfig && e.name.split('@').next() == Some("kubelet.conf"))?
+        .path
+        .clone();
+    let changed = std::fs::metadata(node.root().join(&rel))
+        .and_then(|m| m.modified())
+        .ok()?
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_secs() as i64;
+    let abs = format!("/{rel}");
+    let ticks = crate::sys::procfs::now_ticks()?;
+    let stale = crate::sys::procfs::Proc::all().into_iter().find(|p| {
+        let Some(argv) = p.cmdline() else {
+            return false;
+        };
+        let kubelet = argv
+            .first()
+            .is_some_and(|a| a.rsplit('/').next() == Some("kubelet"));
+        let reads = argv.iter().any(|a| *a == format!("--kubeconfig={abs}"))
+            || argv
+                .windows(2)
+                .any(|w| w[0] == "--kubeconfig" && w[1] == abs);
+        let age = (crate::sys::procfs::ticks_ms(p.start_time, ticks) / 1000) as i64;
+        kubelet && reads && now - age < changed
+    })?;
+    Some(format!(
+        "the kubelet (PID {}) started before '{rel}' changed and still trusts the CA data it read \
+         then: restart it ('systemctl restart kubelet'), then run the same command again",
+        stale.pid
+    ))
+}
+
+/// Checks the files after a stage: every kubeconfig trusts the certificates of `bundle` (in
+/// any order: a renewal embeds the CA file's), the signer is what `target` wants, and a kubelet
+/// running here has read its kubeconfig since it changed.
+pub(super) fn check(
+    node: &Node,
+    pods: &[(String, PodInfo)],
+    files: &CaFiles,
+    (target, bundle): (Target, &[Cert]),
+    now: i64,
+) -> Result<(), String> {
+    if let Some(stale) = kubelet_stale(node, now) {
+        return Err(stale);
+    }
+    let mut want: Vec<String> = bundle.iter().map(Cert::sha256_hex).collect();
+    want.sort();
+    for (rel, kc) in kubeconfigs(node)? {
+        let held = embedded_ca(&kc).map_err(|e| format!("'{rel}': {e}"))?;
+        let mut shas: Vec<String> = held
+            .map(|b| Cert::all_from_pem(&b, crate::pki::MAX_BUNDLE_CERTS))
+            .transpose()
+            .map_err(|e| format!("'{rel}': {e}"))?
+            .unwrap_or_default()
+            .iter()
+            .map(Cert::sha256_hex)
+            .collect();
+        shas.sort();
+        if shas != want {
+            return Err(format!(
+                "'{rel}' embeds {} CA certificate(s), not the {} of '{}'",
+                shas.len(),
+                want.len(),
+                files.cert
+            ));
+        }
+    }
+    let Some(f) = signer_flag(node, pods, files)? else {
+        return Ok(());
+    };
+    let moved = matches!(target, Target::TrustIn | Target::Issue);
+    let text = read_text(node.root(), &f.manifest)?;
+    let want_value = if moved { &f.signer_value } else { &f.ca_value };
+    if !text.contains(&format!("--{FLAG}={want_value}")) {
+        return Err(format!(
+            "'{}' does not name '--{FLAG}={want_value}'",
+            f.manifest
+        ));
+    }
+    let signer = files::read(node.root(), &f.signer_rel)?;
+    match (moved, signer) {
+        (true, Some(b))
+            if Cert::all_from_pem(&b, 2)
+                .is_ok_and(|c| c.len() == 1 && c[0].der == bundle[0].der) =>
+        {
+            Ok(())
+        }
+        (true, _) => Err(format!(
+            "'{}' does not hold the signing CA alone",
+            f.signer_rel
+        )),
+        (false, None) => Ok(()),
+        (false, Some(_)) => Err(format!("'{}' is still there", f.signer_rel)),
+    }
+}
