@@ -914,7 +914,15 @@ struct ApiserverPoller {
 
 impl ApiserverPoller {
     fn start(node: &Node) -> ApiserverPoller {
-        let probe = node.probe("kube-apiserver");
+        Self::start_with(node, false)
+    }
+
+    /// `fresh`: the credentials are read from disk again at each poll (the cluster CA's rotation
+    /// changes the CA that verifies the apiserver and the client pair), and a failed poll is
+    /// tried again once with credentials read again (a pair read in the middle of its renewal).
+    fn start_with(node: &Node, fresh: bool) -> ApiserverPoller {
+        let first = node.probe("kube-apiserver");
+        let reread = fresh.then(|| node.apiserver_prober());
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::spawn(move || {
@@ -922,7 +930,13 @@ impl ApiserverPoller {
             let mut down_since: Option<std::time::Instant> = None;
             let mut down = 0;
             while !flag.load(std::sync::atomic::Ordering::SeqCst) {
-                let ok = certrotor::restart::verify::probe(&probe).is_ok_and(|o| o.healthy());
+                let once = |p: &certrotor::restart::verify::Probe| {
+                    certrotor::restart::verify::probe(p).is_ok_and(|o| o.healthy())
+                };
+                let ok = match &reread {
+                    None => once(&first),
+                    Some(fresh) => once(&fresh()) || once(&fresh()),
+                };
                 match (ok, down_since) {
                     (false, None) => down_since = Some(std::time::Instant::now()),
                     (true, Some(t)) => {
@@ -997,5 +1011,190 @@ fn ca_rotate_of_the_front_proxy_ca_waits_for_the_apiserver_to_publish_each_bundl
     eprintln!(
         "FIGURES ca rotate front-proxy-ca (real kube-apiserver v1.20.2): published [old, new] \
          {waited_in} ms after trust-in, [new] {waited_out} ms after trust-out; no restart"
+    );
+}
+
+/// Waits (bounded) until kube-controller-manager publishes ConfigMap `kube-root-ca.crt` (what
+/// pods trust the apiserver with) holding the certificates of `cas` (any order).
+fn root_ca_published(node: &Node, cas: &[&Path]) {
+    let squash = |t: &str| -> String { t.split_whitespace().collect() };
+    let mut want: Vec<String> = cas
+        .iter()
+        .map(|p| squash(&std::fs::read_to_string(p).unwrap()))
+        .collect();
+    want.sort();
+    let mut got = vec![];
+    for _ in 0..600 {
+        let out = node.kubectl(&[
+            "get",
+            "configmap",
+            "kube-root-ca.crt",
+            "-o",
+            "jsonpath={.data.ca\\.crt}",
+        ]);
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        got = text
+            .split_inclusive("-----END CERTIFICATE-----")
+            .filter(|b| b.contains("BEGIN"))
+            .map(squash)
+            .collect();
+        got.sort();
+        if got == want {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    panic!(
+        "kube-root-ca.crt holds {} certificate(s), not the {} wanted",
+        got.len(),
+        want.len()
+    );
+}
+
+/// A CSR for a client certificate, approved, as kube-controller-manager signs it: the signed
+/// certificate in `dir/<name>.crt` (bounded polling: the controller may be taking its lease).
+fn csr_signed(node: &Node, dir: &Path, name: &str) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let key = dir.join(format!("{name}.key"));
+    let req = dir.join(format!("{name}.csr"));
+    openssl_ok(&[
+        "req",
+        "-new",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        s(&key),
+        "-subj",
+        &format!("/CN={name}"),
+        "-out",
+        s(&req),
+    ]);
+    let request = openssl_ok(&["base64", "-A", "-in", s(&req)])
+        .trim()
+        .to_string();
+    let manifest = dir.join(format!("{name}.json"));
+    std::fs::write(
+        &manifest,
+        format!(
+            "{{\"apiVersion\":\"certificates.k8s.io/v1\",\"kind\":\"CertificateSigningRequest\",\
+             \"metadata\":{{\"name\":\"{name}\"}},\"spec\":{{\"request\":\"{request}\",\
+             \"signerName\":\"kubernetes.io/kube-apiserver-client\",\"usages\":[\"client auth\"]}}}}"
+        ),
+    )
+    .unwrap();
+    node.kubectl_ok(&["create", "-f", s(&manifest)]);
+    node.kubectl_ok(&["certificate", "approve", name]);
+    let cert = dir.join(format!("{name}.crt"));
+    for _ in 0..600 {
+        let out = node.kubectl(&["get", "csr", name, "-o", "jsonpath={.status.certificate}"]);
+        let b64 = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if !b64.is_empty() {
+            std::fs::write(&cert, crate::util::base64_decode(&b64)).unwrap();
+            return cert;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    let csr = node.kubectl(&["get", "csr", name, "-o", "yaml"]);
+    panic!("kube-controller-manager did not sign CSR {name} in 600 polls: {csr:?}");
+}
+
+/// The cluster CA on a running node (the real etcd, kube-apiserver, kube-controller-manager and
+/// kube-scheduler v1.20.2): kube-controller-manager signs CSRs all along, from the new CA once
+/// it signs; kube-apiserver is never restarted and serves a certificate of the new CA.
+#[test]
+fn ca_rotate_of_the_cluster_ca_keeps_the_apiserver_and_the_csr_signer_serving() {
+    let node = Node::start("ca-rotate-cluster", Platform::Kubeadm);
+    let c = &CLUSTER;
+    let scratch = node.dir.join("ca-scratch");
+    let old = put(
+        &scratch,
+        "old.crt",
+        &std::fs::read_to_string(node.kfile("pki/ca.crt")).unwrap(),
+    );
+    node.kubectl_ok(&[
+        "create",
+        "configmap",
+        "before-rotation",
+        "--from-literal=k=v",
+    ]);
+    let signed = csr_signed(&node, &scratch, "before");
+    openssl_verify(&old, &signed, false).unwrap();
+    let client = "apiserver-kubelet-client";
+    assert!(served_verifies(&node, 6443, &old, client));
+    let before = node.states();
+    let poller = ApiserverPoller::start_with(&node, true);
+
+    let started = std::time::Instant::now();
+    let r = live(&node, "rotate", c);
+    let rotate_s = started.elapsed().as_secs_f64();
+    assert_eq!(r["stage"], "issued", "{r:#}");
+    // The issue waited until kube-apiserver trusted the new CA's clients (it publishes what it
+    // loaded): without the wait it refused them for about 50 s.
+    let waited_in = r["stages"][0]["published_after_ms"]
+        .as_u64()
+        .expect("waited for kube-apiserver to load [old, new]");
+    let pems = blocks(&node.kfile("pki/ca.crt"));
+    assert_eq!(pems.len(), 2, "{r:#}");
+    let new = put(&scratch, "new.crt", &pems[0]);
+    // kube-controller-manager runs with its own signer file and signs with the new CA.
+    let manifest =
+        std::fs::read_to_string(node.kubelet_manifest("kube-controller-manager")).unwrap();
+    assert!(
+        manifest.contains("--cluster-signing-cert-file=/etc/kubernetes/pki/ca.signer.crt"),
+        "{manifest}"
+    );
+    root_ca_published(&node, &[&old, &new]);
+    let signed = csr_signed(&node, &scratch, "issued");
+    openssl_verify(&new, &signed, false).unwrap();
+    assert!(openssl_verify(&old, &signed, false).is_err());
+    assert!(served_verifies(&node, 6443, &new, client));
+    assert!(!served_verifies(&node, 6443, &old, client));
+    node.kubectl_ok(&["get", "configmap", "before-rotation"]);
+
+    let started = std::time::Instant::now();
+    let r = live(&node, "continue", c);
+    let continue_s = started.elapsed().as_secs_f64();
+    assert_eq!(r["stage"], "done", "{r:#}");
+    assert_eq!(
+        blocks(&node.kfile("pki/ca.crt")),
+        [std::fs::read_to_string(&new).unwrap()]
+    );
+    let manifest =
+        std::fs::read_to_string(node.kubelet_manifest("kube-controller-manager")).unwrap();
+    assert!(
+        manifest.contains("--cluster-signing-cert-file=/etc/kubernetes/pki/ca.crt"),
+        "{manifest}"
+    );
+    assert!(!node.kfile("pki/ca.signer.crt").exists());
+    root_ca_published(&node, &[&new]);
+    let signed = csr_signed(&node, &scratch, "done");
+    openssl_verify(&new, &signed, false).unwrap();
+    // After trust-out the old CA alone verifies no live certificate, served or on disk.
+    assert!(served_verifies(&node, 6443, &new, client));
+    assert!(!served_verifies(&node, 6443, &old, client));
+    let on_disk = verified_by(&node.root, &old, &scratch.join("after"));
+    assert!(on_disk.is_empty(), "{on_disk:?}");
+    node.kubectl_ok(&["get", "configmap", "before-rotation"]);
+    node.wait_all_healthy();
+
+    let (polled_ms, down_ms) = poller.stop();
+    let restarts = restarts_since(&before, &node.states());
+    let count = |pod: &str| restarts.iter().filter(|r| r.0 == pod).count();
+    assert_eq!(count("kube-apiserver") + count("etcd"), 0, "{restarts:?}");
+    assert!(count("kube-controller-manager") >= 2, "{restarts:?}");
+    for w in restarts.windows(2) {
+        assert!(w[0].2 <= w[1].1, "two pods down at once: {restarts:?}");
+    }
+    eprintln!(
+        "FIGURES ca rotate ca (one node, real etcd, kube-apiserver, controller-manager, scheduler \
+         v1.20.2): trust-in + issue {rotate_s:.1} s (kube-apiserver loaded [old, new] after \
+         {waited_in} ms), trust-out {continue_s:.1} s; restarts \
+         kube-controller-manager {}, kube-scheduler {}, kube-apiserver 0, etcd 0; kube-apiserver \
+         /readyz polled every 100 ms: not ready {down_ms} ms of {polled_ms} ms",
+        count("kube-controller-manager"),
+        count("kube-scheduler")
     );
 }

@@ -646,6 +646,25 @@ impl Node {
         }
     }
 
+    /// [`Node::probe`] of kube-apiserver as a value another thread can call: it reads the
+    /// credentials on disk at each call.
+    pub fn apiserver_prober(&self) -> impl Fn() -> Probe + Send + 'static {
+        let dir = self.root.join(self.platform.kubeadm_dir());
+        let address = SocketAddr::from(([127, 0, 0, 1], 6443 + self.offset));
+        move || {
+            let read = |rel: &str| fs::read(dir.join(rel)).ok();
+            let creds = Served::Apiserver.credentials();
+            Probe {
+                address,
+                path: "/readyz".into(),
+                ca_pem: read(creds[0]),
+                client_cert_pem: read(creds[1]),
+                client_key_pem: read(creds[2]),
+                timeout: Duration::from_secs(3),
+            }
+        }
+    }
+
     /// Ok when `pod` answers healthy over TLS.
     pub fn healthy(&self, pod: &str) -> Result<(), String> {
         match verify::probe(&self.probe(pod)) {

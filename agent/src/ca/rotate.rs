@@ -143,7 +143,7 @@ pub struct StageDone {
     pub renewed: Vec<String>,
     pub restarted: Vec<String>,
     pub reloaded: Vec<String>,
-    /// Front-proxy CA: how long kube-apiserver took to publish the new trust bundle.
+    /// Front-proxy and cluster CAs: how long kube-apiserver took to publish the new trust bundle.
     pub published_after_ms: Option<u128>,
 }
 

@@ -1,8 +1,10 @@
 //! Live proof of a trust change that no restart verifies: kube-apiserver reloads its
-//! `--requestheader-client-ca-file` by itself (about once a minute, measured: 58-60 s) and
-//! publishes it in `kube-system/extension-apiserver-authentication`, where aggregated API
-//! servers read whom to trust as a front proxy. Until the new front-proxy CA is published
-//! there, a `front-proxy-client` issued by it would be refused by them: the issue waits for it.
+//! `--requestheader-client-ca-file` and `--client-ca-file` by itself (about once a minute,
+//! measured: 58-60 s) and publishes them in `kube-system/extension-apiserver-authentication`,
+//! where aggregated API servers read whom to trust as a front proxy and as a client. Until the
+//! new CA is published there, a `front-proxy-client` issued by it would be refused by them, and
+//! a client certificate of the new cluster CA by kube-apiserver itself (measured: 401 for 50 s
+//! when the issue did not wait): the issue waits for it.
 //!
 //! The apiserver publishes the *union* of what the ConfigMap holds and what its files hold
 //! (`combineCertLists` in `clusterauthenticationtrust`, Kubernetes v1.20.2; expired
@@ -20,7 +22,14 @@ use crate::pki::{Cert, MAX_BUNDLE_CERTS};
 /// Where kube-apiserver publishes its request-header CA bundle.
 const CONFIGMAP: &str =
     "/api/v1/namespaces/kube-system/configmaps/extension-apiserver-authentication";
-const KEY: &str = "requestheader-client-ca-file";
+/// The ConfigMap's key of a CA's bundle.
+pub fn key_of(ca: crate::ca::consumers::CaName) -> Option<&'static str> {
+    match ca {
+        crate::ca::consumers::CaName::Ca => Some("client-ca-file"),
+        crate::ca::consumers::CaName::FrontProxyCa => Some("requestheader-client-ca-file"),
+        crate::ca::consumers::CaName::EtcdCa => None,
+    }
+}
 
 /// Waits until the bundle kube-apiserver publishes holds every certificate of `want` (SHA-256)
 /// and none of `gone`, removing those of `gone` from the ConfigMap itself; polls every `poll`,
@@ -28,6 +37,7 @@ const KEY: &str = "requestheader-client-ca-file";
 /// `Ok(Some(waited))` once published.
 pub fn settle_published(
     node: &Node,
+    key: &str,
     want: &[String],
     gone: &[String],
     bound: Duration,
@@ -39,7 +49,7 @@ pub fn settle_published(
     let start = Instant::now();
     let mut last;
     loop {
-        match published(node, &admin) {
+        match published(node, &admin, key) {
             Ok((map, certs)) => {
                 let has = |sha: &String| certs.iter().any(|c| &c.sha256_hex() == sha);
                 let stale = certs.iter().any(|c| gone.contains(&c.sha256_hex()));
@@ -48,16 +58,17 @@ pub fn settle_published(
                 }
                 last = format!("it publishes {} certificate(s), not these", certs.len());
                 if want.iter().all(has) && stale {
-                    remove(node, &admin, map, &certs, gone)?;
+                    remove(node, &admin, (map, key), &certs, gone)?;
                 }
             }
             Err(e) => last = e,
         }
         if start.elapsed() >= bound {
             return Err(format!(
-                "kube-apiserver did not publish the front-proxy CA bundle of the files in \
-                 kube-system/extension-apiserver-authentication within {}s ({last}); aggregated \
-                 API servers would not trust a front-proxy-client of the CA the files hold",
+                "kube-apiserver did not publish the CA bundle of the files in \
+                 kube-system/extension-apiserver-authentication ({key}) within {}s ({last}): it \
+                 has not loaded the bundle, and would refuse a certificate of the CA the files \
+                 hold",
                 bound.as_secs()
             ));
         }
@@ -66,11 +77,11 @@ pub fn settle_published(
 }
 
 /// The ConfigMap and the certificates of its bundle.
-fn published(node: &Node, admin: &str) -> Result<(Value, Vec<Cert>), String> {
+fn published(node: &Node, admin: &str, key: &str) -> Result<(Value, Vec<Cert>), String> {
     let map = crate::pass::events::get(node, admin, CONFIGMAP)?;
-    let pem = map["data"][KEY]
+    let pem = map["data"][key]
         .as_str()
-        .ok_or_else(|| format!("the ConfigMap has no {KEY}"))?;
+        .ok_or_else(|| format!("the ConfigMap has no {key}"))?;
     let certs = Cert::all_from_pem(pem.as_bytes(), MAX_BUNDLE_CERTS).map_err(|e| e.to_string())?;
     Ok((map, certs))
 }
@@ -80,7 +91,7 @@ fn published(node: &Node, admin: &str) -> Result<(Value, Vec<Cert>), String> {
 fn remove(
     node: &Node,
     admin: &str,
-    mut map: Value,
+    (mut map, key): (Value, &str),
     certs: &[Cert],
     gone: &[String],
 ) -> Result<(), String> {
@@ -88,11 +99,11 @@ fn remove(
     for c in certs.iter().filter(|c| !gone.contains(&c.sha256_hex())) {
         pem.push_str(&c.to_pem().map_err(|e| e.to_string())?);
     }
-    map["data"][KEY] = Value::String(pem);
+    map["data"][key] = Value::String(pem);
     if crate::pass::events::put(node, admin, CONFIGMAP, &map)? {
         log::info!(
             "removed {} certificate(s) from kube-system/extension-apiserver-authentication \
-             ({KEY}): kube-apiserver publishes what the ConfigMap holds and its files add",
+             ({key}): kube-apiserver publishes what the ConfigMap holds and its files add",
             gone.len()
         );
     }

@@ -1,5 +1,5 @@
 //! A stage's files: its transaction (with the restarts it causes recorded first), its pass,
-//! and for the front-proxy CA the wait for kube-apiserver to publish the new trust.
+//! and for the front-proxy and cluster CAs the wait for kube-apiserver to publish the new trust.
 
 use std::path::Path;
 
@@ -87,18 +87,18 @@ pub(super) fn stage_files_with(
     })
 }
 
-/// Front-proxy CA, on a platform that runs the apiserver: waits until it publishes the trust
-/// bundle the files now hold ([`live::wait_published`]). The issue changes no trust: nothing to
-/// wait for.
+/// Front-proxy and cluster CAs, on a platform that runs the apiserver: waits until it publishes
+/// the trust bundle the files now hold ([`live::settle_published`]). The issue changes no trust:
+/// nothing to wait for.
 pub(super) fn published(
     root: &Path,
     r: &Rotation,
     opts: &RunOptions,
     target: Target,
 ) -> Result<Option<u128>, String> {
-    if r.ca != CaName::FrontProxyCa || target == Target::Issue {
+    let Some(key) = live::key_of(r.ca).filter(|_| target != Target::Issue) else {
         return Ok(None);
-    }
+    };
     let platform = restart::detect(root, &opts.restart).map_err(|e| e.to_string())?;
     if matches!(platform, Platform::None) {
         return Ok(None);
@@ -131,7 +131,7 @@ pub(super) fn published(
         }
     }
     let bound = opts.restart.timeout.max(opts.restart.reload_timeout);
-    let waited = live::settle_published(&node, &want, &gone, bound, opts.restart.poll)?;
+    let waited = live::settle_published(&node, key, &want, &gone, bound, opts.restart.poll)?;
     Ok(waited.map(|d| d.as_millis()))
 }
 
