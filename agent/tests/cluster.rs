@@ -559,11 +559,20 @@ impl Stacked3 {
 
     /// etcd `/health` and kube-apiserver `/readyz` of every node.
     fn sample(&self) -> Sample {
-        self.sample_with(|_| (self.ca.clone(), self.etcd_client.clone()))
+        self.sample_with(
+            |_| (self.ca.clone(), self.etcd_client.clone()),
+            |_| (self.api_ca.clone(), self.api_client.clone()),
+        )
     }
 
     /// [`Self::sample`], each node's etcd probed with the CA and client pair `etcd_creds(i)`.
-    fn sample_with(&self, etcd_creds: impl Fn(usize) -> (Vec<u8>, (Vec<u8>, Vec<u8>))) -> Sample {
+    /// Each node's etcd and kube-apiserver probed with the credentials `etcd_creds(i)` and
+    /// `api_creds(i)` give: (CA, (client certificate, key)).
+    fn sample_with(
+        &self,
+        etcd_creds: impl Fn(usize) -> Creds,
+        api_creds: impl Fn(usize) -> Creds,
+    ) -> Sample {
         let mut x = Sample {
             at: Instant::now(),
             etcd_up: vec![false; 3],
@@ -575,9 +584,8 @@ impl Stacked3 {
             let (up, healthy) = self.probe(2379 + n.offset, "/health", &ca, &pair);
             x.etcd_up[i] = up;
             x.etcd[i] = healthy;
-            x.api[i] = self
-                .probe(6443 + n.offset, "/readyz", &self.api_ca, &self.api_client)
-                .1;
+            let (ca, pair) = api_creds(i);
+            x.api[i] = self.probe(6443 + n.offset, "/readyz", &ca, &pair).1;
         }
         x
     }
@@ -1059,6 +1067,9 @@ fn tls_ok(port: u16, path: &str, ca: &[u8], pair: &(Vec<u8>, Vec<u8>)) -> bool {
 /// of time on a busy machine: when the first probe (2 s) fails while something still accepts
 /// connections on the port, it is asked once more with a longer bound (10 s), and only what
 /// fails that too (a refused certificate fails at once again) is down.
+/// A CA bundle and a client pair (PEM), as a probe takes them.
+type Creds = (Vec<u8>, (Vec<u8>, Vec<u8>));
+
 pub(crate) fn probe_state(
     port: u16,
     path: &str,

@@ -14,21 +14,32 @@ use super::*;
 use crate::util::openssl_verify;
 
 impl Stacked3 {
-    /// etcd `/health` and kube-apiserver `/readyz` of every node, each node's etcd probed with
-    /// that node's own etcd CA file and healthcheck pair as they are on disk now (a CA rotation
-    /// changes them).
+    /// etcd `/health` and kube-apiserver `/readyz` of every node, each probed with that node's
+    /// own CA file and client pair as they are on disk now (a CA rotation changes them).
     fn sample_own(&self) -> Sample {
-        self.sample_with(|i| {
+        let own = |i: usize, (ca, cert, key): (&str, &str, &str)| {
             let pki = self.nodes[i].root.join("etc/kubernetes/pki");
             let read = |f: &str| fs::read(pki.join(f)).unwrap_or_default();
-            (
-                read("etcd/ca.crt"),
-                (
-                    read("etcd/healthcheck-client.crt"),
-                    read("etcd/healthcheck-client.key"),
-                ),
-            )
-        })
+            (read(ca), (read(cert), read(key)))
+        };
+        self.sample_with(
+            |i| {
+                let files = (
+                    "etcd/ca.crt",
+                    "etcd/healthcheck-client.crt",
+                    "etcd/healthcheck-client.key",
+                );
+                own(i, files)
+            },
+            |i| {
+                let files = (
+                    "ca.crt",
+                    "apiserver-kubelet-client.crt",
+                    "apiserver-kubelet-client.key",
+                );
+                own(i, files)
+            },
+        )
     }
 
     fn pki(&self, i: usize, file: &str) -> Vec<u8> {
@@ -462,9 +473,61 @@ fn front_proxy_ca_rotated(c: &Arc<Stacked3>, log: &mut Rounds) {
     );
 }
 
+/// The cluster CA rotated: kube-controller-manager signs from a file of its own meanwhile; no
+/// kube-apiserver or etcd restarts; after trust-out every node holds the one new CA alone,
+/// every kubeconfig embeds it, and every apiserver serves a certificate of it, not of the old.
+fn cluster_ca_rotated(c: &Arc<Stacked3>, log: &mut Rounds) {
+    let all = [0, 1, 2];
+    let ca = "ca";
+    let old = c.pki(0, "ca.crt");
+    let stages = round_to(c, ("rotate", ca), &all, &["trusted", "issued"], log);
+    let trusted = at(&all, &stages, "trusted");
+    if !trusted.is_empty() {
+        round_to(c, ("rotate", ca), &trusted, &["issued"], log);
+    }
+    for i in all {
+        let signer = c.pki(i, "ca.signer.crt");
+        assert_eq!(certs_of(&signer).len(), 1, "node {i}");
+        assert!(certs_of(&c.pki(i, "ca.crt")).is_superset(&certs_of(&signer)));
+    }
+    round_to(c, ("continue", ca), &all, &["done"], log);
+    let new = c.pki(0, "ca.crt");
+    assert_ne!(new, old);
+    assert_eq!(certs_of(&new).len(), 1);
+    for i in all {
+        assert_eq!(c.pki(i, "ca.crt"), new, "node {i}");
+        let root = &c.nodes[i].root;
+        assert!(!root.join("etc/kubernetes/pki/ca.signer.crt").exists());
+        for conf in ["admin.conf", "controller-manager.conf", "scheduler.conf"] {
+            let text = fs::read_to_string(root.join("etc/kubernetes").join(conf)).unwrap();
+            let data = crate::util::kubeconfig_value(&text, "certificate-authority-data").unwrap();
+            assert_eq!(
+                certs_of(&crate::util::base64_decode(&data)),
+                certs_of(&new),
+                "node {i} {conf}"
+            );
+        }
+        let pair = (
+            c.pki(i, "apiserver-kubelet-client.crt"),
+            c.pki(i, "apiserver-kubelet-client.key"),
+        );
+        let port = 6443 + c.nodes[i].offset;
+        assert_eq!(
+            probe_state(port, "/readyz", &new, &pair),
+            (true, true),
+            "node {i}"
+        );
+        assert!(
+            !probe_state(port, "/readyz", &old, &pair).0,
+            "node {i}: old CA"
+        );
+    }
+}
+
 #[test]
-fn three_stacked_nodes_rotate_the_etcd_and_front_proxy_cas_in_turns_without_a_failed_request() {
-    etcd_installed("three_stacked_nodes_rotate_the_etcd_and_front_proxy_cas");
+fn three_stacked_nodes_rotate_the_etcd_front_proxy_and_cluster_cas_in_turns_without_a_failed_request()
+ {
+    etcd_installed("three_stacked_nodes_rotate_the_etcd_front_proxy_and_cluster_cas");
     let t = TempDir::new("cluster-ca-rotate");
     let c = Arc::new(Stacked3::start_expiring(&t, "300d", true));
     let put = c.etcdctl(&["put", "certrotor-test/kept", "before-ca-rotation"]);
@@ -486,14 +549,19 @@ fn three_stacked_nodes_rotate_the_etcd_and_front_proxy_cas_in_turns_without_a_fa
         .collect();
     let fp_since = now_ms();
     front_proxy_ca_rotated(&c, &mut log);
+    cluster_ca_rotated(&c, &mut log);
     let writes = writer.finish();
-    // The front-proxy CA restarts nothing.
+    // The front-proxy and cluster CAs restart no kube-apiserver and no etcd.
+    let mut kcm_restarts = vec![];
     for (i, n) in c.nodes.iter().enumerate() {
         let s = n.states();
-        assert!(
-            down_windows(&s, "kube-apiserver", fp_since).is_empty(),
-            "node {i}: kube-apiserver restarted for the front-proxy CA"
-        );
+        for pod in ["kube-apiserver", "etcd"] {
+            assert!(
+                down_windows(&s, pod, fp_since).is_empty(),
+                "node {i}: {pod} restarted for the front-proxy or cluster CA"
+            );
+        }
+        kcm_restarts.push(down_windows(&s, "kube-controller-manager", fp_since).len());
     }
     // The data written before is read back; the writer never found no apiserver to serve it.
     let get = {
@@ -545,7 +613,8 @@ fn three_stacked_nodes_rotate_the_etcd_and_front_proxy_cas_in_turns_without_a_fa
     eprintln!(
         "FIGURES ca rotation, three stacked nodes (real etcd, kube-apiserver v1.20.2): rounds {:?} \
          ms; restarts per node for the etcd CA, its abort included (etcd, kube-apiserver) \
-         {etcd_restarts:?}, for the front-proxy CA none; longest window with a member down {} \
+         {etcd_restarts:?}, for the front-proxy CA none, for the cluster CA \
+         kube-controller-manager {kcm_restarts:?} and no kube-apiserver or etcd; longest window with a member down {} \
          ms, with no apiserver ready {} ms; {} samples every 100 ms; writer: {} writes and \
          reads, {} served by no apiserver, {} requests failed over to another apiserver",
         log.took

@@ -109,3 +109,78 @@ fn remove(
     }
     Ok(())
 }
+
+/// Cluster CA, trust-in: waits until kube-apiserver at `address` authenticates a client
+/// certificate of the new CA `new`, polling every `poll`, at most `bound`. The certificate is
+/// made in memory for the probe and never written (CN `certrotor:trust-probe`, no group: an
+/// authenticated request is refused 403 at worst, an unauthenticated one 401); its key is
+/// scrubbed when dropped. The published bundle ([`settle_published`]) is the union of every
+/// apiserver's: only a request to this node's own tells that it has loaded the new CA.
+pub fn wait_accepts_clients_of(
+    address: std::net::SocketAddr,
+    trust_pem: &[u8],
+    new: &super::files::CaPair,
+    (bound, poll): (Duration, Duration),
+    now: i64,
+) -> Result<Duration, String> {
+    use crate::pki::{
+        Issuance, PrivateKey, Profile, SanOrder, Signer, issue, kubeadm_subject, leaf_key_usage,
+        oid, random_serial,
+    };
+    let e = |e: crate::pki::PkiError| format!("making the trust probe's certificate: {e}");
+    let ca_key = PrivateKey::read_pem(&new.key_pem).map_err(e)?;
+    let key = PrivateKey::generate(crate::pki::KeyAlgorithm::EcdsaP256).map_err(e)?;
+    let profile = Profile {
+        subject: kubeadm_subject("certrotor:trust-probe", &[]).map_err(e)?,
+        dns_names: vec![],
+        ip_addresses: vec![],
+        other_sans: vec![],
+        san_order: SanOrder::Kubeadm,
+        key_usage: leaf_key_usage(),
+        ext_key_usage: vec![oid::CLIENT_AUTH],
+        basic_constraints: Some(false),
+        subject_key_id: false,
+    };
+    let signer = Signer {
+        cert: &new.cert,
+        key: &ca_key,
+    };
+    let issuance = Issuance {
+        serial: random_serial().map_err(e)?,
+        not_before: now - crate::renew::BACKDATE,
+        not_after: now + 3600,
+    };
+    let cert = issue(
+        &profile,
+        &key.spki().map_err(e)?,
+        Some(&signer),
+        &key,
+        issuance,
+    )
+    .map_err(e)?;
+    let probe = crate::restart::verify::Probe {
+        address,
+        path: "/readyz".into(),
+        ca_pem: Some(trust_pem.to_vec()),
+        client_cert_pem: Some(cert.to_pem().map_err(e)?.into_bytes()),
+        client_key_pem: Some(key.to_pem(key.encoding).map_err(e)?.0.as_bytes().to_vec()),
+        timeout: poll.max(Duration::from_secs(3)),
+    };
+    let start = Instant::now();
+    loop {
+        let last = match crate::restart::verify::probe(&probe) {
+            Ok(o) if o.status != 401 => return Ok(start.elapsed()),
+            Ok(_) => "HTTP 401: it does not trust the new CA yet".to_string(),
+            Err(err) => err.to_string(),
+        };
+        if start.elapsed() >= bound {
+            return Err(format!(
+                "kube-apiserver ({address}) did not accept a client certificate of the new CA \
+                 within {}s ({last}): it has not loaded the CA file's bundle, and would refuse \
+                 the clients the issue gives certificates of the new CA",
+                bound.as_secs()
+            ));
+        }
+        std::thread::sleep(poll);
+    }
+}

@@ -104,6 +104,11 @@ pub(super) fn published(
         return Ok(None);
     }
     let node = Node::discover(root);
+    let started = std::time::Instant::now();
+    let bound = opts.restart.timeout.max(opts.restart.reload_timeout);
+    if r.ca == CaName::Ca && target == Target::TrustIn {
+        accepts_new_clients(&node, r, opts, bound)?;
+    }
     let (_, want) = super::check::held(&node, r.ca)?;
     // What the stage took out of the files: the old CA at trust-out, the new one at an abort;
     // removed from the ConfigMap by the last node only (the others' apiservers still add it).
@@ -130,9 +135,42 @@ pub(super) fn published(
             gone.clear();
         }
     }
-    let bound = opts.restart.timeout.max(opts.restart.reload_timeout);
     let waited = live::settle_published(&node, key, &want, &gone, bound, opts.restart.poll)?;
-    Ok(waited.map(|d| d.as_millis()))
+    Ok(waited.map(|_| started.elapsed().as_millis()))
+}
+
+/// Cluster CA, trust-in: this node's kube-apiserver authenticates clients of the new CA
+/// ([`live::wait_accepts_clients_of`]) before any node issues them.
+fn accepts_new_clients(
+    node: &Node,
+    r: &Rotation,
+    opts: &RunOptions,
+    bound: std::time::Duration,
+) -> Result<(), String> {
+    let pods = super::pods_here(node, opts).map_err(|e| e.to_string())?;
+    let Some(address) = pods
+        .iter()
+        .find(|(_, p)| p.component() == Some(Component::KubeApiserver))
+        .and_then(|(_, p)| p.endpoint())
+    else {
+        return Ok(());
+    };
+    let files = ca_files(node, r.ca).map_err(|e| e.to_string())?;
+    let new = files::pair(node.root(), &files, &r.new_sha256)?
+        .ok_or("the new CA or its key is not on the node")?;
+    let trust = files::read(node.root(), &files.cert)?.ok_or("the CA file is missing")?;
+    let waited = live::wait_accepts_clients_of(
+        address,
+        &trust,
+        &new,
+        (bound, opts.restart.poll),
+        opts.write.clock.now(),
+    )?;
+    log::info!(
+        "kube-apiserver authenticates clients of the new CA ({} ms after trust-in)",
+        waited.as_millis()
+    );
+    Ok(())
 }
 
 /// The other members that have not finished the stage `target` ends (trust-out: done; abort:
