@@ -332,3 +332,43 @@ pub(super) fn check(
         (false, Some(_)) => Err(format!("'{}' is still there", f.signer_rel)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::edit_manifest;
+
+    const KCM: &str = "spec:\n  containers:\n  - command:\n    - kube-controller-manager\n    \
+                       - --cluster-signing-cert-file=/etc/kubernetes/pki/ca.crt\n    \
+                       - --cluster-signing-key-file=/etc/kubernetes/pki/ca.key\n    \
+                       - --root-ca-file=/etc/kubernetes/pki/ca.crt\n";
+
+    #[test]
+    fn the_signer_flag_alone_moves_and_moves_back() {
+        let (ca, signer) = (
+            "/etc/kubernetes/pki/ca.crt",
+            "/etc/kubernetes/pki/ca.signer.crt",
+        );
+        let moved = edit_manifest(KCM, "m", ca, signer).unwrap();
+        assert!(moved.contains(&format!("--cluster-signing-cert-file={signer}\n")));
+        // The other flags naming ca.crt stay.
+        assert!(moved.contains("--root-ca-file=/etc/kubernetes/pki/ca.crt\n"));
+        assert_eq!(edit_manifest(&moved, "m", signer, ca).unwrap(), KCM);
+    }
+
+    #[test]
+    fn a_flag_named_twice_or_not_at_all_or_as_a_prefix_is_refused() {
+        let ca = "/etc/kubernetes/pki/ca.crt";
+        let twice = format!("{KCM}    - --cluster-signing-cert-file={ca}\n");
+        let e = edit_manifest(&twice, "m", ca, "x").unwrap_err();
+        assert!(e.contains("2 times"), "{e}");
+        let e = edit_manifest(KCM, "m", "/other/ca.crt", "x").unwrap_err();
+        assert!(e.contains("0 times"), "{e}");
+        // `ca.crt` is not `ca.crt.old`.
+        let longer = KCM.replace(
+            "ca.crt\n    - --cluster-signing-key",
+            "ca.crt.old\n    - --cluster-signing-key",
+        );
+        let e = edit_manifest(&longer, "m", ca, "x").unwrap_err();
+        assert!(e.contains("0 times"), "{e}");
+    }
+}
