@@ -568,6 +568,20 @@ fn notes(
             ca.name()
         ));
     }
+    let bottlerocket = trust
+        .iter()
+        .any(|t| t.source == "settings.kubernetes.cluster-certificate");
+    if ca == CaName::Ca
+        && !bottlerocket
+        && trust.iter().any(|t| t.consumer == "kubelet" && !t.reloads)
+    {
+        out.push(
+            "the kubelet reads kubelet.conf's CA once, at start, and certrotor cannot restart it \
+             on a kubeadm node: after trust-in and after trust-out, restart it ('systemctl \
+             restart kubelet'); the stage waits for a kubelet it can see to have done so"
+                .to_string(),
+        );
+    }
     if ca == CaName::EtcdCa {
         out.push(
             "etcd members restart one at a time behind the quorum gate, twice (trust-in and \

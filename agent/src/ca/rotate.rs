@@ -24,10 +24,14 @@
 //! trust-out on none before every member issued; restarts wait for the cluster lock and its
 //! gates as every pass's do.
 //!
-//! What is not built yet, and refused with the reason: the cluster CA (kube-controller-manager
-//! signs with `ca.crt` and refuses a bundle, so its signer must first move to a file of its
-//! own); an external etcd, or control planes outside the etcd members (they cannot take turns
-//! through the members' records); a trust file other than the CA file itself.
+//! The cluster CA also changes every kubeconfig's CA data and moves kube-controller-manager's
+//! signer to a file of its own until trust-out ([`cluster`]); its trust-in waits until this
+//! node's kube-apiserver authenticates clients of the new CA ([`live`]).
+//!
+//! What is not built yet, and refused with the reason: the cluster CA on Bottlerocket (its
+//! signer and the kubelet's trust would move through the API's settings); an external etcd, or
+//! control planes outside the etcd members (they cannot take turns through the members'
+//! records); a trust file other than the CA file itself.
 
 mod check;
 mod cluster;

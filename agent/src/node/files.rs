@@ -54,6 +54,20 @@ pub struct NodeFiles {
     kubelet: bool,
 }
 
+/// What a rotation of the cluster CA whose file is `cert` writes besides its pair: its signer
+/// file, kube-controller-manager's manifest, and every kubeconfig (their CA data; the
+/// kubelet's too).
+fn cluster_ca_rotation(root: &Path, layouts: &[catalog::Layout], cert: &str) -> Vec<String> {
+    let mut out = vec![signer_cert(cert), KCM_MANIFEST.to_string()];
+    out.extend(
+        catalog::entries(root, layouts)
+            .into_iter()
+            .filter(|e| e.kind == catalog::Kind::Kubeconfig)
+            .map(|e| e.path),
+    );
+    out
+}
+
 impl NodeFiles {
     /// The renewable files of the layouts found under `root`.
     pub fn of(root: &Path) -> NodeFiles {
@@ -77,16 +91,7 @@ impl NodeFiles {
                 }
                 pairs.push((entry.path.clone(), key.clone()));
                 if entry.name.split('@').next() == Some(catalog::names::CA) {
-                    // The cluster CA's rotation: its signer file, kube-controller-manager's
-                    // manifest, and the CA data of every kubeconfig (the kubelet's too).
-                    known.insert(signer_cert(&entry.path));
-                    known.insert(KCM_MANIFEST.to_string());
-                    for kc in catalog::entries(root, &layouts)
-                        .into_iter()
-                        .filter(|e| e.kind == catalog::Kind::Kubeconfig)
-                    {
-                        known.insert(kc.path.clone());
-                    }
+                    known.extend(cluster_ca_rotation(root, &layouts, &entry.path));
                 }
                 continue;
             }

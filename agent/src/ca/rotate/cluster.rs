@@ -171,9 +171,15 @@ pub(super) fn changes(
 ) -> Result<Vec<Change>, String> {
     let mut out = Vec::new();
     let pem = pem_of(bundle)?;
+    let want = shas(bundle);
     for (rel, mut kc) in kubeconfigs(node)? {
         let held = embedded_ca(&kc).map_err(|e| format!("'{rel}': {e}"))?;
-        if held.as_deref() == Some(pem.as_bytes()) {
+        // The same certificates in another order trust the same: left alone (the issue's
+        // [new, old] would otherwise rewrite kubelet.conf, and the kubelet would have to be
+        // restarted again for nothing).
+        if held.is_some_and(|b| {
+            Cert::all_from_pem(&b, crate::pki::MAX_BUNDLE_CERTS).is_ok_and(|c| shas(&c) == want)
+        }) {
             continue;
         }
         kc.replace_ca_data(pem.as_bytes())
@@ -214,6 +220,13 @@ pub(super) fn changes(
         });
     }
     Ok(out)
+}
+
+/// The SHA-256 of each certificate, sorted: a bundle's trust, whatever its order.
+fn shas(certs: &[Cert]) -> Vec<String> {
+    let mut out: Vec<String> = certs.iter().map(Cert::sha256_hex).collect();
+    out.sort();
+    out
 }
 
 fn embedded_ca(kc: &Kubeconfig) -> Result<Option<Vec<u8>>, String> {
@@ -282,23 +295,18 @@ pub(super) fn check(
     if let Some(stale) = kubelet_stale(node, now) {
         return Err(stale);
     }
-    let mut want: Vec<String> = bundle.iter().map(Cert::sha256_hex).collect();
-    want.sort();
+    let want = shas(bundle);
     for (rel, kc) in kubeconfigs(node)? {
         let held = embedded_ca(&kc).map_err(|e| format!("'{rel}': {e}"))?;
-        let mut shas: Vec<String> = held
+        let held = held
             .map(|b| Cert::all_from_pem(&b, crate::pki::MAX_BUNDLE_CERTS))
             .transpose()
             .map_err(|e| format!("'{rel}': {e}"))?
-            .unwrap_or_default()
-            .iter()
-            .map(Cert::sha256_hex)
-            .collect();
-        shas.sort();
-        if shas != want {
+            .unwrap_or_default();
+        if shas(&held) != want {
             return Err(format!(
                 "'{rel}' embeds {} CA certificate(s), not the {} of '{}'",
-                shas.len(),
+                held.len(),
                 want.len(),
                 files.cert
             ));
