@@ -1057,21 +1057,11 @@ fn csr_signed(node: &Node, dir: &Path, name: &str) -> PathBuf {
     std::fs::create_dir_all(dir).unwrap();
     let key = dir.join(format!("{name}.key"));
     let req = dir.join(format!("{name}.csr"));
-    openssl_ok(&[
-        "req",
-        "-new",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-        "-keyout",
-        s(&key),
-        "-subj",
-        &format!("/CN={name}"),
-        "-out",
-        s(&req),
-    ]);
+    let subject = format!("/CN={name}");
+    let mut args = vec!["req", "-new"];
+    args.extend(crate::renew_util::new_p256_key(s(&key)));
+    args.extend(["-subj", &subject, "-out", s(&req)]);
+    openssl_ok(&args);
     let request = openssl_ok(&["base64", "-A", "-in", s(&req)])
         .trim()
         .to_string();

@@ -72,6 +72,22 @@ impl Profile {
             subject_key_id: true,
         }
     }
+
+    /// A client certificate's profile as kubeadm makes one: critical CA:FALSE, the leaf key
+    /// usages, client auth, no SAN.
+    pub fn client(subject: Name) -> Profile {
+        Profile {
+            subject,
+            dns_names: vec![],
+            ip_addresses: vec![],
+            other_sans: vec![],
+            san_order: SanOrder::Kubeadm,
+            key_usage: leaf_key_usage(),
+            ext_key_usage: vec![super::oid::CLIENT_AUTH],
+            basic_constraints: Some(false),
+            subject_key_id: false,
+        }
+    }
 }
 
 /// Validity and serial for one issued certificate.

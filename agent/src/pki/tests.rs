@@ -97,15 +97,9 @@ fn issues_and_verifies_rsa_and_ecdsa_leaves() {
         ca_cert.verify_signed_by(&ca_cert, "ca").unwrap();
         let leaf_key = PrivateKey::generate(KeyAlgorithm::EcdsaP256).unwrap();
         let profile = Profile {
-            subject: kubeadm_subject("kube-apiserver-etcd-client", &["b", "a"]).unwrap(),
             dns_names: vec!["z".into(), "a".into(), "a".into()],
             ip_addresses: vec!["10.0.0.1".parse().unwrap(), "::1".parse().unwrap()],
-            other_sans: vec![],
-            san_order: SanOrder::Kubeadm,
-            key_usage: leaf_key_usage(),
-            ext_key_usage: vec![oid::CLIENT_AUTH],
-            basic_constraints: Some(false),
-            subject_key_id: false,
+            ..Profile::client(kubeadm_subject("kube-apiserver-etcd-client", &["b", "a"]).unwrap())
         };
         let signer = Signer {
             cert: &ca_cert,

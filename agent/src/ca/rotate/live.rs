@@ -124,23 +124,12 @@ pub fn wait_accepts_clients_of(
     now: i64,
 ) -> Result<Duration, String> {
     use crate::pki::{
-        Issuance, PrivateKey, Profile, SanOrder, Signer, issue, kubeadm_subject, leaf_key_usage,
-        oid, random_serial,
+        Issuance, PrivateKey, Profile, Signer, issue, kubeadm_subject, random_serial,
     };
     let e = |e: crate::pki::PkiError| format!("making the trust probe's certificate: {e}");
     let ca_key = PrivateKey::read_pem(&new.key_pem).map_err(e)?;
     let key = PrivateKey::generate(crate::pki::KeyAlgorithm::EcdsaP256).map_err(e)?;
-    let profile = Profile {
-        subject: kubeadm_subject("certrotor:trust-probe", &[]).map_err(e)?,
-        dns_names: vec![],
-        ip_addresses: vec![],
-        other_sans: vec![],
-        san_order: SanOrder::Kubeadm,
-        key_usage: leaf_key_usage(),
-        ext_key_usage: vec![oid::CLIENT_AUTH],
-        basic_constraints: Some(false),
-        subject_key_id: false,
-    };
+    let profile = Profile::client(kubeadm_subject("certrotor:trust-probe", &[]).map_err(e)?);
     let signer = Signer {
         cert: &new.cert,
         key: &ca_key,
