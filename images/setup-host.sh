@@ -41,6 +41,7 @@ TOOLS=(
   chattr:e2fsprogs lsattr:e2fsprogs flock:util-linux setpriv:util-linux mount:mount findmnt:util-linux
   readelf:binutils aarch64-linux-gnu-gcc:gcc-aarch64-linux-gnu aarch64-linux-musl-gcc:musl-dev:arm64
   skopeo:skopeo docker-registry:docker-registry qemu-aarch64-static:qemu-user-static
+  perl:perl-base
 )
 
 check_tools() {

@@ -1188,3 +1188,49 @@ fn ca_rotate_of_the_cluster_ca_keeps_the_apiserver_and_the_csr_signer_serving() 
         count("kube-scheduler")
     );
 }
+
+/// A process named `kubelet` reading the node's kubelet.conf (`--kubeconfig`), started now
+/// (perl, which Debian always has and which keeps the name it is given; pyenv's python3
+/// re-executes itself under its own).
+fn fake_kubelet(root: &Path) -> std::process::Child {
+    let conf = root.join("etc/kubernetes/kubelet.conf");
+    std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "exec -a kubelet perl -e 'sleep 600' -- --kubeconfig={}",
+            conf.display()
+        ))
+        .spawn()
+        .expect("bash and perl run")
+}
+
+/// The cluster CA where a kubelet runs: it reads kubelet.conf's CA once, at start, so trust-in
+/// does not end while a kubelet started before kubelet.conf changed runs (it would refuse the
+/// apiserver's certificate of the new CA); once it has been restarted, the rotation goes on, and
+/// the issue (the same certificates in kubelet.conf) does not ask for another restart.
+#[test]
+fn ca_rotate_of_the_cluster_ca_waits_for_the_kubelet_to_read_its_new_kubeconfig() {
+    let (_t, root) = lab_in("ca-kubelet", &[]);
+    let mut old_kubelet = fake_kubelet(&root);
+    // Started a second before the rotation changes kubelet.conf (times are in seconds).
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let held = ca("rotate", &CLUSTER, &root).run();
+    assert_ne!(held.code(), Some(0), "{held}");
+    assert!(
+        held.stderr
+            .contains(&format!("the kubelet (PID {})", old_kubelet.id()))
+            && held.stderr.contains("systemctl restart kubelet"),
+        "{held}"
+    );
+    assert_eq!(history(&root), ["trust-in"], "{held}");
+    assert_eq!(blocks(&root.join(CLUSTER.cert)).len(), 2);
+    old_kubelet.kill().unwrap();
+    old_kubelet.wait().unwrap();
+    let mut kubelet = fake_kubelet(&root);
+    let out = ca("rotate", &CLUSTER, &root).run();
+    let _ = kubelet.kill();
+    let _ = kubelet.wait();
+    assert_eq!(json(&out.ok())["stage"], "issued");
+    let out = ca("continue", &CLUSTER, &root).run().ok();
+    assert_eq!(json(&out)["stage"], "done", "{out}");
+}

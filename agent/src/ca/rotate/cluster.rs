@@ -244,22 +244,21 @@ fn embedded_ca(kc: &Kubeconfig) -> Result<Option<Vec<u8>>, String> {
 
 /// A kubelet of this node that started before its kubeconfig last changed: it still trusts
 /// the CA data it read at start (client-go reads a kubeconfig's CA once). certrotor cannot
-/// restart a kubelet on a kubeadm node (a systemd unit); it names the command. Where no
-/// kubelet process can be seen (another PID namespace, a lab node), there is none to wait for.
+/// restart a kubelet on a kubeadm node (a systemd unit); it names the command. A kubelet is a
+/// process whose program is named `kubelet` and whose `--kubeconfig`, seen from its own root
+/// (`/proc/PID/root`), is this node's file (the same device and inode: a kubelet of another
+/// root is not this node's); where none can be seen (another PID namespace, a lab node), there
+/// is none to wait for.
 fn kubelet_stale(node: &Node, now: i64) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
     let rel = node
         .entries()
         .iter()
         .find(|e| e.kind == Kind::Kubeconfig && e.name.split('@').next() == Some("kubelet.conf"))?
         .path
         .clone();
-    let changed = std::fs::metadata(node.root().join(&rel))
-        .and_then(|m| m.modified())
-        .ok()?
-        .duration_since(std::time::UNIX_EPOCH)
-        .ok()?
-        .as_secs() as i64;
-    let abs = format!("/{rel}");
+    let ours = std::fs::metadata(node.root().join(&rel)).ok()?;
+    let changed = ours.mtime();
     let ticks = crate::sys::procfs::now_ticks()?;
     let stale = crate::sys::procfs::Proc::all().into_iter().find(|p| {
         let Some(argv) = p.cmdline() else {
@@ -268,10 +267,10 @@ fn kubelet_stale(node: &Node, now: i64) -> Option<String> {
         let kubelet = argv
             .first()
             .is_some_and(|a| a.rsplit('/').next() == Some("kubelet"));
-        let reads = argv.iter().any(|a| *a == format!("--kubeconfig={abs}"))
-            || argv
-                .windows(2)
-                .any(|w| w[0] == "--kubeconfig" && w[1] == abs);
+        let reads = kubeconfig_arg(&argv)
+            .filter(|path| path.starts_with('/'))
+            .and_then(|path| std::fs::metadata(format!("/proc/{}/root{path}", p.pid)).ok())
+            .is_some_and(|m| (m.dev(), m.ino()) == (ours.dev(), ours.ino()));
         let age = (crate::sys::procfs::ticks_ms(p.start_time, ticks) / 1000) as i64;
         kubelet && reads && now - age < changed
     })?;
@@ -280,6 +279,17 @@ fn kubelet_stale(node: &Node, now: i64) -> Option<String> {
          then: restart it ('systemctl restart kubelet'), then run the same command again",
         stale.pid
     ))
+}
+
+/// The value of `--kubeconfig` on a command line (`--kubeconfig=PATH` or `--kubeconfig PATH`).
+fn kubeconfig_arg(argv: &[String]) -> Option<&str> {
+    argv.iter().enumerate().find_map(|(i, a)| {
+        a.strip_prefix("--kubeconfig=").or_else(|| {
+            (a == "--kubeconfig")
+                .then(|| argv.get(i + 1).map(String::as_str))
+                .flatten()
+        })
+    })
 }
 
 /// Checks the files after a stage: every kubeconfig trusts the certificates of `bundle` (in
