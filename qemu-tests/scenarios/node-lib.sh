@@ -485,16 +485,6 @@ node_vip_step() {
 # client certificate's in the node's file, the mount's root in its mountinfo) and its container
 # logs -> $E2E_OUT/PREFIX-kube-vip.log
 node_vip_snapshot() {
-  # One kube-vip process that stays the same over a second: kube-vip exits when it loses its
-  # Lease (an apiserver slow to answer on a busy host), and the kubelet starts it again; a
-  # snapshot taken as it exits would show half of one process. At most 60 looks.
-  _vtry=0
-  while [ "$_vtry" -lt 60 ]; do
-    _vp=$(pidof kube-vip)
-    sleep 1
-    [ -n "$_vp" ] && [ "$(pidof kube-vip | wc -w)" = 1 ] && [ "$(pidof kube-vip)" = "$_vp" ] && break
-    _vtry=$((_vtry + 1))
-  done
   _vp=$(pidof kube-vip | cut -d' ' -f1)
   _vpp=$(awk '/^PPid:/ {print $2}' "/proc/${_vp:-0}/status" 2> /dev/null)
   _vc=$(ctr -n k8s.io tasks ls 2> /dev/null | awk -v p="${_vp:-none}" '$2 == p {print $1}')
