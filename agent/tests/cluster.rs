@@ -1109,9 +1109,19 @@ struct External {
 
 impl External {
     fn start(t: &TempDir) -> External {
+        External::start_expiring(t, "2d")
+    }
+
+    /// Leaves expiring in `expires_in`.
+    fn start_expiring(t: &TempDir, expires_in: &str) -> External {
         let offs = offsets(5);
         let template = t.join("template");
-        lab_node(&template, &["--topology", "external-etcd"], "2d", offs[0]);
+        lab_node(
+            &template,
+            &["--topology", "external-etcd"],
+            expires_in,
+            offs[0],
+        );
         let client_url = |o: u16| format!("https://127.0.0.1:{}", 2379 + o);
         let initial = (0..3)
             .map(|i| format!("e-{i}=https://127.0.0.1:{}", 2380 + offs[i]))

@@ -28,17 +28,25 @@
 //! signer to a file of its own until trust-out ([`cluster`]); its trust-in waits until this
 //! node's kube-apiserver authenticates clients of the new CA ([`live`]).
 //!
+//! On an external etcd, the etcd CA's control planes follow the etcd nodes: they hold the CA's
+//! certificate only ([`files::CaFiles::trust_only`]), take the new one from etcd and, at the
+//! issue, the apiserver-etcd-client pair an etcd node publishes ([`external`]).
+//!
 //! What is not built yet, and refused with the reason: the cluster CA on Bottlerocket (its
-//! signer and the kubelet's trust would move through the API's settings); an external etcd, or
-//! control planes outside the etcd members (they cannot take turns through the members'
-//! records); a trust file other than the CA file itself.
+//! signer and the kubelet's trust would move through the API's settings); the cluster and
+//! front-proxy CAs on an external etcd's control planes, or with control planes outside the
+//! etcd members (they cannot take turns through the members' records); a trust file other than
+//! the CA file itself.
 
 mod check;
 mod cluster;
+mod error;
+mod external;
 pub mod files;
 mod guard;
 mod live;
 mod shared;
+pub use error::RotateError;
 pub use shared::{MemberStage, member_stages};
 mod stage;
 
@@ -56,85 +64,11 @@ use crate::pass::events;
 use crate::pass::ops::{self, OpsError};
 use crate::pass::run::{RunOptions, RunReport};
 use crate::restart::{self, Platform};
-use crate::sys::state::StateError;
 use check::{check, leaves_not_signed_by, signer_is};
+use external::{external_etcd_ready, no_record, pair_waiting, trust_only, trusts_external_etcd};
 use files::{CaFiles, CaPair, Target};
 use guard::{abort_waiting, alone, connect, refuse_unbuilt, waiting, with_shared};
 use stage::{published, stage_files, stage_files_with};
-
-/// A rotation refused or failed; each says what happened to the files and what to do.
-#[derive(Debug)]
-pub enum RotateError {
-    /// Refused before anything changed.
-    Refused(String),
-    /// Stopped after earlier stages of this command changed files (they stand, recorded).
-    Stopped(String),
-    /// The rotation state file cannot be used.
-    State(StateError),
-    /// Locking, recovery, the transaction or the pass state.
-    Ops(OpsError),
-    /// A stage's pass failed (exit code of `run --once`): the stage stays in progress.
-    Pass {
-        stage: Stage,
-        exit: u8,
-        detail: String,
-    },
-    /// The files after a stage are not what it wants.
-    Check { stage: Stage, detail: String },
-}
-
-impl std::fmt::Display for RotateError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            RotateError::Refused(s) => write!(f, "{s}; nothing was changed"),
-            RotateError::Stopped(s) => write!(
-                f,
-                "{s}; what the stages before did stands (recorded on this node): run the same \
-                 command again"
-            ),
-            RotateError::State(e) => write!(f, "{e}"),
-            RotateError::Ops(e) => write!(f, "{e}"),
-            RotateError::Pass {
-                stage,
-                exit,
-                detail,
-            } => write!(
-                f,
-                "stage {}: the pass failed (exit {exit}): {detail}; the stage stays in progress: \
-                 run the same command again, or 'certrotor ca abort'",
-                stage.name()
-            ),
-            RotateError::Check { stage, detail } => write!(
-                f,
-                "stage {}: {detail}; the stage stays in progress: run the same command again, or \
-                 'certrotor ca abort'",
-                stage.name()
-            ),
-        }
-    }
-}
-
-impl std::error::Error for RotateError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            RotateError::Ops(e) => Some(e),
-            RotateError::State(e) => Some(e),
-            _ => None,
-        }
-    }
-}
-
-impl From<OpsError> for RotateError {
-    fn from(e: OpsError) -> Self {
-        RotateError::Ops(e)
-    }
-}
-
-impl From<StateError> for RotateError {
-    fn from(e: StateError) -> Self {
-        RotateError::State(e)
-    }
-}
 
 /// What one stage did.
 #[derive(Debug, Clone, Serialize)]
@@ -207,7 +141,11 @@ fn rotate_stages(root: &Path, ca: CaName, opts: &RunOptions) -> Result<RotateRep
         done.push(trust_in(root, &mut r, opts)?);
     }
     if matches!(r.stage, Stage::Trusted | Stage::Issue) {
-        if let Some(waiting) = waiting(root, &r, opts, Stage::Trusted)? {
+        let mut wait = waiting(root, &r, opts, Stage::Trusted)?;
+        if wait.is_none() && r.stage == Stage::Trusted && trust_only(root, ca)? {
+            wait = pair_waiting(root, &r, opts, &r.new_sha256)?;
+        }
+        if let Some(waiting) = wait {
             return report(root, &r, done, opts).map(|mut rep| {
                 rep.next = waiting;
                 rep
@@ -272,6 +210,15 @@ fn abort_stages(root: &Path, ca: CaName, opts: &RunOptions) -> Result<RotateRepo
     if r.stage != Stage::Abort {
         r.enter(root, Stage::Abort, opts.write.clock.now())
             .map_err(|e| state_io(root, e))?;
+    }
+    if signs_new && files.trust_only {
+        // A control plane of an external etcd takes the old CA's pair from the etcd nodes.
+        if let Some(waiting) = pair_waiting(root, &r, opts, &r.old_sha256)? {
+            return report(root, &r, done, opts).map(|mut rep| {
+                rep.next = waiting;
+                rep
+            });
+        }
     }
     if signs_new {
         // The leaves were issued by the new CA: the old one signs again and issues them.
@@ -402,8 +349,11 @@ fn begin(root: &Path, ca: CaName, opts: &RunOptions) -> Result<Rotation, RotateE
     if ca == CaName::Ca {
         cluster::refuse(&node, &pods, &files).map_err(RotateError::Refused)?;
     }
-    let shared = connect(&node, &pods, opts)?;
+    let shared = connect(&node, &pods, opts, ca)?;
     alone(&node, opts, shared.as_ref())?;
+    if ca == CaName::EtcdCa {
+        external_etcd_ready(&files, shared.as_ref(), &pods)?;
+    }
     let certs = files::certs(root, &files).map_err(RotateError::Refused)?;
     if certs.len() != 1 {
         return Err(RotateError::Refused(format!(
@@ -429,6 +379,23 @@ fn begin(root: &Path, ca: CaName, opts: &RunOptions) -> Result<Rotation, RotateE
     if let Some(s) = &shared {
         s.begin(ca, &old.sha256_hex())
             .map_err(RotateError::Refused)?;
+        if files.trust_only {
+            // A control plane of an external etcd follows: an etcd node mints the new CA.
+            let bound = (opts.cluster.wait, std::time::Duration::from_secs(1));
+            if !s
+                .wait_for_record(ca, &old.sha256_hex(), bound)
+                .map_err(RotateError::Refused)?
+            {
+                return Err(RotateError::Refused(format!(
+                    "no etcd node has begun the rotation of {} (waited {} s): the etcd nodes \
+                     hold its key and make the new CA; run 'certrotor ca rotate --ca {}' on \
+                     an etcd node, then here again",
+                    ca.name(),
+                    opts.cluster.wait.as_secs(),
+                    ca.name()
+                )));
+            }
+        }
     }
     let mut r = Rotation::new(ca, old.sha256_hex());
     let now = opts.write.clock.now();
@@ -446,7 +413,7 @@ fn trust_in(root: &Path, r: &mut Rotation, opts: &RunOptions) -> Result<StageDon
         true => None,
         false => files::pair(root, &files, &r.new_sha256).map_err(RotateError::Refused)?,
     };
-    let shared = with_shared(root, opts)?;
+    let shared = with_shared(root, opts, r.ca)?;
     let new = match (mine, shared) {
         // Resumed with its new CA in the files, alone: nothing to agree on.
         (Some(_), None) => {
@@ -457,7 +424,10 @@ fn trust_in(root: &Path, r: &mut Rotation, opts: &RunOptions) -> Result<StageDon
         // in trust-in no leaf of this node's is signed by it yet.
         (Some(mine), Some(s)) => {
             let theirs = s
-                .new_ca(r.ca, &r.old_sha256, || Ok(mine))
+                .new_ca(r.ca, &r.old_sha256, || match files.trust_only {
+                    false => Ok(mine),
+                    true => Err(no_record(r.ca)),
+                })
                 .map_err(RotateError::Stopped)?;
             if theirs.cert.sha256_hex() == r.new_sha256 {
                 return stage_with(root, r, opts, (Stage::TrustIn, Stage::Trusted), None);
@@ -474,6 +444,9 @@ fn trust_in(root: &Path, r: &mut Rotation, opts: &RunOptions) -> Result<StageDon
         (None, shared) => {
             let old = old_pair(root, &files, r)?;
             let mint = || {
+                if files.trust_only {
+                    return Err(no_record(r.ca));
+                }
                 let policy = ca_policy(root, opts)?;
                 files::mint(&old, &policy, opts.write.clock.now())
             };
@@ -483,6 +456,11 @@ fn trust_in(root: &Path, r: &mut Rotation, opts: &RunOptions) -> Result<StageDon
             }
             .map_err(RotateError::Refused)?
         }
+    };
+    // A node that only trusts the CA keeps no key of it.
+    let new = match files.trust_only {
+        true => CaPair::cert_only(new.cert.clone()),
+        false => new,
     };
     r.new_sha256 = new.cert.sha256_hex();
     // Recorded before the files: a crash in between makes another one, never a second new CA in
@@ -527,7 +505,7 @@ fn stage_with(
     // Recorded in etcd before the front-proxy's publish wait: of two nodes ending trust-out
     // (or an abort) at once, the later to record sees the other finished and removes the CA
     // from the published bundle.
-    if let Some(s) = with_shared(root, opts)? {
+    if let Some(s) = with_shared(root, opts, r.ca)? {
         s.reached(r.ca, &r.old_sha256, reached, opts.write.clock.now())
             .map_err(|e| RotateError::Stopped(format!("recording the stage in etcd: {e}")))?;
     }
@@ -572,18 +550,23 @@ fn ca_policy(root: &Path, opts: &RunOptions) -> Result<CaPolicy, String> {
     crate::ca::kubeadm_config::read(&Node::discover(root))
 }
 
-/// The CA's files: its certificate file and key, as the catalog knows them.
+/// The CA's files: its certificate file and key, as the catalog knows them; on a control plane
+/// of an external etcd, the etcd CA's certificate alone ([`CaFiles::trust_only`]).
 fn ca_files(node: &Node, ca: CaName) -> Result<CaFiles, RotateError> {
     let names = ca.catalog_names();
-    node.entries()
+    let entry = node
+        .entries()
         .iter()
         .filter(|e| e.kind == crate::node::catalog::Kind::Ca)
         .filter(|e| names.contains(&e.name.split('@').next().unwrap_or(&e.name)))
-        .find(|e| files::read(node.root(), &e.path).is_ok_and(|b| b.is_some()))
-        .and_then(|e| Some(CaFiles::of(&e.path, e.key_path.as_deref()?)))
-        .ok_or_else(|| {
-            RotateError::Refused(format!("no {} with a key file on this node", ca.name()))
-        })
+        .find(|e| files::read(node.root(), &e.path).is_ok_and(|b| b.is_some()));
+    let missing = || RotateError::Refused(format!("no {} with a key file on this node", ca.name()));
+    let entry = entry.ok_or_else(missing)?;
+    if trusts_external_etcd(node, ca) {
+        return Ok(CaFiles::trust_only(&entry.path));
+    }
+    let key = entry.key_path.as_deref().ok_or_else(missing)?;
+    Ok(CaFiles::of(&entry.path, key))
 }
 
 /// The plan of `ca` on this node and its static pods.

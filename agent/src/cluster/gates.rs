@@ -210,6 +210,28 @@ pub(super) fn candidates(
     candidates.into_iter().map(|(_, addr)| addr).collect()
 }
 
+/// The names of the control planes registered under [`APISERVERS_PREFIX`] (the etcd member
+/// name, or `kube-apiserver@IP:PORT` on a control plane of an external etcd), updated within
+/// [`REGISTRATION_MAX_AGE`] of `now`: the kube-apiservers that ran certrotor lately.
+pub fn registered_apiservers(
+    client: &super::Client,
+    now: i64,
+) -> Result<Vec<String>, super::ClusterError> {
+    let mut names = Vec::new();
+    for (key, value) in client.get_prefix(APISERVERS_PREFIX)? {
+        let updated = serde_json::from_slice::<Value>(&value)
+            .ok()
+            .and_then(|v| v.get("updated_unix").and_then(Value::as_i64))
+            .unwrap_or(0);
+        if let Some(name) = key.strip_prefix(APISERVERS_PREFIX)
+            && now - updated <= REGISTRATION_MAX_AGE
+        {
+            names.push(name.to_string());
+        }
+    }
+    Ok(names)
+}
+
 /// Probes every address at once and answers with the first ready one, or what each probe
 /// said by `deadline`; each probe ends by itself within its timeout, and those still running
 /// when the answer (or the deadline) comes are left to end unheard.

@@ -43,9 +43,9 @@ mod tests;
 
 pub use client::{Access, CONNECT_TIMEOUT, Client, Member, REQUEST_TIMEOUT, mtls_agent};
 pub use discover::{NodeInfo, discover};
-pub use gates::{Gate, apiserver_gate, apiserver_gate_until, etcd_gate};
+pub use gates::{Gate, apiserver_gate, apiserver_gate_until, etcd_gate, registered_apiservers};
 pub use lock::{Holder, LockGuard, holder_text, keep_alive, try_lock};
-pub use published_pair::{publish_if_due, published_bundle};
+pub use published_pair::{publish_if_due, published_bundle, published_cert};
 pub use session::{
     Acquired, ClusterReport, Session, before_restart, jitter_between, prefer_reachable,
     start_for_pass,

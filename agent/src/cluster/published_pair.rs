@@ -29,8 +29,8 @@ impl Drop for PublishedPair {
 }
 
 /// On an etcd node (etcdadm layout): publishes this node's apiserver-etcd-client pair when the
-/// published one is absent, expired or due (within `within` seconds) and this node's own pair is
-/// not. The write is a compare-and-swap on the key's revision, so that of the etcd nodes that
+/// published one is absent, expired or due (within `within` seconds), or of another CA than the
+/// one that signs now (a rotation of the etcd CA), and this node's own pair is not. The write is a compare-and-swap on the key's revision, so that of the etcd nodes that
 /// renewed in the same hour exactly one pair is published. `Ok(Some(what))` when published.
 pub fn publish_if_due(
     s: &Session,
@@ -53,21 +53,14 @@ pub fn publish_if_due(
         // Not renewed (yet): nothing worth publishing.
         return Ok(None);
     }
-    let existing = s.client.get_versioned(PAIR_KEY)?;
-    let revision = match &existing {
-        None => 0,
-        Some((bytes, rev)) => {
-            let published = serde_json::from_slice::<PublishedPair>(bytes)
-                .ok()
-                .and_then(|p| Cert::from_pem(p.cert_pem.as_bytes()).ok());
-            if let Some(p) = published
-                && (p.sha256_hex() == cert.sha256_hex() || p.not_after() - now > within)
-            {
-                // Ours, or another etcd node's fresh pair: one pair cluster-wide.
-                return Ok(None);
-            }
-            *rev
-        }
+    let signer = signer_of(local)?;
+    let Some(revision) = replaceable(
+        s.client.get_versioned(PAIR_KEY)?,
+        &cert,
+        signer,
+        (now, within),
+    ) else {
+        return Ok(None);
     };
     let key_rel = entry.key_path.clone().unwrap_or_default();
     let mut key_pem = read_rel(root, &key_rel)?;
@@ -103,6 +96,71 @@ pub fn publish_if_due(
     Ok(Some(what))
 }
 
+/// The revision to replace (0: none published) when this node's pair `cert` should replace
+/// the published one: the published one is absent, unreadable, expired or due, or (during a
+/// rotation of the etcd CA, the signer changing) of another CA than `signer` that signed
+/// `cert`; `None` to leave it (ours, another etcd node's fresh pair of the same CA: one pair
+/// cluster-wide; or ours not of the CA that signs now).
+fn replaceable(
+    existing: Option<(Vec<u8>, i64)>,
+    cert: &crate::pki::Cert,
+    signer: Option<crate::pki::Cert>,
+    (now, within): (i64, i64),
+) -> Option<i64> {
+    let of_signer = |c: &crate::pki::Cert| {
+        signer
+            .as_ref()
+            .is_none_or(|s| c.verify_signed_by(s, "etcd-ca").is_ok())
+    };
+    if !of_signer(cert) {
+        return None;
+    }
+    let Some((bytes, revision)) = existing else {
+        return Some(0);
+    };
+    let bytes = zeroize::Zeroizing::new(bytes);
+    let published = serde_json::from_slice::<PublishedPair>(&bytes)
+        .ok()
+        .and_then(|p| crate::pki::Cert::from_pem(p.cert_pem.as_bytes()).ok());
+    match published {
+        Some(p)
+            if p.sha256_hex() == cert.sha256_hex()
+                || (p.not_after() - now > within && of_signer(&p)) =>
+        {
+            None
+        }
+        _ => Some(revision),
+    }
+}
+
+/// The etcd CA that signs on this etcd node: the first certificate of its CA file (during a
+/// rotation the file holds two; the signer's comes first).
+fn signer_of(local: &Node) -> Result<Option<crate::pki::Cert>, ClusterError> {
+    let Some(ca) = local
+        .entries()
+        .iter()
+        .find(|e| e.name == catalog::names::ETCDADM_CA && local.root().join(&e.path).exists())
+    else {
+        return Ok(None);
+    };
+    let pem = read_rel(local.root(), &ca.path)?;
+    crate::pki::Cert::from_pem(&pem)
+        .map(Some)
+        .map_err(|e| err(format!("'{}': {e}", ca.path)))
+}
+
+/// The certificate of the published pair, if any (readable or not: `None` for either absent
+/// or unreadable; the key is not looked at).
+pub fn published_cert(s: &Session) -> Result<Option<crate::pki::Cert>, ClusterError> {
+    let Some(bytes) = s.client.get(PAIR_KEY)? else {
+        return Ok(None);
+    };
+    let bytes = zeroize::Zeroizing::new(bytes);
+    Ok(serde_json::from_slice::<PublishedPair>(&bytes)
+        .ok()
+        .and_then(|p| crate::pki::Cert::from_pem(p.cert_pem.as_bytes()).ok()))
+}
+
 /// On an external-etcd control plane: the published pair as an `etcd-client import` bundle
 /// (certificate, then key), when it differs from the installed certificate and does not expire
 /// before it. The caller checks it as `import` does before installing. Zero the bundle after use.
@@ -131,12 +189,24 @@ pub fn published_bundle(s: &Session, local: &Node) -> Result<Option<Vec<u8>>, Cl
             pair.version
         )));
     }
+    // The CA that signs now: the first certificate of the control plane's etcd CA file (a
+    // rotation of the etcd CA puts the new one first at its issue, the old one at an abort).
+    let signer = read_rel(root, &format!("{}/pki/etcd/ca.crt", layout.dir))
+        .ok()
+        .and_then(|b| Cert::from_pem(&b).ok());
+    let of_signer = |c: &Cert| {
+        signer
+            .as_ref()
+            .is_some_and(|s| c.verify_signed_by(s, "etcd-ca").is_ok())
+    };
     if let Some(entry) = local.entry_of(layout, catalog::names::APISERVER_ETCD_CLIENT)
         && let Ok(installed) = read_rel(root, &entry.path)
         && let Ok(installed) = Cert::from_pem(&installed)
         && let Ok(published) = Cert::from_pem(pair.cert_pem.as_bytes())
         && (published.sha256_hex() == installed.sha256_hex()
-            || published.not_after() <= installed.not_after())
+            || (published.not_after() <= installed.not_after()
+                // A pair of the signing CA replaces one of another CA, even a longer-lived one.
+                && (of_signer(&installed) || !of_signer(&published))))
     {
         return Ok(None);
     }
@@ -146,4 +216,107 @@ pub fn published_bundle(s: &Session, local: &Node) -> Result<Option<Vec<u8>>, Cl
     }
     bundle.extend_from_slice(pair.key_pem.as_bytes());
     Ok(Some(bundle))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pki::{self, Cert, Issuance, KeyAlgorithm, PrivateKey, Profile};
+
+    const NOW: i64 = 1_800_000_000;
+    const DAY: i64 = 86_400;
+
+    fn ca(cn: &str) -> (Cert, PrivateKey) {
+        let key = PrivateKey::generate(KeyAlgorithm::EcdsaP256).unwrap();
+        let profile = Profile::ca(pki::kubeadm_subject(cn, &[]).unwrap(), vec![]);
+        let window = Issuance {
+            serial: 1,
+            not_before: NOW - DAY,
+            not_after: NOW + 3650 * DAY,
+        };
+        (
+            pki::issue(&profile, &key.spki().unwrap(), None, &key, window).unwrap(),
+            key,
+        )
+    }
+
+    /// An apiserver-etcd-client certificate of `ca`, valid for `days` from now.
+    fn client((ca, ca_key): &(Cert, PrivateKey), days: i64) -> Cert {
+        let key = PrivateKey::generate(KeyAlgorithm::EcdsaP256).unwrap();
+        let subject = pki::kubeadm_subject("kube-apiserver-etcd-client", &[]).unwrap();
+        let window = Issuance {
+            serial: days as u64 + 2,
+            not_before: NOW - DAY,
+            not_after: NOW + days * DAY,
+        };
+        let spki = key.spki().unwrap();
+        let signer = pki::Signer {
+            cert: ca,
+            key: ca_key,
+        };
+        pki::issue(
+            &Profile::client(subject),
+            &spki,
+            Some(&signer),
+            &key,
+            window,
+        )
+        .unwrap()
+    }
+
+    fn published(c: &Cert, revision: i64) -> Option<(Vec<u8>, i64)> {
+        let pair = PublishedPair {
+            version: PUBLISHED_PAIR_VERSION,
+            cert_pem: c.to_pem().unwrap(),
+            key_pem: String::new(),
+            published_by: "e-0".into(),
+            published_at: String::new(),
+        };
+        Some((serde_json::to_vec(&pair).unwrap(), revision))
+    }
+
+    #[test]
+    fn one_pair_of_the_signing_ca_is_published_and_a_rotation_replaces_it() {
+        let (old, new) = (ca("etcd-ca"), ca("etcd-ca"));
+        let within = 30 * DAY;
+        let at = (NOW, within);
+        let mine = client(&old, 365);
+        // Nothing published: published (a create, revision 0).
+        assert_eq!(replaceable(None, &mine, Some(old.0.clone()), at), Some(0));
+        // Ours, or another node's fresh pair of the same CA: left alone.
+        assert_eq!(
+            replaceable(published(&mine, 5), &mine, Some(old.0.clone()), at),
+            None
+        );
+        let theirs = client(&old, 300);
+        assert_eq!(
+            replaceable(published(&theirs, 5), &mine, Some(old.0.clone()), at),
+            None
+        );
+        // Another node's pair due, or unreadable: replaced at its revision.
+        let due = client(&old, 10);
+        assert_eq!(
+            replaceable(published(&due, 6), &mine, Some(old.0.clone()), at),
+            Some(6)
+        );
+        let junk = Some((b"{not json".to_vec(), 7));
+        assert_eq!(replaceable(junk, &mine, Some(old.0.clone()), at), Some(7));
+        // The issue of a rotation: the new CA signs; a fresh pair of the old CA is replaced.
+        let issued = client(&new, 365);
+        assert_eq!(
+            replaceable(published(&theirs, 8), &issued, Some(new.0.clone()), at),
+            Some(8)
+        );
+        // This node's own pair is not of the CA that signs now: never published.
+        assert_eq!(
+            replaceable(published(&due, 9), &mine, Some(new.0.clone()), at),
+            None
+        );
+        assert_eq!(replaceable(None, &mine, Some(new.0.clone()), at), None);
+        // An abort after the issue: the old CA signs again and replaces the new CA's pair.
+        assert_eq!(
+            replaceable(published(&issued, 10), &mine, Some(old.0.clone()), at),
+            Some(10)
+        );
+    }
 }

@@ -189,7 +189,7 @@ pub fn status(root: &Path, opts: &StatusOptions) -> Result<StatusReport, StatusE
     let ca_rotation = crate::ca::rotation::Rotation::load(root).map_err(StatusError::CaRotation)?;
     // Best effort, as the cluster lock: etcd's view of every member's stage.
     let ca_rotation_members = match (&ca_rotation, &client) {
-        (Some(r), Some(c)) => crate::ca::rotate::member_stages(c, r.ca, &r.old_sha256).ok(),
+        (Some(r), Some(c)) => crate::ca::rotate::member_stages(c, r.ca, &r.old_sha256, now).ok(),
         _ => None,
     };
     Ok(StatusReport {

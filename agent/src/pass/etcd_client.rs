@@ -245,9 +245,20 @@ fn checked_pair<'n>(
             ))
         })?;
     let ca_path = format!("{}/pki/etcd/ca.crt", layout.dir);
-    let ca = Cert::from_pem(&read(root, &ca_path)?).map_err(refused(format!("'{ca_path}'")))?;
-    cert.verify_signed_by(&ca, "etcd-ca")
-        .map_err(refused("the bundle's certificate"))?;
+    // Any CA the file holds: during a rotation of the etcd CA it holds the old and the new.
+    let cas = Cert::all_from_pem(&read(root, &ca_path)?, crate::pki::MAX_BUNDLE_CERTS)
+        .map_err(refused(format!("'{ca_path}'")))?;
+    let mut verdict = Err(refuse(format!("'{ca_path}' holds no certificate")));
+    for ca in &cas {
+        match cert.verify_signed_by(ca, "etcd-ca") {
+            Ok(()) => {
+                verdict = Ok(());
+                break;
+            }
+            Err(e) => verdict = Err(refused("the bundle's certificate")(e)),
+        }
+    }
+    verdict?;
     if !key.matches(&cert) {
         return Err(refuse("the bundle's key does not match its certificate"));
     }

@@ -13,6 +13,8 @@ use serde_json::{Value, json};
 use super::*;
 use crate::util::openssl_verify;
 
+mod external;
+
 impl Stacked3 {
     /// etcd `/health` and kube-apiserver `/readyz` of every node, each probed with that node's
     /// own CA file and client pair as they are on disk now (a CA rotation changes them).
@@ -47,8 +49,28 @@ impl Stacked3 {
     }
 }
 
-/// [`Stacked3::sample_own`] every 100 ms until the sampler is finished.
-fn sample_own_every_100ms(c: &Arc<Stacked3>) -> Sampler {
+/// A cluster whose nodes `certrotor ca` runs on: the roots, where the logs go, and a sample
+/// of its members and apiservers taken with each node's own files as they are now.
+trait Rotating: Send + Sync + 'static {
+    fn root(&self, i: usize) -> &Path;
+    fn dir(&self) -> &Path;
+    fn sample_own(&self) -> Sample;
+}
+
+impl Rotating for Stacked3 {
+    fn root(&self, i: usize) -> &Path {
+        &self.nodes[i].root
+    }
+    fn dir(&self) -> &Path {
+        &self.dir
+    }
+    fn sample_own(&self) -> Sample {
+        Stacked3::sample_own(self)
+    }
+}
+
+/// [`Rotating::sample_own`] every 100 ms until the sampler is finished.
+fn sample_own_every_100ms<C: Rotating>(c: &Arc<C>) -> Sampler {
     let c = c.clone();
     Sampler::start(move || c.sample_own())
 }
@@ -58,8 +80,8 @@ type Runs = Vec<(Option<i32>, Value, String)>;
 
 /// `certrotor ca SUB --ca CA` on the nodes `which` at once (cluster mode), sampled every 100 ms:
 /// each node's run (in the order of `which`), the samples, and how long the round took.
-fn ca_round(
-    c: &Arc<Stacked3>,
+fn ca_round<C: Rotating>(
+    c: &Arc<C>,
     (sub, ca): (&str, &str),
     (which, killed): (&[usize], Option<usize>),
     tag: &str,
@@ -69,7 +91,7 @@ fn ca_round(
     let mut runs: Vec<Background> = which
         .iter()
         .map(|&i| {
-            let run = certrotor(&["ca", sub, "--ca", ca, "--root", s(&c.nodes[i].root)])
+            let run = certrotor(&["ca", sub, "--ca", ca, "--root", s(c.root(i))])
                 .args(&PASS_FLAGS)
                 .args(&["--output", "json"]);
             // Killed (SIGKILL) right after its first transaction, before its restarts.
@@ -78,7 +100,7 @@ fn ca_round(
             } else {
                 run
             };
-            run.spawn(&c.dir, &format!("ca-{tag}-node-{i}"))
+            run.spawn(c.dir(), &format!("ca-{tag}-node-{i}"))
         })
         .collect();
     let deadline = Instant::now() + PASSES_DEADLINE.saturating_mul(2);
@@ -101,8 +123,8 @@ fn ca_round(
 
 /// One round on the nodes `which`: every run exits 0 at one of the stages `want`; returns each
 /// node's stage.
-fn round_to(
-    c: &Arc<Stacked3>,
+fn round_to<C: Rotating>(
+    c: &Arc<C>,
     sub_ca: (&str, &str),
     which: &[usize],
     want: &[&str],
@@ -112,8 +134,8 @@ fn round_to(
 }
 
 /// [`round_to`], the node `killed` killed after its first transaction (its stage: `killed`).
-fn round_killing(
-    c: &Arc<Stacked3>,
+fn round_killing<C: Rotating>(
+    c: &Arc<C>,
     (sub, ca): (&str, &str),
     (which, killed): (&[usize], Option<usize>),
     want: &[&str],
@@ -189,7 +211,13 @@ const WRITER_PATH: &str = "/api/v1/namespaces/default/configmaps/certrotor-write
 
 impl Writer {
     fn start(c: &Stacked3) -> Writer {
-        let admin = c.nodes[0].root.join("etc/kubernetes/admin.conf");
+        let roots: Vec<&Path> = c.nodes.iter().map(|n| n.root.as_path()).collect();
+        Writer::start_on(&roots)
+    }
+
+    /// On the control planes at `roots`.
+    fn start_on(roots: &[&Path]) -> Writer {
+        let admin = roots[0].join("etc/kubernetes/admin.conf");
         let made = Cmd::new(testkit::k8s::kubectl_path())
             .args(&[
                 "--kubeconfig",
@@ -202,10 +230,9 @@ impl Writer {
             ])
             .run();
         assert!(made.status.success(), "{made}");
-        let nodes: Vec<certrotor::node::Node> = c
-            .nodes
+        let nodes: Vec<certrotor::node::Node> = roots
             .iter()
-            .map(|n| certrotor::node::Node::discover(&n.root))
+            .map(|r| certrotor::node::Node::discover(r))
             .collect();
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {

@@ -433,7 +433,7 @@ pub enum CaSub {
 /// leaf again (issue)
 pub struct CaRotateOwn {
     #[argh(option, from_str_fn(ca_name))]
-    /// the CA: front-proxy-ca or etcd-ca (ca: not built yet)
+    /// the CA: ca (the cluster CA), front-proxy-ca or etcd-ca
     pub ca: certrotor::ca::CaName,
     #[argh(option, default = "Format::Table", from_str_fn(format))]
     /// output format: table (default) or json

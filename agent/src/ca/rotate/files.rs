@@ -20,6 +20,16 @@ pub struct CaPair {
     pub key_pem: Zeroizing<Vec<u8>>,
 }
 
+impl CaPair {
+    /// The certificate alone, where the node only trusts the CA ([`CaFiles::trust_only`]).
+    pub fn cert_only(cert: Cert) -> CaPair {
+        CaPair {
+            cert,
+            key_pem: Zeroizing::new(Vec::new()),
+        }
+    }
+}
+
 /// The files of one CA on the node (relative to the root).
 #[derive(Debug, Clone)]
 pub struct CaFiles {
@@ -31,6 +41,9 @@ pub struct CaFiles {
     pub next: String,
     /// The old CA's key from the issue until trust-out (what `abort` signs with again).
     pub previous: String,
+    /// The CA's certificate without its key (the etcd CA on a control plane of an external
+    /// etcd): the node trusts the CA and signs nothing; its key fields are empty.
+    pub trust_only: bool,
 }
 
 impl CaFiles {
@@ -40,6 +53,18 @@ impl CaFiles {
             key: key.to_string(),
             next: rotation_key(key, NEXT),
             previous: rotation_key(key, PREVIOUS),
+            trust_only: false,
+        }
+    }
+
+    /// A CA this node only trusts: its certificate file, no key.
+    pub fn trust_only(cert: &str) -> CaFiles {
+        CaFiles {
+            cert: cert.to_string(),
+            key: String::new(),
+            next: String::new(),
+            previous: String::new(),
+            trust_only: true,
         }
     }
 }
@@ -71,7 +96,7 @@ pub fn certs(root: &Path, files: &CaFiles) -> Result<Vec<Cert>, String> {
 }
 
 /// The pair whose certificate has SHA-256 `sha256`, if the CA file holds it and one of the
-/// three key files holds its key.
+/// three key files holds its key (a CA only trusted here: its certificate, with no key).
 pub fn pair(root: &Path, files: &CaFiles, sha256: &str) -> Result<Option<CaPair>, String> {
     let Some(cert) = certs(root, files)?
         .into_iter()
@@ -79,6 +104,9 @@ pub fn pair(root: &Path, files: &CaFiles, sha256: &str) -> Result<Option<CaPair>
     else {
         return Ok(None);
     };
+    if files.trust_only {
+        return Ok(Some(CaPair::cert_only(cert)));
+    }
     for rel in [&files.key, &files.next, &files.previous] {
         let Some(pem) = read(root, rel)? else {
             continue;
@@ -180,7 +208,9 @@ pub fn changes(
         (&files.previous, previous, 0o600),
     ];
     let mut out = Vec::new();
-    for (rel, content, mode) in wanted {
+    // A CA only trusted here has its certificate file alone.
+    let kept = if files.trust_only { 1 } else { wanted.len() };
+    for (rel, content, mode) in wanted.into_iter().take(kept) {
         let now = read(root, rel)?;
         if now.as_deref().map(|b| b.as_slice()) == content.as_deref() {
             // Scrub the copy that is not needed.
@@ -198,4 +228,71 @@ pub fn changes(
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pki::{self, KeyAlgorithm};
+    use crate::sys::tmpdir::TmpDir;
+
+    /// A CA of its own (certificate and key), as read from a node.
+    fn ca(cn: &str) -> CaPair {
+        let key = PrivateKey::generate(KeyAlgorithm::EcdsaP256).unwrap();
+        let profile = Profile::ca(pki::kubeadm_subject(cn, &[]).unwrap(), vec![]);
+        let window = Issuance {
+            serial: 7,
+            not_before: 1_700_000_000,
+            not_after: 2_000_000_000,
+        };
+        let cert = pki::issue(&profile, &key.spki().unwrap(), None, &key, window).unwrap();
+        let pem = key.to_pem(key.encoding).unwrap().0.as_bytes().to_vec();
+        CaPair {
+            cert,
+            key_pem: Zeroizing::new(pem),
+        }
+    }
+
+    #[test]
+    fn a_ca_only_trusted_changes_its_certificate_file_and_no_key() {
+        let root = TmpDir::new("files", "trust-only");
+        let (old, new) = (ca("etcd-ca"), ca("etcd-ca"));
+        fs_write(&root, "pki/etcd/ca.crt", &old.cert.to_pem().unwrap());
+        let files = CaFiles::trust_only("pki/etcd/ca.crt");
+        // Read back: the certificate, no key.
+        let read = pair(&root, &files, &old.cert.sha256_hex())
+            .unwrap()
+            .unwrap();
+        assert!(read.key_pem.is_empty());
+        let new_cert = CaPair::cert_only(new.cert.clone());
+        for (target, want) in [
+            (Target::TrustIn, vec![&old.cert, &new.cert]),
+            (Target::Issue, vec![&new.cert, &old.cert]),
+            (Target::TrustOut, vec![&new.cert]),
+        ] {
+            let c = changes(&root, &files, target, Some(&read), Some(&new_cert)).unwrap();
+            assert_eq!(c.len(), 1, "{target:?}: only the certificate file");
+            assert_eq!(c[0].rel, "pki/etcd/ca.crt");
+            let written = Cert::all_from_pem(c[0].content.as_deref().unwrap(), 4).unwrap();
+            let shas: Vec<String> = written.iter().map(|c| c.sha256_hex()).collect();
+            let want: Vec<String> = want.iter().map(|c| c.sha256_hex()).collect();
+            assert_eq!(shas, want, "{target:?}");
+        }
+        // A CA whose key is here writes its key files too.
+        fs_write(
+            &root,
+            "pki/etcd/ca.key",
+            &String::from_utf8_lossy(&old.key_pem),
+        );
+        let signed = CaFiles::of("pki/etcd/ca.crt", "pki/etcd/ca.key");
+        let c = changes(&root, &signed, Target::TrustIn, Some(&old), Some(&new)).unwrap();
+        let rels: Vec<&str> = c.iter().map(|c| c.rel.as_str()).collect();
+        assert_eq!(rels, ["pki/etcd/ca.crt", "pki/etcd/ca.next.key"]);
+    }
+
+    fn fs_write(root: &Path, rel: &str, text: &str) {
+        let p = root.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
 }

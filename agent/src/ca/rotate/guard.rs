@@ -33,14 +33,18 @@ pub(super) fn refuse_unbuilt(
         ));
     }
     let runs = |c: Component| pods.iter().any(|(_, p)| p.component() == Some(c));
-    if !runs(Component::KubeApiserver) || (ca == CaName::EtcdCa && !runs(Component::Etcd)) {
+    // The etcd CA rotates on an external etcd too: its etcd nodes (no kube-apiserver) sign, its
+    // control planes (no etcd member) follow them through etcd. The other CAs are the control
+    // planes' own, and those take turns through etcd only as its members (stacked).
+    let external = !(runs(Component::KubeApiserver) && runs(Component::Etcd));
+    if external && ca != CaName::EtcdCa {
         return Err(RotateError::Refused(format!(
-            "{} is shared with other nodes here ({}): rotating a CA across an external etcd \
-             topology is not built yet; certrotor rotates a CA on stacked control planes (each \
-             with its own etcd member), taking turns through etcd",
+            "{} is shared with other nodes here ({}): rotating it across an external etcd \
+             topology is not built yet; certrotor rotates the cluster and front-proxy CAs on \
+             stacked control planes (each with its own etcd member), and the etcd CA on both",
             ca.name(),
             if runs(Component::KubeApiserver) {
-                "an external etcd"
+                "the control planes of an external etcd"
             } else {
                 "no kube-apiserver runs on this node: the control planes elsewhere trust it"
             }
@@ -105,22 +109,33 @@ pub(super) fn alone(
     Ok(())
 }
 
-/// The cluster this node takes turns with: `None` when its etcd has no other member. An etcd of
-/// several members that cannot be reached (or `--cluster off`) is refused: a node acting alone
-/// there would mint a CA of its own, or issue before the others trust it.
+/// The cluster this node takes turns with: `None` when its etcd has no other member and no
+/// control plane elsewhere trusts it. An etcd of several members that cannot be reached (or
+/// `--cluster off`) is refused: a node acting alone there would mint a CA of its own, or issue
+/// before the others trust it.
+///
+/// The nodes of the rotation are the etcd members; for the etcd CA, also the control planes
+/// registered in etcd that are not members (an external etcd's: they trust the CA and present
+/// its client certificates, so no member issues before they trust the new CA).
 pub(super) fn connect(
     node: &Node,
     pods: &[(String, PodInfo)],
     opts: &RunOptions,
+    ca: CaName,
 ) -> Result<Option<Shared>, RotateError> {
     let members = etcd_members(pods);
-    if members <= 1 {
+    let runs = |c: Component| pods.iter().any(|(_, p)| p.component() == Some(c));
+    let external =
+        ca == CaName::EtcdCa && !(runs(Component::KubeApiserver) && runs(Component::Etcd));
+    if members <= 1 && !external {
         return Ok(None);
     }
     let unreachable = |why: String| {
         RotateError::Refused(format!(
-            "this node's etcd names {members} members and cannot be reached ({why}): a rotation \
-             across nodes takes turns through etcd; run the same command again when etcd answers"
+            "this node's etcd names {members} member{} and cannot be reached ({why}): a \
+             rotation across nodes takes turns through etcd; run the same command again when \
+             etcd answers",
+            if members == 1 { "" } else { "s" }
         ))
     };
     let session = match crate::cluster::Session::start(node, pods, &opts.cluster) {
@@ -128,22 +143,42 @@ pub(super) fn connect(
         Ok(None) => return Err(unreachable("--cluster off".into())),
         Err(e) => return Err(unreachable(e.to_string())),
     };
-    let names = session
+    let mut names: Vec<String> = session
         .client
         .members()
-        .map_err(|e| unreachable(e.to_string()))?;
+        .map_err(|e| unreachable(e.to_string()))?
+        .into_iter()
+        .map(|m| m.name)
+        .collect();
+    let mut elsewhere = Vec::new();
+    if ca == CaName::EtcdCa {
+        let now = opts.write.clock.now();
+        for cp in crate::cluster::registered_apiservers(&session.client, now)
+            .map_err(|e| unreachable(e.to_string()))?
+        {
+            if !names.contains(&cp) {
+                elsewhere.push(cp);
+            }
+        }
+    }
+    names.extend(elsewhere.iter().cloned());
     Ok(Some(Shared {
-        members: names.into_iter().map(|m| m.name).collect(),
+        members: names,
+        elsewhere,
         session,
     }))
 }
 
 /// [`connect`] for a stage, found again each time: a stage changes the files the etcd client
 /// trusts and presents.
-pub(super) fn with_shared(root: &Path, opts: &RunOptions) -> Result<Option<Shared>, RotateError> {
+pub(super) fn with_shared(
+    root: &Path,
+    opts: &RunOptions,
+    ca: CaName,
+) -> Result<Option<Shared>, RotateError> {
     let node = Node::discover(root);
     let pods = pods_here(&node, opts)?;
-    connect(&node, &pods, opts).map_err(|e| match e {
+    connect(&node, &pods, opts, ca).map_err(|e| match e {
         RotateError::Refused(s) => RotateError::Stopped(s),
         other => other,
     })
@@ -157,7 +192,7 @@ pub(super) fn waiting(
     opts: &RunOptions,
     stage: Stage,
 ) -> Result<Option<String>, RotateError> {
-    let Some(s) = with_shared(root, opts)? else {
+    let Some(s) = with_shared(root, opts, r.ca)? else {
         return Ok(None);
     };
     let e = |e: String| RotateError::Stopped(format!("the rotation in etcd: {e}"));
@@ -196,7 +231,7 @@ pub(super) fn abort_waiting(
     r: &Rotation,
     opts: &RunOptions,
 ) -> Result<Option<String>, RotateError> {
-    let Some(s) = with_shared(root, opts)? else {
+    let Some(s) = with_shared(root, opts, r.ca)? else {
         return Ok(None);
     };
     let e = |e: String| RotateError::Stopped(format!("the rotation in etcd: {e}"));

@@ -1,4 +1,4 @@
-//! A CA rotation across the nodes of a stacked cluster, through etcd: one new CA for all, and
+//! A CA rotation across the nodes of a cluster, through etcd: one new CA for all, and
 //! no stage on any node before every node has finished the previous one.
 //!
 //! Keys (under `certrotor/v1/`, plain etcd keys: the new CA's key leaves the nodes' PKI folders
@@ -14,9 +14,12 @@
 //! CA (compare-and-swap on the record: two nodes beginning at once remove it once), so that the
 //! next one mints a CA of its own.
 //!
-//! The nodes are the etcd members (stacked: every control plane is one). Restarts still take
-//! turns under the cluster lock and its health gates: each stage ends with a pass in cluster
-//! mode ([`crate::pass::run::run_once`]).
+//! The nodes are the etcd members (stacked: every control plane is one); for the etcd CA also
+//! the control planes registered in etcd that are no member (an external etcd's: they trust
+//! the CA, hold no key of it, take the new CA's certificate from the record and the
+//! apiserver-etcd-client pair the etcd nodes publish). Restarts still take turns under the
+//! cluster lock and its health gates: each stage ends with a pass in cluster mode
+//! ([`crate::pass::run::run_once`]).
 
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
@@ -64,8 +67,12 @@ struct Reached {
 /// The connected cluster and this node's member name.
 pub struct Shared {
     pub session: Session,
-    /// Every etcd member's name (this node's included).
+    /// The nodes of the rotation: every etcd member's name (this node's included), then
+    /// [`Shared::elsewhere`].
     pub members: Vec<String>,
+    /// Etcd CA: the control planes registered in etcd that are no member (an external etcd's),
+    /// by their registration name (`kube-apiserver@IP:PORT`).
+    pub elsewhere: Vec<String>,
 }
 
 impl Shared {
@@ -124,6 +131,31 @@ impl Shared {
             ));
         }
         Ok(CaPair { cert, key_pem })
+    }
+
+    /// Waits (at most `bound`, looking every `poll`) until a node has published the rotation
+    /// from `old` (its new CA); `false` when none has.
+    pub fn wait_for_record(
+        &self,
+        ca: CaName,
+        old: &str,
+        (bound, poll): (std::time::Duration, std::time::Duration),
+    ) -> Result<bool, String> {
+        let deadline = std::time::Instant::now() + bound;
+        loop {
+            let found = self
+                .session
+                .client
+                .get(&key(ca, old))
+                .map_err(|e| format!("etcd: {e}"))?;
+            if found.is_some() {
+                return Ok(true);
+            }
+            if std::time::Instant::now() >= deadline {
+                return Ok(false);
+            }
+            std::thread::sleep(poll);
+        }
     }
 
     /// Before a rotation from `old` begins on this node: a previous one aborted on every member
@@ -264,26 +296,41 @@ pub struct MemberStage {
     pub at: Option<String>,
 }
 
-/// Every etcd member's recorded stage of the rotation of `ca` from the CA `old`, in one read.
+/// Every node's recorded stage of the rotation of `ca` from the CA `old`, in one read: the etcd
+/// members, and for the etcd CA the control planes registered elsewhere (`now`: how fresh a
+/// registration must be, as [`crate::cluster::registered_apiservers`]).
 pub fn member_stages(
     client: &crate::cluster::Client,
     ca: CaName,
     old: &str,
+    now: i64,
 ) -> Result<Vec<MemberStage>, String> {
     let e = |e: crate::cluster::ClusterError| format!("etcd: {e}");
-    let members = client.members().map_err(e)?;
-    let kvs = client.get_prefix(&key(ca, old)).map_err(e)?;
-    Ok(members
+    let mut names: Vec<String> = client
+        .members()
+        .map_err(e)?
         .into_iter()
-        .map(|m| {
+        .map(|m| m.name)
+        .collect();
+    if ca == CaName::EtcdCa {
+        for cp in crate::cluster::registered_apiservers(client, now).map_err(e)? {
+            if !names.contains(&cp) {
+                names.push(cp);
+            }
+        }
+    }
+    let kvs = client.get_prefix(&key(ca, old)).map_err(e)?;
+    Ok(names
+        .into_iter()
+        .map(|name| {
             let reached = kvs
                 .iter()
-                .find(|(k, _)| *k == node_key(ca, old, &m.name))
+                .find(|(k, _)| *k == node_key(ca, old, &name))
                 .and_then(|(_, v)| serde_json::from_slice::<Reached>(v).ok());
             MemberStage {
                 stage: reached.as_ref().map(|r| r.stage.name()),
                 at: reached.map(|r| r.at),
-                member: m.name,
+                member: name,
             }
         })
         .collect())

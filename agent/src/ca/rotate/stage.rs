@@ -42,8 +42,11 @@ pub(super) fn stage_files_with(
     let (backup_id, written, leaves) = write_stage(root, r, opts, (doing, target), minted)?;
     // The issue (and an abort's re-issue) renews every leaf of the CA; every stage's pass makes
     // the restarts owed.
-    let reissue =
-        matches!(target, Target::Issue) || (doing == Stage::Abort && target == Target::TrustIn);
+    // A node that only trusts the CA issues nothing: its pass installs the pair the etcd nodes
+    // published ([`crate::pass::import`]).
+    let reissue = !leaves.is_empty()
+        && (matches!(target, Target::Issue)
+            || (doing == Stage::Abort && target == Target::TrustIn));
     let mut pass_opts = opts.clone();
     pass_opts.policy.all = false;
     if reissue {
@@ -118,7 +121,7 @@ pub(super) fn published(
         Target::TrustIn | Target::Issue => vec![],
     };
     if !gone.is_empty()
-        && let Some(s) = with_shared(root, opts).map_err(|e| e.to_string())?
+        && let Some(s) = with_shared(root, opts, r.ca).map_err(|e| e.to_string())?
     {
         let others = others_not_at(&s, r, target)?;
         if !others.is_empty() {
@@ -225,6 +228,7 @@ fn write_stage(
     let leaves = plan
         .leaves
         .iter()
+        .filter(|_| !files.trust_only)
         .filter(|l| l.renewable || l.name == crate::node::kubelet::CLIENT)
         .map(|l| l.name.clone())
         .collect();
