@@ -485,6 +485,20 @@ node_vip_step() {
 # client certificate's in the node's file, the mount's root in its mountinfo) and its container
 # logs -> $E2E_OUT/PREFIX-kube-vip.log
 node_vip_snapshot() {
+  # One kube-vip process, the same a second later (at most 60 looks): kube-vip exits when it
+  # loses its Lease (an apiserver slow to answer on a busy host) and the kubelet starts it
+  # again; a snapshot taken as it exits would show half of one process. What the last look
+  # saw is written either way: the test reads it.
+  _vtry=0
+  while [ "$_vtry" -lt 60 ]; do
+    _vp=$(pidof kube-vip || true)
+    sleep 1
+    _vq=$(pidof kube-vip || true)
+    if [ -n "$_vp" ] && [ "$_vp" = "$_vq" ] && [ "$(echo "$_vp" | wc -w)" = 1 ]; then
+      break
+    fi
+    _vtry=$((_vtry + 1))
+  done
   _vp=$(pidof kube-vip | cut -d' ' -f1)
   _vpp=$(awk '/^PPid:/ {print $2}' "/proc/${_vp:-0}/status" 2> /dev/null)
   _vc=$(ctr -n k8s.io tasks ls 2> /dev/null | awk -v p="${_vp:-none}" '$2 == p {print $1}')
