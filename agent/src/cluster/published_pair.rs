@@ -227,17 +227,7 @@ mod tests {
     const DAY: i64 = 86_400;
 
     fn ca(cn: &str) -> (Cert, PrivateKey) {
-        let key = PrivateKey::generate(KeyAlgorithm::EcdsaP256).unwrap();
-        let profile = Profile::ca(pki::kubeadm_subject(cn, &[]).unwrap(), vec![]);
-        let window = Issuance {
-            serial: 1,
-            not_before: NOW - DAY,
-            not_after: NOW + 3650 * DAY,
-        };
-        (
-            pki::issue(&profile, &key.spki().unwrap(), None, &key, window).unwrap(),
-            key,
-        )
+        pki::test_ca(cn, (NOW - DAY, NOW + 3650 * DAY))
     }
 
     /// An apiserver-etcd-client certificate of `ca`, valid for `days` from now.

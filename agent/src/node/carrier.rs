@@ -239,18 +239,11 @@ impl<'a> Carrier<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pki::{self, Issuance, KeyAlgorithm, PrivateKey, Profile};
+    use crate::pki;
 
     /// A self-signed certificate and its key's PEM.
     fn pair(cn: &str) -> (Cert, Vec<u8>, Vec<u8>) {
-        let key = PrivateKey::generate(KeyAlgorithm::EcdsaP256).unwrap();
-        let profile = Profile::ca(pki::kubeadm_subject(cn, &[]).unwrap(), vec![]);
-        let window = Issuance {
-            serial: 7,
-            not_before: 1_700_000_000,
-            not_after: 2_000_000_000,
-        };
-        let cert = pki::issue(&profile, &key.spki().unwrap(), None, &key, window).unwrap();
+        let (cert, key) = pki::test_ca(cn, (1_700_000_000, 2_000_000_000));
         let cert_pem = cert.to_pem().unwrap().into_bytes();
         let key_pem = key.to_pem(key.encoding).unwrap().0.as_bytes().to_vec();
         (cert, cert_pem, key_pem)

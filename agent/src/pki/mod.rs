@@ -301,3 +301,18 @@ mod fuzz {
 }
 #[cfg(test)]
 mod tests;
+
+/// Unit tests elsewhere: a self-signed ECDSA P-256 CA named `cn`, valid from `not_before` to
+/// `not_after`, and its key.
+#[cfg(test)]
+pub(crate) fn test_ca(cn: &str, (not_before, not_after): (i64, i64)) -> (Cert, PrivateKey) {
+    let key = PrivateKey::generate(KeyAlgorithm::EcdsaP256).unwrap();
+    let profile = Profile::ca(kubeadm_subject(cn, &[]).unwrap(), vec![]);
+    let window = Issuance {
+        serial: 7,
+        not_before,
+        not_after,
+    };
+    let cert = issue(&profile, &key.spki().unwrap(), None, &key, window).unwrap();
+    (cert, key)
+}

@@ -180,6 +180,57 @@ struct Rounds {
     samples: Vec<Sample>,
 }
 
+impl Rounds {
+    /// What each round took, for the figures.
+    fn took_ms(&self) -> Vec<String> {
+        let took = self.took.iter();
+        took.map(|(what, d)| format!("{what} {}", d.as_millis()))
+            .collect()
+    }
+}
+
+/// The data written before the rotation is read back (`get`); the writer found an apiserver to
+/// serve every tick; in every sample no two members were down and an apiserver was ready; no two
+/// nodes' etcd (`states`, since `since`) were down at once.
+fn served_throughout(
+    get: &Output,
+    writes: &WriterLog,
+    log: &Rounds,
+    states: &[BTreeMap<String, PodState>],
+    since: u128,
+) {
+    assert!(
+        get.status.success() && get.stdout.trim() == "before-ca-rotation",
+        "{get}"
+    );
+    assert!(writes.ticks > 100, "{writes:?}");
+    assert!(
+        writes.failed.is_empty(),
+        "{} of {} writes served by no apiserver: {:?}",
+        writes.failed.len(),
+        writes.ticks,
+        writes.failed
+    );
+    let samples = &log.samples;
+    assert!(samples.len() > 50, "only {} samples", samples.len());
+    for x in samples {
+        assert!(
+            x.etcd_up.iter().filter(|u| !**u).count() <= 1,
+            "two members down: {x:?}"
+        );
+        assert!(x.api.iter().any(|u| *u), "no apiserver ready: {x:?}");
+    }
+    for (i, s) in states.iter().enumerate() {
+        for (j, other) in states.iter().enumerate().skip(i + 1) {
+            for a in down_windows(s, "etcd", since) {
+                for b in down_windows(other, "etcd", since) {
+                    assert!(!overlap(a, b), "etcd of nodes {i} and {j} down together");
+                }
+            }
+        }
+    }
+}
+
 /// The nodes of `which` whose stage is `stage`.
 fn at(which: &[usize], stages: &[String], stage: &str) -> Vec<usize> {
     which
@@ -603,38 +654,9 @@ fn three_stacked_nodes_rotate_the_etcd_front_proxy_and_cluster_cas_in_turns_with
             &["get", "certrotor-test/kept", "--print-value-only"],
         )
     };
-    assert!(
-        get.status.success() && get.stdout.trim() == "before-ca-rotation",
-        "{get}"
-    );
-    assert!(writes.ticks > 100, "{writes:?}");
-    assert!(
-        writes.failed.is_empty(),
-        "{} of {} writes served by no apiserver: {:?}",
-        writes.failed.len(),
-        writes.ticks,
-        writes.failed
-    );
-    // Never two members down, never no apiserver ready; etcd restarts one node at a time.
-    let samples = &log.samples;
-    assert!(samples.len() > 50, "only {} samples", samples.len());
-    for x in samples {
-        assert!(
-            x.etcd_up.iter().filter(|u| !**u).count() <= 1,
-            "two members down: {x:?}"
-        );
-        assert!(x.api.iter().any(|u| *u), "no apiserver ready: {x:?}");
-    }
     let states: Vec<_> = c.nodes.iter().map(|n| n.states()).collect();
-    for (i, s) in states.iter().enumerate() {
-        for (j, other) in states.iter().enumerate().skip(i + 1) {
-            for a in down_windows(s, "etcd", since) {
-                for b in down_windows(other, "etcd", since) {
-                    assert!(!overlap(a, b), "etcd of nodes {i} and {j} down together");
-                }
-            }
-        }
-    }
+    served_throughout(&get, &writes, &log, &states, since);
+    let samples = &log.samples;
     let no_api = longest(samples, |x| x.api.iter().all(|u| !*u));
     let member_down = longest(samples, |x| x.etcd_up.iter().any(|u| !*u));
     eprintln!(
@@ -644,10 +666,7 @@ fn three_stacked_nodes_rotate_the_etcd_front_proxy_and_cluster_cas_in_turns_with
          kube-controller-manager {kcm_restarts:?} and no kube-apiserver or etcd; longest window with a member down {} \
          ms, with no apiserver ready {} ms; {} samples every 100 ms; writer: {} writes and \
          reads, {} served by no apiserver, {} requests failed over to another apiserver",
-        log.took
-            .iter()
-            .map(|(what, d)| format!("{what} {}", d.as_millis()))
-            .collect::<Vec<_>>(),
+        log.took_ms(),
         member_down.as_millis(),
         no_api.as_millis(),
         samples.len(),

@@ -233,19 +233,12 @@ pub fn changes(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pki::{self, KeyAlgorithm};
+    use crate::pki;
     use crate::sys::tmpdir::TmpDir;
 
     /// A CA of its own (certificate and key), as read from a node.
     fn ca(cn: &str) -> CaPair {
-        let key = PrivateKey::generate(KeyAlgorithm::EcdsaP256).unwrap();
-        let profile = Profile::ca(pki::kubeadm_subject(cn, &[]).unwrap(), vec![]);
-        let window = Issuance {
-            serial: 7,
-            not_before: 1_700_000_000,
-            not_after: 2_000_000_000,
-        };
-        let cert = pki::issue(&profile, &key.spki().unwrap(), None, &key, window).unwrap();
+        let (cert, key) = pki::test_ca(cn, (1_700_000_000, 2_000_000_000));
         let pem = key.to_pem(key.encoding).unwrap().0.as_bytes().to_vec();
         CaPair {
             cert,
