@@ -203,10 +203,16 @@ fn abort_stages(root: &Path, ca: CaName, opts: &RunOptions) -> Result<RotateRepo
     let node = Node::discover(root);
     let files = ca_files(&node, ca)?;
     let mut done = Vec::new();
-    let signs_new = !r.new_sha256.is_empty()
+    let mut signs_new = !r.new_sha256.is_empty()
         && files::pair(root, &files, &r.new_sha256)
             .map_err(RotateError::Refused)?
             .is_some_and(|n| signer_is(root, &files, &n.cert));
+    if files.trust_only && !signs_new && !r.new_sha256.is_empty() {
+        // A node that only trusts the CA issues nothing: its leaves say whether the old CA's
+        // pair is still to be installed (an abort whose install failed after its files moved).
+        let old = old_pair(root, &files, &r)?;
+        signs_new = !leaves_not_signed_by(&node, ca, &old.cert, false).is_empty();
+    }
     if r.stage != Stage::Abort {
         r.enter(root, Stage::Abort, opts.write.clock.now())
             .map_err(|e| state_io(root, e))?;
