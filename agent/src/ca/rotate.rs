@@ -342,7 +342,7 @@ fn recorded(root: &Path, ca: CaName) -> Result<Rotation, RotateError> {
 
 /// Checks that this node can rotate `ca` alone, and records the rotation (stage trust-in).
 fn begin(root: &Path, ca: CaName, opts: &RunOptions) -> Result<Rotation, RotateError> {
-    let _lock = ops::lock_and_recover_with(root, opts.write.lock_timeout, Some(&opts.restart))?;
+    let lock = ops::lock_and_recover_with(root, opts.write.lock_timeout, Some(&opts.restart))?;
     let node = Node::discover(root);
     let (plan, pods) = plan_here(&node, ca, opts)?;
     let bottlerocket = node.layouts().iter().any(|l| l.name == "bottlerocket")
@@ -386,7 +386,10 @@ fn begin(root: &Path, ca: CaName, opts: &RunOptions) -> Result<Rotation, RotateE
         s.begin(ca, &old.sha256_hex())
             .map_err(RotateError::Refused)?;
         if files.trust_only {
-            // A control plane of an external etcd follows: an etcd node mints the new CA.
+            // A control plane of an external etcd follows: an etcd node mints the new CA. The
+            // wait (up to --cluster-wait) does not hold the node lock: this node's daemon and
+            // its passes go on meanwhile; nothing here has changed yet.
+            drop(lock);
             let bound = (opts.cluster.wait, std::time::Duration::from_secs(1));
             if !s
                 .wait_for_record(ca, &old.sha256_hex(), bound)

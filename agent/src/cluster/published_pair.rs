@@ -30,8 +30,9 @@ impl Drop for PublishedPair {
 
 /// On an etcd node (etcdadm layout): publishes this node's apiserver-etcd-client pair when the
 /// published one is absent, expired or due (within `within` seconds), or of another CA than the
-/// one that signs now (a rotation of the etcd CA), and this node's own pair is not. The write is a compare-and-swap on the key's revision, so that of the etcd nodes that
-/// renewed in the same hour exactly one pair is published. `Ok(Some(what))` when published.
+/// one that signs now (a rotation of the etcd CA), and this node's own pair is not. The write
+/// is a compare-and-swap on the key's revision, so that of the etcd nodes that renewed in the
+/// same hour exactly one pair is published. `Ok(Some(what))` when published.
 pub fn publish_if_due(
     s: &Session,
     local: &Node,
@@ -118,11 +119,7 @@ fn replaceable(
     let Some((bytes, revision)) = existing else {
         return Some(0);
     };
-    let bytes = zeroize::Zeroizing::new(bytes);
-    let published = serde_json::from_slice::<PublishedPair>(&bytes)
-        .ok()
-        .and_then(|p| crate::pki::Cert::from_pem(p.cert_pem.as_bytes()).ok());
-    match published {
+    match cert_of(bytes) {
         Some(p)
             if p.sha256_hex() == cert.sha256_hex()
                 || (p.not_after() - now > within && of_signer(&p)) =>
@@ -152,18 +149,21 @@ fn signer_of(local: &Node) -> Result<Option<crate::pki::Cert>, ClusterError> {
 /// The certificate of the published pair, if any (readable or not: `None` for either absent
 /// or unreadable; the key is not looked at).
 pub fn published_cert(s: &Session) -> Result<Option<crate::pki::Cert>, ClusterError> {
-    let Some(bytes) = s.client.get(PAIR_KEY)? else {
-        return Ok(None);
-    };
-    let bytes = zeroize::Zeroizing::new(bytes);
-    Ok(serde_json::from_slice::<PublishedPair>(&bytes)
-        .ok()
-        .and_then(|p| crate::pki::Cert::from_pem(p.cert_pem.as_bytes()).ok()))
+    Ok(s.client.get(PAIR_KEY)?.and_then(cert_of))
+}
+
+/// The certificate of a published pair's value (`None`: not readable); the value, which holds
+/// the key, is zeroed.
+fn cert_of(value: Vec<u8>) -> Option<crate::pki::Cert> {
+    let value = zeroize::Zeroizing::new(value);
+    let pair = serde_json::from_slice::<PublishedPair>(&value).ok()?;
+    crate::pki::Cert::from_pem(pair.cert_pem.as_bytes()).ok()
 }
 
 /// On an external-etcd control plane: the published pair as an `etcd-client import` bundle
 /// (certificate, then key), when it differs from the installed certificate and does not expire
-/// before it. The caller checks it as `import` does before installing. Zero the bundle after use.
+/// before it, or is of the CA that signs now where the installed one is not (a rotation of the
+/// etcd CA). The caller checks it as `import` does before installing. Zero the bundle after use.
 pub fn published_bundle(s: &Session, local: &Node) -> Result<Option<Vec<u8>>, ClusterError> {
     use crate::pki::Cert;
     let root = local.root();

@@ -24,9 +24,7 @@ pub(super) fn external_etcd_ready(
     shared: Option<&Shared>,
     pods: &[(String, PodInfo)],
 ) -> Result<(), RotateError> {
-    let runs_apiserver = pods
-        .iter()
-        .any(|(_, p)| p.component() == Some(Component::KubeApiserver));
+    let runs_apiserver = super::guard::runs(pods, Component::KubeApiserver);
     match shared {
         None if files.trust_only => Err(RotateError::Refused(
             "this control plane trusts an external etcd, and a rotation of its CA follows the \

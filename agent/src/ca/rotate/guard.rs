@@ -32,18 +32,16 @@ pub(super) fn refuse_unbuilt(
                 .into(),
         ));
     }
-    let runs = |c: Component| pods.iter().any(|(_, p)| p.component() == Some(c));
     // The etcd CA rotates on an external etcd too: its etcd nodes (no kube-apiserver) sign, its
     // control planes (no etcd member) follow them through etcd. The other CAs are the control
     // planes' own, and those take turns through etcd only as its members (stacked).
-    let external = !(runs(Component::KubeApiserver) && runs(Component::Etcd));
-    if external && ca != CaName::EtcdCa {
+    if !stacked(pods) && ca != CaName::EtcdCa {
         return Err(RotateError::Refused(format!(
             "{} is shared with other nodes here ({}): rotating it across an external etcd \
              topology is not built yet; certrotor rotates the cluster and front-proxy CAs on \
              stacked control planes (each with its own etcd member), and the etcd CA on both",
             ca.name(),
-            if runs(Component::KubeApiserver) {
+            if runs(pods, Component::KubeApiserver) {
                 "the control planes of an external etcd"
             } else {
                 "no kube-apiserver runs on this node: the control planes elsewhere trust it"
@@ -124,10 +122,7 @@ pub(super) fn connect(
     ca: CaName,
 ) -> Result<Option<Shared>, RotateError> {
     let members = etcd_members(pods);
-    let runs = |c: Component| pods.iter().any(|(_, p)| p.component() == Some(c));
-    let external =
-        ca == CaName::EtcdCa && !(runs(Component::KubeApiserver) && runs(Component::Etcd));
-    if members <= 1 && !external {
+    if members <= 1 && (ca != CaName::EtcdCa || stacked(pods)) {
         return Ok(None);
     }
     let unreachable = |why: String| {
@@ -143,24 +138,9 @@ pub(super) fn connect(
         Ok(None) => return Err(unreachable("--cluster off".into())),
         Err(e) => return Err(unreachable(e.to_string())),
     };
-    let mut names: Vec<String> = session
-        .client
-        .members()
-        .map_err(|e| unreachable(e.to_string()))?
-        .into_iter()
-        .map(|m| m.name)
-        .collect();
-    let mut elsewhere = Vec::new();
-    if ca == CaName::EtcdCa {
-        let now = opts.write.clock.now();
-        for cp in crate::cluster::registered_apiservers(&session.client, now)
-            .map_err(|e| unreachable(e.to_string()))?
-        {
-            if !names.contains(&cp) {
-                elsewhere.push(cp);
-            }
-        }
-    }
+    let now = opts.write.clock.now();
+    let (mut names, elsewhere) = super::shared::participants(&session.client, ca, now)
+        .map_err(|e| unreachable(e.to_string()))?;
     names.extend(elsewhere.iter().cloned());
     Ok(Some(Shared {
         members: names,
@@ -249,6 +229,16 @@ pub(super) fn abort_waiting(
         pending.join(", "),
         r.ca.name()
     )))
+}
+
+/// Whether this node runs `c` as a static pod.
+pub(super) fn runs(pods: &[(String, PodInfo)], c: Component) -> bool {
+    pods.iter().any(|(_, p)| p.component() == Some(c))
+}
+
+/// A stacked control plane: kube-apiserver and an etcd member on one node.
+fn stacked(pods: &[(String, PodInfo)]) -> bool {
+    runs(pods, Component::KubeApiserver) && runs(pods, Component::Etcd)
 }
 
 /// The members a node's etcd or kube-apiserver names (`--initial-cluster`, `--etcd-servers`).

@@ -287,6 +287,26 @@ impl Shared {
     }
 }
 
+/// The nodes of a rotation of `ca`: the etcd members, and (the etcd CA) the control planes
+/// registered in etcd that are no member (an external etcd's; a registration `now`-fresh as
+/// [`crate::cluster::registered_apiservers`] keeps it).
+pub(super) fn participants(
+    client: &crate::cluster::Client,
+    ca: CaName,
+    now: i64,
+) -> Result<(Vec<String>, Vec<String>), crate::cluster::ClusterError> {
+    let members: Vec<String> = client.members()?.into_iter().map(|m| m.name).collect();
+    let mut elsewhere = Vec::new();
+    if ca == CaName::EtcdCa {
+        for cp in crate::cluster::registered_apiservers(client, now)? {
+            if !members.contains(&cp) && !elsewhere.contains(&cp) {
+                elsewhere.push(cp);
+            }
+        }
+    }
+    Ok((members, elsewhere))
+}
+
 /// One etcd member's stage of a rotation, as etcd holds it (`status`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct MemberStage {
@@ -306,19 +326,8 @@ pub fn member_stages(
     now: i64,
 ) -> Result<Vec<MemberStage>, String> {
     let e = |e: crate::cluster::ClusterError| format!("etcd: {e}");
-    let mut names: Vec<String> = client
-        .members()
-        .map_err(e)?
-        .into_iter()
-        .map(|m| m.name)
-        .collect();
-    if ca == CaName::EtcdCa {
-        for cp in crate::cluster::registered_apiservers(client, now).map_err(e)? {
-            if !names.contains(&cp) {
-                names.push(cp);
-            }
-        }
-    }
+    let (mut names, elsewhere) = participants(client, ca, now).map_err(e)?;
+    names.extend(elsewhere);
     let kvs = client.get_prefix(&key(ca, old)).map_err(e)?;
     Ok(names
         .into_iter()
