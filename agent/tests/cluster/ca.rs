@@ -189,6 +189,24 @@ impl Rounds {
     }
 }
 
+/// What the samples and the writer saw, for the figures.
+fn disruption(log: &Rounds, writes: &WriterLog) -> String {
+    let samples = &log.samples;
+    let no_api = longest(samples, |x| x.api.iter().all(|u| !*u));
+    let member_down = longest(samples, |x| x.etcd_up.iter().any(|u| !*u));
+    format!(
+        "longest window with a member down {} ms, with no apiserver ready {} ms; {} samples \
+         every 100 ms; writer: {} writes and reads, {} served by no apiserver, {} requests \
+         failed over to another apiserver",
+        member_down.as_millis(),
+        no_api.as_millis(),
+        samples.len(),
+        writes.ticks,
+        writes.failed.len(),
+        writes.failovers
+    )
+}
+
 /// The data written before the rotation is read back (`get`); the writer found an apiserver to
 /// serve every tick; in every sample no two members were down and an apiserver was ready; no two
 /// nodes' etcd (`states`, since `since`) were down at once.
@@ -656,22 +674,12 @@ fn three_stacked_nodes_rotate_the_etcd_front_proxy_and_cluster_cas_in_turns_with
     };
     let states: Vec<_> = c.nodes.iter().map(|n| n.states()).collect();
     served_throughout(&get, &writes, &log, &states, since);
-    let samples = &log.samples;
-    let no_api = longest(samples, |x| x.api.iter().all(|u| !*u));
-    let member_down = longest(samples, |x| x.etcd_up.iter().any(|u| !*u));
     eprintln!(
         "FIGURES ca rotation, three stacked nodes (real etcd, kube-apiserver v1.20.2): rounds {:?} \
          ms; restarts per node for the etcd CA, its abort included (etcd, kube-apiserver) \
          {etcd_restarts:?}, for the front-proxy CA none, for the cluster CA \
-         kube-controller-manager {kcm_restarts:?} and no kube-apiserver or etcd; longest window with a member down {} \
-         ms, with no apiserver ready {} ms; {} samples every 100 ms; writer: {} writes and \
-         reads, {} served by no apiserver, {} requests failed over to another apiserver",
+         kube-controller-manager {kcm_restarts:?} and no kube-apiserver or etcd; {}",
         log.took_ms(),
-        member_down.as_millis(),
-        no_api.as_millis(),
-        samples.len(),
-        writes.ticks,
-        writes.failed.len(),
-        writes.failovers
+        disruption(&log, &writes)
     );
 }

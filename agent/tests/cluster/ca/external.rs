@@ -245,7 +245,6 @@ fn an_external_etcd_and_its_control_planes_rotate_the_etcd_ca_without_a_failed_r
     .run();
     let states: Vec<_> = x.etcd.iter().map(|n| n.states()).collect();
     served_throughout(&get, &writes, &log, &states, since);
-    let samples = &log.samples;
     let restarts: Vec<usize> = x
         .etcd
         .iter()
@@ -256,20 +255,11 @@ fn an_external_etcd_and_its_control_planes_rotate_the_etcd_ca_without_a_failed_r
                 .map(|n| down_windows(&n.states(), "kube-apiserver", since).len()),
         )
         .collect();
-    let no_api = longest(samples, |s| s.api.iter().all(|u| !*u));
-    let member_down = longest(samples, |s| s.etcd_up.iter().any(|u| !*u));
     eprintln!(
         "FIGURES etcd CA rotation, external etcd (3 etcd nodes, 2 control planes; real etcd, \
          kube-apiserver v1.20.2): rounds {:?} ms; restarts (etcd ×3, kube-apiserver ×2) \
-         {restarts:?}; longest window with a member down {} ms, with no apiserver ready {} ms; \
-         {} samples every 100 ms; writer: {} writes and reads, {} served by no apiserver, {} \
-         requests failed over",
+         {restarts:?}; {}",
         log.took_ms(),
-        member_down.as_millis(),
-        no_api.as_millis(),
-        samples.len(),
-        writes.ticks,
-        writes.failed.len(),
-        writes.failovers
+        disruption(&log, &writes)
     );
 }
