@@ -295,7 +295,19 @@ mod tests {
         let p = Proc::of(child.id()).unwrap();
         assert!(Proc::all().contains(&p));
         assert!(!Proc::all().iter().any(|x| x.pid == std::process::id()));
-        assert_eq!(p.cmdline().unwrap(), ["sleep", "60"]);
+        // spawn returns once the child's exec has replaced its memory (vfork), which is a
+        // moment before the kernel sets the new command line's bounds: until then it reads
+        // empty. A bounded number of looks, a millisecond apart.
+        let cmdline = (0..5000)
+            .find_map(|_| {
+                let c = p.cmdline();
+                if c.is_none() {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                c
+            })
+            .expect("the child's command line never appeared");
+        assert_eq!(cmdline, ["sleep", "60"]);
         assert!(
             p.environ()
                 .unwrap()
