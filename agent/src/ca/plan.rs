@@ -29,6 +29,7 @@ use crate::node::manifests::{Component, PodInfo};
 use crate::pki::{Cert, MAX_BUNDLE_CERTS, MAX_PEM_FILE_BYTES};
 use crate::restart::reload::{self, Action, ComponentVersion, Context, RestartMode};
 use crate::sys::fsutil;
+use crate::sys::message_error::message_error;
 
 /// The version of the plan's JSON.
 pub const PLAN_VERSION: u32 = 1;
@@ -103,17 +104,11 @@ pub struct CaPlan {
     pub notes: Vec<String>,
 }
 
-/// Why there is no plan.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PlanError(pub String);
-
-impl std::fmt::Display for PlanError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for PlanError {}
+message_error!(
+    /// Why there is no plan.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    PlanError
+);
 
 /// The plan for `ca` on `node`, whose static pods are `pods` (as the platform lists them) and
 /// whose components run `versions`; `now`: Unix seconds.

@@ -23,13 +23,13 @@
 //! gates), `published_pair` (the external-etcd pair through etcd), `session` (what a pass does:
 //! connect, wait, lock, report), `roles` (leaders and the VIP holder last).
 
-use std::fmt;
 use std::path::Path;
 use std::time::Duration;
 
 use crate::pki::MAX_PEM_FILE_BYTES;
 use crate::sys::clock::SharedClock;
 use crate::sys::fsutil;
+use crate::sys::message_error::message_error;
 
 mod client;
 mod discover;
@@ -100,17 +100,11 @@ impl ClusterOptions {
     }
 }
 
-/// A failure talking to etcd; the message names the endpoint and says what to do.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClusterError(pub String);
-
-impl fmt::Display for ClusterError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for ClusterError {}
+message_error!(
+    /// A failure talking to etcd; the message names the endpoint and says what to do.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    ClusterError
+);
 
 fn err(m: impl Into<String>) -> ClusterError {
     ClusterError(m.into())

@@ -17,7 +17,6 @@ pub mod manifests;
 
 pub use manifests::KubeVipShape;
 
-use std::fmt;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
@@ -25,6 +24,7 @@ use crate::lab::certs::{Cas, LabClock, Writer, write_ca};
 use crate::lab::control_plane::write_control_plane;
 use crate::lab::etcd_node::{write_etcd_node, write_external_etcd_ca};
 use crate::pki::{self, KeyAlgorithm};
+use crate::sys::message_error::message_error;
 
 /// Which node layout to write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,17 +64,11 @@ pub struct LabOptions {
     pub now: i64,
 }
 
-/// A failure while writing the lab node.
-#[derive(Debug)]
-pub struct LabError(pub String);
-
-impl fmt::Display for LabError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for LabError {}
+message_error!(
+    /// A failure while writing the lab node.
+    #[derive(Debug)]
+    LabError
+);
 
 impl From<pki::PkiError> for LabError {
     fn from(e: pki::PkiError) -> Self {

@@ -10,6 +10,8 @@ use std::fmt;
 
 use serde_norway::{Mapping, Value};
 
+use crate::sys::message_error::message_error;
+
 /// Where a kubeconfig keeps a credential.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
@@ -51,17 +53,11 @@ impl fmt::Debug for Credentials {
     }
 }
 
-/// A kubeconfig problem, with what to do about it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KubeconfigError(pub String);
-
-impl fmt::Display for KubeconfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for KubeconfigError {}
+message_error!(
+    /// A kubeconfig problem, with what to do about it.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    KubeconfigError
+);
 
 fn err(msg: impl Into<String>) -> KubeconfigError {
     KubeconfigError(msg.into())

@@ -32,6 +32,7 @@ use crate::node::catalog::{Flavor, Kind};
 use crate::node::kubeconfig::Kubeconfig;
 use crate::pki::{self, Cert, Issuance, MAX_PEM_FILE_BYTES, PrivateKey, Profile, SanOrder, Signer};
 use crate::sys::fsutil;
+use crate::sys::message_error::message_error;
 use crate::txn::Change;
 
 /// kubeadm's backdate of notBefore.
@@ -119,29 +120,17 @@ pub struct Plan {
     pub reuse_keys: bool,
 }
 
-/// Why no plan could be made. Nothing was changed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PlanError(pub String);
+message_error!(
+    /// Why no plan could be made. Nothing was changed.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    PlanError
+);
 
-impl fmt::Display for PlanError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for PlanError {}
-
-/// A renewal failure while issuing or validating. Nothing was changed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IssueError(pub String);
-
-impl fmt::Display for IssueError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for IssueError {}
+message_error!(
+    /// A renewal failure while issuing or validating. Nothing was changed.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    IssueError
+);
 
 /// One renewed certificate, in memory, with the old one it replaces.
 pub struct Issued {

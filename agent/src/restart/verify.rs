@@ -21,6 +21,8 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{CertificateError, DigitallySignedStruct, Error as TlsError, SignatureScheme};
 use rustls_pki_types::pem::PemObject;
+
+use crate::sys::message_error::message_error;
 use ureq::unversioned::resolver::{ResolvedSocketAddrs, Resolver};
 use ureq::unversioned::transport::{
     Buffers, ConnectionDetails, Connector, LazyBuffers, NextTimeout, Transport,
@@ -75,17 +77,11 @@ impl Observation {
     }
 }
 
-/// Why a probe failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProbeError(pub String);
-
-impl fmt::Display for ProbeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for ProbeError {}
+message_error!(
+    /// Why a probe failed.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    ProbeError
+);
 
 /// Connects, completes the TLS handshake, records the served certificate, and GETs the path.
 pub fn probe(p: &Probe) -> Result<Observation, ProbeError> {

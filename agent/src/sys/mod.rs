@@ -6,6 +6,7 @@
 
 pub mod clock;
 pub mod fsutil;
+pub(crate) mod message_error;
 pub mod par;
 pub mod procfs;
 pub mod state;
