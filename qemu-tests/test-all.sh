@@ -103,6 +103,15 @@ else
   echo "NOT RUN: module-graph.py is not beside this clone (../shared/tools); agent/tests/layout.rs still checks the stage order"
 fi
 
+step "cargo test (agent, bottlerocket; certrotor built with its test-only failpoints)"
+# The integration tests run the binary and crash it at failpoints: it must have them (a crash
+# test against a binary without them fails, naming the feature).
+# Four tests at a time on two cores: the suite keeps both cores about 90 % busy (the real
+# apiserver, etcd and certrotor's debug binary), and four tests fill the gaps while some wait
+# for a component to reload or restart. Every wait is a bound on a condition, not a sleep, so
+# the tests hold under CPU contention (they pass at load 12-17).
+bounded 40 cargo test --locked --features certrotor/failpoints -- --test-threads=4
+
 step "static build (musl, under 4 MiB, no failpoint code: checked by build-static.sh)"
 bin=$(agent/build-static.sh --all)
 ls -l "$bin"
@@ -124,39 +133,11 @@ step "the image as users pull it: OCI index linux/amd64 + linux/arm64 (arm64 cro
 bounded 30 bottlerocket/packaging/build-image.sh target/certrotor-oci.tar
 bounded 20 cargo test --locked -p qemu-tests --test image_registry
 
-step "host tests (agent, bottlerocket; certrotor built with its test-only failpoints) and, beside them, the QEMU end-to-end suite (TCG)"
-# The two halves run side by side: each leaves a core idle much of the time (a test waiting for
-# a component to restart, a guest waiting for its kubelet), and one after the other they took
-# 26 + 24 min. They share nothing but the machine: the host tests use the debug certrotor with
-# failpoints and processes on loopback ports the kernel picks; the QEMU suite builds its static
-# binaries in the release folders (after the static build above was checked) and boots VMs on
-# QEMU's user network. Each half is bounded on its own; the QEMU half's output goes to a log,
-# printed after the host half, whatever either returned.
-qemu_rc=0
-qemu_pid=""
-qemu_log="$CARGO_TARGET_DIR/qemu-suite.log"
 if [ "${CERTROTOR_SKIP_QEMU:-0}" != 1 ]; then
+  step "QEMU end-to-end suite (TCG)"
   # --no-fail-fast: a failed scenario does not keep the others from running and reporting.
-  bounded 75 cargo test --locked --no-fail-fast -p qemu-tests -- --test-threads=1 \
-    --skip image_index_pushed_pulled_by_digest_and_run_on_both_architectures >"$qemu_log" 2>&1 &
-  qemu_pid=$!
-  echo "QEMU suite started beside the host tests (pid $qemu_pid); its output: $qemu_log, printed below"
-fi
-# The integration tests run the binary and crash it at failpoints: it must have them (a crash
-# test against a binary without them fails, naming the feature).
-# Four tests at a time: four tests fill the gaps while some wait for a component to reload or
-# restart. Every wait is a bound on a condition, not a sleep, so the tests hold under CPU
-# contention (they pass at load 12-17, and beside the QEMU suite).
-host_rc=0
-bounded 60 cargo test --locked --features certrotor/failpoints -- --test-threads=4 || host_rc=$?
-if [ -n "$qemu_pid" ]; then
-  step "QEMU end-to-end suite (TCG), which ran beside the host tests: its output"
-  wait "$qemu_pid" || qemu_rc=$?
-  cat "$qemu_log"
-fi
-if [ "$host_rc" != 0 ] || [ "$qemu_rc" != 0 ]; then
-  echo "test-all: host tests exited $host_rc, QEMU suite exited $qemu_rc" >&2
-  exit 1
+  bounded 70 cargo test --locked --no-fail-fast -p qemu-tests -- --test-threads=1 \
+    --skip image_index_pushed_pulled_by_digest_and_run_on_both_architectures
 fi
 
 step "no test left a process running"
