@@ -1978,6 +1978,25 @@ fn issue30_8_an_imported_pair_must_be_the_apiservers_etcd_client_identity() {
         "none",
     ])
     .expect_code(0);
+    // Of the same CA, only a pair that outlives the installed one: the same pair again is
+    // refused, nothing changed.
+    let installed = pki_files(&x.cp_root);
+    let again = run(&[
+        "etcd-client",
+        "import",
+        "--root",
+        s(&x.cp_root),
+        "--from",
+        s(&right),
+        "--platform",
+        "none",
+    ])
+    .expect_code(2);
+    assert!(
+        again.stderr.contains("not later than the installed one"),
+        "{again}"
+    );
+    assert_eq!(pki_files(&x.cp_root), installed);
 }
 
 /// The published pair's `version` was not checked: a pair written by a newer certrotor (an

@@ -110,7 +110,15 @@ pub fn status(root: &Path) -> Result<Option<Rotation>, RotateError> {
 /// Starts or resumes the rotation of `ca`: trust-in, then the issue, then stops before
 /// trust-out (`continue_rotation`).
 pub fn rotate(root: &Path, ca: CaName, opts: &RunOptions) -> Result<RotateReport, RotateError> {
+    let _one = one_command(root, opts)?;
     failed(root, ca, opts, rotate_stages(root, ca, opts))
+}
+
+/// The node's rotation lock ([`crate::txn::rotation_lock`]), waiting at most `--lock-timeout`:
+/// a rotation command never interleaves with another, or with the daemon's step of it.
+fn one_command(root: &Path, opts: &RunOptions) -> Result<crate::txn::Lock, RotateError> {
+    crate::txn::rotation_lock(root, opts.write.lock_timeout)
+        .map_err(|e| RotateError::Ops(OpsError::Txn(e)))
 }
 
 fn rotate_stages(root: &Path, ca: CaName, opts: &RunOptions) -> Result<RotateReport, RotateError> {
@@ -162,6 +170,7 @@ pub fn continue_rotation(
     ca: CaName,
     opts: &RunOptions,
 ) -> Result<RotateReport, RotateError> {
+    let _one = one_command(root, opts)?;
     failed(root, ca, opts, trust_out(root, ca, opts))
 }
 
@@ -188,6 +197,7 @@ fn trust_out(root: &Path, ca: CaName, opts: &RunOptions) -> Result<RotateReport,
 /// Back to the old CA alone, before trust-out: after the issue, the leaves are issued again
 /// from the old CA first.
 pub fn abort(root: &Path, ca: CaName, opts: &RunOptions) -> Result<RotateReport, RotateError> {
+    let _one = one_command(root, opts)?;
     failed(root, ca, opts, abort_stages(root, ca, opts))
 }
 
@@ -252,6 +262,16 @@ pub const ADVANCE_AGAIN: std::time::Duration = std::time::Duration::from_secs(60
 /// 'ca continue', 'ca abort'). `Some(d)`: the rotation still waits for other nodes, look again
 /// within `d`; a failed stage waits for the daemon's next pass.
 pub fn advance(root: &Path, opts: &RunOptions) -> Option<std::time::Duration> {
+    if let Ok(loaded) = Rotation::load(root)
+        && loaded.is_none_or(|r| r.stage.finished())
+    {
+        return None;
+    }
+    // An operator's command on this node has the rotation: look again soon.
+    let Ok(_one) = crate::txn::rotation_lock(root, std::time::Duration::ZERO) else {
+        return Some(ADVANCE_AGAIN);
+    };
+    // The stage as it is under the lock (the command before may have moved it).
     let r = match Rotation::load(root) {
         Ok(Some(r)) if !r.stage.finished() => r,
         Ok(_) => return None,
@@ -260,10 +280,13 @@ pub fn advance(root: &Path, opts: &RunOptions) -> Option<std::time::Duration> {
             return None;
         }
     };
+    let ca = r.ca;
     let result = match r.stage {
-        Stage::TrustIn | Stage::Trusted | Stage::Issue => rotate(root, r.ca, opts),
-        Stage::TrustOut => continue_rotation(root, r.ca, opts),
-        Stage::Abort => abort(root, r.ca, opts),
+        Stage::TrustIn | Stage::Trusted | Stage::Issue => {
+            failed(root, ca, opts, rotate_stages(root, ca, opts))
+        }
+        Stage::TrustOut => failed(root, ca, opts, trust_out(root, ca, opts)),
+        Stage::Abort => failed(root, ca, opts, abort_stages(root, ca, opts)),
         Stage::Issued | Stage::Done | Stage::Aborted => return None,
     };
     match result {
@@ -617,6 +640,9 @@ fn pass_failure(pass: &RunReport) -> String {
     }
     if !pass.pod_errors.is_empty() {
         return pass.pod_errors.join("; ");
+    }
+    if let Some(e) = pass.cluster.as_ref().and_then(|c| c.pair_error.as_ref()) {
+        return format!("the apiserver-etcd-client pair: {e}");
     }
     "see the log above".into()
 }

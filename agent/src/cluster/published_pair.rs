@@ -100,8 +100,11 @@ pub fn publish_if_due(
 /// The revision to replace (0: none published) when this node's pair `cert` should replace
 /// the published one: the published one is absent, unreadable, expired or due, or (during a
 /// rotation of the etcd CA, the signer changing) of another CA than `signer` that signed
-/// `cert`; `None` to leave it (ours, another etcd node's fresh pair of the same CA: one pair
-/// cluster-wide; or ours not of the CA that signs now).
+/// `cert` and issued before `cert`; `None` to leave it (ours, another etcd node's fresh pair of
+/// the same CA: one pair cluster-wide; ours not of the CA that signs now; or another CA's pair
+/// newer than ours: an etcd node still at trust-in, its old pair from before the rotation,
+/// leaves the new CA's pair that a node at the issue published, and at an abort the old CA's
+/// pair issued again replaces the new CA's).
 fn replaceable(
     existing: Option<(Vec<u8>, i64)>,
     cert: &crate::pki::Cert,
@@ -122,7 +125,8 @@ fn replaceable(
     match cert_of(bytes) {
         Some(p)
             if p.sha256_hex() == cert.sha256_hex()
-                || (p.not_after() - now > within && of_signer(&p)) =>
+                || (p.not_after() - now > within
+                    && (of_signer(&p) || p.not_before() >= cert.not_before())) =>
         {
             None
         }
@@ -189,24 +193,18 @@ pub fn published_bundle(s: &Session, local: &Node) -> Result<Option<Vec<u8>>, Cl
             pair.version
         )));
     }
-    // The CA that signs now: the first certificate of the control plane's etcd CA file (a
-    // rotation of the etcd CA puts the new one first at its issue, the old one at an abort).
-    let signer = read_rel(root, &format!("{}/pki/etcd/ca.crt", layout.dir))
+    // The control plane's etcd CA file: the CA that signs now first (a rotation of the etcd
+    // CA puts the new one first at its issue, the old one at an abort).
+    let cas = read_rel(root, &format!("{}/pki/etcd/ca.crt", layout.dir))
         .ok()
+        .and_then(|b| Cert::all_from_pem(&b, crate::pki::MAX_BUNDLE_CERTS).ok())
+        .unwrap_or_default();
+    let installed = local
+        .entry_of(layout, catalog::names::APISERVER_ETCD_CLIENT)
+        .and_then(|entry| read_rel(root, &entry.path).ok())
         .and_then(|b| Cert::from_pem(&b).ok());
-    let of_signer = |c: &Cert| {
-        signer
-            .as_ref()
-            .is_some_and(|s| c.verify_signed_by(s, "etcd-ca").is_ok())
-    };
-    if let Some(entry) = local.entry_of(layout, catalog::names::APISERVER_ETCD_CLIENT)
-        && let Ok(installed) = read_rel(root, &entry.path)
-        && let Ok(installed) = Cert::from_pem(&installed)
-        && let Ok(published) = Cert::from_pem(pair.cert_pem.as_bytes())
-        && (published.sha256_hex() == installed.sha256_hex()
-            || (published.not_after() <= installed.not_after()
-                // A pair of the signing CA replaces one of another CA, even a longer-lived one.
-                && (of_signer(&installed) || !of_signer(&published))))
+    if let Ok(published) = Cert::from_pem(pair.cert_pem.as_bytes())
+        && !installable(&published, installed.as_ref(), &cas)
     {
         return Ok(None);
     }
@@ -216,6 +214,31 @@ pub fn published_bundle(s: &Session, local: &Node) -> Result<Option<Vec<u8>>, Cl
     }
     bundle.extend_from_slice(pair.key_pem.as_bytes());
     Ok(Some(bundle))
+}
+
+/// Whether a control plane offers the `published` pair for installation over its `installed`
+/// one, `cas` its etcd CA file (the CA that signs there first; empty when unreadable: the
+/// installation checks the pair). Never a pair of the rotation's other CA (in the file, not
+/// first): during a rotation the control plane trusts both CAs from its trust-in but takes the
+/// new CA's pair at its own issue only, so that an abort before it never leaves it with a pair
+/// the etcd members stop trusting. A pair of the signing CA replaces one of another CA, even a
+/// longer-lived one; else only a longer-lived one is offered (one of a CA the file does not
+/// hold is then refused by the installation, with the reason).
+fn installable(
+    published: &crate::pki::Cert,
+    installed: Option<&crate::pki::Cert>,
+    cas: &[crate::pki::Cert],
+) -> bool {
+    let signed_by =
+        |c: &crate::pki::Cert, ca: &crate::pki::Cert| c.verify_signed_by(ca, "etcd-ca").is_ok();
+    let of_signer = |c: &crate::pki::Cert| cas.first().is_none_or(|s| signed_by(c, s));
+    if !of_signer(published) && cas.iter().skip(1).any(|ca| signed_by(published, ca)) {
+        return false;
+    }
+    installed.is_none_or(|i| {
+        published.sha256_hex() != i.sha256_hex()
+            && (published.not_after() > i.not_after() || (of_signer(published) && !of_signer(i)))
+    })
 }
 
 #[cfg(test)]
@@ -230,13 +253,18 @@ mod tests {
         pki::test_ca(cn, (NOW - DAY, NOW + 3650 * DAY))
     }
 
-    /// An apiserver-etcd-client certificate of `ca`, valid for `days` from now.
-    fn client((ca, ca_key): &(Cert, PrivateKey), days: i64) -> Cert {
+    /// An apiserver-etcd-client certificate of `ca`, valid for `days` from now, issued a day ago.
+    fn client(ca: &(Cert, PrivateKey), days: i64) -> Cert {
+        client_issued(ca, days, NOW - DAY)
+    }
+
+    /// An apiserver-etcd-client certificate of `ca`, valid from `not_before` to `days` from now.
+    fn client_issued((ca, ca_key): &(Cert, PrivateKey), days: i64, not_before: i64) -> Cert {
         let key = PrivateKey::generate(KeyAlgorithm::EcdsaP256).unwrap();
         let subject = pki::kubeadm_subject("kube-apiserver-etcd-client", &[]).unwrap();
         let window = Issuance {
             serial: days as u64 + 2,
-            not_before: NOW - DAY,
+            not_before,
             not_after: NOW + days * DAY,
         };
         let spki = key.spki().unwrap();
@@ -292,7 +320,7 @@ mod tests {
         let junk = Some((b"{not json".to_vec(), 7));
         assert_eq!(replaceable(junk, &mine, Some(old.0.clone()), at), Some(7));
         // The issue of a rotation: the new CA signs; a fresh pair of the old CA is replaced.
-        let issued = client(&new, 365);
+        let issued = client_issued(&new, 365, NOW);
         assert_eq!(
             replaceable(published(&theirs, 8), &issued, Some(new.0.clone()), at),
             Some(8)
@@ -303,10 +331,55 @@ mod tests {
             None
         );
         assert_eq!(replaceable(None, &mine, Some(new.0.clone()), at), None);
-        // An abort after the issue: the old CA signs again and replaces the new CA's pair.
+        // A node still at trust-in (the old CA signs there) leaves the new CA's pair: its own
+        // is from before the rotation.
         assert_eq!(
             replaceable(published(&issued, 10), &mine, Some(old.0.clone()), at),
+            None
+        );
+        // An abort after the issue: the old CA signs again, and its pair issued again replaces
+        // the new CA's.
+        let again = client_issued(&old, 365, NOW + 60);
+        assert_eq!(
+            replaceable(published(&issued, 10), &again, Some(old.0.clone()), at),
             Some(10)
         );
+    }
+
+    #[test]
+    fn a_control_plane_installs_only_a_pair_of_the_ca_that_signs_there() {
+        let (old, new) = (ca("etcd-ca"), ca("etcd-ca"));
+        let (installed, longer) = (client(&old, 100), client(&old, 365));
+        let (one, old_first, new_first) = (
+            [old.0.clone()],
+            [old.0.clone(), new.0.clone()],
+            [new.0.clone(), old.0.clone()],
+        );
+        // Outside a rotation: a longer-lived pair, not the same one nor a shorter one.
+        assert!(installable(&longer, Some(&installed), &one));
+        assert!(!installable(&installed, Some(&installed), &one));
+        assert!(!installable(&installed, Some(&longer), &one));
+        assert!(installable(&installed, None, &one));
+        // A pair of a CA the file does not hold: offered when it lives longer, for the
+        // installation to refuse it with the reason; never over a longer-lived one. A pair of
+        // the CA replaces a foreign one installed.
+        let stranger = ca("etcd-ca");
+        let foreign = client(&stranger, 1000);
+        assert!(installable(&foreign, Some(&installed), &one));
+        assert!(!installable(&client(&stranger, 10), Some(&installed), &one));
+        assert!(installable(&installed, Some(&foreign), &one));
+        // Trust-in done, the old CA first: the new CA's pair waits for this node's issue,
+        // however long it lives (an abort here must not leave it installed).
+        let of_new = client(&new, 365);
+        assert!(!installable(&of_new, Some(&installed), &old_first));
+        // At the issue the new CA comes first: its pair replaces the old one.
+        assert!(installable(&of_new, Some(&installed), &new_first));
+        // At an abort the old CA comes first again: its pair replaces the new one, even a
+        // shorter-lived one (the old CA's end near).
+        let short = client(&old, 30);
+        assert!(installable(&short, Some(&of_new), &old_first));
+        // An unreadable CA file: as outside a rotation (the installation checks the chain).
+        assert!(installable(&longer, Some(&installed), &[]));
+        assert!(!installable(&installed, Some(&longer), &[]));
     }
 }

@@ -223,14 +223,24 @@ fn check_identity(cert: &Cert, installed: Option<&Cert>) -> Result<(), EtcdClien
     Ok(())
 }
 
+/// A pair checked for installation ([`checked_pair`]).
+struct Checked<'n> {
+    cert: Cert,
+    key: PrivateKey,
+    /// The etcd CA of the control plane's CA file that signed it.
+    ca: Cert,
+    layout: &'n catalog::Layout,
+    now: i64,
+}
+
 /// The bundle's pair, checked for installation on the external-etcd control plane `node`:
 /// signed by its etcd CA, key matching, clientAuth, the apiserver's etcd client identity, valid
-/// at `now`. With the layout it goes to and the time it was checked at.
+/// at `now`. With the CA that signed it, the layout it goes to and the time it was checked at.
 fn checked_pair<'n>(
     node: &'n Node,
     bundle: &[u8],
     now: i64,
-) -> Result<(Cert, PrivateKey, &'n catalog::Layout, i64), EtcdClientError> {
+) -> Result<Checked<'n>, EtcdClientError> {
     let root = node.root();
     let cert = Cert::from_pem(bundle).map_err(refused("the bundle"))?;
     let key = PrivateKey::from_pem(bundle).map_err(refused("the bundle's key"))?;
@@ -249,16 +259,16 @@ fn checked_pair<'n>(
     let cas = Cert::all_from_pem(&read(root, &ca_path)?, crate::pki::MAX_BUNDLE_CERTS)
         .map_err(refused(format!("'{ca_path}'")))?;
     let mut verdict = Err(refuse(format!("'{ca_path}' holds no certificate")));
-    for ca in &cas {
-        match cert.verify_signed_by(ca, "etcd-ca") {
+    for ca in cas {
+        match cert.verify_signed_by(&ca, "etcd-ca") {
             Ok(()) => {
-                verdict = Ok(());
+                verdict = Ok(ca);
                 break;
             }
             Err(e) => verdict = Err(refused("the bundle's certificate")(e)),
         }
     }
-    verdict?;
+    let ca = verdict?;
     if !key.matches(&cert) {
         return Err(refuse("the bundle's key does not match its certificate"));
     }
@@ -281,17 +291,22 @@ fn checked_pair<'n>(
             crate::sys::clock::rfc3339(cert.not_after())
         )));
     }
-    Ok((cert, key, layout, now))
+    Ok(Checked {
+        cert,
+        key,
+        ca,
+        layout,
+        now,
+    })
 }
 
 /// The files an installation writes: the key, and the certificate under every name it lives
-/// under; refused when the certificate does not outlive the installed one.
-fn install_changes(
-    node: &Node,
-    layout: &catalog::Layout,
-    cert: &Cert,
-    key: &PrivateKey,
-) -> Result<Vec<Change>, EtcdClientError> {
+/// under; refused when the certificate does not outlive an installed one of the same CA (an
+/// installed pair of another CA is replaced whatever its end: during a rotation of the etcd
+/// CA, the switch to the new CA at the issue, or back to the old one at an abort, whose fresh
+/// pair may end with the old CA, before the new CA's pair).
+fn install_changes(node: &Node, c: &Checked<'_>) -> Result<Vec<Change>, EtcdClientError> {
+    let (layout, cert, key) = (c.layout, &c.cert, &c.key);
     let root = node.root();
     let entry = node
         .entry_of(layout, catalog::names::APISERVER_ETCD_CLIENT)
@@ -307,6 +322,7 @@ fn install_changes(
     if let Ok(Some(old_bytes)) = fsutil::read_in_root(root, &entry.path, MAX_PEM_FILE_BYTES)
         && let Ok(old) = Cert::from_pem(&old_bytes)
         && cert.not_after() <= old.not_after()
+        && old.verify_signed_by(&c.ca, "etcd-ca").is_ok()
     {
         return Err(refuse(format!(
             "the bundle's certificate expires {} which is not later than the installed one ({}); export a renewed one",
@@ -345,13 +361,13 @@ pub fn install(
     opts: &WriteOptions,
     before_journal: &mut dyn FnMut(&str) -> std::io::Result<()>,
 ) -> Result<(Vec<String>, String), EtcdClientError> {
-    let (cert, key, layout, now) = checked_pair(node, bundle, opts.clock.now())?;
-    let changes = install_changes(node, layout, &cert, &key)?;
+    let checked = checked_pair(node, bundle, opts.clock.now())?;
+    let changes = install_changes(node, &checked)?;
     let outcome = txn::apply_with(
         node.root(),
         &changes,
         "import",
-        now,
+        checked.now,
         opts.retention,
         before_journal,
     )

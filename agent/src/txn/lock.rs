@@ -88,13 +88,25 @@ fn open_lock(path: &Path) -> Result<File, io::Error> {
 
 /// Takes the exclusive lock, waiting at most `timeout`.
 pub fn lock(root: &Path, timeout: Duration) -> Result<Lock, TxnError> {
+    lock_named(root, "lock", timeout)
+}
+
+/// Takes the lock of CA rotation commands (`ca-rotation.lock`), waiting at most `timeout`: one
+/// `ca rotate|continue|abort` (or the daemon's step of a rotation) at a time on a node. Beside
+/// [`lock`], which each of them takes for each transaction and pass: a rotation command waits
+/// for other nodes without it, and must not interleave with another meanwhile.
+pub fn rotation_lock(root: &Path, timeout: Duration) -> Result<Lock, TxnError> {
+    lock_named(root, "ca-rotation.lock", timeout)
+}
+
+fn lock_named(root: &Path, name: &str, timeout: Duration) -> Result<Lock, TxnError> {
     let prep = |path: &Path, source| TxnError::Prepare {
         step: "create the lock",
         path: path.display().to_string(),
         source,
     };
     let dir = checked_state_dir(root).map_err(|e| prep(&root.join(STATE_DIR), e))?;
-    let path = dir.join("lock");
+    let path = dir.join(name);
     let mut file = open_lock(&path).map_err(|e| prep(&path, e))?;
     let start = Instant::now();
     loop {
@@ -124,4 +136,37 @@ pub fn lock(root: &Path, timeout: Duration) -> Result<Lock, TxnError> {
     let _ = file.set_len(0);
     let _ = write!(file, "pid {}", std::process::id());
     Ok(Lock { _file: file })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sys::tmpdir::TmpDir;
+
+    #[test]
+    fn one_rotation_command_at_a_time_beside_the_transaction_lock() {
+        let root = TmpDir::new("lock", "rotation");
+        let held = rotation_lock(&root, Duration::ZERO).unwrap();
+        // Another rotation command (another open of the file, as another process) waits, then
+        // names the lock and its holder.
+        match rotation_lock(&root, Duration::from_millis(30)) {
+            Err(TxnError::Locked { path, holder, .. }) => {
+                assert!(
+                    path.ends_with("var/lib/certrotor/ca-rotation.lock"),
+                    "{path}"
+                );
+                assert_eq!(holder, format!("pid {}", std::process::id()));
+            }
+            other => panic!("not refused: {other:?}"),
+        }
+        // The transactions and passes of the command holding it take their own lock.
+        drop(lock(&root, Duration::ZERO).unwrap());
+        drop(held);
+        drop(rotation_lock(&root, Duration::ZERO).unwrap());
+        let mode = fs::metadata(root.join("var/lib/certrotor/ca-rotation.lock")).unwrap();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
+            0o600
+        );
+    }
 }

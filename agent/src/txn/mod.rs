@@ -273,7 +273,7 @@ use backups::{backups_dir, prune_backups};
 use protocol::{commit, finalize_backup, prepare_and_commit, remove_staging};
 use recovery::remove_incomplete_backups;
 mod lock;
-pub use lock::{Lock, lock, state_dir};
+pub use lock::{Lock, lock, rotation_lock, state_dir};
 mod failpoints;
 pub use failpoints::failpoint;
 mod apply;

@@ -85,7 +85,12 @@ pub(super) fn pair_waiting(
     let ca = files::pair(root, &files, signer)
         .map_err(RotateError::Stopped)?
         .ok_or_else(|| {
-            RotateError::Stopped(format!("'{}' no longer holds the CA {signer}", files.cert))
+            RotateError::Stopped(format!(
+                "'{}' no longer holds the CA {signer} that this node's rotation recorded \
+                 (another tool changed it): 'certrotor backups' lists the stage's backup, \
+                 'certrotor rollback' restores it",
+                files.cert
+            ))
         })?;
     let published = crate::cluster::published_cert(&s.session)
         .map_err(|e| RotateError::Stopped(format!("etcd: {e}")))?;

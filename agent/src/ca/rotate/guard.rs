@@ -94,6 +94,20 @@ pub(super) fn alone(
             }
         }
     }
+    // An external etcd's control planes: the etcd nodes know of those that registered in etcd
+    // only, and would issue server certificates a control plane they do not know of does not
+    // trust yet.
+    if let Some(s) = shared.filter(|s| !s.elsewhere.is_empty())
+        && names.len() > s.elsewhere.len()
+    {
+        return Err(RotateError::Refused(format!(
+            "the cluster has {} control-plane nodes ({}) and {} registered in etcd by certrotor              ({}): the etcd nodes would not wait for the others; run certrotor (its daemon, or              'certrotor run --once') on every control plane, then this command again",
+            names.len(),
+            names.iter().cloned().collect::<Vec<_>>().join(", "),
+            s.elsewhere.len(),
+            s.elsewhere.join(", ")
+        )));
+    }
     let members = shared.map_or(1, |s| s.members.len());
     if names.len() > members.max(1) {
         return Err(RotateError::Refused(format!(

@@ -123,11 +123,15 @@ impl Shared {
         })?;
         let cert = Cert::from_pem(record.cert.as_bytes()).map_err(|e| e.to_string())?;
         let key_pem = Zeroizing::new(record.key.as_bytes().to_vec());
-        let key = crate::pki::PrivateKey::from_pem(&key_pem).map_err(|e| e.to_string())?;
-        if !key.matches(&cert) || cert.sha256_hex() != record.new_sha256 {
+        let ca_key = crate::pki::PrivateKey::from_pem(&key_pem).map_err(|e| e.to_string())?;
+        if !ca_key.matches(&cert) || cert.sha256_hex() != record.new_sha256 {
             return Err(format!(
-                "etcd key {}: its certificate and key do not match",
-                crate::cluster::PREFIX
+                "etcd key {}: its certificate and key do not match (the record was changed by \
+                 another tool); nothing was changed here: if no node has begun, delete the key \
+                 with etcdctl and run this command again, else 'certrotor ca abort --ca {}' on \
+                 every node",
+                key(ca, old_sha256),
+                ca.name()
             ));
         }
         Ok(CaPair { cert, key_pem })

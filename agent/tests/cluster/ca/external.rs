@@ -91,6 +91,27 @@ fn to_every_node(
     }
 }
 
+/// Creates (or deletes) Node objects labelled as control planes through the first control
+/// plane's apiserver, as the kubelets of control planes register them.
+fn control_plane_nodes(x: &External, names: &[&str], create: bool) {
+    let conf = x.cps[0].root.join("etc/kubernetes/admin.conf");
+    for n in names {
+        let mut kubectl = std::process::Command::new(testkit::k8s::kubectl_path());
+        kubectl.arg(format!("--kubeconfig={}", conf.display()));
+        if create {
+            let manifest = json!({"apiVersion": "v1", "kind": "Node", "metadata": {
+                "name": n, "labels": {"node-role.kubernetes.io/control-plane": ""}}});
+            let file = x.dir.join(format!("{n}.json"));
+            fs::write(&file, manifest.to_string()).unwrap();
+            kubectl.arg("create").arg("-f").arg(&file);
+        } else {
+            kubectl.args(["delete", "node", n]);
+        }
+        let out = kubectl.stdin(std::process::Stdio::null()).output().unwrap();
+        testkit::assert_succeeded(&format!("kubectl {n}"), &out);
+    }
+}
+
 /// The etcd nodes' leaves (etcdadm's four) and the control planes' etcd client certificate.
 const ETCD_LEAVES: [&str; 4] = [
     "etc/etcd/pki/server.crt",
@@ -116,6 +137,35 @@ fn an_external_etcd_and_its_control_planes_rotate_the_etcd_ca_without_a_failed_r
         assert!(r["renew"]["backup_id"].is_null(), "renewed\n{text}");
     }
     x.published(); // writes etcdctl's files
+    // A control plane the etcd nodes do not know of (one whose certrotor never registered it in
+    // etcd) stops the rotation where it is seen, on the control planes, before anything changes.
+    control_plane_nodes(&x, &["cp-0", "cp-1", "cp-unregistered"], true);
+    let ca_before = fs::read(x.cps[0].root.join(CP_CA)).unwrap();
+    let refused = certrotor(&[
+        "ca",
+        "rotate",
+        "--ca",
+        "etcd-ca",
+        "--root",
+        s(&x.cps[0].root),
+    ])
+    .args(&PASS_FLAGS)
+    .run();
+    let refused = refused.expect_code(2);
+    assert!(
+        refused.stderr.contains("3 control-plane nodes")
+            && refused.stderr.contains("2 registered in etcd")
+            && refused.stderr.contains("on every control plane"),
+        "{refused}"
+    );
+    assert_eq!(fs::read(x.cps[0].root.join(CP_CA)).unwrap(), ca_before);
+    assert!(
+        !x.cps[0]
+            .root
+            .join("var/lib/certrotor/ca-rotation.json")
+            .exists()
+    );
+    control_plane_nodes(&x, &["cp-unregistered"], false);
     let put = x
         .etcdctl()
         .args(&["put", "certrotor-test/kept", "before-ca-rotation"])
