@@ -1929,6 +1929,18 @@ fn issue30_8_an_imported_pair_must_be_the_apiservers_etcd_client_identity() {
     let t = TempDir::new("i30-8a");
     let x = external(&t);
     let epki = x.etcd_root.join("etc/etcd/pki");
+    let import = |bundle: &Path| {
+        run(&[
+            "etcd-client",
+            "import",
+            "--root",
+            s(&x.cp_root),
+            "--from",
+            s(bundle),
+            "--platform",
+            "none",
+        ])
+    };
     let wrong = t.join("server-bundle.pem");
     fs::write(
         &wrong,
@@ -1936,16 +1948,7 @@ fn issue30_8_an_imported_pair_must_be_the_apiservers_etcd_client_identity() {
     )
     .unwrap();
     let before = pki_files(&x.cp_root);
-    let out = run(&[
-        "etcd-client",
-        "import",
-        "--root",
-        s(&x.cp_root),
-        "--from",
-        s(&wrong),
-        "--platform",
-        "none",
-    ]);
+    let out = import(&wrong);
     assert_eq!(
         out.code(),
         Some(2),
@@ -1967,31 +1970,11 @@ fn issue30_8_an_imported_pair_must_be_the_apiservers_etcd_client_identity() {
         s(&right),
     ])
     .expect_code(0);
-    run(&[
-        "etcd-client",
-        "import",
-        "--root",
-        s(&x.cp_root),
-        "--from",
-        s(&right),
-        "--platform",
-        "none",
-    ])
-    .expect_code(0);
+    import(&right).expect_code(0);
     // Of the same CA, only a pair that outlives the installed one: the same pair again is
     // refused, nothing changed.
     let installed = pki_files(&x.cp_root);
-    let again = run(&[
-        "etcd-client",
-        "import",
-        "--root",
-        s(&x.cp_root),
-        "--from",
-        s(&right),
-        "--platform",
-        "none",
-    ])
-    .expect_code(2);
+    let again = import(&right).expect_code(2);
     assert!(
         again.stderr.contains("not later than the installed one"),
         "{again}"
