@@ -31,10 +31,19 @@ pub fn key_of(ca: crate::ca::consumers::CaName) -> Option<&'static str> {
     }
 }
 
+/// How long the ConfigMap must stay without the CAs a stage took out of the files before the
+/// stage ends. An apiserver that has not reloaded its files yet still holds such a CA and
+/// publishes it again (the union) when the ConfigMap changes; each reloads about once a minute
+/// (58-60 s measured), so once the ConfigMap has stayed clean past one reload of every
+/// apiserver, none adds it again. Measured without this wait: the old front-proxy CA was back
+/// in the ConfigMap seconds after the last node removed it (one CI run under load).
+const REMOVED_FOR: Duration = Duration::from_secs(75);
+
 /// Waits until the bundle kube-apiserver publishes holds every certificate of `want` (SHA-256)
-/// and none of `gone`, removing those of `gone` from the ConfigMap itself; polls every `poll`,
-/// at most `bound`. `Ok(None)` when the node has no admin kubeconfig (nothing to ask);
-/// `Ok(Some(waited))` once published.
+/// and none of `gone`, removing those of `gone` from the ConfigMap itself (again whenever an
+/// apiserver publishes one again) until it has stayed out for [`REMOVED_FOR`]; polls every
+/// `poll`, at most `bound` (and [`REMOVED_FOR`]). `Ok(None)` when the node has no admin
+/// kubeconfig (nothing to ask); `Ok(Some(waited))` once published.
 pub fn settle_published(
     node: &Node,
     key: &str,
@@ -48,28 +57,39 @@ pub fn settle_published(
     };
     let start = Instant::now();
     let mut last;
+    let mut clean_since: Option<Instant> = None;
     loop {
         match published(node, &admin, key) {
             Ok((map, certs)) => {
                 let has = |sha: &String| certs.iter().any(|c| &c.sha256_hex() == sha);
                 let stale = certs.iter().any(|c| gone.contains(&c.sha256_hex()));
                 if want.iter().all(has) && !stale {
-                    return Ok(Some(start.elapsed()));
-                }
-                last = format!("it publishes {} certificate(s), not these", certs.len());
-                if want.iter().all(has) && stale {
-                    remove(node, &admin, (map, key), &certs, gone)?;
+                    let since = *clean_since.get_or_insert_with(Instant::now);
+                    if gone.is_empty() || since.elapsed() >= REMOVED_FOR {
+                        return Ok(Some(start.elapsed()));
+                    }
+                    last = format!(
+                        "what the stage took out has stayed out {} s of {} s",
+                        since.elapsed().as_secs(),
+                        REMOVED_FOR.as_secs()
+                    );
+                } else {
+                    clean_since = None;
+                    last = format!("it publishes {} certificate(s), not these", certs.len());
+                    if want.iter().all(has) && stale {
+                        remove(node, &admin, (map, key), &certs, gone)?;
+                    }
                 }
             }
             Err(e) => last = e,
         }
-        if start.elapsed() >= bound {
+        if start.elapsed() >= bound + REMOVED_FOR {
             return Err(format!(
                 "kube-apiserver did not publish the CA bundle of the files in \
                  kube-system/extension-apiserver-authentication ({key}) within {}s ({last}): it \
                  has not loaded the bundle, and would refuse a certificate of the CA the files \
                  hold",
-                bound.as_secs()
+                (bound + REMOVED_FOR).as_secs()
             ));
         }
         std::thread::sleep(poll);
