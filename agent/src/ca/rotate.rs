@@ -268,8 +268,13 @@ pub fn advance(root: &Path, opts: &RunOptions) -> Option<std::time::Duration> {
         return None;
     }
     // An operator's command on this node has the rotation: look again soon.
-    let Ok(_one) = crate::txn::rotation_lock(root, std::time::Duration::ZERO) else {
-        return Some(ADVANCE_AGAIN);
+    let _one = match crate::txn::rotation_lock(root, std::time::Duration::ZERO) {
+        Ok(lock) => lock,
+        Err(crate::txn::TxnError::Locked { .. }) => return Some(ADVANCE_AGAIN),
+        Err(e) => {
+            log::warn!("CA rotation: {e}");
+            return None;
+        }
     };
     // The stage as it is under the lock (the command before may have moved it).
     let r = match Rotation::load(root) {

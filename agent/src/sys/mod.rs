@@ -1,8 +1,8 @@
 //! The ground floor: what every stage above uses and nothing here knows of certificates or
 //! nodes. Time ([`clock`]), files under a node root ([`fsutil`]), work spread over the cores
 //! ([`par`]), which process listens on a port ([`procfs`]), and certrotor's own versioned state
-//! files read as untrusted input ([`state`]), and text from outside made safe to print
-//! ([`text`]).
+//! files read as untrusted input ([`state`]), text from outside made safe to print
+//! ([`text`]), and errors that are one message (`message_error`).
 
 pub mod clock;
 pub mod fsutil;

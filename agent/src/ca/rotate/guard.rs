@@ -101,7 +101,9 @@ pub(super) fn alone(
         && names.len() > s.elsewhere.len()
     {
         return Err(RotateError::Refused(format!(
-            "the cluster has {} control-plane nodes ({}) and {} registered in etcd by certrotor              ({}): the etcd nodes would not wait for the others; run certrotor (its daemon, or              'certrotor run --once') on every control plane, then this command again",
+            "the cluster has {} control-plane nodes ({}) and {} registered in etcd by certrotor \
+             ({}): the etcd nodes would not wait for the others; run certrotor (its daemon, or \
+             'certrotor run --once') on every control plane, then this command again",
             names.len(),
             names.iter().cloned().collect::<Vec<_>>().join(", "),
             s.elsewhere.len(),

@@ -42,8 +42,8 @@ const REMOVED_FOR: Duration = Duration::from_secs(75);
 /// Waits until the bundle kube-apiserver publishes holds every certificate of `want` (SHA-256)
 /// and none of `gone`, removing those of `gone` from the ConfigMap itself (again whenever an
 /// apiserver publishes one again) until it has stayed out for [`REMOVED_FOR`]; polls every
-/// `poll`, at most `bound` (and [`REMOVED_FOR`]). `Ok(None)` when the node has no admin
-/// kubeconfig (nothing to ask); `Ok(Some(waited))` once published.
+/// `poll`, at most `bound` (and [`REMOVED_FOR`] when `gone` holds a CA). `Ok(None)` when the
+/// node has no admin kubeconfig (nothing to ask); `Ok(Some(waited))` once published.
 pub fn settle_published(
     node: &Node,
     key: &str,
@@ -58,6 +58,13 @@ pub fn settle_published(
     let start = Instant::now();
     let mut last;
     let mut clean_since: Option<Instant> = None;
+    // Staying out adds its own time to the bound, only where something is to stay out.
+    let limit = bound
+        + if gone.is_empty() {
+            Duration::ZERO
+        } else {
+            REMOVED_FOR
+        };
     loop {
         match published(node, &admin, key) {
             Ok((map, certs)) => {
@@ -83,13 +90,13 @@ pub fn settle_published(
             }
             Err(e) => last = e,
         }
-        if start.elapsed() >= bound + REMOVED_FOR {
+        if start.elapsed() >= limit {
             return Err(format!(
                 "kube-apiserver did not publish the CA bundle of the files in \
                  kube-system/extension-apiserver-authentication ({key}) within {}s ({last}): it \
                  has not loaded the bundle, and would refuse a certificate of the CA the files \
                  hold",
-                (bound + REMOVED_FOR).as_secs()
+                limit.as_secs()
             ));
         }
         std::thread::sleep(poll);

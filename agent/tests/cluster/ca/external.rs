@@ -155,7 +155,8 @@ fn an_external_etcd_and_its_control_planes_rotate_the_etcd_ca_without_a_failed_r
     assert!(
         refused.stderr.contains("3 control-plane nodes")
             && refused.stderr.contains("2 registered in etcd")
-            && refused.stderr.contains("on every control plane"),
+            && refused.stderr.contains("on every control plane")
+            && refused.stderr.contains("cp-unregistered"),
         "{refused}"
     );
     assert_eq!(fs::read(x.cps[0].root.join(CP_CA)).unwrap(), ca_before);
