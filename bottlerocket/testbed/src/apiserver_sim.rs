@@ -113,6 +113,7 @@ pub const STATIC_PODS_DIR: &str = render::STATIC_PODS_DIR;
 pub const USAGE: &str = "\
 usage: apiserver-sim --socket PATH --root DIR [--settings FILE] [--apply-delay-ms N]
                      [--control PATH] [--faults FILE] [--boot] [--keypair] [--stable-json]
+                     [--kubelet-restart CMD]
 
 Emulates the Bottlerocket API server on a Unix socket (a test double).
 
@@ -131,6 +132,11 @@ Emulates the Bottlerocket API server on a Unix socket (a test double).
   --keypair            serve PATCH /settings/keypair (newer servers; v1.20.5 answers 404)
   --stable-json        sorted JSON object keys and key lists (the real server's order
                        changes between calls)
+  --kubelet-restart CMD
+                       what the kubernetes service's restart command (systemctl try-restart
+                       kubelet.service) runs here, through sh -c, after an apply of a
+                       settings.kubernetes key other than static-pods has rendered
+                       DIR/etc/kubernetes/pki/ca.crt from kubernetes.cluster-certificate
 
 A start is a boot (render static pods, clear pending transactions) when the boot stamp is
 missing or stale; otherwise it is an API server restart and renders nothing.
@@ -175,6 +181,9 @@ pub struct Config {
     pub keypair: bool,
     /// Sorted JSON output.
     pub stable_json: bool,
+    /// What the `kubernetes` service's restart command (`systemctl try-restart
+    /// kubelet.service`) runs here, through `sh -c`; `None`: nothing is restarted.
+    pub kubelet_restart: Option<String>,
 }
 
 impl Config {
@@ -190,6 +199,7 @@ impl Config {
             boot: false,
             keypair: false,
             stable_json: false,
+            kubelet_restart: None,
         }
     }
 }
@@ -234,6 +244,7 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Command, Usa
             "--settings" => config.settings_file = Some(PathBuf::from(value()?)),
             "--control" => config.control = Some(PathBuf::from(value()?)),
             "--faults" => config.faults_file = Some(PathBuf::from(value()?)),
+            "--kubelet-restart" => config.kubelet_restart = Some(value()?),
             "--apply-delay-ms" => {
                 let text = value()?;
                 let millis = text.parse::<u64>().map_err(|_| {
@@ -462,11 +473,14 @@ impl Sim {
             );
         }
         let weak = Arc::downgrade(&state);
-        let root = config.root.clone();
-        let delay = config.apply_delay;
+        let applier = Applier {
+            root: config.root.clone(),
+            delay: config.apply_delay,
+            kubelet_restart: config.kubelet_restart.clone(),
+        };
         std::thread::Builder::new()
             .name("applier".into())
-            .spawn(move || run_applier(&weak, &receiver, &root, delay))
+            .spawn(move || applier.run(&weak, &receiver))
             .map_err(|source| SimError::Spawn { source })?;
 
         log(&format!("listening on '{}'", config.socket.display()));
@@ -720,6 +734,9 @@ impl State {
             store.live().clone()
         };
         let report = render::render_static_pods(&live, &self.paths.root);
+        if let Err(error) = render::render_kubernetes_ca(&live, &self.paths.root) {
+            self.event("apply-failed", format!("boot: kubernetes-ca-crt: {error}"));
+        }
         let stamp = self.paths.root.join(BOOT_STAMP);
         write_boot_stamp(&stamp).map_err(|source| SimError::Datastore {
             path: stamp,
@@ -887,9 +904,18 @@ impl ApplyRequest {
 
     /// Whether this run would invoke `/usr/bin/static-pods`.
     pub(crate) fn touches_static_pods(&self) -> bool {
+        self.touches("static-pods")
+    }
+
+    /// Whether this run renders the `kubernetes` service's files and restarts the kubelet.
+    pub(crate) fn touches_kubernetes(&self) -> bool {
+        self.touches("kubernetes")
+    }
+
+    fn touches(&self, service: &str) -> bool {
         self.keys.as_ref().is_none_or(|keys| {
             keys.iter()
-                .any(|key| routes::affected_service(key) == Some("static-pods"))
+                .any(|key| routes::affected_service(key) == Some(service))
         })
     }
 
@@ -1207,22 +1233,30 @@ fn serve_connection(state: &State, stream: &UnixStream, id: u64) {
     }
 }
 
-fn run_applier(
-    state: &Weak<State>,
-    receiver: &mpsc::Receiver<ApplyRequest>,
-    root: &Path,
+/// The emulated config applier (thar-be-settings): one run per apply request.
+struct Applier {
+    root: PathBuf,
     delay: Duration,
-) {
-    while let Ok(request) = receiver.recv() {
-        let due = request.queued + delay;
-        let now = Instant::now();
-        if due > now {
-            // Emulated applier latency, not a test wait.
-            std::thread::sleep(due - now);
+    kubelet_restart: Option<String>,
+}
+
+impl Applier {
+    fn run(&self, state: &Weak<State>, receiver: &mpsc::Receiver<ApplyRequest>) {
+        while let Ok(request) = receiver.recv() {
+            let due = request.queued + self.delay;
+            let now = Instant::now();
+            if due > now {
+                // Emulated applier latency, not a test wait.
+                std::thread::sleep(due - now);
+            }
+            let Some(state) = state.upgrade() else {
+                return;
+            };
+            self.apply(&state, &request);
         }
-        let Some(state) = state.upgrade() else {
-            return;
-        };
+    }
+
+    fn apply(&self, state: &State, request: &ApplyRequest) {
         let what = request.describe();
         if request.generation != state.generation() || state.is_down() {
             state.event(
@@ -1232,33 +1266,81 @@ fn run_applier(
                      '/metadata/affected-services': Connection refused (the API restarted)"
                 ),
             );
-            continue;
+            return;
         }
-        if !request.touches_static_pods() {
+        let (pods, kubernetes) = (request.touches_static_pods(), request.touches_kubernetes());
+        if !pods && !kubernetes {
             state.event(
                 "apply-skipped",
-                format!("applier for {what}: no static pods affected"),
+                format!("applier for {what}: no static pods or kubelet affected"),
             );
-            continue;
+            return;
         }
         if lock(&state.faults).applier_fails() {
             state.event(
                 "apply-failed",
                 format!(
-                    "applier for {what}: Restart command failed - '/usr/bin/static-pods': \
-                     exit status: 1 (fault; no manifest changed)"
+                    "applier for {what}: Restart command failed - '{}': exit status: 1 \
+                     (fault; nothing rendered or restarted)",
+                    if pods {
+                        "/usr/bin/static-pods"
+                    } else {
+                        "/usr/bin/systemctl try-restart kubelet.service"
+                    }
                 ),
             );
-            continue;
+            return;
         }
         let live = lock(&state.store).live().clone();
-        let report = render::render_static_pods(&live, root);
-        let kind = if report.failed.is_empty() {
-            "apply-rendered"
-        } else {
-            "apply-failed"
+        if kubernetes {
+            self.kubelet(state, &live, &what);
+        }
+        if pods {
+            let report = render::render_static_pods(&live, &self.root);
+            let kind = if report.failed.is_empty() {
+                "apply-rendered"
+            } else {
+                "apply-failed"
+            };
+            state.event(kind, format!("applier for {what}: {}", report.summary()));
+        }
+    }
+
+    /// The `kubernetes` service: renders the kubelet's client CA file from
+    /// `kubernetes.cluster-certificate` (core-kit's `kubernetes-ca-crt` template), then runs its
+    /// restart command.
+    fn kubelet(&self, state: &State, live: &Value, what: &str) {
+        if let Err(error) = render::render_kubernetes_ca(live, &self.root) {
+            state.event(
+                "apply-failed",
+                format!("applier for {what}: kubernetes-ca-crt: {error}"),
+            );
+            return;
+        }
+        let Some(command) = &self.kubelet_restart else {
+            state.event(
+                "apply-rendered",
+                format!("applier for {what}: kubernetes-ca-crt rendered; no kubelet to restart"),
+            );
+            return;
         };
-        state.event(kind, format!("applier for {what}: {}", report.summary()));
+        let status = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(command)
+            .status();
+        match status {
+            Ok(s) if s.success() => state.event(
+                "kubelet-restarted",
+                format!("applier for {what}: kubernetes-ca-crt rendered; kubelet restarted"),
+            ),
+            other => state.event(
+                "apply-failed",
+                format!(
+                    "applier for {what}: Restart command failed - '/usr/bin/systemctl \
+                     try-restart kubelet.service': {other:?}"
+                ),
+            ),
+        }
     }
 }
 
@@ -1283,10 +1365,11 @@ mod tests {
         expected.boot = true;
         expected.keypair = true;
         expected.stable_json = true;
+        expected.kubelet_restart = Some("/usr/bin/true".into());
         assert_eq!(
             args(
                 "--socket /s --root=/r --apply-delay-ms 5 --control /c --faults=/f --boot \
-                 --keypair --stable-json"
+                 --keypair --stable-json --kubelet-restart=/usr/bin/true"
             ),
             Ok(Command::Run(expected))
         );
@@ -1313,6 +1396,13 @@ mod tests {
         assert!(pods.touches_static_pods());
         let motd = ApplyRequest::new(Some(vec!["settings.motd".into()]), 0);
         assert!(!motd.touches_static_pods());
+        assert!(!motd.touches_kubernetes());
+        assert!(!pods.touches_kubernetes());
+        let ca = ApplyRequest::new(
+            Some(vec!["settings.kubernetes.cluster-certificate".into()]),
+            0,
+        );
+        assert!(ca.touches_kubernetes() && !ca.touches_static_pods());
     }
 
     #[test]

@@ -24,6 +24,26 @@ use serde_json::Value;
 /// Static-pod manifest directory relative to the emulated root (kubelet's `staticPodPath`).
 pub(crate) const STATIC_PODS_DIR: &str = "etc/kubernetes/static-pods";
 
+/// The kubelet's client CA file relative to the emulated root, rendered from
+/// `settings.kubernetes.cluster-certificate` (bottlerocket-api.md §2.5).
+pub(crate) const KUBERNETES_CA: &str = "etc/kubernetes/pki/ca.crt";
+
+/// Renders [`KUBERNETES_CA`] from `kubernetes.cluster-certificate` (base64 of a PEM bundle);
+/// without the setting, nothing (the real template renders no file either).
+pub(crate) fn render_kubernetes_ca(settings: &Value, root: &Path) -> Result<bool, String> {
+    let Some(b64) = settings
+        .pointer("/kubernetes/cluster-certificate")
+        .and_then(Value::as_str)
+    else {
+        return Ok(false);
+    };
+    let pem = crate::base64::decode(b64)
+        .map_err(|error| format!("Unable to base64 decode cluster-certificate: {error}"))?;
+    write_atomically(&root.join(KUBERNETES_CA), &pem, 0o644)
+        .map_err(|error| format!("Failed to write '{KUBERNETES_CA}': {error}"))?;
+    Ok(true)
+}
+
 /// Outcome of one run over all static pods.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct RenderReport {
@@ -187,6 +207,20 @@ mod tests {
             .map(|entry| entry.file_name())
             .collect();
         assert_eq!(leftovers, ["etcd"]);
+        fs::remove_dir_all(&root).expect("cleanup");
+    }
+
+    #[test]
+    fn the_kubelet_ca_file_follows_the_cluster_certificate() {
+        let root = temp_root("ca");
+        assert_eq!(render_kubernetes_ca(&json!({"kubernetes": {}}), &root), Ok(false));
+        assert!(!root.join(KUBERNETES_CA).exists());
+        let settings = json!({"kubernetes": {"cluster-certificate": crate::base64::encode(b"PEM")}});
+        assert_eq!(render_kubernetes_ca(&settings, &root), Ok(true));
+        assert_eq!(fs::read(root.join(KUBERNETES_CA)).expect("ca.crt"), b"PEM");
+        let bad = json!({"kubernetes": {"cluster-certificate": "!!"}});
+        assert!(render_kubernetes_ca(&bad, &root).is_err());
+        assert_eq!(fs::read(root.join(KUBERNETES_CA)).expect("ca.crt"), b"PEM");
         fs::remove_dir_all(&root).expect("cleanup");
     }
 
