@@ -1100,7 +1100,78 @@ fn csr_signed(node: &Node, dir: &Path, name: &str) -> PathBuf {
 /// it signs; kube-apiserver is never restarted and serves a certificate of the new CA.
 #[test]
 fn ca_rotate_of_the_cluster_ca_keeps_the_apiserver_and_the_csr_signer_serving() {
-    let node = Node::start("ca-rotate-cluster", Platform::Kubeadm);
+    cluster_rotation("ca-rotate-cluster", Platform::Kubeadm);
+}
+
+/// The same on a Bottlerocket-shaped node, where kube-controller-manager's manifest and the
+/// kubelet's trust are settings of the API (apiserver-sim): the signer moves through
+/// `settings.kubernetes.static-pods.kube-controller-manager.manifest`, the kubelet's client CA
+/// follows the CA file through `settings.kubernetes.cluster-certificate` (rendered to
+/// `/etc/kubernetes/pki/ca.crt`, the kubelet restarted by the API at trust-in and at trust-out,
+/// not at the issue), and each command killed once between its file and its setting finishes
+/// when run again.
+#[test]
+fn ca_rotate_of_the_cluster_ca_on_bottlerocket_moves_the_signer_and_the_kubelet_trust_through_the_api()
+ {
+    cluster_rotation("ca-rotate-cluster-br", Platform::Bottlerocket);
+}
+
+/// The value of `--cluster-signing-cert-file` in kube-controller-manager's manifest as the
+/// kubelet runs it.
+fn signing_file(node: &Node) -> String {
+    let manifest =
+        std::fs::read_to_string(node.kubelet_manifest("kube-controller-manager")).unwrap();
+    manifest
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("--cluster-signing-cert-file="))
+        .unwrap_or_else(|| panic!("no signer flag in {manifest}"))
+        .trim_matches('"')
+        .to_string()
+}
+
+/// Bottlerocket: the live `settings.kubernetes.cluster-certificate` and the file the API
+/// rendered from it, each as its certificates' PEM blocks, sorted.
+fn kubelet_trust(node: &Node) -> (Vec<String>, Vec<String>) {
+    let live = node
+        .api()
+        .setting("settings.kubernetes.cluster-certificate")
+        .unwrap()
+        .expect("cluster-certificate set");
+    let pem = crate::util::base64_decode(live.as_str().unwrap());
+    let dir = node.dir.join("ca-scratch");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("cluster-certificate.pem");
+    std::fs::write(&file, pem).unwrap();
+    let mut setting = blocks(&file);
+    let mut rendered = blocks(&node.root.join("etc/kubernetes/pki/ca.crt"));
+    setting.sort();
+    rendered.sort();
+    (setting, rendered)
+}
+
+/// Bottlerocket: `ca <sub>` killed at `failpoint`, then run again to the end.
+fn killed_then_again(node: &Node, sub: &str, c: &Ca, failpoint: &str) -> Value {
+    let args = node.pass_args(
+        &["ca", sub, "--ca", c.name, "--output", "json"],
+        "bottlerocket",
+        RESTART_TIMEOUT,
+        &[],
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let killed = node.certrotor_env(&args, &[("CERTROTOR_FAILPOINT", failpoint)]);
+    assert_eq!(killed.code, None, "not killed: {killed}");
+    assert!(
+        killed
+            .stderr
+            .contains(&format!("CERTROTOR-FAILPOINT {failpoint}")),
+        "{killed}"
+    );
+    live(node, sub, c)
+}
+
+fn cluster_rotation(test: &str, platform: Platform) {
+    let node = Node::start(test, platform);
+    let br = platform == Platform::Bottlerocket;
     let c = &CLUSTER;
     let scratch = node.dir.join("ca-scratch");
     let old = put(
@@ -1121,8 +1192,20 @@ fn ca_rotate_of_the_cluster_ca_keeps_the_apiserver_and_the_csr_signer_serving() 
     let before = node.states();
     let poller = ApiserverPoller::start_with(&node, true);
 
+    let signing_before = signing_file(&node);
+    assert!(signing_before.ends_with("/ca.crt"), "{signing_before}");
+    if br {
+        let (setting, rendered) = kubelet_trust(&node);
+        assert_eq!(setting, [std::fs::read_to_string(&old).unwrap()]);
+        assert_eq!(rendered, setting);
+    }
+    let restarts_before = node.kubelet_restart_count();
+
     let started = std::time::Instant::now();
-    let r = live(&node, "rotate", c);
+    let r = match br {
+        true => killed_then_again(&node, "rotate", c, "ca-signer-file-written"),
+        false => live(&node, "rotate", c),
+    };
     let rotate_s = started.elapsed().as_secs_f64();
     assert_eq!(r["stage"], "issued", "{r:#}");
     // The issue waited until kube-apiserver trusted the new CA's clients (it publishes what it
@@ -1134,12 +1217,20 @@ fn ca_rotate_of_the_cluster_ca_keeps_the_apiserver_and_the_csr_signer_serving() 
     assert_eq!(pems.len(), 2, "{r:#}");
     let new = put(&scratch, "new.crt", &pems[0]);
     // kube-controller-manager runs with its own signer file and signs with the new CA.
-    let manifest =
-        std::fs::read_to_string(node.kubelet_manifest("kube-controller-manager")).unwrap();
-    assert!(
-        manifest.contains("--cluster-signing-cert-file=/etc/kubernetes/pki/ca.signer.crt"),
-        "{manifest}"
+    assert_eq!(
+        signing_file(&node),
+        signing_before.replace("/ca.crt", "/ca.signer.crt")
     );
+    if br {
+        // The kubelet trusts [old, new], restarted once (the issue's [new, old] is the same
+        // trust).
+        let (setting, rendered) = kubelet_trust(&node);
+        let mut both = pems.clone();
+        both.sort();
+        assert_eq!(setting, both);
+        assert_eq!(rendered, both);
+        assert_eq!(node.kubelet_restart_count() - restarts_before, 1, "{r:#}");
+    }
     root_ca_published(&node, &[&old, &new]);
     let signed = csr_signed(&node, &scratch, "issued");
     openssl_verify(&new, &signed, false).unwrap();
@@ -1149,20 +1240,35 @@ fn ca_rotate_of_the_cluster_ca_keeps_the_apiserver_and_the_csr_signer_serving() 
     node.kubectl_ok(&["get", "configmap", "before-rotation"]);
 
     let started = std::time::Instant::now();
-    let r = live(&node, "continue", c);
+    let r = match br {
+        true => killed_then_again(&node, "continue", c, "ca-signer-restored"),
+        false => live(&node, "continue", c),
+    };
     let continue_s = started.elapsed().as_secs_f64();
     assert_eq!(r["stage"], "done", "{r:#}");
     assert_eq!(
         blocks(&node.kfile("pki/ca.crt")),
         [std::fs::read_to_string(&new).unwrap()]
     );
-    let manifest =
-        std::fs::read_to_string(node.kubelet_manifest("kube-controller-manager")).unwrap();
-    assert!(
-        manifest.contains("--cluster-signing-cert-file=/etc/kubernetes/pki/ca.crt"),
-        "{manifest}"
-    );
+    assert_eq!(signing_file(&node), signing_before);
     assert!(!node.kfile("pki/ca.signer.crt").exists());
+    if br {
+        let (setting, rendered) = kubelet_trust(&node);
+        assert_eq!(setting, [std::fs::read_to_string(&new).unwrap()]);
+        assert_eq!(rendered, setting);
+        assert_eq!(node.kubelet_restart_count() - restarts_before, 2, "{r:#}");
+        // The signer's setting names the CA file again, as EKS Anywhere wrote it.
+        let live = node
+            .api()
+            .setting("settings.kubernetes.static-pods.kube-controller-manager.manifest")
+            .unwrap()
+            .unwrap();
+        let text = String::from_utf8(crate::util::base64_decode(live.as_str().unwrap())).unwrap();
+        assert!(
+            text.contains(&format!("--cluster-signing-cert-file={signing_before}")),
+            "{text}"
+        );
+    }
     root_ca_published(&node, &[&new]);
     let signed = csr_signed(&node, &scratch, "done");
     openssl_verify(&new, &signed, false).unwrap();
@@ -1183,11 +1289,13 @@ fn ca_rotate_of_the_cluster_ca_keeps_the_apiserver_and_the_csr_signer_serving() 
         assert!(w[0].2 <= w[1].1, "two pods down at once: {restarts:?}");
     }
     eprintln!(
-        "FIGURES ca rotate ca (one node, real etcd, kube-apiserver, controller-manager, scheduler \
-         v1.20.2): trust-in + issue {rotate_s:.1} s (kube-apiserver loaded [old, new] after \
-         {waited_in} ms), trust-out {continue_s:.1} s; restarts \
+        "FIGURES ca rotate ca ({} node, real etcd, kube-apiserver, controller-manager, \
+         scheduler v1.20.2): kubelet restarts by the API {}; trust-in + issue {rotate_s:.1} s \
+         (kube-apiserver loaded [old, new] after {waited_in} ms), trust-out {continue_s:.1} s; restarts \
          kube-controller-manager {}, kube-scheduler {}, kube-apiserver 0, etcd 0; kube-apiserver \
          /readyz polled every 100 ms: not ready {down_ms} ms of {polled_ms} ms",
+        platform.name(),
+        node.kubelet_restart_count() - restarts_before,
         count("kube-controller-manager"),
         count("kube-scheduler")
     );

@@ -477,7 +477,13 @@ impl Node {
                 }),
             );
         }
-        let settings = serde_json::json!({"kubernetes": {"static-pods": pods}});
+        // As EKS Anywhere sets it: the cluster CA, which the API renders to the kubelet's
+        // client CA file (/etc/kubernetes/pki/ca.crt).
+        let ca = fs::read(self.root.join("var/lib/kubeadm/pki/ca.crt")).unwrap();
+        let settings = serde_json::json!({"kubernetes": {
+            "static-pods": pods,
+            "cluster-certificate": testbed::base64::encode(&ca),
+        }});
         let file = self.dir.join("settings.json");
         fs::write(&file, serde_json::to_vec(&settings).unwrap()).unwrap();
         let mut cmd = Command::new(binary);
@@ -488,7 +494,13 @@ impl Node {
             .arg("--settings")
             .arg(&file)
             .arg("--control")
-            .arg(self.control_socket());
+            .arg(self.control_socket())
+            // What `systemctl try-restart kubelet.service` does here: recorded, one line each.
+            .arg("--kubelet-restart")
+            .arg(format!(
+                "date +%s%N >> '{}'",
+                self.kubelet_restarts().display()
+            ));
         self.api = Some(Proc::spawn(
             "apiserver-sim",
             cmd,
@@ -515,6 +527,18 @@ impl Node {
                 }
             },
         );
+    }
+
+    /// Where the API double records each restart of the kubelet it was asked for.
+    pub fn kubelet_restarts(&self) -> PathBuf {
+        self.dir.join("kubelet-restarts")
+    }
+
+    /// How many times the API double restarted the kubelet.
+    pub fn kubelet_restart_count(&self) -> usize {
+        fs::read_to_string(self.kubelet_restarts())
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
     }
 
     pub fn state_dir(&self) -> PathBuf {

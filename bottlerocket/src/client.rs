@@ -405,6 +405,17 @@ impl ApiClient {
         self.patch_settings(tx, &body)
     }
 
+    /// Stages one setting, by its full key (`settings.kubernetes.cluster-certificate`), in
+    /// `tx`; commit with [`ApiClient::commit_and_apply`].
+    pub fn set_setting(&self, tx: &str, key: &str, value: &Value) -> ApiResult<()> {
+        let segments = settings_segments(key)?;
+        let body = segments[1..]
+            .iter()
+            .rev()
+            .fold(value.clone(), |inner, segment| json!({ segment: inner }));
+        self.patch_settings(tx, &body)
+    }
+
     /// Stages a whole static pod (manifest bytes, base64-encoded here, and `enabled`) in `tx`.
     pub fn set_static_pod(
         &self,
@@ -767,6 +778,36 @@ mod tests {
             "POST /tx/commit_and_apply?tx=certrotor%201%2F2"
         );
         assert!(requests[1].1.contains("content-length: 0\n"));
+    }
+
+    #[test]
+    fn one_setting_is_patched_as_its_nested_object() {
+        let server = TestServer::start(vec![Reply::Raw(NO_CONTENT), Reply::Raw(NO_CONTENT)]);
+        let client = server.client();
+        client
+            .set_setting(
+                "t",
+                "settings.kubernetes.cluster-certificate",
+                &json!("Q0E="),
+            )
+            .expect("patch");
+        client
+            .set_setting(
+                "t",
+                "settings.kubernetes.static-pods.\"a.b\".manifest",
+                &json!("bQ=="),
+            )
+            .expect("patch");
+        let requests = server.requests();
+        assert_eq!(
+            requests[0].2,
+            br#"{"kubernetes":{"cluster-certificate":"Q0E="}}"#
+        );
+        assert_eq!(
+            requests[1].2,
+            br#"{"kubernetes":{"static-pods":{"a.b":{"manifest":"bQ=="}}}}"#
+        );
+        assert!(client.set_setting("t", "motd", &json!("x")).is_err());
     }
 
     #[test]

@@ -379,8 +379,9 @@ fn kubelet_trust(node: &Node, fingerprints: &BTreeSet<String>) -> Option<Trust> 
             reloads: false,
             signer: false,
             why: "Bottlerocket renders the kubelet's client CA file from this setting, and a \
-                  change to it restarts the kubelet (systemctl try-restart kubelet.service); \
-                  change it through the API: apiclient set \
+                  change to it restarts the kubelet (systemctl try-restart kubelet.service); on \
+                  this node certrotor changes it through the API after trust-in and after \
+                  trust-out; on a worker: apiclient set \
                   kubernetes.cluster-certificate=<base64 of the PEM bundle>"
                 .into(),
         });

@@ -32,12 +32,14 @@
 //! certificate only ([`files::CaFiles::trust_only`]), take the new one from etcd and, at the
 //! issue, the apiserver-etcd-client pair an etcd node publishes ([`external`]).
 //!
-//! What is not built yet, and refused with the reason: the cluster CA on Bottlerocket (its
-//! signer and the kubelet's trust would move through the API's settings); the cluster and
-//! front-proxy CAs on an external etcd's control planes, or with control planes outside the
+//! On Bottlerocket the cluster CA's signer and the kubelet's trust are settings of the API: they
+//! follow the files through it ([`bottlerocket`]).
+//!
+//! What is not built yet, and refused with the reason: the cluster and front-proxy CAs on an external etcd's control planes, or with control planes outside the
 //! etcd members (they cannot take turns through the members' records); a trust file other than
 //! the CA file itself.
 
+mod bottlerocket;
 mod check;
 mod cluster;
 mod error;
@@ -373,15 +375,11 @@ fn begin(root: &Path, ca: CaName, opts: &RunOptions) -> Result<Rotation, RotateE
     let lock = ops::lock_and_recover_with(root, opts.write.lock_timeout, Some(&opts.restart))?;
     let node = Node::discover(root);
     let (plan, pods) = plan_here(&node, ca, opts)?;
-    let bottlerocket = node.layouts().iter().any(|l| l.name == "bottlerocket")
-        || matches!(
-            restart::detect(root, &opts.restart).map_err(OpsError::Platform)?,
-            Platform::Bottlerocket { .. }
-        );
-    refuse_unbuilt(ca, &plan, &pods, bottlerocket)?;
+    refuse_unbuilt(ca, &plan, &pods)?;
     let files = ca_files(&node, ca)?;
     if ca == CaName::Ca {
         cluster::refuse(&node, &pods, &files).map_err(RotateError::Refused)?;
+        bottlerocket::api(&node, opts)?;
     }
     let shared = connect(&node, &pods, opts, ca)?;
     alone(&node, opts, shared.as_ref())?;

@@ -206,6 +206,109 @@ pub fn set_enabled(
     )
 }
 
+/// Sets the setting `key` (a full key) to `value` and commits it, as [`set_enabled`] does a
+/// static pod's `enabled`: a transaction of its own, retried within `deadline`, the live value
+/// read back after an answer that may have been lost, the transaction discarded when the change
+/// fails. `Ok(true)`: committed now; `Ok(false)`: it already had that value (nothing sent).
+pub fn set_setting(
+    client: &ApiClient,
+    key: &str,
+    value: &serde_json::Value,
+    deadline: Instant,
+    stats: &mut ApiStats,
+) -> Result<bool, String> {
+    let live = call(client, deadline, stats, |c| c.setting(key))
+        .map_err(|e| format!("cannot read {key} from the Bottlerocket API: {e}"))?;
+    if live.as_ref() == Some(value) {
+        return Ok(false);
+    }
+    let tx = bottlerocket::unique_tx_name(TX_PREFIX);
+    let t0 = Instant::now();
+    let mut uncertain = false;
+    let result = call(client, deadline, stats, |c| {
+        if uncertain && c.setting(key)?.as_ref() == Some(value) {
+            return Ok(());
+        }
+        let sent = c
+            .set_setting(&tx, key, value)
+            .and_then(|()| c.commit_and_apply(&tx).map(drop));
+        if let Err(e) = &sent {
+            uncertain |= e.may_have_taken_effect();
+        }
+        sent
+    });
+    let cleanup = deadline.max(Instant::now() + CLEANUP_BOUND);
+    discard(client, &tx, cleanup, stats);
+    let Err(error) = result else {
+        return Ok(true);
+    };
+    match call(client, cleanup, stats, |c| c.setting(key)) {
+        Ok(Some(v)) if v == *value => {
+            stats.committed_unanswered += 1;
+            log::warn!("{key} was committed although the last answer was an error ({error})");
+            Ok(true)
+        }
+        live => Err(format!(
+            "cannot set {key} through the Bottlerocket API (transaction '{tx}', tried for \
+             {:.1} s): {error}; {}",
+            t0.elapsed().as_secs_f64(),
+            match live {
+                Ok(_) => "its live value is still another".to_string(),
+                Err(e) => format!("its live value could not be read back: {e}"),
+            }
+        )),
+    }
+}
+
+/// Waits until the file the config applier renders from the setting `key` is as `rendered`
+/// wants (`file` relative to `root`), the setting having been set to `value`. When it does not
+/// follow within [`APPLY_WAIT`], the setting is set again if its live value is another (the
+/// commit did not stand), else the applier is run again for the key, at most
+/// [`MAX_REAPPLIES`] times; then the wait fails, naming the applier and its log.
+pub fn follow_setting(
+    (root, file): (&Path, &str),
+    client: &ApiClient,
+    (key, value): (&str, &serde_json::Value),
+    rendered: &dyn Fn(Option<&[u8]>) -> bool,
+    (deadline, poll): (Instant, Duration),
+    stats: &mut ApiStats,
+) -> Result<(), String> {
+    let path = root.join(file);
+    let is_rendered = || rendered(std::fs::read(&path).ok().as_deref());
+    let (t0, mut reapplies) = (Instant::now(), 0u32);
+    loop {
+        let round = (Instant::now() + APPLY_WAIT).min(deadline);
+        while !is_rendered() && Instant::now() < round {
+            std::thread::sleep(poll.min(round.saturating_duration_since(Instant::now())));
+        }
+        if is_rendered() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline || reapplies >= MAX_REAPPLIES {
+            return Err(format!(
+                "the Bottlerocket API has {key} as certrotor set it, but its config applier \
+                 (thar-be-settings) did not render '/{file}' from it after {reapplies} \
+                 re-applies in {:.0} s; its log is in the API server's journal: run 'journalctl \
+                 -u apiserver' in the admin container (sudo sheltie)",
+                t0.elapsed().as_secs_f64()
+            ));
+        }
+        if set_setting(client, key, value, deadline, stats)? {
+            log::warn!("{key}: the commit did not stand; set again");
+            continue;
+        }
+        reapplies += 1;
+        stats.reapplies += 1;
+        log::warn!(
+            "{key} is set but '/{file}' does not follow it after {:.1} s; re-running the API's \
+             config applier for it (POST /tx/apply), {reapplies} of {MAX_REAPPLIES}",
+            APPLY_WAIT.as_secs_f64()
+        );
+        call(client, deadline, stats, |c| c.apply(&[key]))
+            .map_err(|e| format!("cannot re-run the config applier for {key}: {e}"))?;
+    }
+}
+
 /// After a change failed: the live value, read back within `deadline`, says whether it stands
 /// after all (a last answer lost after the commit); if not, the error says what was tried.
 fn read_back(

@@ -17,7 +17,7 @@ use std::path::Path;
 use super::files::{self, CaFiles, Target};
 use crate::ca::plan::on_node;
 use crate::node::Node;
-use crate::node::catalog::Kind;
+use crate::node::catalog::{self, Kind};
 use crate::node::files::{KCM_MANIFEST, signer_cert};
 use crate::node::kubeconfig::{Kubeconfig, Source};
 use crate::node::manifests::{Component, PodInfo};
@@ -27,18 +27,21 @@ use crate::txn::Change;
 const FLAG: &str = "cluster-signing-cert-file";
 
 /// kube-controller-manager's signer flag where it names the CA file (or its signer file).
-struct SignerFlag {
-    /// The manifest, relative to the root.
-    manifest: String,
+pub(super) struct SignerFlag {
+    /// The manifest the kubelet runs, relative to the root.
+    pub(super) manifest: String,
     /// The flag's value now, and the values naming the CA file and the signer file.
-    now: String,
-    ca_value: String,
-    signer_value: String,
+    pub(super) now: String,
+    pub(super) ca_value: String,
+    pub(super) signer_value: String,
     /// The signer file on the node.
-    signer_rel: String,
+    pub(super) signer_rel: String,
+    /// Bottlerocket: the static pod whose manifest setting the API renders to `manifest`
+    /// ([`super::bottlerocket`]); `None`: kubeadm's manifest, a file of the transaction.
+    pub(super) setting: Option<String>,
 }
 
-fn signer_flag(
+pub(super) fn signer_flag(
     node: &Node,
     pods: &[(String, PodInfo)],
     files: &CaFiles,
@@ -63,7 +66,17 @@ fn signer_flag(
         } else {
             continue;
         };
-        let manifest = format!("{}/{name}", crate::node::catalog::paths::KUBEADM_MANIFESTS);
+        if super::bottlerocket::is_bottlerocket(node) {
+            return Ok(Some(SignerFlag {
+                manifest: format!("{}/{name}", catalog::paths::BOTTLEROCKET_STATIC_PODS),
+                now: value.to_string(),
+                ca_value,
+                signer_value,
+                signer_rel,
+                setting: Some(name.clone()),
+            }));
+        }
+        let manifest = format!("{}/{name}", catalog::paths::KUBEADM_MANIFESTS);
         if manifest != KCM_MANIFEST || !node.root().join(&manifest).is_file() {
             return Err(format!(
                 "kube-controller-manager signs with '{}', and its manifest is not \
@@ -78,24 +91,40 @@ fn signer_flag(
             ca_value,
             signer_value,
             signer_rel,
+            setting: None,
         }));
     }
     Ok(None)
 }
 
-/// The manifest with the signer flag's value `from` made `to`: exactly one `--flag=from`.
-fn edit_manifest(text: &str, manifest: &str, from: &str, to: &str) -> Result<String, String> {
-    let old = format!("--{FLAG}={from}");
-    let found = text
-        .match_indices(&old)
+/// How many times the manifest names `--flag=value` (the value whole, not a prefix).
+fn count(text: &str, value: &str) -> usize {
+    let flag = format!("--{FLAG}={value}");
+    text.match_indices(&flag)
         .filter(|(i, _)| {
-            let end = i + old.len();
+            let end = i + flag.len();
             text[end..]
                 .chars()
                 .next()
                 .is_none_or(|c| c.is_whitespace() || c == '"' || c == '\'')
         })
-        .count();
+        .count()
+}
+
+/// Whether the manifest names `value` as the signer's file, once.
+pub(super) fn names(text: &str, value: &str) -> bool {
+    count(text, value) == 1
+}
+
+/// The manifest with the signer flag's value `from` made `to`: exactly one `--flag=from`.
+pub(super) fn edit_manifest(
+    text: &str,
+    manifest: &str,
+    from: &str,
+    to: &str,
+) -> Result<String, String> {
+    let old = format!("--{FLAG}={from}");
+    let found = count(text, from);
     if found != 1 {
         return Err(format!(
             "'{manifest}' names '--{FLAG}={from}' {found} times, not once as kubeadm writes it: \
@@ -194,6 +223,19 @@ pub(super) fn changes(
     let Some(f) = signer_flag(node, pods, files)? else {
         return Ok(out);
     };
+    if f.setting.is_some() {
+        // Bottlerocket: the signer file outlives the stage ([`super::bottlerocket`]); while it
+        // exists it holds the CA that signs.
+        let signer = pem_of(&bundle[..1])?.into_bytes();
+        if files::read(node.root(), &f.signer_rel)?.is_some_and(|b| *b != signer) {
+            out.push(Change {
+                rel: f.signer_rel.clone(),
+                content: Some(signer),
+                mode_if_new: 0o644,
+            });
+        }
+        return Ok(out);
+    }
     let moved = matches!(target, Target::TrustIn | Target::Issue);
     let signer = match moved {
         true => Some(pem_of(&bundle[..1])?.into_bytes()),
@@ -223,7 +265,7 @@ pub(super) fn changes(
 }
 
 /// The SHA-256 of each certificate, sorted: a bundle's trust, whatever its order.
-fn shas(certs: &[Cert]) -> Vec<String> {
+pub(super) fn shas(certs: &[Cert]) -> Vec<String> {
     let mut out: Vec<String> = certs.iter().map(Cert::sha256_hex).collect();
     out.sort();
     out
@@ -244,20 +286,39 @@ fn embedded_ca(kc: &Kubeconfig) -> Result<Option<Vec<u8>>, String> {
 
 /// A kubelet of this node that started before its kubeconfig last changed: it still trusts
 /// the CA data it read at start (client-go reads a kubeconfig's CA once). certrotor cannot
-/// restart a kubelet on a kubeadm node (a systemd unit); it names the command. A kubelet is a
-/// process whose program is named `kubelet` and whose `--kubeconfig`, seen from its own root
-/// (`/proc/PID/root`), is this node's file (the same device and inode: a kubelet of another
-/// root is not this node's); where none can be seen (another PID namespace, a lab node), there
-/// is none to wait for.
+/// restart a kubelet on a kubeadm node (a systemd unit); it names the command.
 fn kubelet_stale(node: &Node, now: i64) -> Option<String> {
-    use std::os::unix::fs::MetadataExt;
     let rel = node
         .entries()
         .iter()
         .find(|e| e.kind == Kind::Kubeconfig && e.name.split('@').next() == Some("kubelet.conf"))?
         .path
         .clone();
-    let ours = std::fs::metadata(node.root().join(&rel)).ok()?;
+    let pid = stale_kubelet(
+        node,
+        &rel,
+        &|argv| kubeconfig_arg(argv).map(str::to_string),
+        now,
+    )?;
+    Some(format!(
+        "the kubelet (PID {pid}) started before '{rel}' changed and still trusts the CA data it \
+         read then: restart it ('systemctl restart kubelet'), then run the same command again"
+    ))
+}
+
+/// A kubelet of this node that started before the file `rel` last changed: a process whose
+/// program is named `kubelet` and for which `path_in` (of its command line) names, seen from
+/// its own root (`/proc/PID/root`), this node's file (the same device and inode: a kubelet of
+/// another root is not this node's); where none can be seen (another PID namespace, a lab
+/// node), there is none.
+pub(super) fn stale_kubelet(
+    node: &Node,
+    rel: &str,
+    path_in: &dyn Fn(&[String]) -> Option<String>,
+    now: i64,
+) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let ours = std::fs::metadata(node.root().join(rel)).ok()?;
     let changed = ours.mtime();
     let ticks = crate::sys::procfs::now_ticks()?;
     let stale = crate::sys::procfs::Proc::all().into_iter().find(|p| {
@@ -267,18 +328,14 @@ fn kubelet_stale(node: &Node, now: i64) -> Option<String> {
         let kubelet = argv
             .first()
             .is_some_and(|a| a.rsplit('/').next() == Some("kubelet"));
-        let reads = kubeconfig_arg(&argv)
+        let reads = path_in(&argv)
             .filter(|path| path.starts_with('/'))
             .and_then(|path| std::fs::metadata(format!("/proc/{}/root{path}", p.pid)).ok())
             .is_some_and(|m| (m.dev(), m.ino()) == (ours.dev(), ours.ino()));
         let age = (crate::sys::procfs::ticks_ms(p.start_time, ticks) / 1000) as i64;
         kubelet && reads && now - age < changed
     })?;
-    Some(format!(
-        "the kubelet (PID {}) started before '{rel}' changed and still trusts the CA data it read \
-         then: restart it ('systemctl restart kubelet'), then run the same command again",
-        stale.pid
-    ))
+    Some(stale.pid)
 }
 
 /// The value of `--kubeconfig` on a command line (`--kubeconfig=PATH` or `--kubeconfig PATH`).
@@ -304,6 +361,9 @@ pub(super) fn check(
 ) -> Result<(), String> {
     if let Some(stale) = kubelet_stale(node, now) {
         return Err(stale);
+    }
+    if super::bottlerocket::is_bottlerocket(node) {
+        super::bottlerocket::check(node, bundle, now)?;
     }
     let want = shas(bundle);
     for (rel, kc) in kubeconfigs(node)? {

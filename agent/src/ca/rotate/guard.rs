@@ -20,18 +20,7 @@ pub(super) fn refuse_unbuilt(
     ca: CaName,
     plan: &CaPlan,
     pods: &[(String, PodInfo)],
-    bottlerocket: bool,
 ) -> Result<(), RotateError> {
-    if ca == CaName::Ca && bottlerocket {
-        return Err(RotateError::Refused(
-            "rotating the cluster CA on Bottlerocket is not built yet: kube-controller-manager's \
-             signer must move to a file of its own through \
-             settings.kubernetes.static-pods.kube-controller-manager.manifest, and the kubelet's \
-             trust through settings.kubernetes.cluster-certificate ('certrotor ca plan --ca ca' \
-             lists what it touches); the front-proxy and etcd CAs rotate on Bottlerocket"
-                .into(),
-        ));
-    }
     // The etcd CA rotates on an external etcd too: its etcd nodes (no kube-apiserver) sign, its
     // control planes (no etcd member) follow them through etcd. The other CAs are the control
     // planes' own, and those take turns through etcd only as its members (stacked).
@@ -52,8 +41,10 @@ pub(super) fn refuse_unbuilt(
     if let Some(t) = plan
         .trust
         .iter()
-        // Kubeconfigs' embedded CA data is the cluster CA's own to change.
+        // Kubeconfigs' embedded CA data is the cluster CA's own to change, and Bottlerocket's
+        // kubelet trust follows the CA file through the API (`super::bottlerocket`).
         .filter(|t| t.holds_ca && t.source != "certificate-authority-data")
+        .filter(|t| t.source != super::bottlerocket::CLUSTER_CERTIFICATE)
         .find(|t| t.file.as_deref().is_some_and(|f| !ca_paths.contains(&f)))
     {
         return Err(RotateError::Refused(format!(

@@ -3,11 +3,11 @@
 
 use std::path::Path;
 
-use super::cluster;
 use super::files::{self, CaPair, Target};
 use super::guard::with_shared;
 use super::shared::Shared;
 use super::{RotateError, StageDone, ca_files, live, pass_failure, plan_here};
+use super::{bottlerocket, cluster};
 use crate::ca::consumers::CaName;
 use crate::ca::plan::CaPlan;
 use crate::ca::rotation::{Rotation, Stage};
@@ -64,6 +64,22 @@ pub(super) fn stage_files_with(
             exit,
             detail: pass_failure(&pass),
         });
+    }
+    if r.ca == CaName::Ca
+        && let Some(api) = bottlerocket::api(&Node::discover(root), opts)?
+    {
+        // The settings follow the files the pass verified.
+        let _lock = ops::lock_and_recover_with(root, opts.write.lock_timeout, Some(&opts.restart))?;
+        let node = Node::discover(root);
+        let files = ca_files(&node, r.ca)?;
+        let failed = |detail| RotateError::Check {
+            stage: doing,
+            detail,
+        };
+        bottlerocket::kubelet_trust(&node, &api, &files, opts).map_err(failed)?;
+        if matches!(target, Target::TrustOut | Target::Abort) {
+            bottlerocket::restore_signer(&node, &api, &files, opts).map_err(failed)?;
+        }
     }
     Ok(StageDone {
         stage: doing.name(),
@@ -214,6 +230,13 @@ fn write_stage(
         stage: doing,
         detail,
     };
+    if r.ca == CaName::Ca
+        && matches!(target, Target::TrustIn | Target::Issue)
+        && let Some(api) = bottlerocket::api(&node, opts)?
+    {
+        // Before the stage's transaction, and not undone by its rollback.
+        bottlerocket::move_signer(&node, &api, &files, opts).map_err(failed)?;
+    }
     let mut changes =
         files::changes(root, &files, target, old.as_ref(), new.as_ref()).map_err(failed)?;
     if r.ca == CaName::Ca {

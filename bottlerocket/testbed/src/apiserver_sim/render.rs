@@ -213,9 +213,13 @@ mod tests {
     #[test]
     fn the_kubelet_ca_file_follows_the_cluster_certificate() {
         let root = temp_root("ca");
-        assert_eq!(render_kubernetes_ca(&json!({"kubernetes": {}}), &root), Ok(false));
+        assert_eq!(
+            render_kubernetes_ca(&json!({"kubernetes": {}}), &root),
+            Ok(false)
+        );
         assert!(!root.join(KUBERNETES_CA).exists());
-        let settings = json!({"kubernetes": {"cluster-certificate": crate::base64::encode(b"PEM")}});
+        let settings =
+            json!({"kubernetes": {"cluster-certificate": crate::base64::encode(b"PEM")}});
         assert_eq!(render_kubernetes_ca(&settings, &root), Ok(true));
         assert_eq!(fs::read(root.join(KUBERNETES_CA)).expect("ca.crt"), b"PEM");
         let bad = json!({"kubernetes": {"cluster-certificate": "!!"}});
