@@ -1152,10 +1152,10 @@ fn kubelet_trust(node: &Node) -> (Vec<String>, Vec<String>) {
 /// Bottlerocket: `ca <sub>` killed at `failpoint`, then run again to the end.
 fn killed_then_again(node: &Node, sub: &str, c: &Ca, failpoint: &str) -> Value {
     let args = node.pass_args(
-        &["ca", sub, "--ca", c.name, "--output", "json"],
+        &["ca", sub, "--ca", c.name],
         "bottlerocket",
         RESTART_TIMEOUT,
-        &[],
+        &["--output", "json", "--cluster", "off"],
     );
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let killed = node.certrotor_env(&args, &[("CERTROTOR_FAILPOINT", failpoint)]);
@@ -1167,6 +1167,90 @@ fn killed_then_again(node: &Node, sub: &str, c: &Ca, failpoint: &str) -> Value {
         "{killed}"
     );
     live(node, sub, c)
+}
+
+/// An abort after the issue on a Bottlerocket-shaped node, while the API restarts after
+/// committing the kubelet's trust (its applier lost: nothing rendered) and drops its answer to
+/// the signer's manifest change: certrotor runs the applier again, and the node is back on the
+/// old CA alone, its settings too (the kubelet restarted at trust-in and at the abort).
+#[test]
+fn ca_abort_of_the_cluster_ca_on_bottlerocket_restores_the_settings_through_a_restarting_api() {
+    let node = Node::start("ca-abort-cluster-br", Platform::Bottlerocket);
+    let c = &CLUSTER;
+    let scratch = node.dir.join("ca-scratch");
+    let old_pem = std::fs::read_to_string(node.kfile("pki/ca.crt")).unwrap();
+    let old = put(&scratch, "old.crt", &old_pem);
+    let signing_before = signing_file(&node);
+    let manifest_key = "settings.kubernetes.static-pods.kube-controller-manager.manifest";
+    let manifest_before = node.api().setting(manifest_key).unwrap().unwrap();
+    let restarts_before = node.kubelet_restart_count();
+    let leaves = verified_by(&node.root, &old, &scratch.join("before"));
+    let r = live(&node, "rotate", c);
+    assert_eq!(r["stage"], "issued", "{r:#}");
+    assert_eq!(node.kubelet_restart_count() - restarts_before, 1);
+    assert!(!served_verifies(
+        &node,
+        6443,
+        &old,
+        "apiserver-kubelet-client"
+    ));
+
+    node.api_faults(&serde_json::json!({"restarts": [
+        {"method": "POST", "path": "/tx/commit_and_apply",
+         "sets": "settings.kubernetes.cluster-certificate", "when": "after"},
+        {"method": "POST", "path": "/tx/commit_and_apply", "sets": manifest_key,
+         "when": "no-response"},
+    ]}));
+    let r = live(&node, "abort", c);
+    assert_eq!(r["stage"], "aborted", "{r:#}");
+    assert_eq!(
+        blocks(&node.kfile("pki/ca.crt")),
+        std::slice::from_ref(&old_pem)
+    );
+    assert_eq!(signing_file(&node), signing_before);
+    assert!(!node.kfile("pki/ca.signer.crt").exists());
+    assert_eq!(
+        node.api().setting(manifest_key).unwrap().unwrap(),
+        manifest_before,
+        "the signer's manifest setting is EKS Anywhere's again"
+    );
+    let (setting, rendered) = kubelet_trust(&node);
+    assert_eq!(setting, std::slice::from_ref(&old_pem));
+    assert_eq!(rendered, setting);
+    assert_eq!(node.kubelet_restart_count() - restarts_before, 2);
+    let events = node.api_events();
+    let fired = |what: &str| {
+        events
+            .iter()
+            .any(|e| e["kind"] == "fault" && e["detail"].as_str().unwrap_or("").contains(what))
+    };
+    assert!(
+        fired("settings.kubernetes.cluster-certificate") && fired(manifest_key),
+        "{events:#?}"
+    );
+    let lost = events.iter().any(|e| {
+        e["kind"] == "apply-lost"
+            && e["detail"]
+                .as_str()
+                .unwrap_or("")
+                .contains("cluster-certificate")
+    });
+    assert!(
+        lost,
+        "the kubelet trust's applier was not lost: {events:#?}"
+    );
+    // Every leaf is the old CA's again, served too.
+    assert_eq!(
+        verified_by(&node.root, &old, &scratch.join("after")),
+        leaves
+    );
+    assert!(served_verifies(
+        &node,
+        6443,
+        &old,
+        "apiserver-kubelet-client"
+    ));
+    node.wait_all_healthy();
 }
 
 fn cluster_rotation(test: &str, platform: Platform) {

@@ -139,6 +139,21 @@ pub fn call<T>(
     result
 }
 
+/// Stages a change in `tx` with `stage` and commits it; `uncertain` notes an error after which
+/// the change may stand all the same (the answer was lost).
+fn commit(
+    c: &ApiClient,
+    tx: &str,
+    uncertain: &mut bool,
+    stage: impl FnOnce(&ApiClient) -> ApiResult<()>,
+) -> ApiResult<()> {
+    let sent = stage(c).and_then(|()| c.commit_and_apply(tx).map(drop));
+    if let Err(e) = &sent {
+        *uncertain |= e.may_have_taken_effect();
+    }
+    sent
+}
+
 fn verb(enabled: bool) -> &'static str {
     if enabled { "enable" } else { "disable" }
 }
@@ -172,13 +187,9 @@ pub fn set_enabled(
             }
             uncertain = false;
         }
-        let sent = c
-            .set_static_pod_enabled(&tx, pod, enabled)
-            .and_then(|()| c.commit_and_apply(&tx).map(drop));
-        if let Err(e) = &sent {
-            uncertain |= e.may_have_taken_effect();
-        }
-        sent
+        commit(c, &tx, &mut uncertain, |c| {
+            c.set_static_pod_enabled(&tx, pod, enabled)
+        })
     });
     let last = match result {
         Ok(()) if !unanswered => return Ok(()),
@@ -229,13 +240,7 @@ pub fn set_setting(
         if uncertain && c.setting(key)?.as_ref() == Some(value) {
             return Ok(());
         }
-        let sent = c
-            .set_setting(&tx, key, value)
-            .and_then(|()| c.commit_and_apply(&tx).map(drop));
-        if let Err(e) = &sent {
-            uncertain |= e.may_have_taken_effect();
-        }
-        sent
+        commit(c, &tx, &mut uncertain, |c| c.set_setting(&tx, key, value))
     });
     let cleanup = deadline.max(Instant::now() + CLEANUP_BOUND);
     discard(client, &tx, cleanup, stats);

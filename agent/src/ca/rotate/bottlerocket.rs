@@ -12,7 +12,7 @@
 //! it, running the applier again when it did not ([`crate::restart::api::follow_setting`]):
 //!
 //! 1. before a stage that signs (trust-in, the issue, an abort's issue by the old CA), the signer
-//!    moves to `ca.signer.crt` ([`move_signer`]): the file first, holding the CA that signs now
+//!    moves to `ca.signer.crt` ([`place_signer`]): the file first, holding the CA that signs now
 //!    (a transaction of its own), then the manifest setting. The move is its own step, before the
 //!    stage's transaction, so that a stage rolled back keeps the signer file the manifest names;
 //!    the stage's transaction changes the file's content only (the new CA at the issue);
@@ -20,7 +20,7 @@
 //!    certificates in another order (the issue's [new, old]) change nothing; a change waits until
 //!    a kubelet this node runs has been restarted since the file was rendered;
 //! 3. after trust-out and an abort, the manifest names `ca.crt` again, then the signer file goes
-//!    ([`restore_signer`]).
+//!    ([`place_signer`]).
 //!
 //! Each step reads what is live and changes only what differs: a step interrupted (a crash, the
 //! API restarting) is completed by the same command again.
@@ -137,72 +137,67 @@ fn set_signer(
     Ok(stats)
 }
 
-/// Before a stage that signs: kube-controller-manager signs from the signer file, which holds
-/// the CA that signs now. Under the node lock.
-pub(super) fn move_signer(
+/// kube-controller-manager's signer flag and the static pod whose manifest setting holds it,
+/// where this node runs it through the API.
+fn signer_setting(
     node: &Node,
-    api: &Api,
     files: &CaFiles,
     opts: &RunOptions,
-) -> Result<(), String> {
+) -> Result<Option<(SignerFlag, String)>, String> {
     let pods = pods_here(node, opts).map_err(|e| e.to_string())?;
-    let Some(f) = signer_flag(node, &pods, files)? else {
-        return Ok(());
-    };
-    let Some(pod) = f.setting.as_deref() else {
-        return Ok(());
-    };
-    if files::read(node.root(), &f.signer_rel)?.is_none() {
-        let certs = files::certs(node.root(), files)?;
-        let signing = certs.first().ok_or("the CA file holds no certificate")?;
-        let change = Change {
-            rel: f.signer_rel.clone(),
-            content: Some(signing.to_pem().map_err(|e| e.to_string())?.into_bytes()),
-            mode_if_new: 0o644,
-        };
-        txn::apply(
-            node.root(),
-            &[change],
-            "ca",
-            opts.write.clock.now(),
-            opts.write.retention,
-        )
-        .map_err(|e| format!("writing '{}': {e}", f.signer_rel))?;
-    }
-    txn::failpoint("ca-signer-file-written");
-    let stats = set_signer(node.root(), api, (pod, &f), &f.signer_value)?;
-    log_stats(&stats);
-    Ok(())
+    Ok(signer_flag(node, &pods, files)?.and_then(|f| f.setting.clone().map(|pod| (f, pod))))
 }
 
-/// After trust-out or an abort: the manifest names the CA file again, then the signer file goes.
-/// Under the node lock.
-pub(super) fn restore_signer(
+/// Writes (`Some`) or removes (`None`) the signer file in a transaction of its own.
+fn write_signer(
+    node: &Node,
+    f: &SignerFlag,
+    content: Option<Vec<u8>>,
+    opts: &RunOptions,
+) -> Result<(), String> {
+    let change = Change {
+        rel: f.signer_rel.clone(),
+        content,
+        mode_if_new: 0o644,
+    };
+    let now = opts.write.clock.now();
+    txn::apply(node.root(), &[change], "ca", now, opts.write.retention)
+        .map(drop)
+        .map_err(|e| format!("'{}': {e}", f.signer_rel))
+}
+
+/// Before a stage that signs (`own_file`): kube-controller-manager signs from the signer file,
+/// written first, holding the CA that signs now. After trust-out or an abort (not `own_file`):
+/// the manifest names the CA file again, then the signer file goes. Under the node lock.
+pub(super) fn place_signer(
     node: &Node,
     api: &Api,
     files: &CaFiles,
     opts: &RunOptions,
+    own_file: bool,
 ) -> Result<(), String> {
-    let pods = pods_here(node, opts).map_err(|e| e.to_string())?;
-    let Some(f) = signer_flag(node, &pods, files)? else {
+    let Some((f, pod)) = signer_setting(node, files, opts)? else {
         return Ok(());
     };
-    let Some(pod) = f.setting.as_deref() else {
-        return Ok(());
+    let exists = files::read(node.root(), &f.signer_rel)?.is_some();
+    let stats = if own_file {
+        if !exists {
+            let certs = files::certs(node.root(), files)?;
+            let signing = certs.first().ok_or("the CA file holds no certificate")?;
+            let pem = signing.to_pem().map_err(|e| e.to_string())?;
+            write_signer(node, &f, Some(pem.into_bytes()), opts)?;
+        }
+        txn::failpoint("ca-signer-file-written");
+        set_signer(node.root(), api, (&pod, &f), &f.signer_value)?
+    } else {
+        let stats = set_signer(node.root(), api, (&pod, &f), &f.ca_value)?;
+        txn::failpoint("ca-signer-restored");
+        if exists {
+            write_signer(node, &f, None, opts)?;
+        }
+        stats
     };
-    let stats = set_signer(node.root(), api, (pod, &f), &f.ca_value)?;
     log_stats(&stats);
-    txn::failpoint("ca-signer-restored");
-    if files::read(node.root(), &f.signer_rel)?.is_some() {
-        let change = Change {
-            rel: f.signer_rel.clone(),
-            content: None,
-            mode_if_new: 0o644,
-        };
-        let now = opts.write.clock.now();
-        txn::apply(node.root(), &[change], "ca", now, opts.write.retention)
-            .map_err(|e| format!("removing '{}': {e}", f.signer_rel))?;
-    }
     Ok(())
 }
 

@@ -78,7 +78,7 @@ pub(super) fn stage_files_with(
         };
         bottlerocket::kubelet_trust(&node, &api, &files, opts).map_err(failed)?;
         if matches!(target, Target::TrustOut | Target::Abort) {
-            bottlerocket::restore_signer(&node, &api, &files, opts).map_err(failed)?;
+            bottlerocket::place_signer(&node, &api, &files, opts, false).map_err(failed)?;
         }
     }
     Ok(StageDone {
@@ -235,7 +235,7 @@ fn write_stage(
         && let Some(api) = bottlerocket::api(&node, opts)?
     {
         // Before the stage's transaction, and not undone by its rollback.
-        bottlerocket::move_signer(&node, &api, &files, opts).map_err(failed)?;
+        bottlerocket::place_signer(&node, &api, &files, opts, true).map_err(failed)?;
     }
     let mut changes =
         files::changes(root, &files, target, old.as_ref(), new.as_ref()).map_err(failed)?;
