@@ -543,6 +543,19 @@ fn stage_with(
     if let Some(s) = with_shared(root, opts, r.ca)? {
         s.reached(r.ca, &r.old_sha256, reached, opts.write.clock.now())
             .map_err(|e| RotateError::Stopped(format!("recording the stage in etcd: {e}")))?;
+        if reached == Stage::Done {
+            match s.forget_key(r.ca, &r.old_sha256) {
+                Ok(true) => log::info!(
+                    "rotation of {}: every node finished; the new CA's key was removed from etcd",
+                    r.ca.name()
+                ),
+                Ok(false) => {}
+                Err(e) => log::warn!(
+                    "rotation of {}: removing its key from etcd: {e}",
+                    r.ca.name()
+                ),
+            }
+        }
     }
     done.published_after_ms =
         published(root, r, opts, target).map_err(|detail| RotateError::Check {

@@ -10,7 +10,9 @@
 //!   `done`, `aborted`), written after the node's files are checked; `abort` once an aborting
 //!   node's leaves are issued by the old CA again.
 //!
-//! A rotation aborted on every member is removed when a node begins the next one from the same
+//! Once every node has finished trust-out, the last to finish removes the new CA's key from the
+//! record (compare-and-swap; the certificate stays): the key then lives in the nodes' PKI
+//! folders only. A rotation aborted on every member is removed when a node begins the next one from the same
 //! CA (compare-and-swap on the record: two nodes beginning at once remove it once), so that the
 //! next one mints a CA of its own.
 //!
@@ -121,6 +123,14 @@ impl Shared {
                 key(ca, old_sha256)
             )
         })?;
+        if record.key.is_empty() {
+            return Err(format!(
+                "etcd key {}: the rotation from this CA finished on every node and its key was \
+                 removed; this node's files are not the rotation's: restore them from a backup \
+                 ('certrotor backups') or begin from the CA the cluster has now",
+                key(ca, old_sha256)
+            ));
+        }
         let cert = Cert::from_pem(record.cert.as_bytes()).map_err(|e| e.to_string())?;
         let key_pem = Zeroizing::new(record.key.as_bytes().to_vec());
         let ca_key = crate::pki::PrivateKey::from_pem(&key_pem).map_err(|e| e.to_string())?;
@@ -238,6 +248,28 @@ impl Shared {
             .client
             .put(&node_key(ca, old, self.me()), &value, 0)
             .map_err(|e| format!("etcd: {e}"))
+    }
+
+    /// Once every node has finished the rotation: removes the new CA's key from its record
+    /// (compare-and-swap; the certificate stays). `Ok(true)` when this call removed it.
+    pub fn forget_key(&self, ca: CaName, old: &str) -> Result<bool, String> {
+        if !self.behind(ca, old, Stage::Done)?.is_empty() {
+            return Ok(false);
+        }
+        let client = &self.session.client;
+        let e = |e: crate::cluster::ClusterError| format!("etcd: {e}");
+        let Some((bytes, revision)) = client.get_versioned(&key(ca, old)).map_err(e)? else {
+            return Ok(false);
+        };
+        let bytes = Zeroizing::new(bytes);
+        let mut record: Record = serde_json::from_slice(&bytes)
+            .map_err(|e| format!("etcd key {}: not a rotation record ({e})", key(ca, old)))?;
+        if record.key.is_empty() {
+            return Ok(false);
+        }
+        zeroize::Zeroize::zeroize(&mut record.key);
+        let value = serde_json::to_vec(&record).map_err(|e| e.to_string())?;
+        client.put_if(&key(ca, old), &value, revision).map_err(e)
     }
 
     /// The members whose recorded stage does not satisfy `ok` (no record: `None`).

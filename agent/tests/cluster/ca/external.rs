@@ -296,6 +296,25 @@ fn an_external_etcd_and_its_control_planes_rotate_the_etcd_ca_without_a_failed_r
     .run();
     let states: Vec<_> = x.etcd.iter().map(|n| n.states()).collect();
     served_throughout(&get, &writes, &log, &states, since);
+    // Every node finished: the last one removed the new CA's key from etcd (the rotation's
+    // records keep the certificate, the aborted one's was removed when this one began).
+    let records = etcdctl(
+        &endpoint,
+        &cp_pki.join("etcd/ca.crt"),
+        &cp_pki.join("apiserver-etcd-client.crt"),
+        &cp_pki.join("apiserver-etcd-client.key"),
+    )
+    .args(&["get", "--prefix", "certrotor/v1/ca/", "--print-value-only"])
+    .run();
+    let records: Vec<serde_json::Value> = records
+        .stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v.get("cert").is_some())
+        .collect();
+    assert_eq!(records.len(), 1, "{records:#?}");
+    assert_eq!(records[0]["key"], "", "the new CA's key is still in etcd");
+    assert!(records[0]["cert"].as_str().unwrap().contains("CERTIFICATE"));
     let restarts: Vec<usize> = x
         .etcd
         .iter()
