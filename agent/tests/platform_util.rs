@@ -837,8 +837,14 @@ impl Node {
             self.root.join(self.platform.kubeadm_dir()),
             self.root.join(self.platform.kubelet_dir()),
         ];
+        let kubelet_dir = self.root.join(self.platform.kubelet_dir());
         while let Some(d) = todo.pop() {
             for e in fs::read_dir(&d).unwrap().flatten() {
+                // The API's applier renders through hidden temporary files beside the manifests
+                // (renamed over them a moment later), which the kubelet ignores: so does this.
+                if d == kubelet_dir && e.file_name().to_string_lossy().starts_with('.') {
+                    continue;
+                }
                 let t = e.file_type().unwrap();
                 if t.is_dir() {
                     todo.push(e.path());
