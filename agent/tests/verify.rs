@@ -26,14 +26,24 @@ fn free_port() -> u16 {
 }
 
 fn lab(name: &str) -> std::path::PathBuf {
+    lab_with(name, &crate::renew_util::LOOPBACK_ECDSA)
+}
+
+fn lab_with(name: &str, args: &[&str]) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("certrotor-verify-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    crate::renew_util::lab(&dir, &crate::renew_util::LOOPBACK_ECDSA)
+    crate::renew_util::lab(&dir, args)
 }
 
 fn s_server(pki: &Path, port: u16) -> Server {
+    s_server_with(pki, port, &[])
+}
+
+fn s_server_with(pki: &Path, port: u16, extra: &[&str]) -> Server {
     let child = Command::new("openssl")
-        .args(["s_server", "-quiet", "-www", "-accept"])
+        .args(["s_server", "-quiet", "-www"])
+        .args(extra)
+        .arg("-accept")
         .arg(port.to_string())
         .arg("-cert")
         .arg(pki.join("apiserver.crt"))
@@ -58,6 +68,38 @@ fn probe(pki: &Path, port: u16, ca: &str) -> Probe {
         client_key_pem: Some(std::fs::read(pki.join("apiserver-kubelet-client.key")).unwrap()),
         timeout: Duration::from_secs(5),
     }
+}
+
+/// certrotor's TLS provider (`pki::tls`: P-256/P-384 key exchange, RSA and ECDSA) with kubeadm's
+/// RSA keys, client and server, over TLS 1.3 and 1.2, against OpenSSL.
+#[test]
+fn probe_with_rsa_keys_over_tls_1_3_and_1_2() {
+    let root = lab_with(
+        "rsa",
+        &[
+            "--key-algorithm",
+            "rsa-2048",
+            "--advertise-address",
+            "127.0.0.1",
+        ],
+    );
+    let pki = root.join("etc/kubernetes/pki");
+    let file =
+        certrotor::pki::Cert::from_pem(&std::fs::read(pki.join("apiserver.crt")).unwrap()).unwrap();
+    for version in [&["-tls1_3"][..], &["-tls1_2"][..]] {
+        let port = free_port();
+        let _server = s_server_with(&pki, port, version);
+        let p = probe(&pki, port, "ca.crt");
+        let seen = verify::wait_for(
+            &p,
+            Duration::from_secs(20),
+            Duration::from_millis(100),
+            |o| o.status == 200,
+        )
+        .unwrap_or_else(|e| panic!("{version:?}: {e}"));
+        assert_eq!(seen.served_sha256, file.sha256_hex(), "{version:?}");
+    }
+    let _ = std::fs::remove_dir_all(&root);
 }
 
 #[test]

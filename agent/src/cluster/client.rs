@@ -97,7 +97,7 @@ pub fn mtls_agent(
         .provider(TlsProvider::Rustls)
         .root_certs(RootCerts::Specific(Arc::new(roots)))
         .client_cert(Some(ClientCert::new_with_certs(&chain, key)))
-        .unversioned_rustls_crypto_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
+        .unversioned_rustls_crypto_provider(Arc::new(crate::pki::tls::provider()))
         .build();
     Ok(ureq::Agent::config_builder()
         .tls_config(tls)

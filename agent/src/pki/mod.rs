@@ -14,6 +14,7 @@
 
 pub(crate) mod bignum;
 pub mod go_pem;
+pub mod tls;
 
 use std::fmt;
 

@@ -120,6 +120,16 @@ pub fn call<T>(
     stats: &mut ApiStats,
     mut f: impl FnMut(&ApiClient) -> ApiResult<T>,
 ) -> ApiResult<T> {
+    // One body per result type, not per closure: the static binary stays small.
+    call_dyn(client, deadline, stats, &mut f)
+}
+
+fn call_dyn<T>(
+    client: &ApiClient,
+    deadline: Instant,
+    stats: &mut ApiStats,
+    f: &mut dyn FnMut(&ApiClient) -> ApiResult<T>,
+) -> ApiResult<T> {
     let mut retry = Retry::until(deadline);
     let mut first_transient: Option<Instant> = None;
     let result = retry.run(|left| {

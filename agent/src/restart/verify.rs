@@ -357,7 +357,7 @@ fn wait_port(
 }
 
 fn client_config(p: &Probe) -> Result<rustls::ClientConfig, String> {
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let provider = Arc::new(crate::pki::tls::provider());
     let chain = match &p.ca_pem {
         Some(ca_pem) => {
             let mut roots = rustls::RootCertStore::empty();
