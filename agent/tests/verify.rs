@@ -70,6 +70,17 @@ fn probe(pki: &Path, port: u16, ca: &str) -> Probe {
     }
 }
 
+/// The first answer 200 of the server `p` probes (it may still be starting).
+fn answered(p: &Probe) -> verify::Observation {
+    verify::wait_for(
+        p,
+        Duration::from_secs(20),
+        Duration::from_millis(100),
+        |o| o.status == 200,
+    )
+    .unwrap()
+}
+
 /// certrotor's TLS provider (`pki::tls`: P-256/P-384 key exchange, RSA and ECDSA) with kubeadm's
 /// RSA keys, client and server, over TLS 1.3 and 1.2, against OpenSSL.
 #[test]
@@ -89,14 +100,7 @@ fn probe_with_rsa_keys_over_tls_1_3_and_1_2() {
     for version in [&["-tls1_3"][..], &["-tls1_2"][..]] {
         let port = free_port();
         let _server = s_server_with(&pki, port, version);
-        let p = probe(&pki, port, "ca.crt");
-        let seen = verify::wait_for(
-            &p,
-            Duration::from_secs(20),
-            Duration::from_millis(100),
-            |o| o.status == 200,
-        )
-        .unwrap_or_else(|e| panic!("{version:?}: {e}"));
+        let seen = answered(&probe(&pki, port, "ca.crt"));
         assert_eq!(seen.served_sha256, file.sha256_hex(), "{version:?}");
     }
     let _ = std::fs::remove_dir_all(&root);
@@ -109,13 +113,7 @@ fn probe_reports_the_served_certificate_and_waits_for_close() {
     let port = free_port();
     let server = s_server(&pki, port);
     let p = probe(&pki, port, "ca.crt");
-    let seen = verify::wait_for(
-        &p,
-        Duration::from_secs(20),
-        Duration::from_millis(100),
-        |o| o.status == 200,
-    )
-    .unwrap();
+    let seen = answered(&p);
     let file =
         certrotor::pki::Cert::from_pem(&std::fs::read(pki.join("apiserver.crt")).unwrap()).unwrap();
     assert_eq!(seen.served_sha256, file.sha256_hex());
