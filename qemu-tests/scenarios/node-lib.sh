@@ -45,10 +45,18 @@ node_lab() {
   cp -a "$_tmp/var/lib/." "$_root/var/lib/" && rm -rf "$_tmp"
 }
 
-# node_settings ROOT FILE   Bottlerocket settings enabling every manifest of ROOT as a static pod
+# node_settings ROOT FILE   Bottlerocket settings enabling every manifest of ROOT as a static pod;
+# with ROOT's cluster CA (a control plane), kubernetes.cluster-certificate = its base64, as
+# EKS Anywhere sets it (`apiclient set kubernetes.cluster-certificate=<b64 ca.crt>`,
+# bottlerocket-api.md §3.4): the API renders it as the kubelet's client CA file
+# /etc/kubernetes/pki/ca.crt (§2.5)
 node_settings() {
   _first=1
-  printf '{"kubernetes":{"static-pods":{' > "$2"
+  printf '{"kubernetes":{' > "$2"
+  if [ -f "$1/var/lib/kubeadm/pki/ca.crt" ]; then
+    printf '"cluster-certificate":"%s",' "$(openssl base64 -A < "$1/var/lib/kubeadm/pki/ca.crt")" >> "$2"
+  fi
+  printf '"static-pods":{' >> "$2"
   for _m in "$1"/var/lib/kubeadm/manifests/*.yaml; do
     [ "$_first" = 1 ] || printf ',' >> "$2"
     _first=0
@@ -58,11 +66,15 @@ node_settings() {
   printf '}}}\n' >> "$2"
 }
 
-# node_api ROOT SOCKET NAME   starts apiserver-sim (settings persist in ROOT/var/lib/bottlerocket-sim)
+# node_api ROOT SOCKET NAME   starts apiserver-sim (settings persist in ROOT/var/lib/bottlerocket-sim);
+# its kubernetes service's restart command (`systemctl try-restart kubelet.service`) is
+# node_kubelet_restart: it restarts the real kubelet when one runs (node_real_kubelet), and does
+# nothing under kubelet-sim, as try-restart does nothing to a unit that is not running
 node_api() {
   [ -s "$1/var/lib/e2e-settings.json" ] || node_settings "$1" "$1/var/lib/e2e-settings.json"
   mkdir -p "$(dirname "$2")"
   apiserver-sim --socket "$2" --root "$1" --settings "$1/var/lib/e2e-settings.json" \
+    --kubelet-restart ". /usr/lib/certrotor-e2e/lib.sh && . '$E2E_SHARE/node-lib.sh' && node_kubelet_restart" \
     >> "$E2E_OUT/$3-apiserver-sim.log" 2>&1 &
   e2e_wait_for $NODE_START_S test -S "$2"
 }
@@ -385,20 +397,121 @@ node_cp_images() {
 }
 # node_real_kubelet ROOT NAME [FLAG...]   starts the real kubelet v1.20.2 with containerd's CRI
 # and runc on ROOT's static-pod folder (where the Bottlerocket API renders; NODE_KUBELET_PODS
-# overrides it), node name cp-1, standalone (no apiserver) unless a FLAG gives --kubeconfig
+# overrides it), node name cp-1, standalone (no apiserver) unless a FLAG gives --kubeconfig.
+# Its command line and pid are kept in NODE_KUBELET_DIR (what systemd knows of kubelet.service),
+# for node_kubelet_restart; its output goes to $E2E_OUT/NAME-kubelet.log. NODE_KUBELET_PID: its
+# pid (node_kubelet_pid after a restart by the API).
+NODE_KUBELET_DIR=/run/e2e-kubelet
 node_real_kubelet() {
   _root=$1 _name=$2; shift 2
   _pods=${NODE_KUBELET_PODS:-$_root/etc/kubernetes/static-pods}
-  mkdir -p "$_pods"
-  /usr/lib/k8s/kubelet --container-runtime=remote \
+  mkdir -p "$_pods" "$NODE_KUBELET_DIR"
+  echo "--container-runtime=remote \
     --container-runtime-endpoint=unix:///run/containerd/containerd.sock \
-    --pod-manifest-path="$_pods" --cgroup-driver=cgroupfs \
+    --pod-manifest-path=$_pods --cgroup-driver=cgroupfs \
     --fail-swap-on=false --cgroups-per-qos=false --enforce-node-allocatable= \
     --make-iptables-util-chains=false --root-dir=/var/lib/kubelet \
     --pod-infra-container-image=k8s.gcr.io/pause:3.2 --hostname-override=cp-1 \
-    --v=2 "$@" > "$E2E_OUT/$_name-kubelet.log" 2>&1 &
-  NODE_KUBELET_PID=$!
+    --v=2 $*" > "$NODE_KUBELET_DIR/args"
+  echo "$_name" > "$NODE_KUBELET_DIR/name"
+  : > "$E2E_OUT/$_name-kubelet.log"
+  node_kubelet_launch
+  NODE_KUBELET_PID=$(node_kubelet_pid)
   e2e_save "$_name-kubelet-started-ms" "$(node_now_ms)"
+}
+# node_kubelet_launch   starts the kubelet with the kept command line (no word has a space)
+node_kubelet_launch() {
+  # shellcheck disable=SC2046 # the kept command line's words
+  /usr/lib/k8s/kubelet $(cat "$NODE_KUBELET_DIR/args") \
+    >> "$E2E_OUT/$(cat "$NODE_KUBELET_DIR/name")-kubelet.log" 2>&1 < /dev/null &
+  echo $! > "$NODE_KUBELET_DIR/pid"
+}
+node_kubelet_pid() { cat "$NODE_KUBELET_DIR/pid" 2> /dev/null; }
+# node_alive PID   PID runs (a zombie does not: a kubelet started by the API's restart command
+# is reparented to init, which reaps it late)
+node_alive() {
+  _st=$(awk '/^State:/ {print $2}' "/proc/$1/status" 2> /dev/null)
+  [ -n "$_st" ] && [ "$_st" != Z ]
+}
+node_gone() { ! node_alive "$1"; }
+# node_uptime_ms   the guest's uptime in ms: the clock of the kubelet restarts and the pollers
+node_uptime_ms() { awk '{printf "%d\n", $1 * 1000}' /proc/uptime; }
+# node_kubelet_healthy   the kubelet's healthz (127.0.0.1:10248) answers ok
+node_kubelet_healthy() { [ "$(wget -q -T 10 -O - http://127.0.0.1:10248/healthz 2> /dev/null)" = ok ]; }
+# node_real_kubelet_stop   stops the real kubelet (SIGTERM, as systemctl stop; its containers
+# keep running: kubelet.service has KillMode=process) and waits until it has exited
+node_real_kubelet_stop() {
+  _kp=$(node_kubelet_pid)
+  [ -n "$_kp" ] || return 0
+  kill "$_kp" 2> /dev/null
+  e2e_wait_for $NODE_START_S node_gone "$_kp"
+}
+# node_kubelet_restart   the Bottlerocket API's restart command for the kubernetes service,
+# `systemctl try-restart kubelet.service` (kubelet.service: Type=notify, KillMode=process): when
+# the real kubelet runs, stops it and starts it again with the same command line, and returns
+# once the new one is up (its healthz answers, about when it notifies systemd). Each restart is
+# a line of $E2E_OUT/kubelet-restarts.txt: "<old pid> <new pid> <stop requested> <old exited>
+# <new healthy>" (node_uptime_ms; a field "none" when it did not happen).
+node_kubelet_restart() {
+  _kp=$(node_kubelet_pid)
+  [ -n "$_kp" ] && node_alive "$_kp" || return 0
+  _t0=$(node_uptime_ms)
+  kill "$_kp"
+  _rc=0
+  e2e_wait_for $NODE_START_S node_gone "$_kp" || _rc=1
+  _t1=$(node_uptime_ms)
+  node_kubelet_launch
+  if e2e_wait_for $NODE_START_S node_kubelet_healthy; then _t2=$(node_uptime_ms); else _t2=none _rc=1; fi
+  echo "$_kp $(node_kubelet_pid) $_t0 $_t1 $_t2" >> "$E2E_OUT/kubelet-restarts.txt"
+  e2e_log "kubelet restarted by the API: pid $_kp -> $(node_kubelet_pid)"
+  return $_rc
+}
+# node_kubelet_register ROOT NAME   the real kubelet again, now registered with ROOT's real
+# kube-apiserver the way Bottlerocket runs it (what EKS Anywhere's bootstrap turns on once the
+# control plane is up: standalone-mode=false, authentication-mode=tls): --kubeconfig
+# /etc/kubernetes/kubelet/kubeconfig as the API renders it (core-kit's kubelet-kubeconfig:
+# certificate-authority the file /etc/kubernetes/pki/ca.crt, the client pair
+# /var/lib/kubelet/pki/kubelet-client-current.pem), its client CA the same file (the API renders
+# it from kubernetes.cluster-certificate), anonymous requests refused (so kube-apiserver's
+# kubelet client certificate must verify against it), every authenticated request allowed.
+# The node's IP: kube-apiserver reaches the kubelet's server at the Node's InternalIP, and the
+# kubelet refuses a loopback one ("nodeIP can't be loopback address": the Node then has no
+# address, and `kubectl logs` none to go to); the VM has no NIC, so NODE_KUBELET_IP, an address
+# of TEST-NET-1 on lo (not a loopback address, reached through lo). A CNI network list with no
+# plugin behind it, as NODE_CNI_CONF does (containerd's CRI watches the folder), so that the
+# Node is Ready: its control-plane pods all use the host's network.
+NODE_KUBELET_IP=192.0.2.10
+node_kubelet_register() {
+  ip addr show dev lo | grep -q " $NODE_KUBELET_IP/" || ip addr add "$NODE_KUBELET_IP/32" dev lo || return 1
+  mkdir -p /etc/cni/net.d /etc/kubernetes/kubelet
+  printf '%s\n' '{"cniVersion":"0.4.0","name":"host-only","plugins":[{"type":"loopback"}]}' \
+    > /etc/cni/net.d/10-host-only.conflist
+  cat > /etc/kubernetes/kubelet/kubeconfig << 'YAML'
+---
+apiVersion: v1
+kind: Config
+clusters:
+- cluster:
+    certificate-authority: "/etc/kubernetes/pki/ca.crt"
+    server: "https://127.0.0.1:6443"
+  name: kubernetes
+contexts:
+- context:
+    cluster: kubernetes
+    user: kubelet
+  name: kubelet
+current-context: kubelet
+users:
+- name: kubelet
+  user:
+    client-certificate: "/var/lib/kubelet/pki/kubelet-client-current.pem"
+    client-key: "/var/lib/kubelet/pki/kubelet-client-current.pem"
+YAML
+  [ -s /etc/kubernetes/pki/ca.crt ] || return 1
+  node_real_kubelet_stop || return 1
+  node_real_kubelet "$1" "$2" --kubeconfig=/etc/kubernetes/kubelet/kubeconfig \
+    --client-ca-file=/etc/kubernetes/pki/ca.crt --anonymous-auth=false \
+    --authorization-mode=AlwaysAllow --node-ip=$NODE_KUBELET_IP
 }
 # node_pids NAME   "<component> <pid> <parent's comm>" per component -> $E2E_OUT/NAME
 node_pids() {
@@ -514,4 +627,86 @@ node_vip_snapshot() {
   } > "$E2E_OUT/$1-kube-vip.txt"
   cat /var/log/pods/*kube-vip*/kube-vip/*.log > "$E2E_OUT/$1-kube-vip.log" 2> /dev/null
   true
+}
+
+# ---- the cluster CA rotated under the real kubelet (qemu-tests/tests/kubelet_control_plane.rs) --
+# node_logs_poll_start POD NAME   every second, `kubectl logs POD -n kube-system --tail=1`
+# (kubectl v1.20.2, admin.conf as it is on disk at each call): through kube-apiserver to the
+# kubelet's server, as a user reads a pod's logs. One line per call in $E2E_OUT/NAME:
+# "<begun> <ended> ok" or "<begun> <ended> fail <the first line it printed>" (node_uptime_ms).
+node_logs_poll_start() {
+  ( while :; do
+      _lb=$(node_uptime_ms)
+      if node_kubectl / logs "$1" --namespace=kube-system --tail=1 > /var/tmp/logs-poll.out 2>&1; then
+        _lr=ok
+      else
+        _lr="fail $(grep -v '^ *$' /var/tmp/logs-poll.out | head -n1)"
+      fi
+      echo "$_lb $(node_uptime_ms) $_lr" >> "$E2E_OUT/$2"
+      sleep 1
+    done ) &
+  NODE_LOGS_PID=$!
+}
+node_logs_poll_stop() { kill "$NODE_LOGS_PID" 2> /dev/null; wait "$NODE_LOGS_PID" 2> /dev/null; true; }
+# node_logs_ok_since NAME MS   a call of the poller begun at or after MS succeeded
+node_logs_ok_since() { awk -v t="$2" '$1 >= t && $3 == "ok" {f = 1} END {exit !f}' "$E2E_OUT/$1"; }
+# node_ca_saved PREFIX   what the cluster CA is on the node now -> $E2E_OUT/PREFIX-*: the CA file
+# (ca.crt, the signer ca.signer.crt when there is one), the API's settings and
+# kubernetes.cluster-certificate decoded, the kubelet's client CA file the API rendered, and the
+# kube-controller-manager manifest the API rendered into the static-pod folder
+node_ca_saved() {
+  cp /var/lib/kubeadm/pki/ca.crt "$E2E_OUT/$1-ca.crt"
+  [ ! -f /var/lib/kubeadm/pki/ca.signer.crt ] || cp /var/lib/kubeadm/pki/ca.signer.crt "$E2E_OUT/$1-ca.signer.crt"
+  cp /var/lib/bottlerocket-sim/settings.json "$E2E_OUT/$1-settings.json"
+  sed -n 's/.*"cluster-certificate": *"\([^"]*\)".*/\1/p' /var/lib/bottlerocket-sim/settings.json |
+    openssl base64 -d -A > "$E2E_OUT/$1-cluster-certificate.pem"
+  cp /etc/kubernetes/pki/ca.crt "$E2E_OUT/$1-kubelet-ca.crt"
+  cp /etc/kubernetes/static-pods/kube-controller-manager "$E2E_OUT/$1-kcm.yaml"
+}
+# node_served_pem PORT OUT [s_client options...]   the certificate served on 127.0.0.1:PORT -> OUT
+node_served_pem() {
+  _port=$1 _o=$2; shift 2
+  printf 'GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n' |
+    timeout 60 openssl s_client -connect "127.0.0.1:$_port" "$@" 2> /dev/null |
+    openssl x509 > "$_o" 2> /dev/null
+}
+# node_ca_verify OLD NEW NAME   every certificate the node holds or serves, verified with the
+# old cluster CA alone and with the new one alone -> $E2E_OUT/NAME, a line each:
+# "<what> <rc with OLD> <rc with NEW> <issuer CN>" (rc: openssl verify's exit status, none when
+# nothing was read). What: every certificate file under var/lib/kubeadm/pki but the CAs'
+# (pki/<file>), each kubeconfig's client certificate (kubeconfig/<file>), the kubelet's client
+# certificate (kubelet-client), and what kube-apiserver, the kubelet, kube-controller-manager
+# and kube-scheduler serve (served/<port>).
+node_ca_verify() {
+  _old=$1 _new=$2 _out=$E2E_OUT/$3 _t=/var/tmp/ca-verify
+  rm -rf "$_t" && mkdir -p "$_t"
+  : > "$_out"
+  _one() {  # WHAT FILE
+    if [ -s "$2" ] && openssl x509 -in "$2" -noout 2> /dev/null; then
+      openssl verify -CAfile "$_old" "$2" > /dev/null 2>&1; _ro=$?
+      openssl verify -CAfile "$_new" "$2" > /dev/null 2>&1; _rn=$?
+      _is=$(openssl x509 -in "$2" -noout -issuer -nameopt RFC2253 | sed -n 's/.*CN=\([^,]*\).*/\1/p')
+      echo "$1 $_ro $_rn ${_is:-none}" >> "$_out"
+    else
+      echo "$1 none none none" >> "$_out"
+    fi
+  }
+  for _f in $(cd /var/lib/kubeadm/pki && find . -name '*.crt' | sed 's|^\./||' | sort); do
+    case "$_f" in *ca.crt) continue ;; esac
+    _one "pki/$_f" "/var/lib/kubeadm/pki/$_f"
+  done
+  for _k in /var/lib/kubeadm/*.conf; do
+    _d=$(sed -n 's/^ *client-certificate-data: *//p' "$_k" | head -n1)
+    [ -n "$_d" ] || continue
+    echo "$_d" | openssl base64 -d -A > "$_t/$(basename "$_k").pem"
+    _one "kubeconfig/$(basename "$_k")" "$_t/$(basename "$_k").pem"
+  done
+  _one kubelet-client /var/lib/kubelet/pki/kubelet-client-current.pem
+  _p=/var/lib/kubeadm/pki
+  node_served_pem 6443 "$_t/6443.pem" -cert "$_p/apiserver-kubelet-client.crt" -key "$_p/apiserver-kubelet-client.key"
+  _one served/6443 "$_t/6443.pem"
+  for _port in 10250 10257 10259; do
+    node_served_pem "$_port" "$_t/$_port.pem"
+    _one "served/$_port" "$_t/$_port.pem"
+  done
 }
