@@ -38,6 +38,16 @@
 # * `readme-exec.txt` (issue 27.5): at the end, the daemon runs as a host container in
 #   host-containerd and each `apiclient exec` line of bottlerocket/packaging/README.md runs as
 #   the API server runs it.
+# * `ca-rotate` (with `real-kubelet`; issue 29.4): last, the cluster CA rotated on this node
+#   under the real kubelet, now registered with the real kube-apiserver the Bottlerocket way
+#   (node_kubelet_register), while a poller reads a mirrored pod's logs through it
+#   (`kubectl logs etcd-cp-1`, every second): `ca rotate --ca ca` (trust-in and issue) then
+#   `ca continue --ca ca` (trust-out), each from the superpowered host container. Saved after
+#   each: its report, the CA files, the API's settings and what the API rendered (the kubelet's
+#   client CA file, kube-controller-manager's manifest), the kubelet's restarts by the API
+#   (kubelet-restarts.txt); after trust-out every certificate the node holds or serves
+#   verified with the old CA alone and the new one alone (ca-verify.txt), and the data written
+#   before the renewals read back.
 . /usr/lib/certrotor-e2e/lib.sh
 . "$E2E_SHARE/node-lib.sh"
 R=/ P=/var/lib/kubeadm/pki
@@ -208,5 +218,57 @@ if [ -f "$E2E_SHARE/readme-exec.txt" ]; then
   done < "$E2E_SHARE/readme-exec.txt"
   e2e_save exec-count "$_n"
   ctr -a "$NODE_HC" tasks kill -s SIGTERM certrotor > /dev/null 2>&1
+  # the daemon has stopped before anything else runs on the node (a rotation command would wait
+  # for its lock); the bound only stops a hang
+  e2e_check "the daemon's host container stopped" e2e_wait_for $NODE_START_S \
+    sh -c "! ctr -a $NODE_HC tasks ls | grep -q '^certrotor .*RUNNING'"
+fi
+
+if [ -f "$E2E_SHARE/ca-rotate" ] && [ $REAL_KUBELET = 1 ]; then
+  # ---- the cluster CA rotated under the real kubelet, registered, serving `kubectl logs` --------
+  cp /var/lib/kubeadm/pki/ca.crt "$E2E_OUT/ca-old.crt"
+  e2e_save ca-old.sha "$(node_file_sha /var/lib/kubeadm/pki/ca.crt)"
+  e2e_check "the API rendered the kubelet's client CA from kubernetes.cluster-certificate" \
+    cmp -s /var/lib/kubeadm/pki/ca.crt /etc/kubernetes/pki/ca.crt
+  e2e_check "the real kubelet registered the Bottlerocket way" node_kubelet_register / registered
+  e2e_check "Node cp-1 registered with the real apiserver" \
+    e2e_wait_for $NODE_UP_S node_kubectl / get node cp-1
+  # what kubeadm's mark-control-plane phase (v1.20) puts on the node EKS Anywhere makes
+  e2e_check "Node cp-1 labelled a control plane" node_kubectl / label node cp-1 --overwrite \
+    node-role.kubernetes.io/master= node-role.kubernetes.io/control-plane=
+  # etcd: a pod the kubelet mirrors that the cluster CA's rotation never restarts (its CA is
+  # another), so that a failed read is the path through the kubelet, not the pod
+  e2e_check "kubectl logs etcd-cp-1 (through the registered kubelet)" \
+    e2e_wait_for $NODE_UP_S node_kubectl / logs etcd-cp-1 --namespace=kube-system --tail=1
+  e2e_check "control plane healthy before the CA rotation" node_wait_healthy / 0
+  node_ca_saved ca-before
+  node_logs_poll_start etcd-cp-1 kubectl-logs.txt
+  node_readyz_start / 0 ca-readyz.txt
+  e2e_check "kubectl logs answered by the poller before the rotation" \
+    e2e_wait_for $NODE_UP_S node_logs_ok_since kubectl-logs.txt 0
+  RT=$(node_restart_timeout)
+  for stage in rotate continue; do
+    e2e_save "ca-$stage-begin-ms" "$(node_uptime_ms)"
+    node_certrotor --superpowered certrotor "ca-$stage" \
+      "ca $stage --ca ca --platform bottlerocket --restart-timeout $RT --reload-timeout $RT --poll-interval 200ms --output json"
+    _end=$(node_uptime_ms)
+    e2e_save "ca-$stage-end-ms" "$_end"
+    e2e_check "certrotor ca $stage --ca ca exit 0" [ "$(cat "$E2E_OUT/ca-$stage.rc")" = 0 ]
+    e2e_check "control plane healthy after ca $stage" node_wait_healthy / 0
+    node_ca_saved "ca-$stage"
+    # the kubelet and kube-apiserver are up again (the API's restart command returned once the
+    # kubelet answered, node_wait_healthy): one poll, a kubectl call on a loaded host
+    e2e_check "kubectl logs answered after ca $stage" \
+      e2e_wait_for $NODE_START_S node_logs_ok_since kubectl-logs.txt "$_end"
+    [ "$(cat "$E2E_OUT/ca-$stage.rc")" = 0 ] || break
+  done
+  node_logs_poll_stop
+  node_readyz_stop
+  e2e_save ca-new.sha "$(node_file_sha /var/lib/kubeadm/pki/ca.crt)"
+  node_ca_verify "$E2E_OUT/ca-old.crt" /var/lib/kubeadm/pki/ca.crt ca-verify.txt
+  node_kubectl_after / ca-rotated ca-
+  e2e_save ca-etcd-after "$(node_etcdctl / 0 get --print-value-only /e2e/before)"
+  node_check ca-check-after /
+  node_pids ca-pids-after.txt
 fi
 e2e_finish

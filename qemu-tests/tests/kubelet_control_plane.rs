@@ -34,6 +34,25 @@
 //! mount shows the renewed file (SHA-256 through `/proc/PID/root`), it read the renewed
 //! certificate, and the Lease is written again.
 //!
+//! The cluster CA rotated on the same boot, last (issue 29.4: `ca-rotate`): the real kubelet is
+//! restarted registered with the real apiserver the way Bottlerocket runs it (its kubeconfig
+//! `/etc/kubernetes/kubelet/kubeconfig` as the API renders it, its client CA the file
+//! `/etc/kubernetes/pki/ca.crt` the API renders from `settings.kubernetes.cluster-certificate`,
+//! anonymous requests refused), and the API's restart command for the kubelet (`systemctl
+//! try-restart kubelet.service`) restarts it with the same command line. While `kubectl logs
+//! etcd-cp-1` reads a mirrored pod's logs through it every second, `ca rotate --ca ca` (trust-in
+//! and issue) then `ca continue --ca ca` (trust-out) run from the superpowered host container.
+//! Asserted: each stage's report; the CA file, `cluster-certificate` and the kubelet's client CA
+//! file hold [old, new] after the issue and the new CA alone after trust-out;
+//! kube-controller-manager's rendered manifest signs with `ca.signer.crt` in between and
+//! `ca.crt` after; the API restarted the kubelet during each command; every failed
+//! `kubectl logs` overlapped a kubelet restart (a few per restart) and calls succeeded after
+//! each command; after trust-out `openssl verify` with the old CA alone fails for every
+//! certificate under `var/lib/kubeadm/pki`, every kubeconfig's client certificate, the kubelet's
+//! client certificate and what kube-apiserver, the kubelet, the controller-manager and the
+//! scheduler serve, while what the cluster CA signs verifies with the new one; the ConfigMap and
+//! the etcd key written before are read back.
+//!
 //! Scenario a under kubelet-sim (`renew_expiring`, its own boot before) is merged here with every
 //! assertion it made (`common/scenario_a.rs`): the live-mode pass (each reload with its time,
 //! every restart with a live-mode reason, one backup holding the old files, the one-off command
@@ -108,6 +127,7 @@ fn real_kubelet_runs_the_control_plane_certrotor_renews_natively_then_with_the_k
     let (mut sc, t0) = real_cp_scenario("kubelet-control-plane");
     sc.write_share("real-kubelet", b"yes\n").unwrap();
     sc.write_share("kube-vip", b"eks-anywhere\n").unwrap();
+    sc.write_share("ca-rotate", b"yes\n").unwrap();
     // The images, named as the lab's manifests name them (kubeadm v1.20.2's).
     let share = sc.share_dir();
     std::fs::create_dir_all(share.join("cp-images")).unwrap();
@@ -256,6 +276,8 @@ fn real_kubelet_runs_the_control_plane_certrotor_renews_natively_then_with_the_k
     let kubeadm_report = assert_kubeadm_pass(&b, &sc);
     assert_first_boot(&b);
     assert_readme_exec(&b, &exec_lines, &kubeadm_report);
+    // ---- last, the cluster CA rotated under the kubelet, now registered (issue 29.4)
+    let ca = assert_cluster_ca_rotated(&b, &sc);
 
     let mut f = real_cp_figures(
         "a under the real kubelet (containerd CRI, runc)",
@@ -303,6 +325,9 @@ fn real_kubelet_runs_the_control_plane_certrotor_renews_natively_then_with_the_k
         samples.iter().map(|s| s.0).min().unwrap_or(0) / 1024,
         samples.iter().map(|s| s.1).fold(0.0, f64::max)
     ));
+    for l in ca {
+        f.line(l);
+    }
     f.finish(&sc, t0);
 }
 

@@ -10,7 +10,10 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Instant;
 
+mod ca_rotation;
 mod scenario_a;
+#[allow(unused_imports)] // only kubelet_control_plane rotates the cluster CA
+pub use ca_rotation::*;
 #[allow(unused_imports)] // not every scenario boots scenario a's node
 pub use scenario_a::*;
 
