@@ -436,8 +436,11 @@ node_alive() {
 node_gone() { ! node_alive "$1"; }
 # node_uptime_ms   the guest's uptime in ms: the clock of the kubelet restarts and the pollers
 node_uptime_ms() { awk '{printf "%d\n", $1 * 1000}' /proc/uptime; }
-# node_kubelet_healthy   the kubelet's healthz (127.0.0.1:10248) answers ok
-node_kubelet_healthy() { [ "$(wget -q -T 10 -O - http://127.0.0.1:10248/healthz 2> /dev/null)" = ok ]; }
+# node_kubelet_healthy   the kubelet's healthz (127.0.0.1:10248) answers ok (busybox's static
+# wget crashes in its name lookup: nc)
+node_kubelet_healthy() {
+  [ "$(printf 'GET /healthz HTTP/1.0\r\n\r\n' | timeout 10 nc 127.0.0.1 10248 2> /dev/null | tail -n1)" = ok ]
+}
 # node_real_kubelet_stop   stops the real kubelet (SIGTERM, as systemctl stop; its containers
 # keep running: kubelet.service has KillMode=process) and waits until it has exited
 node_real_kubelet_stop() {
