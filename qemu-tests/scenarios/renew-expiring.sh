@@ -219,9 +219,15 @@ if [ -f "$E2E_SHARE/readme-exec.txt" ]; then
   e2e_save exec-count "$_n"
   ctr -a "$NODE_HC" tasks kill -s SIGTERM certrotor > /dev/null 2>&1
   # the daemon has stopped before anything else runs on the node (a rotation command would wait
-  # for its lock); the bound only stops a hang
+  # for its lock; the bound only stops a hang), and its container is removed, as host-ctr does
+  # when a host container is disabled: both containerds' runc shims keep their state under
+  # /run/containerd/runc/<namespace>, so a container of the same name left in host-containerd
+  # keeps the next `certrotor` host container from being created ("container with given ID
+  # already exists")
   e2e_check "the daemon's host container stopped" e2e_wait_for $NODE_START_S \
     sh -c "! ctr -a $NODE_HC tasks ls | grep -q '^certrotor .*RUNNING'"
+  e2e_check "the daemon's host container removed" sh -c \
+    "ctr -a $NODE_HC tasks rm -f certrotor > /dev/null 2>&1; ctr -a $NODE_HC containers rm certrotor"
 fi
 
 if [ -f "$E2E_SHARE/ca-rotate" ] && [ $REAL_KUBELET = 1 ]; then
