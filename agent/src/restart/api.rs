@@ -279,7 +279,9 @@ pub fn set_setting(
 /// wants (`file` relative to `root`), the setting having been set to `value`. When it does not
 /// follow within [`APPLY_WAIT`], the setting is set again if its live value is another (the
 /// commit did not stand), else the applier is run again for the key, at most
-/// [`MAX_REAPPLIES`] times; then the wait fails, naming the applier and its log.
+/// [`MAX_REAPPLIES`] times, each wait twice the one before (an applier restarting the kubelet
+/// for an earlier change is busy for seconds: 5 + 10 + 20 + 40 s in all); then the wait fails,
+/// naming the applier and its log.
 pub fn follow_setting(
     (root, file): (&Path, &str),
     client: &ApiClient,
@@ -292,7 +294,7 @@ pub fn follow_setting(
     let is_rendered = || rendered(std::fs::read(&path).ok().as_deref());
     let (t0, mut reapplies) = (Instant::now(), 0u32);
     loop {
-        let round = (Instant::now() + APPLY_WAIT).min(deadline);
+        let round = (Instant::now() + APPLY_WAIT * (1 << reapplies)).min(deadline);
         while !is_rendered() && Instant::now() < round {
             std::thread::sleep(poll.min(round.saturating_duration_since(Instant::now())));
         }
@@ -317,7 +319,7 @@ pub fn follow_setting(
         log::warn!(
             "{key} is set but '/{file}' does not follow it after {:.1} s; re-running the API's \
              config applier for it (POST /tx/apply), {reapplies} of {MAX_REAPPLIES}",
-            APPLY_WAIT.as_secs_f64()
+            t0.elapsed().as_secs_f64()
         );
         call(client, deadline, stats, |c| c.apply(&[key]))
             .map_err(|e| format!("cannot re-run the config applier for {key}: {e}"))?;

@@ -57,6 +57,9 @@ pub(super) fn refuse_unbuilt(
     Ok(())
 }
 
+/// How long the control-plane Nodes are asked for before a rotation is refused.
+const ASK_FOR: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// On a running cluster (a platform that restarts, and an admin kubeconfig): refuses when the
 /// apiserver lists another control-plane Node, or cannot be asked.
 pub(super) fn alone(
@@ -74,11 +77,25 @@ pub(super) fn alone(
     let mut names = std::collections::BTreeSet::new();
     for role in ["control-plane", "master"] {
         let path = format!("/api/v1/nodes?labelSelector=node-role.kubernetes.io/{role}");
-        let list = events::get(node, &admin, &path).map_err(|e| {
-            RotateError::Refused(format!(
-                "cannot ask kube-apiserver whether other control planes share the CA ({e})"
-            ))
-        })?;
+        // A busy kube-apiserver may not answer at once: asked again for up to a minute.
+        let ask_for = opts.restart.timeout.min(ASK_FOR);
+        let deadline = std::time::Instant::now() + ask_for;
+        let list = loop {
+            match events::get(node, &admin, &path) {
+                Ok(list) => break list,
+                Err(e) if std::time::Instant::now() >= deadline => {
+                    return Err(RotateError::Refused(format!(
+                        "cannot ask kube-apiserver whether other control planes share the CA \
+                         ({e}; asked again for {} s)",
+                        ask_for.as_secs()
+                    )));
+                }
+                Err(e) => {
+                    log::warn!("asking kube-apiserver for the control-plane Nodes: {e}; again");
+                    std::thread::sleep(std::time::Duration::from_secs(2));
+                }
+            }
+        };
         for item in list["items"].as_array().into_iter().flatten() {
             if let Some(n) = item["metadata"]["name"].as_str() {
                 names.insert(n.to_string());

@@ -76,10 +76,12 @@ pub(super) fn stage_files_with(
             stage: doing,
             detail,
         };
-        bottlerocket::kubelet_trust(&node, &api, &files, opts).map_err(failed)?;
+        // The signer first: the kubelet's restart that the trust change causes keeps the API's
+        // applier busy for seconds, and the manifest would wait behind it.
         if matches!(target, Target::TrustOut | Target::Abort) {
             bottlerocket::place_signer(&node, &api, &files, opts, false).map_err(failed)?;
         }
+        bottlerocket::kubelet_trust(&node, &api, &files, opts).map_err(failed)?;
     }
     Ok(StageDone {
         stage: doing.name(),
