@@ -127,7 +127,8 @@ impl<'a> Pass<'a> {
             let names: Vec<&str> = owed_before.components.iter().map(|c| c.name()).collect();
             let pods = owed_before.pods.iter().map(String::as_str);
             log::warn!(
-                "an earlier pass renewed files but did not finish restarting: {}",
+                "restarts owed for files already written (by a CA rotation's stage, which this \
+                 pass completes, or by an earlier pass that did not finish): {}",
                 names.into_iter().chain(pods).collect::<Vec<_>>().join(", ")
             );
         }
