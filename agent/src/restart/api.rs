@@ -291,7 +291,11 @@ pub fn follow_setting(
     stats: &mut ApiStats,
 ) -> Result<(), String> {
     let path = root.join(file);
-    let is_rendered = || rendered(std::fs::read(&path).ok().as_deref());
+    // Bounded, non-blocking, as every read of a node's files (a FIFO or a huge file put there
+    // reads as not rendered).
+    let read =
+        || crate::sys::fsutil::read_limited(&path, file, crate::pki::MAX_PEM_FILE_BYTES).ok();
+    let is_rendered = || rendered(read().as_deref());
     let (t0, mut reapplies) = (Instant::now(), 0u32);
     loop {
         let round = (Instant::now() + APPLY_WAIT * (1 << reapplies)).min(deadline);

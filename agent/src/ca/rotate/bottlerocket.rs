@@ -84,7 +84,9 @@ pub(super) fn api(node: &Node, opts: &RunOptions) -> Result<Option<Api>, RotateE
 }
 
 fn manifest_key(pod: &str) -> String {
-    bottlerocket::static_pod_enabled_key(pod).replace(".enabled", ".manifest")
+    let enabled = bottlerocket::static_pod_enabled_key(pod);
+    let prefix = enabled.strip_suffix(".enabled").unwrap_or(&enabled);
+    format!("{prefix}.manifest")
 }
 
 /// The live text of `pod`'s manifest setting.
